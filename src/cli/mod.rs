@@ -1,0 +1,94 @@
+//! Thin commands over the library: each file declares its arguments and turns them into one library
+//! call, then prints the result for people (tables, colours on a TTY) or machines (`-o json|yaml`).
+//!
+//! Exit codes everywhere: 0 done/clean, 1 findings or refused, 2 usage or configuration error.
+
+mod agent;
+mod check_crd;
+mod diff;
+mod init;
+mod output;
+mod promote;
+mod release;
+mod rollback;
+mod status;
+mod validate;
+
+pub use output::OutputFormat;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Debug, Parser)]
+#[command(name = "fleetgate", version, about = "Release one Kubernetes Operator safely to a fleet of clusters from Git")]
+pub struct Cli {
+    /// Log filter (RUST_LOG syntax), e.g. `info` or `fleetgate=debug`.
+    #[arg(long, global = true, env = "FLEETGATE_LOG", default_value = "info")]
+    pub log: String,
+    /// Log format: `human` (default on a TTY) or `json`.
+    #[arg(long, global = true, env = "FLEETGATE_LOG_FORMAT")]
+    pub log_format: Option<LogFormat>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum LogFormat {
+    Human,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the agent of one spoke cluster: pull, verify, apply, bake, report, roll back.
+    Agent(agent::Args),
+    /// Create a new fleet repo from the built-in template.
+    Init(init::Args),
+    /// Check a fleet repo: schemas, references, signatures, mappings, CRD compatibility.
+    Validate(validate::Args),
+    /// Cut releases: write release.yaml, commit rendered manifests, sign and tag.
+    #[command(subcommand)]
+    Release(release::Command),
+    /// Promote a release to a cluster, a wave or the fleet (a commit on a branch, optionally a PR).
+    Promote(promote::Args),
+    /// Put clusters back on their previous release (a revert commit, optionally a PR).
+    Rollback(rollback::Args),
+    /// Show per-cluster statuses of releases as a matrix.
+    Status(status::Args),
+    /// Show live vs desired objects of a cluster as a unified diff.
+    Diff(diff::Args),
+    /// Offline CRD compatibility verdict between two CRD files.
+    CheckCrd(check_crd::Args),
+}
+
+/// Logs go to stderr: human-readable on a TTY, JSON otherwise (in-cluster) unless told.
+pub fn init_tracing(cli: &Cli) {
+    use std::io::IsTerminal;
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_new(&cli.log).unwrap_or_else(|_| EnvFilter::new("info"));
+    let json = match cli.log_format {
+        Some(LogFormat::Json) => true,
+        Some(LogFormat::Human) => false,
+        None => !std::io::stderr().is_terminal() && matches!(cli.command, Command::Agent(_)),
+    };
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Agent(a) => agent::run(a).await,
+        Command::Init(a) => init::run(a).await,
+        Command::Validate(a) => validate::run(a).await,
+        Command::Release(c) => release::run(c).await,
+        Command::Promote(a) => promote::run(a).await,
+        Command::Rollback(a) => rollback::run(a).await,
+        Command::Status(a) => status::run(a).await,
+        Command::Diff(a) => diff::run(a).await,
+        Command::CheckCrd(a) => check_crd::run(a).await,
+    }
+}

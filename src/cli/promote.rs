@@ -1,0 +1,10 @@
+//! `fleetgate promote` (scaffold: the owning issue replaces this).
+
+use std::process::ExitCode;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {}
+
+pub async fn run(_args: Args) -> anyhow::Result<ExitCode> {
+    anyhow::bail!("`fleetgate promote` is not available in this build yet")
+}

@@ -1,0 +1,1 @@
+//! Gates: pre-apply (CRD compatibility, cluster requirements, existing CRs) and post-apply (health, restarts, CEL, Prometheus) evaluations.

@@ -1,0 +1,1 @@
+//! Parsing and ordering a release's rendered manifests into a `ManifestSet`.

@@ -1,0 +1,1 @@
+//! `ReleaseAdmissionPolicy`: bounds on what a release may touch (namespaces, cluster-scoped kinds, cluster-admin bindings).

@@ -1,0 +1,16 @@
+//! `clusters/<name>.yaml` (kind `Cluster`): one spoke cluster, its wave, and an optional release pin.
+
+use super::Document;
+use serde::{Deserialize, Serialize};
+
+pub type Cluster = Document<ClusterSpec>;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ClusterSpec {
+    /// One of `fleet.yaml` `spec.waves`.
+    pub wave: String,
+    /// Pins this cluster to a release, overriding `fleet.yaml` `spec.release`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release: Option<String>,
+}

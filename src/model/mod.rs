@@ -1,0 +1,62 @@
+//! The fleet repo's typed documents: [`Fleet`], [`Cluster`], [`Release`], [`GatePolicy`] and
+//! [`ReleaseAdmissionPolicy`], plus the YAML parsing every one of them goes through.
+//!
+//! Every document is `apiVersion: fleetgate.io/v1alpha1` with a `kind`, `metadata` and `spec`.
+//! Unknown fields are errors: a typo must never silently disable a gate or widen a policy.
+//! Parse errors name the file and, where the parser knows it, the line and column.
+
+mod admission;
+mod cluster;
+mod fleet;
+mod gate_policy;
+mod release;
+mod yaml;
+
+pub use admission::*;
+pub use cluster::*;
+pub use fleet::*;
+pub use gate_policy::*;
+pub use release::*;
+pub use yaml::*;
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The API group/version every fleetgate document carries.
+pub const API_VERSION: &str = "fleetgate.io/v1alpha1";
+
+/// `metadata` of a fleetgate document.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ObjectMeta {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// The envelope shared by every fleetgate document: `apiVersion`, `kind`, `metadata`, `spec`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Document<S> {
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: ObjectMeta,
+    pub spec: S,
+}
+
+impl<S> Document<S> {
+    pub fn new(kind: &str, name: impl Into<String>, spec: S) -> Self {
+        Document {
+            api_version: API_VERSION.to_string(),
+            kind: kind.to_string(),
+            metadata: ObjectMeta { name: name.into(), ..Default::default() },
+            spec,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.metadata.name
+    }
+}

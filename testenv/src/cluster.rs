@@ -1,0 +1,1 @@
+//! Real Kubernetes test clusters.

@@ -1,0 +1,57 @@
+//! `git daemon` on loopback over a directory of bare repos, push (receive-pack) enabled.
+
+use crate::process::{Guarded, free_port, wait_for_port};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+pub struct GitDaemon {
+    _proc: Guarded,
+    port: u16,
+    base: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl GitDaemon {
+    /// Starts a daemon serving every bare repo under a fresh temp dir.
+    pub fn start() -> anyhow::Result<GitDaemon> {
+        let dir = tempfile::Builder::new().prefix("fg-git").tempdir()?;
+        let base = dir.path().join("repos");
+        std::fs::create_dir_all(&base)?;
+        let port = free_port();
+        let mut cmd = Command::new("git");
+        cmd.arg("daemon")
+            .arg("--reuseaddr")
+            .arg(format!("--base-path={}", base.display()))
+            .arg("--export-all")
+            .arg("--enable=receive-pack")
+            .arg("--listen=127.0.0.1")
+            .arg(format!("--port={port}"))
+            .arg(&base);
+        let proc = Guarded::spawn("git-daemon", cmd, &dir.path().join("daemon.log"))?;
+        wait_for_port(&format!("127.0.0.1:{port}"), Duration::from_secs(10))?;
+        Ok(GitDaemon { _proc: proc, port, base, _dir: dir })
+    }
+
+    /// Creates an empty bare repo `name` (e.g. `fleet.git`) and returns its `git://` URL.
+    pub fn create_bare(&self, name: &str) -> anyhow::Result<String> {
+        let path = self.base.join(name);
+        let st = Command::new("git").args(["init", "--bare", "-q", "-b", "main"]).arg(&path).status()?;
+        anyhow::ensure!(st.success(), "git init --bare {name} failed");
+        Ok(self.url(name))
+    }
+
+    /// `git://127.0.0.1:PORT/NAME`.
+    pub fn url(&self, name: &str) -> String {
+        format!("git://127.0.0.1:{}/{}", self.port, name)
+    }
+
+    /// Filesystem path of a served bare repo.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.base.join(name)
+    }
+
+    pub fn base(&self) -> &Path {
+        &self.base
+    }
+}

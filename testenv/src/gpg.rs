@@ -1,0 +1,1 @@
+//! Throw-away GnuPG homes with generated keys.

@@ -1,0 +1,19 @@
+//! Real components for fleetgate's tests and demo, each started on loopback in its own temp dir and
+//! stopped (process killed, dir removed) when its handle drops:
+//!
+//! * [`TestCluster`] — etcd + kube-apiserver, optionally kube-controller-manager, kube-scheduler and
+//!   kwok with a fake node so Deployments really produce Pods ([`cluster`]).
+//! * [`GitDaemon`] — `git daemon` serving bare repos over `git://`, push enabled ([`git`]).
+//! * [`GpgHome`] — a throw-away `GNUPGHOME` with generated keys ([`gpg`]).
+//! * [`Prometheus`] — Debian's Prometheus scraping an endpoint the test serves ([`prometheus`]).
+
+pub mod cluster;
+pub mod git;
+pub mod gpg;
+pub mod process;
+pub mod prometheus;
+
+pub use cluster::*;
+pub use git::*;
+pub use gpg::*;
+pub use prometheus::*;

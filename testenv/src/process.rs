@@ -1,0 +1,69 @@
+//! Child processes that die with their handle, and free loopback ports.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::path::Path;
+
+/// A child process killed (and reaped) on drop, even when the test panics.
+#[derive(Debug)]
+pub struct Guarded {
+    name: String,
+    child: Child,
+}
+
+impl Guarded {
+    /// Spawns `cmd` with stdout/stderr appended to `log`.
+    pub fn spawn(name: &str, mut cmd: Command, log: &Path) -> anyhow::Result<Guarded> {
+        let out = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
+        let err = out.try_clone()?;
+        cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+        // Own process group: a Ctrl-C to the test runner must not leave servers behind, and
+        // kill_on_drop reaches them through Drop below.
+        #[cfg(unix)]
+        {
+            use std::os::unix::process::CommandExt;
+            cmd.process_group(0);
+        }
+        let child = cmd.spawn().map_err(|e| anyhow::anyhow!("starting {name}: {e}"))?;
+        Ok(Guarded { name: name.to_string(), child })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Returns the exit status if the process already ended.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+}
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("bind 127.0.0.1:0")
+}
+
+/// Waits until `addr` accepts TCP connections, up to `timeout`.
+pub fn wait_for_port(addr: &str, timeout: std::time::Duration) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if std::net::TcpStream::connect(addr).is_ok() {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            anyhow::bail!("{addr} did not accept connections within {timeout:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

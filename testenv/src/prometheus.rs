@@ -1,0 +1,1 @@
+//! Prometheus from Debian's package, scraping a metrics endpoint the test serves.
