@@ -21,6 +21,7 @@ pub mod gates;
 pub mod manifests;
 pub mod model;
 pub mod release;
+pub mod releng;
 pub mod source;
 pub mod status;
 
