@@ -1,1 +1,30 @@
-//! Commit statuses: the status model, the Git-notes backend, forge backends, the fleet matrix and wave gating.
+//! Commit statuses: what each cluster reports about each release, where it is written, and what
+//! readers make of it.
+//!
+//! * [`model`](Status) — a status (`fleetgate/<cluster>`, state, one-line description, gate
+//!   figures, timestamps, rollback target, agent version) and the versioned note that keeps a
+//!   release's history on one cluster ([`StatusNote`]).
+//! * [`notes`] — the Git backend (default, the source of truth): `refs/notes/fleetgate/<cluster>`,
+//!   written and pushed by that cluster alone, with fetch-merge-retry when the remote refuses.
+//! * [`forge`] — GitHub, Gitea/Forgejo and GitLab commit-status APIs, mirrors of the notes.
+//! * [`StatusBackend`] / [`Publisher`] — one trait over both; the publisher writes Git first.
+//! * [`waves`] — wave gating as a pure function ([`may_start`]).
+//! * [`matrix`] / [`FleetView`] — the cluster × release view `fleetgate status` prints.
+//!
+//! The note format and the `fleetgate status -o json` format are documented in docs/STATUS.md.
+
+mod backend;
+pub mod forge;
+pub mod matrix;
+mod model;
+pub mod notes;
+mod view;
+pub mod waves;
+
+pub use backend::{GitNotesBackend, Publisher, StatusBackend, StatusError};
+pub use forge::{ForgeBackend, ForgeError, Token};
+pub use matrix::{Matrix, Origin, ReleaseRef, RenderOptions, render_release, render_table};
+pub use model::*;
+pub use notes::{GitRemote, NotesError, Written, notes_ref, read_all, sync, write};
+pub use view::{FleetView, ViewError};
+pub use waves::{Decision, Member, may_start, members};

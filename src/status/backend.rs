@@ -1,0 +1,108 @@
+//! One trait over every place a status can be written, and the [`Publisher`] the agent uses: Git
+//! notes always (the source of truth wave gating reads), then the configured forge, if any.
+
+use super::forge::{ForgeBackend, ForgeError};
+use super::model::Status;
+use super::notes::{self, GitRemote, NotesError};
+use futures::future::BoxFuture;
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    #[error("writing the status note: {0}")]
+    Notes(#[from] NotesError),
+    /// Only ever returned after the Git note was written.
+    #[error("the status note is in Git, but mirroring it to the forge failed: {0}")]
+    Forge(#[from] ForgeError),
+    #[error("the status writer stopped before it finished: {0}")]
+    Interrupted(String),
+}
+
+/// A place statuses are written to.
+pub trait StatusBackend: Send + Sync {
+    /// Short name for logs and metrics: `git`, `github`, `gitea`, `gitlab`.
+    fn name(&self) -> &'static str;
+    /// Writes `status` (its `cluster` and `commit` say where).
+    fn publish<'a>(&'a self, status: &'a Status) -> BoxFuture<'a, Result<(), StatusError>>;
+}
+
+/// Git notes pushed to the fleet repo from a local clone (the agent's bare state clone).
+#[derive(Debug, Clone)]
+pub struct GitNotesBackend {
+    repo: PathBuf,
+    remote: GitRemote,
+}
+
+impl GitNotesBackend {
+    pub fn new(repo: impl Into<PathBuf>, remote: GitRemote) -> GitNotesBackend {
+        GitNotesBackend { repo: repo.into(), remote }
+    }
+}
+
+impl StatusBackend for GitNotesBackend {
+    fn name(&self) -> &'static str {
+        "git"
+    }
+
+    fn publish<'a>(&'a self, status: &'a Status) -> BoxFuture<'a, Result<(), StatusError>> {
+        let (path, remote, status) = (self.repo.clone(), self.remote.clone(), status.clone());
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || -> Result<(), StatusError> {
+                let repo = git2::Repository::open(&path).map_err(NotesError::Repo)?;
+                notes::write(&repo, &remote, &status)?;
+                Ok(())
+            })
+            .await
+            .map_err(|e| StatusError::Interrupted(e.to_string()))?
+        })
+    }
+}
+
+impl StatusBackend for ForgeBackend {
+    fn name(&self) -> &'static str {
+        match self.kind() {
+            crate::model::ForgeKind::Github => "github",
+            crate::model::ForgeKind::Gitea => "gitea",
+            crate::model::ForgeKind::Gitlab => "gitlab",
+        }
+    }
+
+    fn publish<'a>(&'a self, status: &'a Status) -> BoxFuture<'a, Result<(), StatusError>> {
+        Box::pin(async move { Ok(self.send(status).await?) })
+    }
+}
+
+/// Git notes first, then the forge: a forge failure never loses a status, and wave gating (which
+/// reads only Git) is never ahead of or behind what the agent decided.
+#[derive(Debug, Clone)]
+pub struct Publisher {
+    git: GitNotesBackend,
+    forge: Option<ForgeBackend>,
+}
+
+impl Publisher {
+    pub fn new(git: GitNotesBackend, forge: Option<ForgeBackend>) -> Publisher {
+        Publisher { git, forge }
+    }
+}
+
+impl StatusBackend for Publisher {
+    fn name(&self) -> &'static str {
+        match self.forge.as_ref().map(ForgeBackend::kind) {
+            None => "git",
+            Some(crate::model::ForgeKind::Github) => "git+github",
+            Some(crate::model::ForgeKind::Gitea) => "git+gitea",
+            Some(crate::model::ForgeKind::Gitlab) => "git+gitlab",
+        }
+    }
+
+    fn publish<'a>(&'a self, status: &'a Status) -> BoxFuture<'a, Result<(), StatusError>> {
+        Box::pin(async move {
+            self.git.publish(status).await?;
+            if let Some(forge) = &self.forge {
+                forge.publish(status).await?;
+            }
+            Ok(())
+        })
+    }
+}

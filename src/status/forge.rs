@@ -1,0 +1,430 @@
+//! Forge backends: the same statuses, sent to a forge's commit-status API so they show next to the
+//! commit and the pull request in its UI. Git notes stay the source of truth (see
+//! [`super::Publisher`]); a forge is a mirror.
+//!
+//! Request shapes, as each forge documents them:
+//! * GitHub — `POST {api}/repos/{owner}/{repo}/statuses/{sha}`, `Authorization: Bearer …`,
+//!   `Accept: application/vnd.github+json`, `X-GitHub-Api-Version: 2022-11-28`, a `User-Agent`;
+//!   body `state` (error|failure|pending|success), `target_url`, `description`, `context`.
+//! * Gitea / Forgejo — `POST {url}/api/v1/repos/{owner}/{repo}/statuses/{sha}`,
+//!   `Authorization: token …`; body as GitHub's (states pending|success|error|failure|warning).
+//! * GitLab — `POST {url}/api/v4/projects/{id or URL-encoded path}/statuses/{sha}`,
+//!   `PRIVATE-TOKEN: …`; body `state` (pending|running|success|failed|canceled), `name` (the
+//!   context), `description`, `target_url`.
+//!
+//! Descriptions are cut to 140 characters (GitHub's documented limit), for every forge alike.
+
+use super::model::{State, Status, truncate};
+use crate::model::{ForgeKind, ForgeSettings};
+use reqwest::StatusCode;
+use reqwest::header::HeaderMap;
+use serde_json::{Value, json};
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Longest description sent to a forge.
+pub const MAX_DESCRIPTION: usize = 140;
+/// The GitHub REST API version requests are written against.
+pub const GITHUB_API_VERSION: &str = "2022-11-28";
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn forge_name(kind: ForgeKind) -> &'static str {
+    match kind {
+        ForgeKind::Github => "GitHub",
+        ForgeKind::Gitea => "Gitea",
+        ForgeKind::Gitlab => "GitLab",
+    }
+}
+
+/// Where a token came from, so errors can say which one to fix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenSource {
+    File(PathBuf),
+    Env(String),
+    Given,
+}
+
+impl fmt::Display for TokenSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TokenSource::File(p) => write!(f, "token file {}", p.display()),
+            TokenSource::Env(v) => write!(f, "environment variable {v}"),
+            TokenSource::Given => f.write_str("the token given to fleetgate"),
+        }
+    }
+}
+
+/// An API token; its `Debug` never shows the secret.
+#[derive(Clone)]
+pub struct Token {
+    secret: String,
+    source: TokenSource,
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Token(from {})", self.source)
+    }
+}
+
+impl Token {
+    pub fn new(secret: impl Into<String>) -> Token {
+        Token { secret: secret.into(), source: TokenSource::Given }
+    }
+
+    /// Reads the token `settings` point at: `tokenFile` if set (it takes precedence), else `tokenEnv`.
+    pub fn from_settings(settings: &ForgeSettings) -> Result<Token, ForgeError> {
+        let forge = forge_name(settings.kind);
+        let token = if let Some(file) = &settings.token_file {
+            let path = PathBuf::from(file);
+            let text = std::fs::read_to_string(&path).map_err(|e| ForgeError::TokenUnreadable {
+                forge,
+                source_name: TokenSource::File(path.clone()).to_string(),
+                reason: e.to_string(),
+            })?;
+            Token { secret: text.trim().to_string(), source: TokenSource::File(path) }
+        } else if let Some(var) = &settings.token_env {
+            let value = std::env::var(var).map_err(|e| ForgeError::TokenUnreadable {
+                forge,
+                source_name: TokenSource::Env(var.clone()).to_string(),
+                reason: e.to_string(),
+            })?;
+            Token { secret: value.trim().to_string(), source: TokenSource::Env(var.clone()) }
+        } else {
+            return Err(ForgeError::TokenNotConfigured { forge });
+        };
+        if token.secret.is_empty() {
+            return Err(ForgeError::TokenUnreadable {
+                forge,
+                source_name: token.source.to_string(),
+                reason: "it is empty".into(),
+            });
+        }
+        Ok(token)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ForgeError {
+    #[error("{forge} status backend has no token: set tokenFile or tokenEnv under spec.status.forge in fleet.yaml")]
+    TokenNotConfigured { forge: &'static str },
+    #[error("{forge} token: cannot read {source_name}: {reason}")]
+    TokenUnreadable { forge: &'static str, source_name: String, reason: String },
+    #[error("{forge} repository {repository:?} must be {expected}")]
+    InvalidRepository { forge: &'static str, repository: String, expected: &'static str },
+    #[error("{forge} API URL {url:?} is not an http(s) URL")]
+    InvalidUrl { forge: &'static str, url: String },
+    #[error("{forge} rejected the token from {token} (401: {message}); check that it is valid and not expired")]
+    Unauthorized { forge: &'static str, token: TokenSource, message: String },
+    #[error("{forge} refused the request (403: {message}); the token needs permission to write commit statuses on {repository}")]
+    Forbidden { forge: &'static str, repository: String, message: String },
+    #[error(
+        "{forge} found no repository {repository} or commit {sha} (404: {message}); check spec.status.forge.repository, \
+         that the commit was pushed there, and that the token can see the repository"
+    )]
+    NotFound { forge: &'static str, repository: String, sha: String, message: String },
+    #[error("{forge} rejected the status ({status}: {message})")]
+    Rejected { forge: &'static str, status: u16, message: String },
+    #[error("{forge} rate limit reached ({status}: {message}); {}", retry_hint(.retry_after, .reset_at))]
+    RateLimited {
+        forge: &'static str,
+        status: u16,
+        message: String,
+        /// From `Retry-After`.
+        retry_after: Option<Duration>,
+        /// From `X-RateLimit-Reset` / `RateLimit-Reset` (UTC epoch seconds).
+        reset_at: Option<chrono::DateTime<chrono::Utc>>,
+    },
+    #[error("{forge} answered {status}: {message}")]
+    Unexpected { forge: &'static str, status: u16, message: String },
+    #[error("{forge} at {url}: {source}")]
+    Transport { forge: &'static str, url: String, source: reqwest::Error },
+}
+
+fn retry_hint(retry_after: &Option<Duration>, reset_at: &Option<chrono::DateTime<chrono::Utc>>) -> String {
+    match (retry_after, reset_at) {
+        (Some(d), _) => format!("retry after {} s", d.as_secs()),
+        (None, Some(t)) => format!("the limit resets at {}", t.format("%Y-%m-%d %H:%M:%S UTC")),
+        (None, None) => "retry in a minute or more".to_string(),
+    }
+}
+
+/// One request a forge backend sends: built by a pure function so its shape is testable alone.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ForgeRequest {
+    pub url: String,
+    /// Header name (lowercase) and value, secrets included.
+    pub headers: Vec<(&'static str, String)>,
+    pub body: Value,
+}
+
+/// A forge's commit-status API for one repository.
+#[derive(Debug, Clone)]
+pub struct ForgeBackend {
+    kind: ForgeKind,
+    api: String,
+    repository: String,
+    token: Token,
+    client: reqwest::Client,
+}
+
+impl ForgeBackend {
+    /// `url` as in [`ForgeSettings::url`]: the GitHub API root (`https://api.github.com`, or
+    /// `https://HOST/api/v3` for GitHub Enterprise Server), or the Gitea/GitLab server root.
+    pub fn new(kind: ForgeKind, url: &str, repository: &str, token: Token) -> Result<ForgeBackend, ForgeError> {
+        let forge = forge_name(kind);
+        let url = url.trim_end_matches('/');
+        if !(url.starts_with("http://") || url.starts_with("https://")) || reqwest::Url::parse(url).is_err() {
+            return Err(ForgeError::InvalidUrl { forge, url: url.to_string() });
+        }
+        let api = match kind {
+            ForgeKind::Github => url.to_string(),
+            ForgeKind::Gitea if url.ends_with("/api/v1") => url.to_string(),
+            ForgeKind::Gitea => format!("{url}/api/v1"),
+            ForgeKind::Gitlab if url.ends_with("/api/v4") => url.to_string(),
+            ForgeKind::Gitlab => format!("{url}/api/v4"),
+        };
+        let valid_segment = |s: &str| {
+            !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        };
+        let ok = match kind {
+            ForgeKind::Github | ForgeKind::Gitea => {
+                repository.split('/').count() == 2 && repository.split('/').all(valid_segment)
+            }
+            ForgeKind::Gitlab => repository.split('/').all(valid_segment),
+        };
+        if !ok {
+            let expected = match kind {
+                ForgeKind::Gitlab => "a project id or path like group/subgroup/project",
+                _ => "owner/repo",
+            };
+            return Err(ForgeError::InvalidRepository { forge, repository: repository.to_string(), expected });
+        }
+        let client = reqwest::Client::builder()
+            .timeout(TIMEOUT)
+            .build()
+            .map_err(|source| ForgeError::Transport { forge, url: api.clone(), source })?;
+        Ok(ForgeBackend { kind, api, repository: repository.to_string(), token, client })
+    }
+
+    /// A backend from `fleet.yaml`'s `spec.status.forge` (token read from its file or variable).
+    pub fn from_settings(settings: &ForgeSettings) -> Result<ForgeBackend, ForgeError> {
+        ForgeBackend::new(settings.kind, &settings.url, &settings.repository, Token::from_settings(settings)?)
+    }
+
+    pub fn kind(&self) -> ForgeKind {
+        self.kind
+    }
+
+    /// The exact request [`send`](Self::send) makes for `status`.
+    pub fn request(&self, status: &Status) -> ForgeRequest {
+        let description = truncate(&status.description, MAX_DESCRIPTION);
+        let ua = format!("fleetgate/{}", crate::VERSION);
+        let sha = &status.commit;
+        let (url, mut headers, mut body) = match self.kind {
+            ForgeKind::Github => (
+                format!("{}/repos/{}/statuses/{sha}", self.api, self.repository),
+                vec![
+                    ("authorization", format!("Bearer {}", self.token.secret)),
+                    ("accept", "application/vnd.github+json".to_string()),
+                    ("x-github-api-version", GITHUB_API_VERSION.to_string()),
+                ],
+                json!({"state": status.state.as_str(), "description": description, "context": status.context()}),
+            ),
+            ForgeKind::Gitea => (
+                format!("{}/repos/{}/statuses/{sha}", self.api, self.repository),
+                vec![
+                    ("authorization", format!("token {}", self.token.secret)),
+                    ("accept", "application/json".to_string()),
+                ],
+                json!({"state": status.state.as_str(), "description": description, "context": status.context()}),
+            ),
+            ForgeKind::Gitlab => (
+                format!("{}/projects/{}/statuses/{sha}", self.api, encode_path_segment(&self.repository)),
+                vec![("private-token", self.token.secret.clone()), ("accept", "application/json".to_string())],
+                json!({"state": gitlab_state(status), "name": status.context(), "description": description}),
+            ),
+        };
+        headers.push(("user-agent", ua));
+        headers.push(("content-type", "application/json".to_string()));
+        if let Some(url) = &status.target_url {
+            body["target_url"] = Value::String(url.clone());
+        }
+        ForgeRequest { url, headers, body }
+    }
+
+    /// Sends `status` to the forge.
+    ///
+    /// # Errors
+    /// One variant per documented failure: [`ForgeError::Unauthorized`] (401),
+    /// [`ForgeError::Forbidden`] (403), [`ForgeError::NotFound`] (404), [`ForgeError::Rejected`]
+    /// (400/422), [`ForgeError::RateLimited`] (403/429 with rate-limit headers, or 429), else
+    /// [`ForgeError::Unexpected`] or [`ForgeError::Transport`].
+    pub async fn send(&self, status: &Status) -> Result<(), ForgeError> {
+        let forge = forge_name(self.kind);
+        let req = self.request(status);
+        let mut builder = self.client.post(&req.url).json(&req.body);
+        for (name, value) in &req.headers {
+            builder = builder.header(*name, value);
+        }
+        let transport = |source| ForgeError::Transport { forge, url: req.url.clone(), source };
+        let response = builder.send().await.map_err(transport)?;
+        let code = response.status();
+        if code.is_success() {
+            return Ok(());
+        }
+        let headers = response.headers().clone();
+        let text = response.text().await.map_err(transport)?;
+        Err(self.classify(code, &headers, &text, status))
+    }
+
+    fn classify(&self, code: StatusCode, headers: &HeaderMap, body: &str, status: &Status) -> ForgeError {
+        let forge = forge_name(self.kind);
+        let message = error_message(body);
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+        let retry_after = header("retry-after").and_then(|v| v.parse::<u64>().ok()).map(Duration::from_secs);
+        let remaining = header("x-ratelimit-remaining").or_else(|| header("ratelimit-remaining"));
+        let reset_at = header("x-ratelimit-reset")
+            .or_else(|| header("ratelimit-reset"))
+            .and_then(|v| v.parse::<i64>().ok())
+            .and_then(|secs| chrono::DateTime::from_timestamp(secs, 0));
+        let rate_limited = code == StatusCode::TOO_MANY_REQUESTS
+            || (code == StatusCode::FORBIDDEN && (remaining == Some("0") || retry_after.is_some()))
+            || (code == StatusCode::FORBIDDEN && message.to_lowercase().contains("rate limit"));
+        match code.as_u16() {
+            _ if rate_limited => {
+                ForgeError::RateLimited { forge, status: code.as_u16(), message, retry_after, reset_at }
+            }
+            401 => ForgeError::Unauthorized { forge, token: self.token.source.clone(), message },
+            403 => ForgeError::Forbidden { forge, repository: self.repository.clone(), message },
+            404 => ForgeError::NotFound {
+                forge,
+                repository: self.repository.clone(),
+                sha: status.commit.clone(),
+                message,
+            },
+            400 | 422 => ForgeError::Rejected { forge, status: code.as_u16(), message },
+            other => ForgeError::Unexpected { forge, status: other, message },
+        }
+    }
+}
+
+/// GitLab has no `error` or `failure`: both are `failed`. An agent at work (applying or baking) is
+/// `running`; one waiting for its wave is `pending`.
+fn gitlab_state(status: &Status) -> &'static str {
+    match status.state {
+        State::Pending if status.started_at.is_some() || status.applied_at.is_some() => "running",
+        State::Pending | State::Unknown => "pending",
+        State::Success => "success",
+        State::Failure | State::Error => "failed",
+    }
+}
+
+/// Percent-encodes everything but RFC 3986 unreserved characters (GitLab wants `group%2Fproject`).
+fn encode_path_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() * 3);
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The forge's own words from an error body: GitHub/Gitea `message` (+ GitHub's `errors[].message`
+/// or Gitea's `errors[]`), GitLab `message` (a string or an object of field errors) or `error`.
+fn error_message(body: &str) -> String {
+    let Ok(v) = serde_json::from_str::<Value>(body) else {
+        let text = body.trim();
+        return if text.is_empty() { "no message".to_string() } else { truncate(text, 200) };
+    };
+    let mut parts: Vec<String> = Vec::new();
+    match v.get("message") {
+        Some(Value::String(s)) => parts.push(s.clone()),
+        Some(other @ (Value::Object(_) | Value::Array(_))) => parts.push(other.to_string()),
+        _ => {}
+    }
+    if let Some(Value::String(s)) = v.get("error") {
+        parts.push(s.clone());
+    }
+    if let Some(Value::Array(errors)) = v.get("errors") {
+        for e in errors {
+            match e {
+                Value::String(s) => parts.push(s.clone()),
+                Value::Object(o) => {
+                    let text = o.get("message").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| {
+                        let field = o.get("field").and_then(Value::as_str).unwrap_or("?");
+                        let code = o.get("code").and_then(Value::as_str).unwrap_or("invalid");
+                        format!("{field} {code}")
+                    });
+                    parts.push(text);
+                }
+                _ => {}
+            }
+        }
+    }
+    if parts.is_empty() { truncate(body.trim(), 200) } else { parts.join(": ") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case("group/sub/project", "group%2Fsub%2Fproject")]
+    #[case("42", "42")]
+    #[case("a.b_c-d~e", "a.b_c-d~e")]
+    fn gitlab_project_paths_are_encoded(#[case] raw: &str, #[case] encoded: &str) {
+        assert_eq!(encode_path_segment(raw), encoded);
+    }
+
+    #[rstest]
+    #[case(State::Pending, false, "pending")]
+    #[case(State::Pending, true, "running")]
+    #[case(State::Success, false, "success")]
+    #[case(State::Failure, false, "failed")]
+    #[case(State::Error, false, "failed")]
+    fn gitlab_states_map(#[case] state: State, #[case] started: bool, #[case] expected: &str) {
+        let mut s = Status::new("a", "r", "c", state, "d");
+        if started {
+            s = s.started(chrono::Utc::now());
+        }
+        assert_eq!(gitlab_state(&s), expected);
+    }
+
+    #[rstest]
+    #[case(r#"{"message":"Bad credentials","documentation_url":"https://docs"}"#, "Bad credentials")]
+    #[case(r#"{"message":"Validation Failed","errors":[{"resource":"Status","field":"state","code":"invalid"}]}"#, "Validation Failed: state invalid")]
+    #[case(r#"{"message":"Validation Failed","errors":[{"resource":"Status","code":"custom","message":"This SHA and context has reached the maximum number of statuses."}]}"#, "Validation Failed: This SHA and context has reached the maximum number of statuses.")]
+    #[case(r#"{"message":"[State]: Required","url":"https://gitea/api/swagger"}"#, "[State]: Required")]
+    #[case(r#"{"error":"state does not have a valid value"}"#, "state does not have a valid value")]
+    #[case(r#"{"message":{"name":["is too long"]}}"#, r#"{"name":["is too long"]}"#)]
+    #[case("Retry later\n", "Retry later")]
+    #[case("", "no message")]
+    fn error_messages_come_from_the_forge(#[case] body: &str, #[case] expected: &str) {
+        assert_eq!(error_message(body), expected);
+    }
+
+    #[test]
+    fn repositories_and_urls_are_checked() {
+        let t = || Token::new("t");
+        assert!(matches!(
+            ForgeBackend::new(ForgeKind::Github, "https://api.github.com", "just-a-name", t()),
+            Err(ForgeError::InvalidRepository { .. })
+        ));
+        assert!(matches!(
+            ForgeBackend::new(ForgeKind::Gitea, "gitea.example.com", "o/r", t()),
+            Err(ForgeError::InvalidUrl { .. })
+        ));
+        assert!(ForgeBackend::new(ForgeKind::Gitlab, "https://gitlab.com/", "g/s/p", t()).is_ok());
+    }
+
+    #[test]
+    fn tokens_are_never_printed() {
+        assert_eq!(format!("{:?}", Token::new("s3cret")), "Token(from the token given to fleetgate)");
+    }
+}

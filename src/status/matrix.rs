@@ -1,0 +1,547 @@
+//! The fleet status view: clusters (grouped by wave) × releases (newest first), built and rendered
+//! by pure functions over the fleet, the releases and the statuses, so the view is unit-testable
+//! and its speed measurable without Git.
+//!
+//! [`Matrix`] is also the documented `fleetgate status -o json` format (docs/STATUS.md): fields are
+//! only ever added to it within `schema: 1`.
+
+use super::model::{SCHEMA, State, Status, StatusSet, truncate};
+use super::waves::{Decision, Member, may_start};
+use crate::model::Fleet;
+use chrono::{DateTime, Utc};
+use owo_colors::OwoColorize;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::fmt::Write;
+
+/// A release tag: its id (the tag name), its commit, and when it was cut.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseRef {
+    pub id: String,
+    pub commit: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<DateTime<Utc>>,
+}
+
+/// Where the fleet was read: the tracked branch and its tip.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    pub branch: String,
+    pub revision: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Matrix {
+    pub schema: u32,
+    pub fleet: String,
+    pub branch: String,
+    pub revision: String,
+    /// Newest first.
+    pub releases: Vec<ReleaseColumn>,
+    /// In rollout order; clusters naming a wave fleet.yaml does not list come last.
+    pub waves: Vec<WaveRows>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseColumn {
+    pub id: String,
+    pub commit: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<DateTime<Utc>>,
+    pub summary: Summary,
+}
+
+/// Counts for one release over the clusters it concerns: those that desire it or reported on it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    pub clusters: usize,
+    pub success: usize,
+    pub failure: usize,
+    pub error: usize,
+    pub pending: usize,
+    /// Desire the release but have not reported on it yet.
+    pub not_started: usize,
+    /// Reported a state this build does not know.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unknown: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+impl Summary {
+    /// "7/10 clusters success, 1 failure, 2 pending".
+    pub fn sentence(&self) -> String {
+        if self.clusters == 0 {
+            return "no cluster desires it or reported on it".to_string();
+        }
+        let noun = if self.clusters == 1 { "cluster" } else { "clusters" };
+        let mut s = format!("{}/{} {noun} success", self.success, self.clusters);
+        for (n, what) in [
+            (self.failure, "failure"),
+            (self.error, "error"),
+            (self.pending, "pending"),
+            (self.not_started, "not started"),
+            (self.unknown, "unknown"),
+        ] {
+            if n > 0 {
+                let _ = write!(s, ", {n} {what}");
+            }
+        }
+        s
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WaveRows {
+    pub name: String,
+    pub clusters: Vec<ClusterRow>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterRow {
+    pub name: String,
+    pub desired_release: Option<String>,
+    /// One per release, in the order of [`Matrix::releases`].
+    pub cells: Vec<Cell>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Cell {
+    pub release: String,
+    /// The cluster's latest state for the release; `null` when it never reported on it.
+    pub state: Option<State>,
+    /// The release is the one this cluster should run.
+    pub desired: bool,
+    /// The latest status in full (its history stays in Git).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Status>,
+    /// For the desired release without a final state: may the cluster start it now, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate: Option<Decision>,
+}
+
+impl Matrix {
+    /// Builds the view. Cells of a cluster's desired release that has no final state yet carry the
+    /// wave-gating decision (computed once per wave and release: it depends only on the wave).
+    pub fn build(fleet: &Fleet, members: &[Member], releases: &[ReleaseRef], statuses: &StatusSet, origin: &Origin) -> Matrix {
+        let mut columns: Vec<ReleaseColumn> = releases
+            .iter()
+            .map(|r| ReleaseColumn {
+                id: r.id.clone(),
+                commit: r.commit.clone(),
+                created_at: r.created_at,
+                summary: Summary::default(),
+            })
+            .collect();
+        let mut waves: Vec<WaveRows> =
+            fleet.spec.waves.iter().map(|w| WaveRows { name: w.clone(), clusters: Vec::new() }).collect();
+        let mut gate_cache: HashMap<(String, String), Decision> = HashMap::new();
+        let mut sorted: Vec<&Member> = members.iter().collect();
+        sorted.sort_by(|a, b| a.name.cmp(&b.name));
+        for m in sorted {
+            let cells = columns
+                .iter_mut()
+                .map(|col| {
+                    let status = statuses.latest(&m.name, &col.id);
+                    let state = status.map(|s| s.state);
+                    let desired = m.desired_release.as_deref() == Some(col.id.as_str());
+                    if desired || state.is_some() {
+                        let s = &mut col.summary;
+                        s.clusters += 1;
+                        match state {
+                            None => s.not_started += 1,
+                            Some(State::Success) => s.success += 1,
+                            Some(State::Failure) => s.failure += 1,
+                            Some(State::Error) => s.error += 1,
+                            Some(State::Pending) => s.pending += 1,
+                            Some(State::Unknown) => s.unknown += 1,
+                        }
+                    }
+                    let gate = (desired && matches!(state, None | Some(State::Pending))).then(|| {
+                        gate_cache
+                            .entry((m.wave.clone(), col.id.clone()))
+                            .or_insert_with(|| may_start(fleet, members, statuses, &m.name, &col.id))
+                            .clone()
+                    });
+                    Cell { release: col.id.clone(), state, desired, status: status.cloned(), gate }
+                })
+                .collect();
+            let row = ClusterRow { name: m.name.clone(), desired_release: m.desired_release.clone(), cells };
+            match waves.iter_mut().find(|w| w.name == m.wave) {
+                Some(w) => w.clusters.push(row),
+                None => waves.push(WaveRows { name: m.wave.clone(), clusters: vec![row] }),
+            }
+        }
+        Matrix {
+            schema: SCHEMA,
+            fleet: fleet.name().to_string(),
+            branch: origin.branch.clone(),
+            revision: origin.revision.clone(),
+            releases: columns,
+            waves,
+        }
+    }
+
+    /// The same view restricted to one release, or `None` when it is not among the columns.
+    pub fn only(&self, release: &str) -> Option<Matrix> {
+        let idx = self.releases.iter().position(|r| r.id == release)?;
+        let mut m = self.clone();
+        m.releases = vec![self.releases[idx].clone()];
+        for wave in &mut m.waves {
+            for row in &mut wave.clusters {
+                row.cells = vec![row.cells[idx].clone()];
+            }
+        }
+        Some(m)
+    }
+
+    pub fn cluster_count(&self) -> usize {
+        self.waves.iter().map(|w| w.clusters.len()).sum()
+    }
+}
+
+/// How to render for people.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RenderOptions {
+    /// Terminal columns; every line fits in it.
+    pub width: usize,
+    pub colours: bool,
+}
+
+const MIN_CELL: usize = 8;
+const MAX_HEADER: usize = 16;
+const MAX_NAME: usize = 28;
+
+fn state_text(state: Option<State>) -> &'static str {
+    state.map(State::as_str).unwrap_or("—")
+}
+
+fn paint(text: &str, state: Option<State>, colours: bool) -> String {
+    if !colours {
+        return text.to_string();
+    }
+    match state {
+        Some(State::Success) => text.green().to_string(),
+        Some(State::Failure) => text.red().bold().to_string(),
+        Some(State::Error) => text.magenta().to_string(),
+        Some(State::Pending) => text.yellow().to_string(),
+        Some(State::Unknown) | None => text.dimmed().to_string(),
+    }
+}
+
+fn pad(text: &str, width: usize) -> String {
+    let n = text.chars().count();
+    if n >= width { text.to_string() } else { format!("{text}{}", " ".repeat(width - n)) }
+}
+
+/// Column headers: the full ids, or — when that leaves out releases the abbreviated form would
+/// show — the ids without their common prefix ("…15-001" for "rel-20250315-001").
+fn headers(ids: &[&str], budget: usize) -> Vec<String> {
+    let fit = |hs: &[String]| {
+        let mut used = 0;
+        hs.iter().take_while(|h| {
+            used += h.chars().count().max(MIN_CELL) + 2;
+            used <= budget
+        })
+        .count()
+    };
+    let full: Vec<String> = ids.iter().map(|id| truncate(id, MAX_HEADER)).collect();
+    if ids.len() < 2 {
+        return full;
+    }
+    let mut prefix: Vec<char> = ids[0].chars().collect();
+    for id in &ids[1..] {
+        let common = prefix.iter().zip(id.chars()).take_while(|(a, b)| **a == *b).count();
+        prefix.truncate(common);
+    }
+    // Every header keeps at least three characters of its own.
+    let shortest = ids.iter().map(|id| id.chars().count()).min().unwrap_or(0);
+    let cut = prefix.len().min(shortest.saturating_sub(3));
+    if cut < 2 {
+        return full;
+    }
+    let short: Vec<String> =
+        ids.iter().map(|id| truncate(&format!("…{}", id.chars().skip(cut).collect::<String>()), MAX_HEADER)).collect();
+    if fit(&short) > fit(&full) { short } else { full }
+}
+
+/// Wraps `text` to `width`, continuation lines indented by `indent`.
+fn wrap(text: &str, width: usize, indent: usize) -> Vec<String> {
+    let mut lines = vec![String::new()];
+    for word in text.split(' ') {
+        let cur = lines.last_mut().expect("never empty");
+        let len = cur.chars().count();
+        if len > indent && len + 1 + word.chars().count() > width {
+            lines.push(format!("{}{word}", " ".repeat(indent)));
+        } else {
+            if !cur.is_empty() {
+                cur.push(' ');
+            }
+            cur.push_str(word);
+        }
+    }
+    lines.into_iter().map(|l| truncate(&l, width)).collect()
+}
+
+fn title(m: &Matrix) -> String {
+    let rev: String = m.revision.chars().take(7).collect();
+    let waves = m.waves.len();
+    format!(
+        "fleet {} · {} @ {rev} · {} clusters in {waves} wave{}",
+        m.fleet,
+        m.branch,
+        m.cluster_count(),
+        if waves == 1 { "" } else { "s" }
+    )
+}
+
+fn name_width(m: &Matrix, width: usize) -> usize {
+    let longest = m.waves.iter().flat_map(|w| &w.clusters).map(|c| c.name.chars().count() + 2).max().unwrap_or(0);
+    let longest_wave = m.waves.iter().map(|w| w.name.chars().count()).max().unwrap_or(0);
+    longest.max(longest_wave).max("CLUSTER".len()).min(MAX_NAME).min(width / 3)
+}
+
+/// The matrix as a table: one column per release that fits in `opts.width` (newest first), a
+/// summary line per shown release, and a note of what did not fit.
+pub fn render_table(m: &Matrix, opts: RenderOptions) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{}", truncate(&title(m), opts.width));
+    if m.releases.is_empty() {
+        let _ = writeln!(out, "\nno release tags yet (a release is a tag on a commit with release.yaml)");
+        return out;
+    }
+    let name_w = name_width(m, opts.width);
+    let ids: Vec<&str> = m.releases.iter().map(|r| r.id.as_str()).collect();
+    let heads = headers(&ids, opts.width.saturating_sub(name_w));
+    let mut widths = Vec::new();
+    let mut used = name_w;
+    for h in &heads {
+        let w = h.chars().count().max(MIN_CELL);
+        if used + 2 + w > opts.width {
+            break;
+        }
+        used += 2 + w;
+        widths.push(w);
+    }
+    let shown = widths.len().max(1);
+
+    let mut line = pad("CLUSTER", name_w);
+    for (h, w) in heads.iter().zip(&widths) {
+        let _ = write!(line, "  {}", pad(h, *w));
+    }
+    let _ = writeln!(out, "\n{}", if opts.colours { line.trim_end().bold().to_string() } else { line.trim_end().to_string() });
+    for wave in &m.waves {
+        let wave_name = truncate(&wave.name, name_w);
+        let _ = writeln!(out, "{}", if opts.colours { wave_name.bold().to_string() } else { wave_name });
+        for row in &wave.clusters {
+            let mut line = pad(&format!("  {}", truncate(&row.name, name_w - 2)), name_w);
+            for (cell, w) in row.cells.iter().zip(&widths) {
+                let mut text = state_text(cell.state).to_string();
+                if cell.desired {
+                    text.push('*');
+                }
+                let padded = pad(&text, *w);
+                let _ = write!(line, "  {}{}", paint(&text, cell.state, opts.colours), &padded[text.len()..]);
+            }
+            let _ = writeln!(out, "{}", line.trim_end());
+        }
+    }
+    out.push('\n');
+    let id_w = m.releases[..shown].iter().map(|r| r.id.chars().count()).max().unwrap_or(0).min(opts.width / 2);
+    for r in &m.releases[..shown] {
+        let text = format!("{}  {}", pad(&truncate(&r.id, id_w), id_w), r.summary.sentence());
+        for l in wrap(&text, opts.width, id_w + 2) {
+            let _ = writeln!(out, "{l}");
+        }
+    }
+    let hidden = m.releases.len() - shown;
+    let mut notes = vec!["* desired release".to_string(), "`fleetgate status RELEASE` for details".to_string()];
+    if hidden > 0 {
+        notes.push(format!("{hidden} older release{} not shown (-o json has all)", if hidden == 1 { "" } else { "s" }));
+    }
+    for l in wrap(&notes.join(" · "), opts.width, 0) {
+        let _ = writeln!(out, "{l}");
+    }
+    out
+}
+
+/// One release in detail: per cluster its state and description, or — where it has not reported
+/// yet — whether it may start and why.
+pub fn render_release(m: &Matrix, release: &str, opts: RenderOptions) -> Option<String> {
+    let idx = m.releases.iter().position(|r| r.id == release)?;
+    let col = &m.releases[idx];
+    let mut out = String::new();
+    let rev: String = col.commit.chars().take(7).collect();
+    let head = format!("release {} · commit {rev} · {}", col.id, col.summary.sentence());
+    for l in wrap(&head, opts.width, 2) {
+        let _ = writeln!(out, "{l}");
+    }
+    let name_w = name_width(m, opts.width);
+    const STATE_W: usize = 8;
+    let desc_w = opts.width.saturating_sub(name_w + STATE_W + 4).max(10);
+    let header = format!("{}  {}  DESCRIPTION", pad("CLUSTER", name_w), pad("STATE", STATE_W));
+    let _ = writeln!(out, "\n{}", if opts.colours { header.bold().to_string() } else { header });
+    for wave in &m.waves {
+        let wave_name = truncate(&wave.name, name_w);
+        let _ = writeln!(out, "{}", if opts.colours { wave_name.bold().to_string() } else { wave_name });
+        for row in &wave.clusters {
+            let cell = &row.cells[idx];
+            let description = match (&cell.status, &cell.gate, &row.desired_release) {
+                (Some(s), Some(g), _) if !g.allowed => format!("{} ({})", s.description, g.reason),
+                (Some(s), _, _) => s.description.clone(),
+                (None, Some(g), _) if g.allowed => format!("may start: {}", g.reason),
+                (None, Some(g), _) => g.reason.clone(),
+                (None, None, Some(other)) => format!("not targeted: desires {other}"),
+                (None, None, None) => "not targeted: no desired release".to_string(),
+            };
+            let text = state_text(cell.state);
+            let _ = writeln!(
+                out,
+                "{}  {}{}  {}",
+                pad(&format!("  {}", truncate(&row.name, name_w - 2)), name_w),
+                paint(text, cell.state, opts.colours),
+                " ".repeat(STATE_W.saturating_sub(text.chars().count())),
+                truncate(&description, desc_w)
+            );
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Document, FleetSpec, OperatorIdentity};
+
+    fn fleet() -> Fleet {
+        Document::new(
+            "Fleet",
+            "redis-fleet",
+            FleetSpec {
+                operator: OperatorIdentity { name: "redis-operator".into(), namespace: "redis-system".into(), image: None },
+                release: Some("rel-20250315-001".into()),
+                waves: vec!["canary".into(), "early".into(), "prod".into()],
+                rollout: Default::default(),
+                status: Default::default(),
+            },
+        )
+    }
+
+    fn releases(n: usize) -> Vec<ReleaseRef> {
+        (0..n)
+            .map(|i| ReleaseRef { id: format!("rel-202503{:02}-001", 15 - i), commit: format!("{i:040x}"), created_at: None })
+            .collect()
+    }
+
+    fn example() -> Matrix {
+        let members = vec![
+            Member::new("cluster-a", "canary", Some("rel-20250315-001")),
+            Member::new("cluster-b", "canary", Some("rel-20250315-001")),
+            Member::new("eu-west-prod-1", "prod", Some("rel-20250315-001")),
+            Member::new("us-east-prod-2", "prod", Some("rel-20250314-001")),
+            Member::new("cluster-c", "early", Some("rel-20250315-001")),
+        ];
+        let rels = releases(8);
+        let mut set = StatusSet::new();
+        let mut put = |c: &str, r: usize, st: State, d: &str| set.insert(Status::new(c, &rels[r].id, &rels[r].commit, st, d));
+        put("cluster-a", 0, State::Success, "all 4 gates passed over 10m bake");
+        put("cluster-b", 0, State::Failure, "rolled back to rel-20250314-001: error-rate 7.3 % > 5 %");
+        for r in 1..8 {
+            for c in ["cluster-a", "cluster-b", "cluster-c", "eu-west-prod-1", "us-east-prod-2"] {
+                put(c, r, State::Success, "all gates passed");
+            }
+        }
+        let origin = Origin { branch: "main".into(), revision: "0123456789abcdef".into() };
+        Matrix::build(&fleet(), &members, &rels, &set, &origin)
+    }
+
+    fn plain(width: usize) -> RenderOptions {
+        RenderOptions { width, colours: false }
+    }
+
+    #[test]
+    fn summary_sentences_read_naturally() {
+        let s = Summary { clusters: 10, success: 7, failure: 1, pending: 2, ..Default::default() };
+        assert_eq!(s.sentence(), "7/10 clusters success, 1 failure, 2 pending");
+    }
+
+    #[test]
+    fn build_counts_and_gates() {
+        let m = example();
+        let newest = &m.releases[0].summary;
+        assert_eq!((newest.clusters, newest.success, newest.failure, newest.not_started), (4, 1, 1, 2));
+        let c = &m.waves[1].clusters[0];
+        assert_eq!(c.name, "cluster-c");
+        let gate = c.cells[0].gate.as_ref().unwrap();
+        assert!(!gate.allowed);
+        assert!(gate.reason.starts_with("blocked: cluster-b in earlier wave canary failed"), "{}", gate.reason);
+        assert_eq!(m.waves.iter().map(|w| w.name.as_str()).collect::<Vec<_>>(), ["canary", "early", "prod"]);
+    }
+
+    #[test]
+    fn table_fits_80_columns_and_names_what_it_leaves_out() {
+        let text = render_table(&example(), plain(80));
+        for line in text.lines() {
+            assert!(line.chars().count() <= 80, "too wide: {line:?}");
+        }
+        assert!(text.contains("…15-001"), "{text}");
+        assert!(text.contains("  cluster-b         failure*"), "{text}");
+        assert!(text.contains("rel-20250315-001  1/4 clusters success, 1 failure, 2 not started"), "{text}");
+        assert!(text.contains("older releases not shown"), "{text}");
+        println!("{text}");
+    }
+
+    #[test]
+    fn wide_terminals_show_full_ids() {
+        let text = render_table(&example(), plain(200));
+        assert!(text.contains("rel-20250315-001  rel-20250314-001"), "{text}");
+        assert!(!text.contains("not shown"), "{text}");
+    }
+
+    #[test]
+    fn colours_only_when_asked() {
+        assert!(!render_table(&example(), plain(80)).contains('\u{1b}'));
+        let coloured = render_table(&example(), RenderOptions { width: 80, colours: true });
+        assert!(coloured.contains('\u{1b}'));
+    }
+
+    #[test]
+    fn release_details_show_descriptions_and_gate_reasons() {
+        let text = render_release(&example(), "rel-20250315-001", plain(80)).unwrap();
+        for line in text.lines() {
+            assert!(line.chars().count() <= 80, "too wide: {line:?}");
+        }
+        assert!(text.contains("rolled back to rel-20250314-001: error-rate 7.3 % > 5 %"), "{text}");
+        assert!(text.contains("blocked: cluster-b in earlier wave canary failed"), "{text}");
+        assert!(text.contains("not targeted: desires rel-20250314-001"), "{text}");
+        assert!(render_release(&example(), "rel-0", plain(80)).is_none());
+        println!("{text}");
+    }
+
+    #[test]
+    fn only_keeps_one_release() {
+        let m = example().only("rel-20250314-001").unwrap();
+        assert_eq!(m.releases.len(), 1);
+        assert!(m.waves.iter().flat_map(|w| &w.clusters).all(|c| c.cells.len() == 1));
+    }
+
+    #[test]
+    fn json_is_stable() {
+        let m = example();
+        let v = serde_json::to_value(&m).unwrap();
+        assert_eq!(v["schema"], 1);
+        assert_eq!(v["releases"][0]["summary"]["notStarted"], 2);
+        assert_eq!(v["waves"][0]["clusters"][1]["cells"][0]["state"], "failure");
+        assert_eq!(v["waves"][2]["clusters"][0]["cells"][0]["gate"]["allowed"], false);
+        let back: Matrix = serde_json::from_value(v).unwrap();
+        assert_eq!(back, m);
+    }
+}

@@ -1,0 +1,393 @@
+//! The status model: what one cluster says about one release, the note that keeps the history of
+//! those statements on a release commit, and the set of statuses a reader collects.
+//!
+//! Forward compatibility is a design rule here: readers ignore fields they do not know, and keep
+//! them (`extra`) when they rewrite a note, so a newer agent's additions survive an older agent's
+//! merge. `schema` is bumped only for changes an older reader cannot safely ignore.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+/// The note format this build writes and the highest it reads.
+pub const SCHEMA: u32 = 1;
+
+/// The status context of a cluster, as forges show it: `fleetgate/<cluster>`.
+pub fn context(cluster: &str) -> String {
+    format!("fleetgate/{cluster}")
+}
+
+/// Where a release stands on one cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    /// Accepted and in progress: waiting for its wave, applying, or baking.
+    Pending,
+    /// Applied and every gate passed for the whole bake time.
+    Success,
+    /// A gate failed; the cluster was rolled back (the description says to what and why).
+    Failure,
+    /// The agent could not finish (e.g. the release could not be verified or applied) — not a
+    /// verdict on the release's health.
+    Error,
+    /// A state written by a newer fleetgate that this build does not know.
+    #[serde(other)]
+    Unknown,
+}
+
+impl State {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Pending => "pending",
+            State::Success => "success",
+            State::Failure => "failure",
+            State::Error => "error",
+            State::Unknown => "unknown",
+        }
+    }
+}
+
+impl fmt::Display for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One gate's figure as reported: plain strings, so the status format does not depend on how
+/// gates are evaluated (e.g. `error-rate`, `7.3 %`, `≤ 5 %`, `fail`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GateFigure {
+    pub name: String,
+    #[serde(default)]
+    pub observed: String,
+    #[serde(default)]
+    pub threshold: String,
+    #[serde(default)]
+    pub verdict: String,
+}
+
+/// What one cluster reports about one release at one moment. A note keeps a list of these.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    pub cluster: String,
+    pub state: State,
+    /// One line a person understands at a glance, e.g. "rolled back to rel-7: error-rate 7.3 % > 5 %".
+    pub description: String,
+    /// Release id (the tag name).
+    pub release: String,
+    /// The release's commit (full hex object id) — the commit the note is attached to.
+    pub commit: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gates: Vec<GateFigure>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_at: Option<DateTime<Utc>>,
+    /// The release this cluster was rolled back to, when it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback_to: Option<String>,
+    /// Link shown by forges next to the status (optional).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_url: Option<String>,
+    #[serde(default)]
+    pub agent_version: String,
+    /// When the agent wrote this entry; histories are ordered by it.
+    pub reported_at: DateTime<Utc>,
+    /// Fields written by a newer fleetgate, kept verbatim when this build rewrites the note.
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, serde_json::Value>,
+}
+
+impl Status {
+    /// A status reported now by this build. The description is folded onto one line.
+    pub fn new(
+        cluster: impl Into<String>,
+        release: impl Into<String>,
+        commit: impl Into<String>,
+        state: State,
+        description: impl AsRef<str>,
+    ) -> Status {
+        Status {
+            cluster: cluster.into(),
+            state,
+            description: one_line(description.as_ref()),
+            release: release.into(),
+            commit: commit.into(),
+            gates: Vec::new(),
+            started_at: None,
+            applied_at: None,
+            decided_at: None,
+            rollback_to: None,
+            target_url: None,
+            agent_version: crate::VERSION.to_string(),
+            reported_at: Utc::now(),
+            extra: BTreeMap::new(),
+        }
+    }
+
+    pub fn with_gates(mut self, gates: Vec<GateFigure>) -> Status {
+        self.gates = gates;
+        self
+    }
+
+    pub fn started(mut self, at: DateTime<Utc>) -> Status {
+        self.started_at = Some(at);
+        self
+    }
+
+    pub fn applied(mut self, at: DateTime<Utc>) -> Status {
+        self.applied_at = Some(at);
+        self
+    }
+
+    pub fn decided(mut self, at: DateTime<Utc>) -> Status {
+        self.decided_at = Some(at);
+        self
+    }
+
+    pub fn rolled_back_to(mut self, release: impl Into<String>) -> Status {
+        self.rollback_to = Some(release.into());
+        self
+    }
+
+    pub fn with_target_url(mut self, url: impl Into<String>) -> Status {
+        self.target_url = Some(url.into());
+        self
+    }
+
+    /// `fleetgate/<cluster>`.
+    pub fn context(&self) -> String {
+        context(&self.cluster)
+    }
+}
+
+/// Collapses whitespace runs (newlines included) into single spaces.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Cuts `text` to at most `max` characters, ending with `…` when it was cut.
+pub fn truncate(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    if max == 0 {
+        return String::new();
+    }
+    let mut out: String = text.chars().take(max - 1).collect();
+    out.push('…');
+    out
+}
+
+/// The content of one Git note: the history of one release commit on one cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusNote {
+    pub schema: u32,
+    /// `fleetgate/<cluster>`.
+    pub context: String,
+    /// Oldest first; the last entry is the cluster's current word on the release.
+    pub entries: Vec<Status>,
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, serde_json::Value>,
+}
+
+/// A note that is not a status note this build can read.
+#[derive(Debug, thiserror::Error)]
+pub enum NoteParseError {
+    #[error("not JSON of a fleetgate status note: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("note schema {found} is newer than this fleetgate understands (schema {SCHEMA}); upgrade fleetgate")]
+    NewerSchema { found: u32 },
+}
+
+impl StatusNote {
+    pub fn new(cluster: &str) -> StatusNote {
+        StatusNote { schema: SCHEMA, context: context(cluster), entries: Vec::new(), extra: BTreeMap::new() }
+    }
+
+    pub fn parse(text: &str) -> Result<StatusNote, NoteParseError> {
+        let note: StatusNote = serde_json::from_str(text)?;
+        if note.schema > SCHEMA {
+            return Err(NoteParseError::NewerSchema { found: note.schema });
+        }
+        Ok(note)
+    }
+
+    /// Pretty JSON with a trailing newline: readable in `git log --notes`.
+    pub fn to_text(&self) -> String {
+        let mut text = serde_json::to_string_pretty(self).expect("a status note always serializes");
+        text.push('\n');
+        text
+    }
+
+    /// Appends `status` unless an identical entry is already there (a retried write).
+    /// Returns whether the note changed.
+    pub fn append(&mut self, status: &Status) -> bool {
+        if self.entries.contains(status) {
+            return false;
+        }
+        self.entries.push(status.clone());
+        sort_history(&mut self.entries);
+        true
+    }
+
+    /// The union of two histories of the same note (two writers of one cluster's ref): every
+    /// entry of either, once, ordered by `reportedAt`.
+    pub fn merge(mut self, other: &StatusNote) -> StatusNote {
+        for entry in &other.entries {
+            if !self.entries.contains(entry) {
+                self.entries.push(entry.clone());
+            }
+        }
+        for (k, v) in &other.extra {
+            self.extra.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        sort_history(&mut self.entries);
+        self
+    }
+
+    pub fn latest(&self) -> Option<&Status> {
+        self.entries.last()
+    }
+}
+
+fn sort_history(entries: &mut [Status]) {
+    // Stable: entries reported in the same instant keep their write order.
+    entries.sort_by_key(|s| s.reported_at);
+}
+
+/// Every status a reader collected, by cluster and release, each history oldest first.
+#[derive(Debug, Clone, Default)]
+pub struct StatusSet {
+    by_cluster: HashMap<String, HashMap<String, Vec<Status>>>,
+}
+
+impl StatusSet {
+    pub fn new() -> StatusSet {
+        StatusSet::default()
+    }
+
+    pub fn insert(&mut self, status: Status) {
+        let history =
+            self.by_cluster.entry(status.cluster.clone()).or_default().entry(status.release.clone()).or_default();
+        if !history.contains(&status) {
+            history.push(status);
+            sort_history(history);
+        }
+    }
+
+    /// The cluster's current word on the release.
+    pub fn latest(&self, cluster: &str, release: &str) -> Option<&Status> {
+        self.history(cluster, release).last()
+    }
+
+    /// Everything the cluster said about the release, oldest first.
+    pub fn history(&self, cluster: &str, release: &str) -> &[Status] {
+        self.by_cluster.get(cluster).and_then(|r| r.get(release)).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// Latest status of every cluster that reported on `release`, in no particular order.
+    pub fn for_release<'a>(&'a self, release: &'a str) -> impl Iterator<Item = &'a Status> + 'a {
+        self.by_cluster.values().filter_map(move |r| r.get(release).and_then(|h| h.last()))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_cluster.is_empty()
+    }
+}
+
+impl FromIterator<Status> for StatusSet {
+    fn from_iter<I: IntoIterator<Item = Status>>(iter: I) -> StatusSet {
+        let mut set = StatusSet::new();
+        for s in iter {
+            set.insert(s);
+        }
+        set
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn at(secs: i64) -> DateTime<Utc> {
+        Utc.timestamp_opt(1_750_000_000 + secs, 0).unwrap()
+    }
+
+    fn status(state: State, secs: i64) -> Status {
+        let mut s = Status::new("cluster-a", "rel-8", "a".repeat(40), state, format!("{state} at {secs}"));
+        s.reported_at = at(secs);
+        s
+    }
+
+    #[test]
+    fn descriptions_are_one_line() {
+        let s = Status::new("c", "r", "x", State::Failure, "rolled back to rel-7:\n  error-rate 7.3 % > 5 %\n");
+        assert_eq!(s.description, "rolled back to rel-7: error-rate 7.3 % > 5 %");
+        assert_eq!(s.context(), "fleetgate/c");
+        assert_eq!(s.agent_version, crate::VERSION);
+    }
+
+    #[test]
+    fn unknown_fields_and_states_do_not_break_readers_and_survive_rewrites() {
+        let text = r#"{"schema":1,"context":"fleetgate/a","futureNoteField":{"x":1},"entries":[
+            {"cluster":"a","state":"warning","description":"d","release":"r","commit":"c",
+             "reportedAt":"2025-03-15T10:00:00Z","futureField":[1,2]}]}"#;
+        let note = StatusNote::parse(text).unwrap();
+        assert_eq!(note.entries[0].state, State::Unknown);
+        assert_eq!(note.entries[0].extra["futureField"], serde_json::json!([1, 2]));
+        let again = StatusNote::parse(&note.to_text()).unwrap();
+        assert_eq!(again.extra["futureNoteField"], serde_json::json!({"x": 1}));
+        assert_eq!(again.entries[0].extra["futureField"], serde_json::json!([1, 2]));
+    }
+
+    #[test]
+    fn newer_schemas_are_refused_with_a_hint() {
+        let err = StatusNote::parse(r#"{"schema":2,"context":"fleetgate/a","entries":[]}"#).unwrap_err();
+        assert!(err.to_string().contains("upgrade fleetgate"), "{err}");
+    }
+
+    #[test]
+    fn merge_is_a_union_ordered_by_report_time() {
+        let mut ours = StatusNote::new("cluster-a");
+        ours.append(&status(State::Pending, 1));
+        ours.append(&status(State::Success, 30));
+        let mut theirs = StatusNote::new("cluster-a");
+        theirs.append(&status(State::Pending, 1));
+        theirs.append(&status(State::Error, 20));
+        let merged = ours.merge(&theirs);
+        let states: Vec<_> = merged.entries.iter().map(|s| s.state).collect();
+        assert_eq!(states, [State::Pending, State::Error, State::Success]);
+        assert_eq!(merged.latest().unwrap().state, State::Success);
+    }
+
+    #[test]
+    fn appending_the_same_entry_twice_is_a_no_op() {
+        let mut note = StatusNote::new("cluster-a");
+        assert!(note.append(&status(State::Pending, 1)));
+        assert!(!note.append(&status(State::Pending, 1)));
+        assert_eq!(note.entries.len(), 1);
+    }
+
+    #[test]
+    fn status_set_keeps_history_per_cluster_and_release() {
+        let set: StatusSet = [status(State::Success, 9), status(State::Pending, 2)].into_iter().collect();
+        assert_eq!(set.history("cluster-a", "rel-8").len(), 2);
+        assert_eq!(set.latest("cluster-a", "rel-8").unwrap().state, State::Success);
+        assert!(set.latest("cluster-a", "rel-9").is_none());
+        assert_eq!(set.for_release("rel-8").count(), 1);
+    }
+
+    #[test]
+    fn truncation_marks_the_cut() {
+        assert_eq!(truncate("abcdef", 4), "abc…");
+        assert_eq!(truncate("abc", 4), "abc");
+    }
+}

@@ -1,0 +1,409 @@
+//! The Git backend: statuses as Git notes, one notes ref per cluster
+//! (`refs/notes/fleetgate/<cluster>`), one note per release commit holding that release's history on
+//! that cluster (a [`StatusNote`]).
+//!
+//! Each cluster's agent pushes only its own ref, so agents never contend with each other. The ref
+//! can still be written by two writers of the same cluster (a re-install with a fresh clone, two
+//! replicas during a leader hand-over): a push the remote refuses is answered by fetching the ref,
+//! merging both histories (a union of entries; see [`StatusNote::merge`]) into a merge commit whose
+//! parents are both tips, and pushing again — a bounded number of times.
+//!
+//! Readers fetch `refs/notes/fleetgate/*` into `refs/fleetgate/notes-remote/*` and fold each into the
+//! local `refs/notes/fleetgate/<cluster>` (fast-forward, or the same merge), so a local entry that
+//! was never pushed is never lost, and a plain `git log --notes='fleetgate/*'` shows them.
+
+use super::model::{NoteParseError, Status, StatusNote, StatusSet};
+use git2::{Cred, CredentialType, ErrorCode, FetchOptions, Oid, PushOptions, RemoteCallbacks, Repository, Signature};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Prefix of every cluster's notes ref.
+pub const NOTES_PREFIX: &str = "refs/notes/fleetgate/";
+/// Where readers keep the remote's notes refs before folding them into [`NOTES_PREFIX`].
+const TRACKING_PREFIX: &str = "refs/fleetgate/notes-remote/";
+/// Pushes of one write before giving up on a ref someone else keeps rewriting.
+pub const MAX_PUSH_ATTEMPTS: u32 = 6;
+
+/// `refs/notes/fleetgate/<cluster>`.
+pub fn notes_ref(cluster: &str) -> String {
+    format!("{NOTES_PREFIX}{cluster}")
+}
+
+type CredentialsFn = dyn Fn(&str, Option<&str>, CredentialType) -> Result<Cred, git2::Error> + Send + Sync;
+
+/// The remote statuses are pushed to and fetched from: a URL (or local path) and, for remotes that
+/// need them, credentials (the same callback git2's `RemoteCallbacks::credentials` takes).
+#[derive(Clone)]
+pub struct GitRemote {
+    url: String,
+    credentials: Option<Arc<CredentialsFn>>,
+}
+
+impl std::fmt::Debug for GitRemote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GitRemote").field("url", &self.url).field("credentials", &self.credentials.is_some()).finish()
+    }
+}
+
+impl GitRemote {
+    pub fn new(url: impl Into<String>) -> GitRemote {
+        GitRemote { url: url.into(), credentials: None }
+    }
+
+    pub fn with_credentials(
+        mut self,
+        f: impl Fn(&str, Option<&str>, CredentialType) -> Result<Cred, git2::Error> + Send + Sync + 'static,
+    ) -> GitRemote {
+        self.credentials = Some(Arc::new(f));
+        self
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn callbacks(&self) -> RemoteCallbacks<'_> {
+        let mut cbs = RemoteCallbacks::new();
+        if let Some(creds) = &self.credentials {
+            cbs.credentials(move |url, user, allowed| creds(url, user, allowed));
+        }
+        cbs
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum NotesError {
+    #[error("cluster name {0:?} cannot be part of a Git ref name; use letters, digits, '-', '_' and '.'")]
+    InvalidCluster(String),
+    #[error("commit {0:?} is not a full hexadecimal Git object id")]
+    InvalidCommit(String),
+    #[error("fetching status notes from {url}: {source}")]
+    Fetch { url: String, source: git2::Error },
+    #[error("pushing {refname} to {url}: {source}")]
+    Push { url: String, refname: String, source: git2::Error },
+    #[error(
+        "{url} refused {refname} {attempts} times although every refusal was merged and retried \
+         (someone else keeps rewriting it); last refusal: {last}"
+    )]
+    Contended { url: String, refname: String, attempts: u32, last: String },
+    #[error("local repository: {0}")]
+    Repo(#[from] git2::Error),
+}
+
+/// What a successful [`write`] took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    /// Pushes made; more than 1 means the remote refused and the histories were merged.
+    pub attempts: u32,
+}
+
+fn check_cluster(cluster: &str) -> Result<(), NotesError> {
+    let ok = !cluster.is_empty()
+        && !cluster.starts_with('.')
+        && cluster.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && !cluster.contains("..")
+        && !cluster.ends_with(".lock")
+        && git2::Reference::is_valid_name(&notes_ref(cluster));
+    if ok { Ok(()) } else { Err(NotesError::InvalidCluster(cluster.to_string())) }
+}
+
+fn parse_commit(commit: &str) -> Result<Oid, NotesError> {
+    if commit.len() != 40 || !commit.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(NotesError::InvalidCommit(commit.to_string()));
+    }
+    Oid::from_str(commit).map_err(|_| NotesError::InvalidCommit(commit.to_string()))
+}
+
+fn signature(cluster: &str) -> Result<Signature<'static>, git2::Error> {
+    Signature::now(&format!("fleetgate/{cluster}"), "fleetgate@localhost")
+}
+
+/// Appends `status` to its release commit's note in `refs/notes/fleetgate/<cluster>` and pushes the
+/// ref to `remote`. A refused push (someone else wrote the ref) is fetched, merged and retried up
+/// to [`MAX_PUSH_ATTEMPTS`] times. Writing the same status twice leaves one entry.
+///
+/// Blocking (network I/O); call it from `spawn_blocking` in async code.
+///
+/// # Errors
+/// Invalid cluster name or commit id, a local repository failure, a fetch/push transport failure,
+/// or [`NotesError::Contended`] when every attempt was refused.
+pub fn write(repo: &Repository, remote: &GitRemote, status: &Status) -> Result<Written, NotesError> {
+    check_cluster(&status.cluster)?;
+    let commit = parse_commit(&status.commit)?;
+    let refname = notes_ref(&status.cluster);
+    append_local(repo, &refname, &status.cluster, commit, status)?;
+    let mut last = String::new();
+    for attempt in 1..=MAX_PUSH_ATTEMPTS {
+        match push(repo, remote, &refname)? {
+            None => return Ok(Written { attempts: attempt }),
+            Some(refusal) => {
+                tracing::debug!(%refname, attempt, %refusal, "status notes push refused; merging and retrying");
+                last = refusal;
+            }
+        }
+        if attempt < MAX_PUSH_ATTEMPTS {
+            backoff(attempt);
+            sync(repo, remote)?;
+        }
+    }
+    Err(NotesError::Contended { url: remote.url.clone(), refname, attempts: MAX_PUSH_ATTEMPTS, last })
+}
+
+/// Short, growing, jittered pauses: two writers that collided should not collide again in lockstep.
+fn backoff(attempt: u32) {
+    use rand::Rng;
+    let base = 20u64 << attempt.min(5);
+    let jitter = rand::rng().random_range(0..=base);
+    std::thread::sleep(Duration::from_millis(base + jitter));
+}
+
+fn read_note(repo: &Repository, refname: &str, commit: Oid) -> Result<Option<String>, git2::Error> {
+    match repo.find_note(Some(refname), commit) {
+        Ok(note) => Ok(Some(String::from_utf8_lossy(note.message_bytes()).into_owned())),
+        Err(e) if e.code() == ErrorCode::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn parse_or_warn(text: &str, refname: &str, commit: Oid) -> Option<StatusNote> {
+    match StatusNote::parse(text) {
+        Ok(note) => Some(note),
+        Err(e) => {
+            warn_unreadable(refname, commit, &e);
+            None
+        }
+    }
+}
+
+fn warn_unreadable(refname: &str, commit: Oid, e: &NoteParseError) {
+    tracing::warn!(%refname, %commit, error = %e, "ignoring a note that is not a readable fleetgate status note");
+}
+
+fn append_local(repo: &Repository, refname: &str, cluster: &str, commit: Oid, status: &Status) -> Result<(), NotesError> {
+    let mut note = read_note(repo, refname, commit)?
+        .and_then(|text| parse_or_warn(&text, refname, commit))
+        .unwrap_or_else(|| StatusNote::new(cluster));
+    if note.append(status) {
+        let sig = signature(cluster)?;
+        repo.note(&sig, &sig, Some(refname), commit, &note.to_text(), true)?;
+    }
+    Ok(())
+}
+
+/// Pushes one ref. `Ok(None)`: accepted. `Ok(Some(reason))`: refused — either libgit2 saw the push
+/// is not a fast-forward, or the server refused the ref, which git2 reports only through the
+/// `push_update_reference` callback (the push call itself returns Ok).
+fn push(repo: &Repository, remote: &GitRemote, refname: &str) -> Result<Option<String>, NotesError> {
+    let refused: RefCell<Option<String>> = RefCell::new(None);
+    let mut r = repo.remote_anonymous(&remote.url)?;
+    let mut cbs = remote.callbacks();
+    cbs.push_update_reference(|name, status| {
+        if let Some(msg) = status {
+            *refused.borrow_mut() = Some(format!("{name}: {msg}"));
+        }
+        Ok(())
+    });
+    let mut opts = PushOptions::new();
+    opts.remote_callbacks(cbs);
+    let result = r.push(&[format!("{refname}:{refname}")], Some(&mut opts));
+    drop(opts);
+    match result {
+        Ok(()) => Ok(refused.into_inner()),
+        Err(e) if e.code() == ErrorCode::NotFastForward => Ok(Some(e.message().to_string())),
+        Err(e) => Err(NotesError::Push { url: remote.url.clone(), refname: refname.to_string(), source: e }),
+    }
+}
+
+/// Fetches every cluster's notes ref from `remote` and folds each into the local
+/// `refs/notes/fleetgate/<cluster>`: a fast-forward where one side is behind, a merge of both
+/// histories where they diverged. Local entries that were never pushed are kept.
+///
+/// # Errors
+/// A fetch transport failure or a local repository failure.
+pub fn sync(repo: &Repository, remote: &GitRemote) -> Result<(), NotesError> {
+    let fetch_err = |source| NotesError::Fetch { url: remote.url.clone(), source };
+    let mut r = repo.remote_anonymous(&remote.url).map_err(fetch_err)?;
+    let mut opts = FetchOptions::new();
+    opts.remote_callbacks(remote.callbacks());
+    opts.update_fetchhead(false);
+    // The tracking refs mirror the remote exactly; refs deleted there are dropped here too.
+    opts.prune(git2::FetchPrune::On);
+    r.fetch(&[format!("+{NOTES_PREFIX}*:{TRACKING_PREFIX}*")], Some(&mut opts), None).map_err(fetch_err)?;
+    let tracking: Vec<(String, Oid)> = repo
+        .references_glob(&format!("{TRACKING_PREFIX}*"))?
+        .filter_map(|r| r.ok())
+        .filter_map(|r| Some((r.name().ok()?.to_string(), r.target()?)))
+        .collect();
+    for (tracking_ref, theirs) in tracking {
+        let cluster = &tracking_ref[TRACKING_PREFIX.len()..];
+        if check_cluster(cluster).is_err() {
+            continue;
+        }
+        integrate(repo, cluster, &tracking_ref, theirs)?;
+    }
+    Ok(())
+}
+
+fn integrate(repo: &Repository, cluster: &str, tracking_ref: &str, theirs: Oid) -> Result<(), NotesError> {
+    let local_ref = notes_ref(cluster);
+    let ours = match repo.refname_to_id(&local_ref) {
+        Ok(id) => id,
+        Err(e) if e.code() == ErrorCode::NotFound => {
+            repo.reference(&local_ref, theirs, true, "fleetgate: status notes fetched")?;
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if ours == theirs || repo.graph_descendant_of(ours, theirs)? {
+        return Ok(());
+    }
+    if repo.graph_descendant_of(theirs, ours)? {
+        repo.reference(&local_ref, theirs, true, "fleetgate: status notes fast-forward")?;
+        return Ok(());
+    }
+    let merged = merge_notes(repo, cluster, &local_ref, ours, tracking_ref, theirs)?;
+    repo.reference(&local_ref, merged, true, "fleetgate: status notes merged")?;
+    Ok(())
+}
+
+/// A notes commit whose parents are both tips and whose tree holds, for every annotated commit, the
+/// union of both histories.
+fn merge_notes(
+    repo: &Repository,
+    cluster: &str,
+    ours_ref: &str,
+    ours: Oid,
+    theirs_ref: &str,
+    theirs: Oid,
+) -> Result<Oid, NotesError> {
+    // annotated commit → (blob of ours, blob of theirs)
+    let mut sides: BTreeMap<Oid, (Option<Oid>, Option<Oid>)> = BTreeMap::new();
+    for item in repo.notes(Some(ours_ref))? {
+        let (blob, annotated) = item?;
+        sides.entry(annotated).or_default().0 = Some(blob);
+    }
+    for item in repo.notes(Some(theirs_ref))? {
+        let (blob, annotated) = item?;
+        sides.entry(annotated).or_default().1 = Some(blob);
+    }
+    let mut tree = repo.treebuilder(None)?;
+    for (annotated, pair) in sides {
+        let blob = match pair {
+            (Some(a), Some(b)) if a != b => {
+                let read = |id: Oid, side: &str| -> Result<Option<StatusNote>, git2::Error> {
+                    let text = String::from_utf8_lossy(repo.find_blob(id)?.content()).into_owned();
+                    Ok(parse_or_warn(&text, side, annotated))
+                };
+                match (read(a, ours_ref)?, read(b, theirs_ref)?) {
+                    (Some(x), Some(y)) => repo.blob(x.merge(&y).to_text().as_bytes())?,
+                    (Some(_), None) => a,
+                    (None, _) => b,
+                }
+            }
+            (Some(a), _) => a,
+            (None, Some(b)) => b,
+            (None, None) => continue,
+        };
+        tree.insert(annotated.to_string(), blob, 0o100644)?;
+    }
+    let tree = repo.find_tree(tree.write()?)?;
+    let sig = signature(cluster)?;
+    let parents = [&repo.find_commit(ours)?, &repo.find_commit(theirs)?];
+    Ok(repo.commit(None, &sig, &sig, "Notes merged by fleetgate", &tree, &parents)?)
+}
+
+/// Reads the local notes of every cluster (`refs/notes/fleetgate/*`) on the given release commits.
+/// Call [`sync`] first to see what the remote has. Notes that cannot be read are skipped with a
+/// warning, as are entries that name another cluster than the ref they sit in.
+///
+/// # Errors
+/// A local repository failure.
+pub fn read_all(repo: &Repository, commits: &[Oid]) -> Result<StatusSet, NotesError> {
+    let mut set = StatusSet::new();
+    let refs: Vec<String> = repo
+        .references_glob(&format!("{NOTES_PREFIX}*"))?
+        .filter_map(|r| r.ok())
+        .filter_map(|r| r.name().ok().map(str::to_string))
+        .collect();
+    for refname in refs {
+        let cluster = &refname[NOTES_PREFIX.len()..];
+        for &commit in commits {
+            let Some(text) = read_note(repo, &refname, commit)? else { continue };
+            let Some(note) = parse_or_warn(&text, &refname, commit) else { continue };
+            for entry in note.entries {
+                if entry.cluster == cluster {
+                    set.insert(entry);
+                } else {
+                    tracing::warn!(%refname, %commit, named = %entry.cluster, "ignoring a status entry filed under another cluster's ref");
+                }
+            }
+        }
+    }
+    Ok(set)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::State;
+
+    fn repo() -> (tempfile::TempDir, Repository) {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(dir.path()).unwrap();
+        (dir, repo)
+    }
+
+    #[test]
+    fn cluster_names_must_make_valid_refs() {
+        assert!(check_cluster("cluster-a").is_ok());
+        assert!(check_cluster("eu_west.1").is_ok());
+        for bad in ["", "a/b", "..", "a..b", "x.lock", "a b", ".hidden", "a~1"] {
+            assert!(check_cluster(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn commit_ids_must_be_full() {
+        assert!(parse_commit(&"a".repeat(40)).is_ok());
+        assert!(parse_commit("abc123").is_err());
+    }
+
+    #[test]
+    fn diverged_local_histories_merge_into_one_note() {
+        let (_d, repo) = repo();
+        let commit = Oid::from_str(&"1".repeat(40)).unwrap();
+        let sig = signature("a").unwrap();
+        let entry = |state, secs| {
+            let mut s = Status::new("a", "rel-1", commit.to_string(), state, "x");
+            s.reported_at = chrono::DateTime::from_timestamp(1_750_000_000 + secs, 0).unwrap();
+            s
+        };
+        let other = Oid::from_str(&"2".repeat(40)).unwrap();
+        let mut base = StatusNote::new("a");
+        base.append(&entry(State::Pending, 1));
+        repo.note(&sig, &sig, Some("refs/notes/fleetgate/a"), commit, &base.to_text(), true).unwrap();
+        let root = repo.refname_to_id("refs/notes/fleetgate/a").unwrap();
+        // "theirs": from the same root, success on the commit and a note on another commit.
+        repo.reference("refs/fleetgate/notes-remote/a", root, true, "t").unwrap();
+        let mut theirs = base.clone();
+        theirs.append(&entry(State::Success, 9));
+        repo.note(&sig, &sig, Some("refs/fleetgate/notes-remote/a"), commit, &theirs.to_text(), true).unwrap();
+        repo.note(&sig, &sig, Some("refs/fleetgate/notes-remote/a"), other, &StatusNote::new("a").to_text(), true)
+            .unwrap();
+        // "ours": an error entry in between.
+        let mut ours = base.clone();
+        ours.append(&entry(State::Error, 5));
+        repo.note(&sig, &sig, Some("refs/notes/fleetgate/a"), commit, &ours.to_text(), true).unwrap();
+
+        let theirs_tip = repo.refname_to_id("refs/fleetgate/notes-remote/a").unwrap();
+        integrate(&repo, "a", "refs/fleetgate/notes-remote/a", theirs_tip).unwrap();
+        let tip = repo.refname_to_id("refs/notes/fleetgate/a").unwrap();
+        assert!(repo.graph_descendant_of(tip, theirs_tip).unwrap());
+        let set = read_all(&repo, &[commit, other]).unwrap();
+        let states: Vec<_> = set.history("a", "rel-1").iter().map(|s| s.state).collect();
+        assert_eq!(states, [State::Pending, State::Error, State::Success]);
+        assert!(repo.find_note(Some("refs/notes/fleetgate/a"), other).is_ok());
+    }
+}

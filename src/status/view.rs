@@ -1,0 +1,57 @@
+//! Everything the status view needs from one state of the fleet repo: the branch tip's
+//! configuration, the release tags (newest first) and every cluster's statuses on them.
+
+use super::matrix::{Matrix, Origin, ReleaseRef};
+use super::model::StatusSet;
+use super::notes::{self, NotesError};
+use super::waves::members;
+use crate::model::{ConfigError, FleetConfig, RELEASE_FILE};
+use crate::source::{Checkout, RepoTree, SourceError, TreeError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ViewError {
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error("the branch tip's fleet configuration: {0}")]
+    Config(#[from] ConfigError),
+    #[error("reading a release tag's tree: {0}")]
+    Tree(#[from] TreeError),
+    #[error("reading status notes: {0}")]
+    Notes(#[from] NotesError),
+}
+
+/// The fleet at the branch tip, its releases and their statuses.
+#[derive(Debug, Clone)]
+pub struct FleetView {
+    pub config: FleetConfig,
+    pub origin: Origin,
+    /// Tags whose commit carries a `release.yaml`, newest first (tagger time, else commit time).
+    pub releases: Vec<ReleaseRef>,
+    pub statuses: StatusSet,
+}
+
+impl FleetView {
+    /// Reads the view from a checkout (whose repository holds the notes refs: a
+    /// [`crate::source::Source`] mirror fetches them).
+    pub fn load(checkout: &Checkout) -> Result<FleetView, ViewError> {
+        let config = FleetConfig::load(&checkout.tip_tree()?)?;
+        let mut releases = Vec::new();
+        for tag in checkout.tags()? {
+            if checkout.tag_tree(&tag)?.entry(RELEASE_FILE)?.is_none() {
+                continue;
+            }
+            let created_at = chrono::DateTime::from_timestamp(checkout.tag_time(&tag)?, 0);
+            releases.push(ReleaseRef { id: tag.name, commit: tag.commit.to_string(), created_at });
+        }
+        releases.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| b.id.cmp(&a.id)));
+        let commits: Vec<git2::Oid> = releases.iter().filter_map(|r| git2::Oid::from_str(&r.commit).ok()).collect();
+        let statuses = notes::read_all(checkout.repo(), &commits)?;
+        let origin = Origin { branch: checkout.branch().to_string(), revision: checkout.tip().to_string() };
+        Ok(FleetView { config, origin, releases, statuses })
+    }
+
+    /// The cluster × release matrix of this view.
+    pub fn matrix(&self) -> Matrix {
+        Matrix::build(&self.config.fleet, &members(&self.config), &self.releases, &self.statuses, &self.origin)
+    }
+}
