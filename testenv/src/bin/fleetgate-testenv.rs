@@ -1,0 +1,114 @@
+//! `fleetgate-testenv up --clusters a,b,c [--workloads] --dir DIR`: starts local test clusters for
+//! the demo and for poking around by hand, writes `DIR/<name>.kubeconfig` for each, then `DIR/ready`
+//! once all are up, and runs until SIGINT/SIGTERM, when it stops every process and removes what it
+//! wrote.
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use fleetgate_testenv::{ClusterOptions, TestCluster};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+use tokio::signal::unix::{SignalKind, signal};
+
+#[derive(Parser)]
+#[command(name = "fleetgate-testenv", about = "Real local Kubernetes control planes for fleetgate's demo and tests")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Start clusters and keep them running until interrupted.
+    Up {
+        /// Cluster names, comma separated (lowercase letters, digits, '-').
+        #[arg(long, value_delimiter = ',', required = true)]
+        clusters: Vec<String>,
+        /// Also run kube-controller-manager, kube-scheduler and kwok with a fake node, so
+        /// Deployments get Pods that become Ready.
+        #[arg(long)]
+        workloads: bool,
+        /// Where to write `<name>.kubeconfig` and `ready`.
+        #[arg(long)]
+        dir: PathBuf,
+    },
+}
+
+// The servers do the work; this process only waits, so one thread is plenty.
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let Cli { command: Cmd::Up { clusters, workloads, dir } } = Cli::parse();
+    match up(clusters, workloads, &dir).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fleetgate-testenv: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn up(names: Vec<String>, workloads: bool, dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let ready = dir.join("ready");
+    // A stale marker from an earlier run must not announce clusters that are not up yet.
+    let _ = std::fs::remove_file(&ready);
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+
+    let started = Instant::now();
+    let starts = names.iter().map(|n| TestCluster::start(ClusterOptions::new(n.clone()).with_workloads(workloads)));
+    let clusters = tokio::select! {
+        all = join_all(starts) => all?,
+        _ = sigint.recv() => anyhow::bail!("interrupted while starting"),
+        _ = sigterm.recv() => anyhow::bail!("terminated while starting"),
+    };
+
+    let mut written = Vec::new();
+    for c in &clusters {
+        let path = dir.join(format!("{}.kubeconfig", c.name()));
+        std::fs::copy(c.kubeconfig_path(), &path).with_context(|| format!("writing {}", path.display()))?;
+        println!("cluster {} ready: server {} kubeconfig {}", c.name(), c.server_url(), path.display());
+        written.push(path);
+    }
+    std::fs::write(&ready, format!("{}\n", names.join("\n")))?;
+    written.push(ready);
+    eprintln!(
+        "fleetgate-testenv: {} cluster(s) up in {:.1}s; Ctrl-C stops them",
+        clusters.len(),
+        started.elapsed().as_secs_f64()
+    );
+
+    tokio::select! {
+        _ = sigint.recv() => {}
+        _ = sigterm.recv() => {}
+    }
+    eprintln!("fleetgate-testenv: stopping");
+    for path in written {
+        let _ = std::fs::remove_file(path);
+    }
+    drop(clusters);
+    Ok(())
+}
+
+/// Runs the starts concurrently; the first error wins (dropping the set aborts the others, which
+/// stops whatever they had started).
+async fn join_all<F>(futs: impl Iterator<Item = F>) -> anyhow::Result<Vec<TestCluster>>
+where
+    F: Future<Output = anyhow::Result<TestCluster>> + Send + 'static,
+{
+    let mut set = tokio::task::JoinSet::new();
+    for (i, f) in futs.enumerate() {
+        set.spawn(async move { (i, f.await) });
+    }
+    let mut out: Vec<Option<TestCluster>> = Vec::new();
+    while let Some(res) = set.join_next().await {
+        let (i, cluster) = res?;
+        let cluster = cluster?;
+        if out.len() <= i {
+            out.resize_with(i + 1, || None);
+        }
+        out[i] = Some(cluster);
+    }
+    Ok(out.into_iter().flatten().collect())
+}
