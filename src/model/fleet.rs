@@ -27,6 +27,10 @@ pub struct FleetSpec {
 pub struct OperatorIdentity {
     pub name: String,
     pub namespace: String,
+    /// The Operator's image repository (no tag). Releases written in the seed's ConfigMap form
+    /// name only `image.tag`; their repository comes from here unless they set `image.repository`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

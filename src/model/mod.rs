@@ -4,19 +4,30 @@
 //! Every document is `apiVersion: fleetgate.io/v1alpha1` with a `kind`, `metadata` and `spec`.
 //! Unknown fields are errors: a typo must never silently disable a gate or widen a policy.
 //! Parse errors name the file and, where the parser knows it, the line and column.
+//!
+//! [`FleetConfig`] loads a whole commit's configuration from a `source::RepoTree`; the checks in
+//! `validate` and [`FleetConfig::load`] report every [`Finding`] at once.
 
 mod admission;
 mod cluster;
+mod config;
+mod error_class;
+mod finding;
 mod fleet;
 mod gate_policy;
 mod release;
+mod validate;
 mod yaml;
 
 pub use admission::*;
 pub use cluster::*;
+pub use config::*;
+pub use error_class::*;
+pub use finding::*;
 pub use fleet::*;
 pub use gate_policy::*;
 pub use release::*;
+pub use validate::*;
 pub use yaml::*;
 
 use serde::{Deserialize, Serialize};

@@ -1,7 +1,9 @@
 //! `release.yaml` (kind `Release`): the artifact mapping of the release a tagged commit carries.
 
-use super::Document;
+use super::{Document, Location, ParseError, parse_document, parse_yaml};
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 pub type Release = Document<ReleaseSpec>;
 
@@ -61,4 +63,256 @@ pub struct Requirements {
     /// Node architectures the images are built for; every node must be one of them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub architectures: Vec<String>,
+}
+
+/// The document kind of [`Release`].
+pub const RELEASE_KIND: &str = "Release";
+
+/// Keys of the seed's ConfigMap form (`data:` of a `v1` ConfigMap). The first eight are the seed's;
+/// `image.repository`, `image.digest`, `requires.kubernetes`, `requires.architectures` and
+/// `manifests` are fleetgate's additions so the ConfigMap form can say everything the typed one can.
+pub mod seed_keys {
+    pub const RELEASE_ID: &str = "release.id";
+    pub const GIT_COMMIT: &str = "git.commit";
+    pub const IMAGE_TAG: &str = "image.tag";
+    pub const CHART_VERSION: &str = "chart.version";
+    pub const CRD_VERSION: &str = "crd.version";
+    pub const TARGET_CLUSTERS: &str = "target.clusters";
+    pub const DEPLOY_TIMESTAMP: &str = "deploy.timestamp";
+    pub const ROLLBACK_TO: &str = "rollback.to";
+    pub const IMAGE_REPOSITORY: &str = "image.repository";
+    pub const IMAGE_DIGEST: &str = "image.digest";
+    pub const REQUIRES_KUBERNETES: &str = "requires.kubernetes";
+    pub const REQUIRES_ARCHITECTURES: &str = "requires.architectures";
+    pub const MANIFESTS: &str = "manifests";
+
+    pub(super) const REQUIRED: [&str; 6] = [RELEASE_ID, GIT_COMMIT, IMAGE_TAG, CHART_VERSION, CRD_VERSION, TARGET_CLUSTERS];
+    pub(super) const ALL: [&str; 13] = [
+        RELEASE_ID,
+        GIT_COMMIT,
+        IMAGE_TAG,
+        CHART_VERSION,
+        CRD_VERSION,
+        TARGET_CLUSTERS,
+        DEPLOY_TIMESTAMP,
+        ROLLBACK_TO,
+        IMAGE_REPOSITORY,
+        IMAGE_DIGEST,
+        REQUIRES_KUBERNETES,
+        REQUIRES_ARCHITECTURES,
+        MANIFESTS,
+    ];
+}
+
+/// Reads `release.yaml` in either form: the typed `kind: Release` document, or the seed's
+/// `v1` ConfigMap whose `data` holds `release.id`, `git.commit`, `image.tag`, … .
+///
+/// The seed's form names only the image tag. Its repository comes from the `image.repository`
+/// key when present, else from `default_repository` (the fleet's `spec.operator.image`); with
+/// neither, the release is refused because no image could be checked against the manifests.
+/// Unknown `data` keys are errors, like unknown fields of the typed form.
+pub fn parse_release(file: &str, text: &str, default_repository: Option<&str>) -> Result<Release, ParseError> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Head {
+        #[serde(default)]
+        api_version: String,
+        #[serde(default)]
+        kind: String,
+    }
+    let head: Head = parse_yaml(file, text)?;
+    if head.api_version == "v1" && head.kind == "ConfigMap" {
+        let cm: SeedConfigMap = parse_yaml(file, text)?;
+        return from_seed(file, text, cm.data, default_repository);
+    }
+    parse_document(file, text, RELEASE_KIND)
+}
+
+/// The seed's ConfigMap: only `data` carries the release; the ConfigMap's own name (e.g.
+/// `release-manifest-20250315`) and namespace are not the release's.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SeedConfigMap {
+    #[serde(rename = "apiVersion")]
+    _api_version: IgnoredAny,
+    #[serde(rename = "kind")]
+    _kind: IgnoredAny,
+    #[serde(rename = "metadata", default)]
+    _metadata: Option<IgnoredAny>,
+    #[serde(default)]
+    data: BTreeMap<String, String>,
+}
+
+fn from_seed(
+    file: &str,
+    text: &str,
+    mut data: BTreeMap<String, String>,
+    default_repository: Option<&str>,
+) -> Result<Release, ParseError> {
+    use seed_keys::*;
+    let invalid = |key: &str, message: String| ParseError::Invalid { at: Location::of_text(file, text, key), message };
+    if let Some(unknown) = data.keys().find(|k| !ALL.contains(&k.as_str())) {
+        return Err(invalid(
+            unknown,
+            format!("unknown key {unknown:?} in the release ConfigMap; expected one of {}", ALL.join(", ")),
+        ));
+    }
+    let missing: Vec<&str> = REQUIRED.iter().copied().filter(|k| !data.contains_key(*k)).collect();
+    if !missing.is_empty() {
+        return Err(ParseError::Invalid {
+            at: Location::of_key(file, text, "data"),
+            message: format!("the release ConfigMap lacks {}", missing.join(", ")),
+        });
+    }
+    let mut take = |k: &str| data.remove(k).map(|v| v.trim().to_string());
+    let list = |v: Option<String>| -> Vec<String> {
+        v.map(|s| s.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect())
+            .unwrap_or_default()
+    };
+    let id = take(RELEASE_ID).unwrap_or_default();
+    let repository = match take(IMAGE_REPOSITORY).or_else(|| default_repository.map(str::to_string)) {
+        Some(r) => r,
+        None => {
+            return Err(invalid(
+                IMAGE_TAG,
+                format!(
+                    "the release ConfigMap names {IMAGE_TAG} but no image repository: add the key {IMAGE_REPOSITORY}, \
+                     or set spec.operator.image in fleet.yaml"
+                ),
+            ));
+        }
+    };
+    let kubernetes = take(REQUIRES_KUBERNETES);
+    let architectures = list(take(REQUIRES_ARCHITECTURES));
+    let requires =
+        (kubernetes.is_some() || !architectures.is_empty()).then_some(Requirements { kubernetes, architectures });
+    let spec = ReleaseSpec {
+        git_commit: take(GIT_COMMIT).unwrap_or_default(),
+        image: ImageRef { repository, tag: take(IMAGE_TAG).unwrap_or_default(), digest: take(IMAGE_DIGEST) },
+        chart_version: take(CHART_VERSION).unwrap_or_default(),
+        crd_version: take(CRD_VERSION).unwrap_or_default(),
+        target_clusters: list(take(TARGET_CLUSTERS)),
+        rollback_to: take(ROLLBACK_TO),
+        requires,
+        manifests: take(MANIFESTS).unwrap_or_else(default_manifests),
+        deploy_timestamp: take(DEPLOY_TIMESTAMP),
+    };
+    Ok(Document::new(RELEASE_KIND, id, spec))
+}
+
+/// The seed's ConfigMap `data` for `release` (with fleetgate's extra keys where set): the form the
+/// applied mapping is kept in, in the spoke, as ConfigMap `release-manifest-<id>`.
+pub fn release_seed_data(release: &Release) -> BTreeMap<String, String> {
+    use seed_keys::*;
+    let s = &release.spec;
+    let mut d = BTreeMap::new();
+    let mut put = |k: &str, v: &str| {
+        d.insert(k.to_string(), v.to_string());
+    };
+    put(RELEASE_ID, release.name());
+    put(GIT_COMMIT, &s.git_commit);
+    put(IMAGE_REPOSITORY, &s.image.repository);
+    put(IMAGE_TAG, &s.image.tag);
+    if let Some(digest) = &s.image.digest {
+        put(IMAGE_DIGEST, digest);
+    }
+    put(CHART_VERSION, &s.chart_version);
+    put(CRD_VERSION, &s.crd_version);
+    put(TARGET_CLUSTERS, &s.target_clusters.join(","));
+    if let Some(t) = &s.deploy_timestamp {
+        put(DEPLOY_TIMESTAMP, t);
+    }
+    if let Some(r) = &s.rollback_to {
+        put(ROLLBACK_TO, r);
+    }
+    if let Some(req) = &s.requires {
+        if let Some(k) = &req.kubernetes {
+            put(REQUIRES_KUBERNETES, k);
+        }
+        if !req.architectures.is_empty() {
+            put(REQUIRES_ARCHITECTURES, &req.architectures.join(","));
+        }
+    }
+    put(MANIFESTS, &s.manifests);
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    /// The seed's example, verbatim.
+    const SEED: &str = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: release-manifest-20250315
+  namespace: operator-cd
+data:
+  release.id: "rel-20250315-001"
+  git.commit: "a1b2c3d4e5f6"
+  image.tag: "v1.2.3-build.456"
+  chart.version: "1.2.3"
+  crd.version: "v1alpha2"
+  target.clusters: "cluster-a,cluster-b,cluster-c"
+  deploy.timestamp: "2025-03-15T10:30:00Z"
+  rollback.to: "rel-20250310-002"
+"#;
+
+    const REPO: &str = "registry.example.com/redis-operator";
+
+    #[test]
+    fn the_seeds_configmap_form_parses() {
+        let r = parse_release("release.yaml", SEED, Some(REPO)).unwrap();
+        assert_eq!(r.name(), "rel-20250315-001");
+        assert_eq!(r.kind, RELEASE_KIND);
+        let s = &r.spec;
+        assert_eq!(s.git_commit, "a1b2c3d4e5f6");
+        assert_eq!(s.image.reference(), format!("{REPO}:v1.2.3-build.456"));
+        assert_eq!(s.chart_version, "1.2.3");
+        assert_eq!(s.crd_version, "v1alpha2");
+        assert_eq!(s.target_clusters, ["cluster-a", "cluster-b", "cluster-c"]);
+        assert_eq!(s.deploy_timestamp.as_deref(), Some("2025-03-15T10:30:00Z"));
+        assert_eq!(s.rollback_to.as_deref(), Some("rel-20250310-002"));
+        assert_eq!(s.manifests, "operator/");
+        assert_eq!(s.requires, None);
+    }
+
+    #[test]
+    fn the_configmap_form_round_trips_through_seed_data() {
+        let mut r = parse_release("release.yaml", SEED, Some(REPO)).unwrap();
+        r.spec.requires = Some(Requirements { kubernetes: Some(">=1.28".into()), architectures: vec!["amd64".into()] });
+        r.spec.image.digest = Some(format!("sha256:{}", "a".repeat(64)));
+        let cm = serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "release-manifest-rel-20250315-001"},
+            "data": release_seed_data(&r),
+        });
+        let text = serde_yaml_ng::to_string(&cm).unwrap();
+        assert_eq!(parse_release("cm.yaml", &text, None).unwrap(), r);
+    }
+
+    #[rstest]
+    #[case::no_repository(SEED, None, "image.repository")]
+    #[case::unknown_key(&SEED.replace("rollback.to", "rollback.too"), Some(REPO), "rollback.too")]
+    #[case::missing_keys(&SEED.replace("  git.commit: \"a1b2c3d4e5f6\"\n", "").replace("  crd.version: \"v1alpha2\"\n", ""), Some(REPO), "git.commit, crd.version")]
+    #[case::typed_unknown_field(
+        "apiVersion: fleetgate.io/v1alpha1\nkind: Release\nmetadata: {name: r}\nspec:\n  gitComit: abc\n",
+        None,
+        "gitComit"
+    )]
+    #[case::other_kind("apiVersion: v1\nkind: Secret\nmetadata: {name: r}\n", None, "kind Release")]
+    fn refusals_say_what_is_wrong(#[case] text: &str, #[case] repo: Option<&str>, #[case] needle: &str) {
+        let err = parse_release("release.yaml", text, repo).unwrap_err();
+        assert!(err.to_string().contains(needle), "{err}");
+        assert_eq!(err.location().file, "release.yaml");
+    }
+
+    #[test]
+    fn unknown_configmap_keys_are_located() {
+        let text = SEED.replace("rollback.to", "rollback.too");
+        let err = parse_release("release.yaml", &text, Some(REPO)).unwrap_err();
+        assert_eq!(err.location().line, Some(15), "{err}");
+    }
 }

@@ -20,6 +20,32 @@ pub struct Location {
     pub column: Option<usize>,
 }
 
+impl Location {
+    /// The whole file, no line.
+    pub fn file(file: &str) -> Location {
+        Location { file: file.to_string(), line: None, column: None }
+    }
+
+    /// The first line of `text` that sets `key` (`key:` at the start of a line, after indentation
+    /// or a list dash); the whole file when none does. Serde does not report positions of valid
+    /// values, so semantic findings locate themselves this way.
+    pub fn of_key(file: &str, text: &str, key: &str) -> Location {
+        let pattern = format!("{key}:");
+        let line = text.lines().position(|l| {
+            let l = l.trim_start();
+            let l = l.strip_prefix("- ").map(str::trim_start).unwrap_or(l);
+            l.starts_with(&pattern) || l.starts_with(&format!("\"{key}\":"))
+        });
+        Location { file: file.to_string(), line: line.map(|i| i + 1), column: None }
+    }
+
+    /// The first line of `text` containing `needle`; the whole file when none does.
+    pub fn of_text(file: &str, text: &str, needle: &str) -> Location {
+        let line = text.lines().position(|l| l.contains(needle));
+        Location { file: file.to_string(), line: line.map(|i| i + 1), column: None }
+    }
+}
+
 impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.file)?;
@@ -61,7 +87,7 @@ impl ParseError {
 }
 
 fn at(file: &str) -> Location {
-    Location { file: file.to_string(), line: None, column: None }
+    Location::file(file)
 }
 
 /// Refuses input that is too large or alias-heavy, before any parser sees it.

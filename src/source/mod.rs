@@ -1,1 +1,476 @@
-//! The fleet repo as seen through git2: clone/fetch, cheap change detection, reading trees into a `Checkout`.
+//! The fleet repo as seen through git2: a mirror in a state directory, cheap change detection,
+//! fetching, and reading trees into a [`Checkout`].
+//!
+//! [`Source`] keeps a **bare** mirror (`<state dir>/mirror.git`) of the tracked branch, every tag
+//! and `refs/notes/fleetgate/*`. [`Source::sync`] first lists the remote's refs (one
+//! `ls-remote`-style connection) and fetches only when they differ from the mirror, so an
+//! unchanged remote costs one round trip. Fetching only writes objects and then moves refs —
+//! there is no work tree to reset — so an interrupted fetch leaves the previous state intact.
+//! Network errors are retried with exponential backoff; authentication and configuration errors
+//! are not (retrying cannot fix them).
+//!
+//! Every call blocks (git2 is synchronous): async callers run it in `spawn_blocking`.
+//!
+//! URLs: a local path, `file://`, `git://`, `ssh://` (or `user@host:path`) with an SSH key file,
+//! `https://` with a token (sent as the password of `username`, default `git`).
+
+mod template;
+mod tree;
+
+pub use template::*;
+pub use tree::*;
+
+use crate::model::ErrorClass;
+use git2::{AutotagOption, Direction, FetchOptions, FetchPrune, Oid, RemoteCallbacks, Repository};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Where status notes live; the source mirrors them so wave gating can read them.
+pub const NOTES_PREFIX: &str = "refs/notes/fleetgate/";
+
+/// How to authenticate to the remote. Debug output never shows the token.
+#[derive(Clone, Default)]
+pub struct Credentials {
+    /// Private key file for `ssh://` URLs.
+    pub ssh_key: Option<PathBuf>,
+    /// SSH user when the URL names none (default `git`).
+    pub ssh_user: Option<String>,
+    /// Token for `https://` URLs, sent as the password.
+    pub token: Option<String>,
+    /// User name sent with the token (default `git`; GitHub and Gitea accept any, GitLab wants
+    /// `oauth2` for OAuth tokens).
+    pub username: Option<String>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("ssh_key", &self.ssh_key)
+            .field("ssh_user", &self.ssh_user)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("username", &self.username)
+            .finish()
+    }
+}
+
+/// Retries of network operations: `attempts` tries in total, waiting `initial`, then twice as
+/// long each time, at most `max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    pub attempts: u32,
+    pub initial: Duration,
+    pub max: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy { attempts: 4, initial: Duration::from_millis(250), max: Duration::from_secs(5) }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("opening the state directory {path}: {message}")]
+    State { path: PathBuf, message: String },
+    #[error("{url}: authentication failed ({message}); check the SSH key or token")]
+    Auth { url: String, message: String },
+    #[error("{url}: {message} (after {attempts} attempt(s))")]
+    Network { url: String, message: String, attempts: u32 },
+    #[error("{url}: {message}")]
+    Remote { url: String, message: String },
+    #[error("branch {branch} does not exist in {url}")]
+    BranchNotFound { url: String, branch: String },
+    #[error("reading the repository: {0}")]
+    Git(#[from] git2::Error),
+}
+
+impl SourceError {
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            SourceError::Network { .. } | SourceError::Git(_) | SourceError::State { .. } => ErrorClass::Retryable,
+            SourceError::Auth { .. } | SourceError::Remote { .. } | SourceError::BranchNotFound { .. } => {
+                ErrorClass::Stalling
+            }
+        }
+    }
+}
+
+/// The remote's refs that matter: the tracked branch, tags, status notes (name → object id).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RemoteRefs {
+    pub refs: BTreeMap<String, Oid>,
+}
+
+/// How much network work a [`Source`] has done (for tests and metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SourceStats {
+    /// Remote ref listings (successful or not, retries included).
+    pub ls_remotes: u64,
+    /// Fetches (successful or not, retries included).
+    pub fetches: u64,
+}
+
+/// What [`Source::sync`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncOutcome {
+    /// True when the remote differed and was fetched.
+    pub fetched: bool,
+    /// The tracked branch's tip after the sync.
+    pub tip: Oid,
+}
+
+/// A fleet repo mirrored into a state directory.
+pub struct Source {
+    url: String,
+    branch: String,
+    state_dir: PathBuf,
+    mirror: Repository,
+    credentials: Credentials,
+    retry: RetryPolicy,
+    stats: SourceStats,
+}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Source").field("url", &self.url).field("branch", &self.branch).finish_non_exhaustive()
+    }
+}
+
+/// A local path becomes an absolute path (libgit2 takes those as URLs); anything else stays.
+fn normalize_url(url: &str) -> String {
+    let p = Path::new(url);
+    if !url.contains("://") && p.exists() {
+        return std::fs::canonicalize(p).map(|p| p.display().to_string()).unwrap_or_else(|_| url.to_string());
+    }
+    url.to_string()
+}
+
+impl Source {
+    /// Opens (creating when needed) the mirror of `url` in `state_dir`. Tracks branch `main`
+    /// unless [`Source::with_branch`] says otherwise. Does not touch the network.
+    pub fn open(url: &str, state_dir: &Path, credentials: Credentials) -> Result<Source, SourceError> {
+        let state = |e: &dyn std::fmt::Display| SourceError::State { path: state_dir.to_path_buf(), message: e.to_string() };
+        std::fs::create_dir_all(state_dir).map_err(|e| state(&e))?;
+        let path = state_dir.join("mirror.git");
+        let mirror = if path.exists() { Repository::open_bare(&path) } else { Repository::init_bare(&path) }
+            .map_err(|e| state(&e))?;
+        Ok(Source {
+            url: normalize_url(url),
+            branch: "main".to_string(),
+            state_dir: state_dir.to_path_buf(),
+            mirror,
+            credentials,
+            retry: RetryPolicy::default(),
+            stats: SourceStats::default(),
+        })
+    }
+
+    pub fn with_branch(mut self, branch: impl Into<String>) -> Self {
+        self.branch = branch.into();
+        self
+    }
+
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn branch(&self) -> &str {
+        &self.branch
+    }
+
+    pub fn state_dir(&self) -> &Path {
+        &self.state_dir
+    }
+
+    /// Where verification keeps its tag pins for this source.
+    pub fn pins_path(&self) -> PathBuf {
+        self.state_dir.join("tag-pins.json")
+    }
+
+    pub fn stats(&self) -> SourceStats {
+        self.stats
+    }
+
+    fn branch_ref(&self) -> String {
+        format!("refs/heads/{}", self.branch)
+    }
+
+    fn wanted(&self, name: &str) -> bool {
+        name == self.branch_ref()
+            || (name.starts_with("refs/tags/") && !name.ends_with("^{}"))
+            || name.starts_with(NOTES_PREFIX)
+    }
+
+    fn callbacks(&self) -> RemoteCallbacks<'_> {
+        let mut cb = RemoteCallbacks::new();
+        let creds = self.credentials.clone();
+        let mut tried = false;
+        cb.credentials(move |_url, user_from_url, allowed| {
+            // libgit2 calls again after a rejection; offering the same secret again would loop.
+            if tried {
+                return Err(git2::Error::from_str("the remote rejected the configured credentials"));
+            }
+            tried = true;
+            if allowed.contains(git2::CredentialType::SSH_KEY)
+                && let Some(key) = &creds.ssh_key
+            {
+                let user = user_from_url.or(creds.ssh_user.as_deref()).unwrap_or("git");
+                return git2::Cred::ssh_key(user, None, key, None);
+            }
+            if allowed.contains(git2::CredentialType::USER_PASS_PLAINTEXT)
+                && let Some(token) = &creds.token
+            {
+                return git2::Cred::userpass_plaintext(creds.username.as_deref().unwrap_or("git"), token);
+            }
+            if allowed.contains(git2::CredentialType::USERNAME) {
+                return git2::Cred::username(user_from_url.or(creds.ssh_user.as_deref()).unwrap_or("git"));
+            }
+            Err(git2::Error::from_str("the remote asks for credentials and none are configured"))
+        });
+        cb
+    }
+
+    fn classify(&self, e: git2::Error, attempts: u32) -> SourceError {
+        use git2::{ErrorClass as C, ErrorCode};
+        let message = e.message().to_string();
+        if e.code() == ErrorCode::Auth || message.contains("credentials") {
+            return SourceError::Auth { url: self.url.clone(), message };
+        }
+        match e.class() {
+            C::Net | C::Ssh | C::Http | C::Ssl | C::Os => {
+                SourceError::Network { url: self.url.clone(), message, attempts }
+            }
+            _ => SourceError::Remote { url: self.url.clone(), message },
+        }
+    }
+
+    /// Runs `op` with retries on network errors.
+    fn with_retries<T>(&mut self, mut op: impl FnMut(&mut Self) -> Result<T, git2::Error>) -> Result<T, SourceError> {
+        let mut wait = self.retry.initial;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match op(self) {
+                Ok(v) => return Ok(v),
+                Err(e) => {
+                    let err = self.classify(e, attempt);
+                    if !matches!(err, SourceError::Network { .. }) || attempt >= self.retry.attempts.max(1) {
+                        return Err(err);
+                    }
+                    tracing::warn!(url = %self.url, attempt, error = %err, "git network error, retrying in {wait:?}");
+                    std::thread::sleep(wait);
+                    wait = (wait * 2).min(self.retry.max);
+                }
+            }
+        }
+    }
+
+    /// Lists the remote's branch, tags and status notes (one connection, no objects transferred).
+    pub fn ls_remote(&mut self) -> Result<RemoteRefs, SourceError> {
+        self.with_retries(|s| {
+            s.stats.ls_remotes += 1;
+            let mut remote = s.mirror.remote_anonymous(&s.url)?;
+            let conn = remote.connect_auth(Direction::Fetch, Some(s.callbacks()), None)?;
+            let refs = conn
+                .list()?
+                .iter()
+                .filter(|h| s.wanted(h.name()))
+                .map(|h| (h.name().to_string(), h.oid()))
+                .collect();
+            Ok(RemoteRefs { refs })
+        })
+    }
+
+    /// The mirror's refs in the same namespaces as [`Source::ls_remote`].
+    pub fn local_refs(&self) -> Result<RemoteRefs, SourceError> {
+        let mut refs = BTreeMap::new();
+        for r in self.mirror.references()? {
+            let r = r?;
+            if let (Ok(name), Some(oid)) = (r.name(), r.target())
+                && self.wanted(name)
+            {
+                refs.insert(name.to_string(), oid);
+            }
+        }
+        Ok(RemoteRefs { refs })
+    }
+
+    /// Fetches the branch, every tag and the status notes into the mirror (force-updating refs
+    /// and pruning deleted ones, so the mirror says what the remote says; moved tags are caught
+    /// by verification's pins, not here).
+    pub fn fetch(&mut self) -> Result<(), SourceError> {
+        let specs = [
+            format!("+{0}:{0}", self.branch_ref()),
+            "+refs/tags/*:refs/tags/*".to_string(),
+            format!("+{NOTES_PREFIX}*:{NOTES_PREFIX}*"),
+        ];
+        self.with_retries(|s| {
+            s.stats.fetches += 1;
+            let mut remote = s.mirror.remote_anonymous(&s.url)?;
+            let mut opts = FetchOptions::new();
+            opts.remote_callbacks(s.callbacks()).prune(FetchPrune::On).download_tags(AutotagOption::None);
+            remote.fetch(&specs, Some(&mut opts), Some("fleetgate fetch"))
+        })
+    }
+
+    /// Lists the remote and fetches only when it differs from the mirror.
+    pub fn sync(&mut self) -> Result<SyncOutcome, SourceError> {
+        let remote = self.ls_remote()?;
+        let branch = self.branch_ref();
+        if !remote.refs.contains_key(&branch) {
+            return Err(SourceError::BranchNotFound { url: self.url.clone(), branch: self.branch.clone() });
+        }
+        let fetched = remote != self.local_refs()?;
+        if fetched {
+            self.fetch()?;
+        }
+        let tip = self.mirror.refname_to_id(&branch)?;
+        Ok(SyncOutcome { fetched, tip })
+    }
+
+    /// The mirror at its current state (call [`Source::sync`] first).
+    pub fn checkout(&self) -> Result<Checkout, SourceError> {
+        let repo = Repository::open_bare(self.mirror.path())?;
+        Checkout::new(repo, &self.branch, &self.url)
+    }
+}
+
+/// A tag as found in the repository.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TagRef {
+    pub name: String,
+    /// The commit the tag (after peeling) points to.
+    pub commit: Oid,
+    /// The annotated tag object; None for a lightweight tag.
+    pub object: Option<Oid>,
+}
+
+/// One state of the fleet repo: the tracked branch's tip, plus access to every tag and tree.
+pub struct Checkout {
+    repo: Repository,
+    branch: String,
+    tip: Oid,
+}
+
+impl std::fmt::Debug for Checkout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checkout").field("branch", &self.branch).field("tip", &self.tip).finish_non_exhaustive()
+    }
+}
+
+impl Checkout {
+    fn new(repo: Repository, branch: &str, origin: &str) -> Result<Checkout, SourceError> {
+        let tip = match repo.refname_to_id(&format!("refs/heads/{branch}")) {
+            Ok(oid) => oid,
+            Err(e) if e.code() == git2::ErrorCode::NotFound => {
+                return Err(SourceError::BranchNotFound { url: origin.to_string(), branch: branch.to_string() });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let tip = repo.find_commit(tip)?.id();
+        Ok(Checkout { repo, branch: branch.to_string(), tip })
+    }
+
+    /// A checkout of an existing local repository (bare or not) without fetching: `branch`, or
+    /// whatever `HEAD` points to when None.
+    pub fn open_local(path: &Path, branch: Option<&str>) -> Result<Checkout, SourceError> {
+        let repo = Repository::open(path)?;
+        let origin = path.display().to_string();
+        match branch {
+            Some(b) => Checkout::new(repo, b, &origin),
+            None => {
+                let (tip, branch) = {
+                    let head = repo.head()?;
+                    (head.peel_to_commit()?.id(), head.shorthand().unwrap_or("HEAD").to_string())
+                };
+                Ok(Checkout { repo, branch, tip })
+            }
+        }
+    }
+
+    pub fn branch(&self) -> &str {
+        &self.branch
+    }
+
+    /// The tracked branch's tip commit.
+    pub fn tip(&self) -> Oid {
+        self.tip
+    }
+
+    pub fn repo(&self) -> &Repository {
+        &self.repo
+    }
+
+    /// The tree of the branch tip.
+    pub fn tip_tree(&self) -> Result<GitTree<'_>, SourceError> {
+        self.commit_tree(self.tip, &format!("{} at {}", self.branch, short(self.tip)))
+    }
+
+    /// The tree of any commit.
+    pub fn commit_tree(&self, commit: Oid, label: &str) -> Result<GitTree<'_>, SourceError> {
+        let tree = self.repo.find_commit(commit)?.tree()?;
+        Ok(GitTree::new(&self.repo, tree, label))
+    }
+
+    /// The tree of the commit `tag` points to.
+    pub fn tag_tree(&self, tag: &TagRef) -> Result<GitTree<'_>, SourceError> {
+        self.commit_tree(tag.commit, &format!("tag {} ({})", tag.name, short(tag.commit)))
+    }
+
+    /// The tag `name`, if it exists (tags that do not point to a commit are skipped as absent).
+    pub fn tag(&self, name: &str) -> Result<Option<TagRef>, SourceError> {
+        let r = match self.repo.find_reference(&format!("refs/tags/{name}")) {
+            Ok(r) => r,
+            Err(e) if matches!(e.code(), git2::ErrorCode::NotFound | git2::ErrorCode::InvalidSpec) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let Some(target) = r.target() else { return Ok(None) };
+        let object = self.repo.find_object(target, None)?;
+        let annotated = object.kind() == Some(git2::ObjectType::Tag);
+        let Ok(commit) = object.peel_to_commit() else { return Ok(None) };
+        Ok(Some(TagRef { name: name.to_string(), commit: commit.id(), object: annotated.then_some(target) }))
+    }
+
+    /// Every tag that points to a commit, by name.
+    pub fn tags(&self) -> Result<Vec<TagRef>, SourceError> {
+        let mut out = Vec::new();
+        for name in self.repo.tag_names(None)?.iter() {
+            let Some(name) = name? else { continue };
+            if let Some(t) = self.tag(name)? {
+                out.push(t);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The raw bytes of an object (a tag object's header, message and signature).
+    pub fn raw_object(&self, oid: Oid) -> Result<Vec<u8>, SourceError> {
+        Ok(self.repo.odb()?.read(oid)?.data().to_vec())
+    }
+
+    /// The name a tag object records for itself (may differ from the ref pointing to it).
+    pub fn tag_object_name(&self, oid: Oid) -> Result<String, SourceError> {
+        Ok(self.repo.find_tag(oid)?.name()?.to_string())
+    }
+
+    /// Time of a tag: its tagger's time for an annotated tag, else its commit's time (seconds).
+    pub fn tag_time(&self, tag: &TagRef) -> Result<i64, SourceError> {
+        if let Some(o) = tag.object
+            && let Some(tagger) = self.repo.find_tag(o)?.tagger()
+        {
+            return Ok(tagger.when().seconds());
+        }
+        Ok(self.repo.find_commit(tag.commit)?.time().seconds())
+    }
+}
+
+/// The first 12 hex digits of an object id.
+pub fn short(oid: Oid) -> String {
+    oid.to_string()[..12].to_string()
+}

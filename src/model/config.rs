@@ -1,0 +1,343 @@
+//! [`FleetConfig`]: the whole configuration one commit of a fleet repo carries — `fleet.yaml`,
+//! `clusters/*.yaml`, `policies/*.yaml` — loaded from any [`RepoTree`] and checked as a whole
+//! (every document parses, names are valid and match their files, every cluster's wave exists).
+//! Loading reports every finding at once; a config with any finding is not returned.
+
+use super::{
+    Cluster, ClusterSpec, Finding, Fleet, FleetSpec, GatePolicy, GatePolicySpec, Location, MAX_YAML_BYTES,
+    RELEASE_ADMISSION_POLICY_KIND, ReleaseAdmissionPolicy, ReleaseAdmissionPolicySpec, Rule, check_cluster,
+    check_fleet, join_findings, parse_document, parse_yaml,
+};
+use crate::source::{EntryKind, RepoTree, TreeError};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+pub const FLEET_FILE: &str = "fleet.yaml";
+pub const CLUSTERS_DIR: &str = "clusters";
+pub const POLICIES_DIR: &str = "policies";
+pub const RELEASE_FILE: &str = "release.yaml";
+/// The document kind of [`GatePolicy`].
+pub const GATE_POLICY_KIND: &str = "GatePolicy";
+
+/// A commit's fleet configuration, every document valid and every reference resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FleetConfig {
+    pub fleet: Fleet,
+    /// By cluster name.
+    pub clusters: BTreeMap<String, Cluster>,
+    pub gate_policies: Vec<GatePolicy>,
+    pub admission_policies: Vec<ReleaseAdmissionPolicy>,
+}
+
+/// Where a cluster's desired release id comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReleaseOrigin {
+    /// `clusters/<name>.yaml` `spec.release`.
+    ClusterPin,
+    /// `fleet.yaml` `spec.release`.
+    Fleet,
+    /// Named by the caller: a rollback target, a release given on the command line.
+    Requested,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("the fleet configuration in {tree} has {} problem(s):\n{}", findings.len(), join_findings(findings))]
+    Invalid { tree: String, findings: Vec<Finding> },
+    #[error(transparent)]
+    Read(#[from] TreeError),
+}
+
+impl ConfigError {
+    /// Every finding (empty for a read failure).
+    pub fn findings(&self) -> &[Finding] {
+        match self {
+            ConfigError::Invalid { findings, .. } => findings,
+            ConfigError::Read(_) => &[],
+        }
+    }
+}
+
+impl FleetConfig {
+    /// Loads and checks the configuration in `tree`.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] with every finding; [`ConfigError::Read`] when the tree itself
+    /// cannot be read (a Git or I/O failure, worth retrying).
+    pub fn load(tree: &dyn RepoTree) -> Result<FleetConfig, ConfigError> {
+        let mut findings = Vec::new();
+        let fleet = load_fleet(tree, &mut findings)?;
+        let clusters = load_clusters(tree, fleet.as_ref(), &mut findings)?;
+        let (gate_policies, admission_policies) = load_policies(tree, &mut findings)?;
+        match fleet {
+            Some(fleet) if findings.is_empty() => Ok(FleetConfig { fleet, clusters, gate_policies, admission_policies }),
+            _ => Err(ConfigError::Invalid { tree: tree.describe(), findings }),
+        }
+    }
+
+    pub fn cluster(&self, name: &str) -> Option<&Cluster> {
+        self.clusters.get(name)
+    }
+
+    /// The desired release id of `cluster`: its own pin, else the fleet's. None when neither is
+    /// set (or the cluster is unknown).
+    pub fn desired_release(&self, cluster: &str) -> Option<(&str, ReleaseOrigin)> {
+        let c = self.clusters.get(cluster)?;
+        match (&c.spec.release, &self.fleet.spec.release) {
+            (Some(r), _) => Some((r, ReleaseOrigin::ClusterPin)),
+            (None, Some(r)) => Some((r, ReleaseOrigin::Fleet)),
+            (None, None) => None,
+        }
+    }
+
+    /// Position of `cluster`'s wave in the rollout order.
+    pub fn wave_index(&self, cluster: &str) -> Option<usize> {
+        let wave = &self.clusters.get(cluster)?.spec.wave;
+        self.fleet.spec.waves.iter().position(|w| w == wave)
+    }
+
+    /// Clusters of `wave`, by name.
+    pub fn clusters_in_wave<'a>(&'a self, wave: &'a str) -> impl Iterator<Item = &'a Cluster> + 'a {
+        self.clusters.values().filter(move |c| c.spec.wave == wave)
+    }
+
+    /// Every release id the configuration asks for (fleet-wide and pins), deduplicated.
+    pub fn referenced_releases(&self) -> Vec<&str> {
+        let mut ids: Vec<&str> = self
+            .fleet
+            .spec
+            .release
+            .iter()
+            .chain(self.clusters.values().filter_map(|c| c.spec.release.as_ref()))
+            .map(String::as_str)
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+}
+
+/// Reads `path` as text; content problems become findings, read failures errors.
+fn read(tree: &dyn RepoTree, path: &str, findings: &mut Vec<Finding>) -> Result<Option<String>, TreeError> {
+    match tree.read_text(path, MAX_YAML_BYTES) {
+        Ok(t) => Ok(t),
+        Err(e) => {
+            findings.push(e.into_finding()?);
+            Ok(None)
+        }
+    }
+}
+
+fn load_fleet(tree: &dyn RepoTree, findings: &mut Vec<Finding>) -> Result<Option<Fleet>, TreeError> {
+    let Some(text) = read(tree, FLEET_FILE, findings)? else {
+        if !findings.iter().any(|f| f.at.file == FLEET_FILE) {
+            findings.push(Finding::in_file(
+                Rule::Schema,
+                FLEET_FILE,
+                format!("{} has no fleet.yaml; is this a fleet repo? (`fleetgate init DIR` creates one)", tree.describe()),
+            ));
+        }
+        return Ok(None);
+    };
+    match parse_document::<FleetSpec>(FLEET_FILE, &text, "Fleet") {
+        Ok(fleet) => {
+            findings.extend(check_fleet(&fleet, FLEET_FILE, &text));
+            Ok(Some(fleet))
+        }
+        Err(e) => {
+            findings.push(e.into());
+            Ok(None)
+        }
+    }
+}
+
+/// The YAML files of a folder (`*.yaml`, `*.yml`); subfolders and links are findings, other files
+/// (a README) are ignored.
+fn yaml_files(tree: &dyn RepoTree, dir: &str, findings: &mut Vec<Finding>) -> Result<Vec<String>, TreeError> {
+    let Some(entries) = tree.list(dir)? else { return Ok(Vec::new()) };
+    let mut out = Vec::new();
+    for e in entries {
+        let path = format!("{dir}/{}", e.name);
+        let yaml = e.name.ends_with(".yaml") || e.name.ends_with(".yml");
+        match e.kind {
+            EntryKind::File if yaml => out.push(path),
+            EntryKind::File => {}
+            _ => findings.push(Finding::in_file(
+                Rule::Schema,
+                &path,
+                format!("{dir}/ holds only YAML files; {path} is not one (links and subfolders are not read)"),
+            )),
+        }
+    }
+    Ok(out)
+}
+
+fn load_clusters(
+    tree: &dyn RepoTree,
+    fleet: Option<&Fleet>,
+    findings: &mut Vec<Finding>,
+) -> Result<BTreeMap<String, Cluster>, TreeError> {
+    let mut clusters: BTreeMap<String, Cluster> = BTreeMap::new();
+    for path in yaml_files(tree, CLUSTERS_DIR, findings)? {
+        let Some(text) = read(tree, &path, findings)? else { continue };
+        let cluster = match parse_document::<ClusterSpec>(&path, &text, "Cluster") {
+            Ok(c) => c,
+            Err(e) => {
+                findings.push(e.into());
+                continue;
+            }
+        };
+        findings.extend(check_cluster(&cluster, &path, &text));
+        if let Some(f) = fleet
+            && !f.spec.waves.contains(&cluster.spec.wave)
+        {
+            findings.push(Finding::at_key(
+                Rule::Reference,
+                &path,
+                &text,
+                "wave",
+                format!("wave {:?} is not one of fleet.yaml spec.waves [{}]", cluster.spec.wave, f.spec.waves.join(", ")),
+            ));
+        }
+        if clusters.contains_key(cluster.name()) {
+            findings.push(Finding::at_key(
+                Rule::Duplicate,
+                &path,
+                &text,
+                "name",
+                format!("cluster {:?} is defined twice", cluster.name()),
+            ));
+            continue;
+        }
+        clusters.insert(cluster.name().to_string(), cluster);
+    }
+    Ok(clusters)
+}
+
+fn load_policies(
+    tree: &dyn RepoTree,
+    findings: &mut Vec<Finding>,
+) -> Result<(Vec<GatePolicy>, Vec<ReleaseAdmissionPolicy>), TreeError> {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        #[serde(default)]
+        kind: String,
+    }
+    let (mut gates, mut admission) = (Vec::new(), Vec::new());
+    for path in yaml_files(tree, POLICIES_DIR, findings)? {
+        let Some(text) = read(tree, &path, findings)? else { continue };
+        let kind = match parse_yaml::<Head>(&path, &text) {
+            Ok(h) => h.kind,
+            Err(e) => {
+                findings.push(e.into());
+                continue;
+            }
+        };
+        if kind == GATE_POLICY_KIND {
+            match parse_document::<GatePolicySpec>(&path, &text, GATE_POLICY_KIND) {
+                Ok(p) => {
+                    if let Err(problems) = p.spec.validate() {
+                        findings.extend(
+                            problems.into_iter().map(|pr| Finding::new(Rule::Schema, Location::file(&path), pr.to_string())),
+                        );
+                    }
+                    gates.push(p);
+                }
+                Err(e) => findings.push(e.into()),
+            }
+        } else if kind == RELEASE_ADMISSION_POLICY_KIND {
+            match parse_document::<ReleaseAdmissionPolicySpec>(&path, &text, RELEASE_ADMISSION_POLICY_KIND) {
+                Ok(p) => admission.push(p),
+                Err(e) => findings.push(e.into()),
+            }
+        } else {
+            findings.push(Finding::at_key(
+                Rule::Schema,
+                &path,
+                &text,
+                "kind",
+                format!("policies/ holds {GATE_POLICY_KIND} and {RELEASE_ADMISSION_POLICY_KIND} documents, not kind {kind:?}"),
+            ));
+        }
+    }
+    Ok((gates, admission))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::{DirTree, write_template};
+    use rstest::rstest;
+
+    fn template() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        write_template(dir.path()).unwrap();
+        dir
+    }
+
+    #[test]
+    fn the_template_loads_clean() {
+        let dir = template();
+        let config = FleetConfig::load(&DirTree::new(dir.path())).unwrap();
+        assert_eq!(config.fleet.spec.waves, ["canary", "wave-1", "wave-2"]);
+        let waves: Vec<usize> = config.clusters.keys().map(|c| config.wave_index(c).unwrap()).collect();
+        assert_eq!(waves, [0, 1, 2]);
+        assert_eq!(config.gate_policies.len(), 1);
+        assert_eq!(config.admission_policies.len(), 1);
+        assert_eq!(config.desired_release("cluster-a"), None);
+        assert!(config.referenced_releases().is_empty());
+    }
+
+    #[test]
+    fn pins_override_the_fleet_release() {
+        let dir = template();
+        let fleet = dir.path().join("fleet.yaml");
+        let text = std::fs::read_to_string(&fleet).unwrap().replace("# release: rel-20250315-001", "release: rel-1");
+        std::fs::write(&fleet, text).unwrap();
+        std::fs::write(dir.path().join("clusters/cluster-a.yaml"), "apiVersion: fleetgate.io/v1alpha1\nkind: Cluster\nmetadata: {name: cluster-a}\nspec: {wave: canary, release: rel-2}\n").unwrap();
+        let config = FleetConfig::load(&DirTree::new(dir.path())).unwrap();
+        assert_eq!(config.desired_release("cluster-a"), Some(("rel-2", ReleaseOrigin::ClusterPin)));
+        assert_eq!(config.desired_release("cluster-b"), Some(("rel-1", ReleaseOrigin::Fleet)));
+        assert_eq!(config.desired_release("nope"), None);
+        assert_eq!(config.referenced_releases(), ["rel-1", "rel-2"]);
+    }
+
+    #[rstest]
+    #[case::unknown_wave("clusters/cluster-b.yaml", "wave: wave-1", "wave: wave-9", vec![(Rule::Reference, Some(10))])]
+    #[case::name_not_file("clusters/cluster-b.yaml", "name: cluster-b", "name: cluster-x", vec![(Rule::Naming, Some(5))])]
+    #[case::duplicate_name("clusters/cluster-b.yaml", "name: cluster-b", "name: cluster-a", vec![(Rule::Naming, Some(5)), (Rule::Duplicate, Some(5))])]
+    #[case::fleet_typo("fleet.yaml", "  rollout:", "  rolout:", vec![(Rule::Schema, Some(23))])]
+    #[case::duplicate_wave("fleet.yaml", "[canary, wave-1, wave-2]", "[canary, wave-1, wave-1]", vec![(Rule::Duplicate, Some(22)), (Rule::Reference, Some(10))])]
+    #[case::gate_typo("policies/gates.yaml", "bakeTime: 10m", "bakeTim: 10m", vec![(Rule::Schema, Some(10))])]
+    #[case::gate_unusable("policies/gates.yaml", "interval: 15s", "interval: 1h", vec![(Rule::Schema, None)])]
+    #[case::admission_typo("policies/admission.yaml", "allowedNamespaces", "allowedNamespace", vec![(Rule::Schema, Some(9))])]
+    #[case::wrong_kind_in_policies("policies/admission.yaml", "kind: ReleaseAdmissionPolicy", "kind: NetworkPolicy", vec![(Rule::Schema, Some(4))])]
+    fn broken_configs(
+        #[case] file: &str,
+        #[case] from: &str,
+        #[case] to: &str,
+        #[case] expected: Vec<(Rule, Option<usize>)>,
+    ) {
+        let dir = template();
+        let path = dir.path().join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains(from), "{file} lacks {from:?}");
+        std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
+        let err = FleetConfig::load(&DirTree::new(dir.path())).unwrap_err();
+        let got: Vec<(Rule, Option<usize>)> = err.findings().iter().map(|f| (f.rule, f.at.line)).collect();
+        assert_eq!(got, expected, "{err}");
+        assert!(err.findings().iter().all(|f| f.at.file == file || expected.len() > 1), "{err}");
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let dir = template();
+        std::fs::remove_file(dir.path().join("fleet.yaml")).unwrap();
+        std::fs::write(dir.path().join("clusters/bad.yaml"), "kind: [").unwrap();
+        std::fs::create_dir(dir.path().join("clusters/old")).unwrap();
+        let err = FleetConfig::load(&DirTree::new(dir.path())).unwrap_err();
+        let files: Vec<&str> = err.findings().iter().map(|f| f.at.file.as_str()).collect();
+        assert_eq!(files, ["fleet.yaml", "clusters/old", "clusters/bad.yaml"], "{err}");
+    }
+}

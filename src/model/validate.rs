@@ -1,0 +1,374 @@
+//! Semantic checks of single documents, after they parsed: names, versions, images, paths.
+//! Each check returns every finding (never only the first); cross-document references are
+//! checked by [`super::FleetConfig`], and the release's agreement with its manifests by
+//! `release::mapping`.
+
+use super::{Cluster, Finding, Fleet, Release, Rule};
+
+/// Node architectures Kubernetes reports (`kubernetes.io/arch`); anything else is a typo.
+pub const KNOWN_ARCHITECTURES: [&str; 7] = ["amd64", "arm64", "arm", "ppc64le", "s390x", "386", "riscv64"];
+
+/// A DNS-1123 label: what cluster, wave and operator names must be (they appear in status
+/// contexts, Kubernetes object names and label values).
+pub fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// A release id: lowercase letters, digits, `-` and `.`, starting and ending alphanumeric, at
+/// most 63 characters — valid as a Git tag, a Kubernetes label value, and in a ConfigMap name
+/// (`release-manifest-<id>`).
+pub fn is_release_id(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && s.as_bytes()[0].is_ascii_alphanumeric()
+        && s.as_bytes()[s.len() - 1].is_ascii_alphanumeric()
+        && !s.contains("..")
+}
+
+/// A Kubernetes API version name: `v1`, `v1alpha2`, `v2beta1`.
+pub fn is_api_version_name(s: &str) -> bool {
+    let Some(rest) = s.strip_prefix('v') else { return false };
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    if digits == 0 || rest.starts_with('0') {
+        return false;
+    }
+    let rest = &rest[digits..];
+    if rest.is_empty() {
+        return true;
+    }
+    let tail = rest.strip_prefix("alpha").or_else(|| rest.strip_prefix("beta"));
+    matches!(tail, Some(t) if !t.is_empty() && !t.starts_with('0') && t.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// An OCI digest fleetgate accepts: `sha256:` + 64 hex, or `sha512:` + 128 hex.
+pub fn is_digest(s: &str) -> bool {
+    let hex = |h: &str, n: usize| h.len() == n && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    match s.split_once(':') {
+        Some(("sha256", h)) => hex(h, 64),
+        Some(("sha512", h)) => hex(h, 128),
+        _ => false,
+    }
+}
+
+/// An image tag as the OCI distribution spec allows it.
+pub fn is_image_tag(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 128
+        && (s.as_bytes()[0].is_ascii_alphanumeric() || s.as_bytes()[0] == b'_')
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+/// An image repository: `[registry[:port]/]path`, no tag, no digest, no whitespace, path in
+/// lowercase (only a registry host may carry capitals).
+pub fn is_image_repository(s: &str) -> bool {
+    let (host, path) = match s.split_once('/') {
+        Some((h, p)) if h.contains('.') || h.contains(':') || h == "localhost" => (h, p),
+        _ => ("", s),
+    };
+    !path.is_empty()
+        && !s.contains('@')
+        && !path.contains(':')
+        && host.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':'))
+        && path.split('/').all(|c| {
+            !c.is_empty() && c.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-'))
+        })
+}
+
+/// Normalises a repo-relative path, refusing anything that could leave the repo: absolute paths,
+/// `..` components, backslashes (a Windows-style escape), NUL. Returns the path without `.`
+/// components or trailing slash (`""` is the repo root).
+pub fn safe_relative_path(path: &str) -> Result<String, String> {
+    if path.starts_with('/') {
+        return Err(format!("{path:?} is absolute; paths are relative to the repo root"));
+    }
+    if path.contains('\\') || path.contains('\0') {
+        return Err(format!("{path:?} contains a backslash or NUL"));
+    }
+    let mut parts = Vec::new();
+    for c in path.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => return Err(format!("{path:?} contains `..`; paths must stay inside the repo")),
+            c => parts.push(c),
+        }
+    }
+    Ok(parts.join("/"))
+}
+
+/// Checks of `fleet.yaml` on its own.
+pub fn check_fleet(fleet: &Fleet, file: &str, text: &str) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let s = &fleet.spec;
+    let mut bad = |rule, key: &str, msg: String| out.push(Finding::at_key(rule, file, text, key, msg));
+    if !is_dns_label(fleet.name()) {
+        bad(Rule::Naming, "name", format!("fleet name {:?} is not a DNS-1123 label", fleet.name()));
+    }
+    if !is_dns_label(&s.operator.name) {
+        bad(Rule::Naming, "operator", format!("operator name {:?} is not a DNS-1123 label", s.operator.name));
+    }
+    if !is_dns_label(&s.operator.namespace) {
+        bad(Rule::Naming, "namespace", format!("operator namespace {:?} is not a DNS-1123 label", s.operator.namespace));
+    }
+    if let Some(image) = &s.operator.image
+        && !is_image_repository(image)
+    {
+        bad(Rule::Image, "image", format!("operator image {image:?} is not a repository (no tag, no digest)"));
+    }
+    if s.waves.is_empty() {
+        bad(Rule::Schema, "waves", "spec.waves is empty; name at least one wave".to_string());
+    }
+    for (i, w) in s.waves.iter().enumerate() {
+        if !is_dns_label(w) {
+            bad(Rule::Naming, "waves", format!("wave {w:?} is not a DNS-1123 label"));
+        }
+        if s.waves[..i].contains(w) {
+            bad(Rule::Duplicate, "waves", format!("wave {w:?} is listed twice"));
+        }
+    }
+    if let Some(r) = &s.release
+        && !is_release_id(r)
+    {
+        bad(Rule::Naming, "release", format!("release {r:?} is not a valid release id"));
+    }
+    if s.rollout.max_failed_clusters == 0 {
+        bad(Rule::Schema, "maxFailedClusters", "rollout.maxFailedClusters must be at least 1".to_string());
+    }
+    out
+}
+
+/// Checks of `clusters/<name>.yaml` on its own (its wave is checked against the fleet elsewhere).
+pub fn check_cluster(cluster: &Cluster, file: &str, text: &str) -> Vec<Finding> {
+    let mut out = Vec::new();
+    if !is_dns_label(cluster.name()) {
+        out.push(Finding::at_key(
+            Rule::Naming,
+            file,
+            text,
+            "name",
+            format!("cluster name {:?} is not a DNS-1123 label", cluster.name()),
+        ));
+    }
+    let expected = format!("clusters/{}.yaml", cluster.name());
+    if file != expected && file != format!("clusters/{}.yml", cluster.name()) {
+        out.push(Finding::at_key(
+            Rule::Naming,
+            file,
+            text,
+            "name",
+            format!("cluster {:?} must live in {expected}", cluster.name()),
+        ));
+    }
+    if let Some(r) = &cluster.spec.release
+        && !is_release_id(r)
+    {
+        out.push(Finding::at_key(Rule::Naming, file, text, "release", format!("release {r:?} is not a valid release id")));
+    }
+    out
+}
+
+/// Checks of a release document on its own: id, commit, image, versions, targets, requirements,
+/// manifests path, timestamp.
+pub fn check_release(release: &Release, file: &str, text: &str) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let s = &release.spec;
+    let mut bad = |rule, key: &str, msg: String| out.push(Finding::at_key(rule, file, text, key, msg));
+    let id = release.name();
+    if !is_release_id(id) {
+        bad(
+            Rule::Naming,
+            "name",
+            format!("release id {id:?} must be lowercase letters, digits, `-` and `.` (at most 63), e.g. rel-20250315-001"),
+        );
+    }
+    let hex = |c: &str| (7..=64).contains(&c.len()) && c.bytes().all(|b| b.is_ascii_hexdigit());
+    if !hex(&s.git_commit) {
+        bad(Rule::Schema, "gitCommit", format!("gitCommit {:?} is not a hex commit id (7 to 64 digits)", s.git_commit));
+    }
+    if !is_image_repository(&s.image.repository) {
+        bad(
+            Rule::Image,
+            "repository",
+            format!("image repository {:?} is not a repository (no tag, no digest, no spaces)", s.image.repository),
+        );
+    }
+    if !is_image_tag(&s.image.tag) {
+        bad(Rule::Image, "tag", format!("image tag {:?} is not a valid tag", s.image.tag));
+    }
+    if let Some(d) = &s.image.digest
+        && !is_digest(d)
+    {
+        bad(Rule::Image, "digest", format!("image digest {d:?} is not sha256:<64 hex> or sha512:<128 hex>"));
+    }
+    if semver::Version::parse(&s.chart_version).is_err() {
+        bad(Rule::Schema, "chartVersion", format!("chartVersion {:?} is not a semantic version", s.chart_version));
+    }
+    if !is_api_version_name(&s.crd_version) {
+        bad(Rule::CrdVersion, "crdVersion", format!("crdVersion {:?} is not a version name like v1alpha2", s.crd_version));
+    }
+    if s.target_clusters.is_empty() {
+        bad(Rule::Reference, "targetClusters", "targetClusters is empty; the release could run nowhere".to_string());
+    }
+    for (i, c) in s.target_clusters.iter().enumerate() {
+        if !is_dns_label(c) {
+            bad(Rule::Naming, "targetClusters", format!("target cluster {c:?} is not a DNS-1123 label"));
+        }
+        if s.target_clusters[..i].contains(c) {
+            bad(Rule::Duplicate, "targetClusters", format!("target cluster {c:?} is listed twice"));
+        }
+    }
+    if let Some(r) = &s.rollback_to {
+        if !is_release_id(r) {
+            bad(Rule::Naming, "rollbackTo", format!("rollbackTo {r:?} is not a valid release id"));
+        } else if r == id {
+            bad(Rule::Reference, "rollbackTo", "rollbackTo names the release itself".to_string());
+        }
+    }
+    if let Some(req) = &s.requires {
+        if let Some(k) = &req.kubernetes
+            && let Err(e) = crate::release::parse_version_range(k)
+        {
+            bad(Rule::Requires, "kubernetes", e.to_string());
+        }
+        for a in &req.architectures {
+            if !KNOWN_ARCHITECTURES.contains(&a.as_str()) {
+                bad(
+                    Rule::Requires,
+                    "architectures",
+                    format!("architecture {a:?} is unknown; expected one of {}", KNOWN_ARCHITECTURES.join(", ")),
+                );
+            }
+        }
+    }
+    match safe_relative_path(&s.manifests) {
+        Ok(p) if p.is_empty() => bad(
+            Rule::ManifestPath,
+            "manifests",
+            "manifests names the repo root; name the folder of rendered manifests, e.g. operator/".to_string(),
+        ),
+        Ok(_) => {}
+        Err(e) => bad(Rule::ManifestPath, "manifests", format!("manifests: {e}")),
+    }
+    if let Some(t) = &s.deploy_timestamp
+        && chrono::DateTime::parse_from_rfc3339(t).is_err()
+    {
+        bad(Rule::Schema, "deployTimestamp", format!("deployTimestamp {t:?} is not an RFC 3339 time"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case("cluster-a", true)]
+    #[case("a", true)]
+    #[case("Cluster-A", false)]
+    #[case("-a", false)]
+    #[case("a-", false)]
+    #[case("a_b", false)]
+    #[case("", false)]
+    fn dns_labels(#[case] s: &str, #[case] ok: bool) {
+        assert_eq!(is_dns_label(s), ok, "{s}");
+    }
+
+    #[rstest]
+    #[case("rel-20250315-001", true)]
+    #[case("v1.2.3", true)]
+    #[case("rel..1", false)]
+    #[case("Rel-1", false)]
+    #[case("rel-1.", false)]
+    #[case("rel/1", false)]
+    fn release_ids(#[case] s: &str, #[case] ok: bool) {
+        assert_eq!(is_release_id(s), ok, "{s}");
+    }
+
+    #[rstest]
+    #[case("v1", true)]
+    #[case("v1alpha2", true)]
+    #[case("v2beta1", true)]
+    #[case("v1alpha", false)]
+    #[case("v0", false)]
+    #[case("1", false)]
+    #[case("v1gamma1", false)]
+    fn api_version_names(#[case] s: &str, #[case] ok: bool) {
+        assert_eq!(is_api_version_name(s), ok, "{s}");
+    }
+
+    #[rstest]
+    #[case("registry.example.com/redis-operator", true)]
+    #[case("localhost:5000/redis-operator", true)]
+    #[case("redis", true)]
+    #[case("redis:7", false)]
+    #[case("redis@sha256:00", false)]
+    #[case("with space/x", false)]
+    fn image_repositories(#[case] s: &str, #[case] ok: bool) {
+        assert_eq!(is_image_repository(s), ok, "{s}");
+    }
+
+    #[rstest]
+    #[case("operator/", Ok("operator"))]
+    #[case("./operator/./crds", Ok("operator/crds"))]
+    #[case("../other", Err(()))]
+    #[case("operator/../../etc", Err(()))]
+    #[case("/etc", Err(()))]
+    #[case("op\\..\\x", Err(()))]
+    fn relative_paths(#[case] p: &str, #[case] expected: Result<&str, ()>) {
+        assert_eq!(safe_relative_path(p).map_err(|_| ()), expected.map(str::to_string));
+    }
+}
+
+#[cfg(test)]
+mod release_tests {
+    use super::*;
+    use crate::model::parse_release;
+    use rstest::rstest;
+
+    const BASE: &str = "apiVersion: fleetgate.io/v1alpha1
+kind: Release
+metadata:
+  name: rel-20250315-001
+spec:
+  gitCommit: a1b2c3d4e5f6
+  image:
+    repository: registry.example.com/redis-operator
+    tag: v1.2.3-build.456
+  chartVersion: 1.2.3
+  crdVersion: v1alpha2
+  targetClusters: [cluster-a, cluster-b]
+  requires:
+    kubernetes: \">=1.28\"
+    architectures: [amd64, arm64]
+  manifests: operator/
+";
+
+    fn findings(text: &str) -> Vec<(Rule, Option<usize>)> {
+        let r = parse_release("release.yaml", text, None).unwrap();
+        check_release(&r, "release.yaml", text).into_iter().map(|f| (f.rule, f.at.line)).collect()
+    }
+
+    #[rstest]
+    #[case::clean("", "", vec![])]
+    #[case::bad_id("rel-20250315-001", "Rel_1", vec![(Rule::Naming, Some(4))])]
+    #[case::bad_commit("a1b2c3d4e5f6", "not-hex", vec![(Rule::Schema, Some(6))])]
+    #[case::tagged_repository("registry.example.com/redis-operator", "registry.example.com/redis-operator:v1", vec![(Rule::Image, Some(8))])]
+    #[case::bad_chart("chartVersion: 1.2.3", "chartVersion: one", vec![(Rule::Schema, Some(10))])]
+    #[case::bad_crd_version("v1alpha2", "alpha2", vec![(Rule::CrdVersion, Some(11))])]
+    #[case::no_targets("[cluster-a, cluster-b]", "[]", vec![(Rule::Reference, Some(12))])]
+    #[case::duplicate_target("[cluster-a, cluster-b]", "[cluster-a, cluster-a]", vec![(Rule::Duplicate, Some(12))])]
+    #[case::bad_range("\">=1.28\"", "\"newest\"", vec![(Rule::Requires, Some(14))])]
+    #[case::unknown_arch("[amd64, arm64]", "[amd64, x86]", vec![(Rule::Requires, Some(15))])]
+    #[case::escaping_manifests("manifests: operator/", "manifests: ../operator/", vec![(Rule::ManifestPath, Some(16))])]
+    #[case::absolute_manifests("manifests: operator/", "manifests: /etc", vec![(Rule::ManifestPath, Some(16))])]
+    #[case::several_at_once("chartVersion: 1.2.3\n  crdVersion: v1alpha2", "chartVersion: x\n  crdVersion: y", vec![(Rule::Schema, Some(10)), (Rule::CrdVersion, Some(11))])]
+    fn release_rules(#[case] from: &str, #[case] to: &str, #[case] expected: Vec<(Rule, Option<usize>)>) {
+        let text = if from.is_empty() { BASE.to_string() } else { BASE.replacen(from, to, 1) };
+        assert_eq!(findings(&text), expected);
+    }
+}

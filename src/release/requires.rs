@@ -1,0 +1,124 @@
+//! `spec.requires` against a live cluster: a pure check the agent calls with the facts it read from
+//! the API server (`/version` and the nodes' `kubernetes.io/arch`), so it is tested without one.
+
+use crate::model::{ErrorClass, Requirements};
+use serde::Serialize;
+
+/// What the agent knows about its cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ClusterFacts {
+    /// The API server's `gitVersion`, e.g. `v1.36.3`, `v1.29.4-eks-036c24b`, `v1.30.2+k3s1`.
+    pub server_version: String,
+    /// The architectures of the cluster's nodes (`kubernetes.io/arch`); duplicates are fine.
+    pub architectures: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequirementError {
+    #[error("the release requires Kubernetes {required}, the cluster runs {found}")]
+    KubernetesVersion { required: String, found: String },
+    #[error("the release's images are built for [{}], but the cluster has nodes of {}", supported.join(", "), unsupported.join(", "))]
+    Architecture { supported: Vec<String>, unsupported: Vec<String> },
+    #[error("requires.kubernetes {range:?} is not a version range (expected e.g. `>=1.28`, `>=1.28, <1.33`): {reason}")]
+    BadRange { range: String, reason: String },
+    #[error("the API server reports version {version:?}, which is not MAJOR.MINOR[.PATCH]")]
+    BadServerVersion { version: String },
+}
+
+impl RequirementError {
+    /// A cluster that does not meet a release's requirements will not start meeting them by
+    /// retrying: every variant is stalling.
+    pub fn class(&self) -> ErrorClass {
+        ErrorClass::Stalling
+    }
+}
+
+/// Parses a Kubernetes version range (`>=1.28`, `~1.30`, `>=1.28, <1.33`).
+pub fn parse_version_range(range: &str) -> Result<semver::VersionReq, RequirementError> {
+    semver::VersionReq::parse(range)
+        .map_err(|e| RequirementError::BadRange { range: range.to_string(), reason: e.to_string() })
+}
+
+/// `v1.29.4-eks-036c24b` → 1.29.4. Vendor suffixes are dropped: they are builds of that
+/// version, and semver would otherwise treat them as pre-releases that `>=1.28` does not match.
+pub fn parse_server_version(version: &str) -> Result<semver::Version, RequirementError> {
+    let bad = || RequirementError::BadServerVersion { version: version.to_string() };
+    let v = version.trim().strip_prefix('v').unwrap_or(version.trim());
+    let core = v.split(['-', '+']).next().unwrap_or_default();
+    let mut nums = core.split('.').map(|n| n.parse::<u64>());
+    let major = nums.next().ok_or_else(bad)?.map_err(|_| bad())?;
+    let minor = nums.next().ok_or_else(bad)?.map_err(|_| bad())?;
+    let patch = nums.next().transpose().map_err(|_| bad())?.unwrap_or(0);
+    if nums.next().is_some() {
+        return Err(bad());
+    }
+    Ok(semver::Version::new(major, minor, patch))
+}
+
+/// Ok when the cluster meets every requirement; else the first unmet one.
+pub fn check_requirements(requires: &Requirements, facts: &ClusterFacts) -> Result<(), RequirementError> {
+    if let Some(range) = &requires.kubernetes {
+        let req = parse_version_range(range)?;
+        let found = parse_server_version(&facts.server_version)?;
+        if !req.matches(&found) {
+            return Err(RequirementError::KubernetesVersion {
+                required: range.clone(),
+                found: facts.server_version.clone(),
+            });
+        }
+    }
+    if !requires.architectures.is_empty() {
+        let mut unsupported: Vec<String> =
+            facts.architectures.iter().filter(|a| !requires.architectures.contains(a)).cloned().collect();
+        unsupported.sort();
+        unsupported.dedup();
+        if !unsupported.is_empty() {
+            return Err(RequirementError::Architecture { supported: requires.architectures.clone(), unsupported });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    fn req(k: Option<&str>, archs: &[&str]) -> Requirements {
+        Requirements { kubernetes: k.map(str::to_string), architectures: archs.iter().map(|s| s.to_string()).collect() }
+    }
+
+    fn facts(v: &str, archs: &[&str]) -> ClusterFacts {
+        ClusterFacts { server_version: v.to_string(), architectures: archs.iter().map(|s| s.to_string()).collect() }
+    }
+
+    #[rstest]
+    #[case(None, &[], "v1.20.0", &["s390x"], Ok(()))]
+    #[case(Some(">=1.28"), &[], "v1.36.3", &["amd64"], Ok(()))]
+    #[case(Some(">=1.28"), &[], "v1.29.4-eks-036c24b", &["amd64"], Ok(()))]
+    #[case(Some(">=1.28"), &[], "v1.30.2+k3s1", &["amd64"], Ok(()))]
+    #[case(Some(">=1.28"), &[], "v1.27.9", &["amd64"], Err("KubernetesVersion"))]
+    #[case(Some(">=1.28, <1.33"), &[], "v1.33.0", &["amd64"], Err("KubernetesVersion"))]
+    #[case(Some(">=1.28"), &[], "1.31", &[], Ok(()))]
+    #[case(Some("newest"), &[], "v1.31.0", &[], Err("BadRange"))]
+    #[case(Some(">=1.28"), &[], "unknown", &[], Err("BadServerVersion"))]
+    #[case(None, &["amd64", "arm64"], "v1.31.0", &["amd64", "arm64", "amd64"], Ok(()))]
+    #[case(None, &["amd64"], "v1.31.0", &["amd64", "arm64"], Err("Architecture"))]
+    fn requirements(
+        #[case] k: Option<&str>,
+        #[case] archs: &[&str],
+        #[case] version: &str,
+        #[case] nodes: &[&str],
+        #[case] expected: Result<(), &str>,
+    ) {
+        let got = check_requirements(&req(k, archs), &facts(version, nodes));
+        let variant = got.clone().map_err(|e| format!("{e:?}").split([' ', '{']).next().unwrap().to_string());
+        assert_eq!(variant, expected.map_err(str::to_string), "{got:?}");
+    }
+
+    #[test]
+    fn architecture_error_names_the_offenders() {
+        let e = check_requirements(&req(None, &["amd64"]), &facts("v1.31.0", &["arm64", "s390x", "arm64"])).unwrap_err();
+        assert_eq!(e.to_string(), "the release's images are built for [amd64], but the cluster has nodes of arm64, s390x");
+    }
+}

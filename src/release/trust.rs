@@ -1,0 +1,267 @@
+//! Trust anchors and PGP signature checks (gpgme).
+//!
+//! A [`Keyring`] is built only from armored public keys the *caller* supplies (the agent's own
+//! configuration, `--trusted-keys` files) — never from the repo being verified. It lives in a
+//! private GnuPG home of its own (a short path under `/tmp`: gpg's socket paths are limited to
+//! about 108 bytes), where every imported key is marked trusted through `trusted-key` lines in its
+//! `gpg.conf`; the user's own `~/.gnupg` is never consulted.
+//!
+//! gpgme's `verify` returns Ok even when the signing key is unknown, so a signature is accepted
+//! only when its status is OK, its summary says VALID (not expired, not revoked), and the primary
+//! fingerprint of its key is one of the imported ones — and *every* signature must pass.
+
+use crate::model::ErrorClass;
+use gpgme::{Context, Protocol, SignatureSummary};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// The trust settings verification runs with (from the agent's configuration, not the repo).
+pub struct TrustConfig {
+    pub keyring: Keyring,
+    /// Also require the tracked branch's tip commit to carry a trusted signature. The repo's
+    /// `fleet.yaml` `rollout.requireSignedCommits` can switch this on, never off.
+    pub require_signed_commits: bool,
+}
+
+impl TrustConfig {
+    pub fn new(keyring: Keyring) -> TrustConfig {
+        TrustConfig { keyring, require_signed_commits: false }
+    }
+}
+
+/// Why a signature was not accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SignatureProblem {
+    #[error("not signed")]
+    Missing,
+    #[error("signed in {format} format; fleetgate verifies OpenPGP signatures only")]
+    UnsupportedFormat { format: String },
+    #[error("signed by key {fingerprint}, which is not among the trusted keys")]
+    UntrustedKey { fingerprint: String },
+    #[error("the signature does not verify: {detail}")]
+    Bad { detail: String },
+    #[error("the signature by {fingerprint} is not valid: {detail}")]
+    NotValid { fingerprint: String, detail: String },
+    #[error("the verification engine (gpg) failed: {detail}")]
+    Engine { detail: String },
+}
+
+impl SignatureProblem {
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            SignatureProblem::Engine { .. } => ErrorClass::Retryable,
+            _ => ErrorClass::Stalling,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TrustError {
+    #[error("reading trusted key file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("trusted key file {origin} holds no OpenPGP public key")]
+    NoKey { origin: String },
+    #[error("importing trusted keys from {origin}: {detail}")]
+    Import { origin: String, detail: String },
+    #[error("setting up the private keyring: {detail}")]
+    Setup { detail: String },
+}
+
+/// A private keyring of trusted public keys.
+pub struct Keyring {
+    home: tempfile::TempDir,
+    /// Primary fingerprints of the trusted keys (upper-case hex).
+    trusted: BTreeSet<String>,
+}
+
+impl std::fmt::Debug for Keyring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keyring").field("trusted", &self.trusted).finish()
+    }
+}
+
+fn engine(e: impl std::fmt::Display) -> SignatureProblem {
+    SignatureProblem::Engine { detail: e.to_string() }
+}
+
+impl Keyring {
+    /// Imports every armored (or binary) public key in `paths`.
+    pub fn from_files(paths: &[PathBuf]) -> Result<Keyring, TrustError> {
+        let mut keys = Vec::new();
+        for p in paths {
+            let bytes = std::fs::read(p).map_err(|source| TrustError::Read { path: p.clone(), source })?;
+            keys.push((p.display().to_string(), bytes));
+        }
+        Keyring::from_keys(&keys)
+    }
+
+    /// Imports keys given as `(origin for messages, key bytes)`.
+    pub fn from_keys(keys: &[(String, Vec<u8>)]) -> Result<Keyring, TrustError> {
+        let setup = |e: &dyn std::fmt::Display| TrustError::Setup { detail: e.to_string() };
+        let home = tempfile::Builder::new().prefix("fgk").tempdir_in("/tmp").map_err(|e| setup(&e))?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o700)).map_err(|e| setup(&e))?;
+        }
+        let mut ring = Keyring { home, trusted: BTreeSet::new() };
+        let mut ctx = ring.context().map_err(|e| setup(&e))?;
+        for (origin, bytes) in keys {
+            let result = ctx
+                .import(bytes.as_slice())
+                .map_err(|e| TrustError::Import { origin: origin.clone(), detail: e.to_string() })?;
+            let mut found = false;
+            for import in result.imports() {
+                let Ok(fpr) = import.fingerprint() else { continue };
+                // Resolve to the primary key's fingerprint: signatures made by a subkey are
+                // attributed to their primary key below.
+                let key = ctx.get_key(fpr).map_err(|e| TrustError::Import { origin: origin.clone(), detail: e.to_string() })?;
+                if let Ok(primary) = key.fingerprint() {
+                    ring.trusted.insert(primary.to_ascii_uppercase());
+                    found = true;
+                }
+            }
+            if !found {
+                return Err(TrustError::NoKey { origin: origin.clone() });
+            }
+        }
+        // Every imported key is an anchor: mark it ultimately trusted for this home only, and
+        // keep gpg from fetching keys over the network.
+        let mut conf = String::from("no-auto-key-retrieve\ntrust-model pgp\n");
+        for f in &ring.trusted {
+            conf.push_str(&format!("trusted-key {f}\n"));
+        }
+        std::fs::write(ring.home.path().join("gpg.conf"), conf).map_err(|e| setup(&e))?;
+        Ok(ring)
+    }
+
+    /// Primary fingerprints of the trusted keys.
+    pub fn fingerprints(&self) -> impl Iterator<Item = &str> {
+        self.trusted.iter().map(String::as_str)
+    }
+
+    pub fn home(&self) -> &Path {
+        self.home.path()
+    }
+
+    fn context(&self) -> Result<Context, gpgme::Error> {
+        let mut ctx = Context::from_protocol(Protocol::OpenPgp)?;
+        ctx.set_engine_home_dir(self.home.path().to_string_lossy().as_bytes())?;
+        ctx.set_offline(true);
+        Ok(ctx)
+    }
+
+    /// Verifies a detached armored signature over `payload`. Returns the primary fingerprint of
+    /// the (trusted) key that made it.
+    pub fn verify_detached(&self, payload: &[u8], signature: &[u8]) -> Result<String, SignatureProblem> {
+        if let Some(format) = foreign_format(signature) {
+            return Err(SignatureProblem::UnsupportedFormat { format: format.to_string() });
+        }
+        let mut ctx = self.context().map_err(engine)?;
+        let result = ctx
+            .verify_detached(signature, payload)
+            .map_err(|e| SignatureProblem::Bad { detail: e.to_string() })?;
+        let mut signer = None;
+        for sig in result.signatures() {
+            let fpr = sig.fingerprint().unwrap_or("(unknown key)").to_ascii_uppercase();
+            let summary = sig.summary();
+            if summary.contains(SignatureSummary::KEY_MISSING) {
+                return Err(SignatureProblem::UntrustedKey { fingerprint: fpr });
+            }
+            if let Err(e) = sig.status() {
+                if e.code() == gpgme::Error::NO_PUBKEY.code() {
+                    return Err(SignatureProblem::UntrustedKey { fingerprint: fpr });
+                }
+                return Err(SignatureProblem::Bad { detail: e.to_string() });
+            }
+            for (flag, what) in [
+                (SignatureSummary::KEY_REVOKED, "the key is revoked"),
+                (SignatureSummary::KEY_EXPIRED, "the key has expired"),
+                (SignatureSummary::SIG_EXPIRED, "the signature has expired"),
+                (SignatureSummary::RED, "the signature is marked bad"),
+            ] {
+                if summary.contains(flag) {
+                    return Err(SignatureProblem::NotValid { fingerprint: fpr, detail: what.to_string() });
+                }
+            }
+            let primary = ctx
+                .get_key(fpr.as_str())
+                .ok()
+                .and_then(|k| k.fingerprint().ok().map(str::to_ascii_uppercase))
+                .unwrap_or_else(|| fpr.clone());
+            if !self.trusted.contains(&primary) {
+                return Err(SignatureProblem::UntrustedKey { fingerprint: primary });
+            }
+            if !summary.contains(SignatureSummary::VALID) {
+                return Err(SignatureProblem::NotValid {
+                    fingerprint: primary,
+                    detail: format!("gpg reports validity {:?}, summary {:?}", sig.validity(), summary),
+                });
+            }
+            signer.get_or_insert(primary);
+        }
+        signer.ok_or_else(|| SignatureProblem::Bad { detail: "no signature found in the signature block".to_string() })
+    }
+}
+
+impl Drop for Keyring {
+    fn drop(&mut self) {
+        // Stop any gpg-agent or keyboxd a verification started in this home; TempDir removes it.
+        let _ = std::process::Command::new("gpgconf")
+            .env("GNUPGHOME", self.home.path())
+            .args(["--kill", "all"])
+            .output();
+    }
+}
+
+const PGP_SIGNATURE: &str = "-----BEGIN PGP SIGNATURE-----";
+const FOREIGN: [(&str, &str); 2] = [("-----BEGIN SSH SIGNATURE-----", "SSH"), ("-----BEGIN SIGNED MESSAGE-----", "X.509")];
+
+fn foreign_format(signature: &[u8]) -> Option<&'static str> {
+    let text = String::from_utf8_lossy(signature);
+    FOREIGN.iter().find(|(marker, _)| text.trim_start().starts_with(marker)).map(|(_, f)| *f)
+}
+
+/// A signed tag object's bytes split into (payload, signature): the signature starts at the last
+/// line that opens a signature block. Returns `Err(problem)` when there is no signature, or one
+/// in a format other than OpenPGP.
+pub fn split_signed_tag(raw: &[u8]) -> Result<(&[u8], &[u8]), SignatureProblem> {
+    let starts = |marker: &str| -> Option<usize> {
+        let m = marker.as_bytes();
+        (0..raw.len().saturating_sub(m.len() - 1))
+            .rev()
+            .find(|&i| raw[i..].starts_with(m) && (i == 0 || raw[i - 1] == b'\n'))
+    };
+    if let Some(i) = starts(PGP_SIGNATURE) {
+        return Ok((&raw[..i], &raw[i..]));
+    }
+    if let Some((_, format)) = FOREIGN.iter().find(|(m, _)| starts(m).is_some()) {
+        return Err(SignatureProblem::UnsupportedFormat { format: format.to_string() });
+    }
+    Err(SignatureProblem::Missing)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEAD: &str = "object 0123\ntype commit\ntag rel-1\ntagger A <a@x> 1 +0000\n\nrelease rel-1\n";
+
+    #[test]
+    fn splits_at_the_last_signature_block() {
+        let raw = format!("{HEAD}quoting {PGP_SIGNATURE} in a message\n{PGP_SIGNATURE}\nabc\n-----END PGP SIGNATURE-----\n");
+        let (payload, sig) = split_signed_tag(raw.as_bytes()).unwrap();
+        assert!(payload.ends_with(b"in a message\n"));
+        assert!(sig.starts_with(PGP_SIGNATURE.as_bytes()));
+    }
+
+    #[test]
+    fn unsigned_and_foreign_tags_are_told_apart() {
+        assert_eq!(split_signed_tag(HEAD.as_bytes()), Err(SignatureProblem::Missing));
+        let ssh = format!("{HEAD}-----BEGIN SSH SIGNATURE-----\nx\n-----END SSH SIGNATURE-----\n");
+        assert_eq!(
+            split_signed_tag(ssh.as_bytes()),
+            Err(SignatureProblem::UnsupportedFormat { format: "SSH".to_string() })
+        );
+    }
+}

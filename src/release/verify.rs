@@ -1,0 +1,191 @@
+//! Verification: from a [`DesiredRelease`] to a [`VerifiedRelease`], or a specific refusal.
+//!
+//! In order, stopping at the first failure:
+//! 1. the tag is annotated (a lightweight tag carries no signature) and names itself `id`;
+//! 2. the tag still points where it pointed when first verified ([`TagPins`]);
+//! 3. the tag's signature verifies with a trusted key (every signature, fully valid);
+//!    the pin is recorded now, on first sight of a good signature;
+//! 4. optionally, the branch tip commit is signed by a trusted key too;
+//! 5. `release.yaml` and the manifests are read from the **tag's tree**, the release targets the
+//!    cluster, and the mapping agrees with the manifests (every finding reported at once).
+
+use super::mapping::{check_mapping, read_manifests};
+use super::pins::{PinError, TagPins};
+use super::resolve::DesiredRelease;
+use super::trust::{SignatureProblem, TrustConfig, split_signed_tag};
+use super::VerifiedRelease;
+use crate::model::{
+    ErrorClass, FLEET_FILE, Finding, FleetSpec, MAX_YAML_BYTES, RELEASE_FILE, Release, check_release, join_findings,
+    parse_document, parse_release,
+};
+use crate::source::{Checkout, RepoTree, SourceError, TreeError, short};
+use std::collections::BTreeMap;
+
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    #[error("tag {tag} is a lightweight tag; releases must be annotated, signed tags (git tag -s)")]
+    Lightweight { tag: String },
+    #[error("ref refs/tags/{tag} points to a tag object named {object_name:?}; a signed tag cannot be reused under another name")]
+    TagNameMismatch { tag: String, object_name: String },
+    #[error("tag {tag} moved: first verified at commit {pinned}, now points to {now}; a release id names one content forever")]
+    MovedTag { tag: String, pinned: String, now: String },
+    #[error("tag {tag} is not signed; sign release tags with a trusted key (git tag -s)")]
+    Unsigned { tag: String },
+    #[error("tag {tag} is signed in {format} format; fleetgate verifies OpenPGP signatures only")]
+    UnsupportedSignature { tag: String, format: String },
+    #[error("tag {tag} is signed by key {fingerprint}, which is not among the trusted keys")]
+    UntrustedKey { tag: String, fingerprint: String },
+    #[error("tag {tag} has a bad signature: {detail}")]
+    BadSignature { tag: String, detail: String },
+    #[error("tag {tag}: {problem}")]
+    InvalidSignature { tag: String, problem: SignatureProblem },
+    #[error("the branch tip {commit} must be signed by a trusted key: {problem}")]
+    CommitSignature { commit: String, problem: SignatureProblem },
+    #[error("release {release} does not target cluster {cluster} (targetClusters: {})", targets.join(", "))]
+    NotTargeted { release: String, cluster: String, targets: Vec<String> },
+    #[error("release {release} at {commit} is inconsistent:\n{}", join_findings(findings))]
+    MappingMismatch { release: String, commit: String, findings: Vec<Finding> },
+    #[error(transparent)]
+    Pins(#[from] PinError),
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    Tree(#[from] TreeError),
+}
+
+impl VerifyError {
+    /// Stalling (wait for Git to change) for everything about the content, its signatures and
+    /// targeting; retryable for failures to read the repo, store pins or run gpg.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            VerifyError::Source(e) => e.class(),
+            VerifyError::Tree(_) | VerifyError::Pins(_) => ErrorClass::Retryable,
+            VerifyError::InvalidSignature { problem, .. } | VerifyError::CommitSignature { problem, .. } => {
+                problem.class()
+            }
+            _ => ErrorClass::Stalling,
+        }
+    }
+
+    fn tag_signature(tag: &str, problem: SignatureProblem) -> VerifyError {
+        let tag = tag.to_string();
+        match problem {
+            SignatureProblem::Missing => VerifyError::Unsigned { tag },
+            SignatureProblem::UnsupportedFormat { format } => VerifyError::UnsupportedSignature { tag, format },
+            SignatureProblem::UntrustedKey { fingerprint } => VerifyError::UntrustedKey { tag, fingerprint },
+            SignatureProblem::Bad { detail } => VerifyError::BadSignature { tag, detail },
+            problem => VerifyError::InvalidSignature { tag, problem },
+        }
+    }
+}
+
+/// A release's `release.yaml` and manifest files as read from one tree.
+#[derive(Debug, Clone)]
+pub struct ReleaseContent {
+    pub release: Release,
+    /// Manifest files, path relative to the repo root → bytes.
+    pub files: BTreeMap<String, Vec<u8>>,
+}
+
+/// Reads `release.yaml` and its manifests from `tree` and checks them (document rules and the
+/// mapping; `tag` is the tag the tree belongs to, None for an untagged commit). Returns the
+/// content when `release.yaml` could be read at all, and every finding. Errors only when the
+/// tree itself cannot be read.
+pub fn read_release(tree: &dyn RepoTree, tag: Option<&str>) -> Result<(Option<ReleaseContent>, Vec<Finding>), TreeError> {
+    let mut findings = Vec::new();
+    let text = match tree.read_text(RELEASE_FILE, MAX_YAML_BYTES) {
+        Ok(Some(t)) => t,
+        Ok(None) => {
+            findings.push(Finding::in_file(
+                crate::model::Rule::Schema,
+                RELEASE_FILE,
+                format!("{} has no {RELEASE_FILE}; a release commit carries its mapping there", tree.describe()),
+            ));
+            return Ok((None, findings));
+        }
+        Err(e) => {
+            findings.push(e.into_finding()?);
+            return Ok((None, findings));
+        }
+    };
+    // Releases in the seed's ConfigMap form take their image repository from the same commit's
+    // fleet.yaml; problems of that file are reported by the configuration check, not here.
+    let default_repository = tree
+        .read_text(FLEET_FILE, MAX_YAML_BYTES)
+        .ok()
+        .flatten()
+        .and_then(|t| parse_document::<FleetSpec>(FLEET_FILE, &t, "Fleet").ok())
+        .and_then(|f| f.spec.operator.image);
+    let release = match parse_release(RELEASE_FILE, &text, default_repository.as_deref()) {
+        Ok(r) => r,
+        Err(e) => {
+            findings.push(e.into());
+            return Ok((None, findings));
+        }
+    };
+    findings.extend(check_release(&release, RELEASE_FILE, &text));
+    let (files, read_findings) = read_manifests(tree, &release.spec.manifests)?;
+    findings.extend(read_findings);
+    findings.extend(check_mapping(tag, &release, RELEASE_FILE, &text, &files));
+    Ok((Some(ReleaseContent { release, files }), findings))
+}
+
+/// Verifies `desired` for its cluster. See the module documentation for the order of checks.
+///
+/// # Errors
+/// A specific [`VerifyError`] per refusal; [`VerifyError::class`] says whether retrying helps.
+pub fn verify(
+    checkout: &Checkout,
+    desired: &DesiredRelease,
+    trust: &TrustConfig,
+    pins: &mut TagPins,
+) -> Result<VerifiedRelease, VerifyError> {
+    let tag = &desired.tag;
+    let id = &desired.id;
+    let Some(object) = tag.object else {
+        return Err(VerifyError::Lightweight { tag: id.clone() });
+    };
+    let object_name = checkout.tag_object_name(object)?;
+    if object_name != *id {
+        return Err(VerifyError::TagNameMismatch { tag: id.clone(), object_name });
+    }
+    let commit = tag.commit.to_string();
+    if let Some(pinned) = pins.get(id)
+        && pinned != commit
+    {
+        return Err(VerifyError::MovedTag { tag: id.clone(), pinned: pinned.to_string(), now: commit });
+    }
+    let raw = checkout.raw_object(object)?;
+    let signer = split_signed_tag(&raw)
+        .and_then(|(payload, signature)| trust.keyring.verify_detached(payload, signature))
+        .map_err(|p| VerifyError::tag_signature(id, p))?;
+    pins.pin(id, &commit)?;
+
+    if trust.require_signed_commits || desired.config.fleet.spec.rollout.require_signed_commits {
+        verify_commit(checkout, desired.branch_commit, trust)?;
+    }
+
+    let tree = checkout.tag_tree(tag)?;
+    let (content, findings) = read_release(&tree, Some(id))?;
+    let mapping_error = |findings| VerifyError::MappingMismatch { release: id.clone(), commit: short(tag.commit), findings };
+    let Some(content) = content else { return Err(mapping_error(findings)) };
+    let targets = &content.release.spec.target_clusters;
+    if !targets.contains(&desired.cluster) {
+        return Err(VerifyError::NotTargeted { release: id.clone(), cluster: desired.cluster.clone(), targets: targets.clone() });
+    }
+    if !findings.is_empty() {
+        return Err(mapping_error(findings));
+    }
+    Ok(VerifiedRelease::new(id.clone(), commit, Some(signer), content.release, content.files))
+}
+
+/// Checks that `commit` carries a trusted OpenPGP signature; returns the signer's fingerprint.
+pub fn verify_commit(checkout: &Checkout, commit: git2::Oid, trust: &TrustConfig) -> Result<String, VerifyError> {
+    let fail = |problem| VerifyError::CommitSignature { commit: short(commit), problem };
+    let (signature, payload) = match checkout.repo().extract_signature(&commit, None) {
+        Ok(pair) => pair,
+        Err(e) if e.code() == git2::ErrorCode::NotFound => return Err(fail(SignatureProblem::Missing)),
+        Err(e) => return Err(SourceError::from(e).into()),
+    };
+    trust.keyring.verify_detached(&payload, &signature).map_err(fail)
+}
