@@ -1,0 +1,218 @@
+//! `fleetgate status` end to end: a fleet repo served by a real `git daemon`, release tags,
+//! statuses written by agents as Git notes, and the command's table, details, JSON and watch mode.
+
+use fleetgate::status::{self, GitRemote, Matrix, State, Status};
+use fleetgate_testenv::GitDaemon;
+use std::io::BufRead;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+const OLD: &str = "rel-20250301-001";
+const NEW: &str = "rel-20250315-001";
+
+fn git(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(["-c", "user.name=release", "-c", "user.email=release@example.com"])
+        .args(args)
+        .envs(env.iter().copied())
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+fn write(dir: &Path, file: &str, text: &str) {
+    let path = dir.join(file);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+fn cluster(name: &str, wave: &str, pin: Option<&str>) -> String {
+    let pin = pin.map(|r| format!("  release: {r}\n")).unwrap_or_default();
+    format!("apiVersion: fleetgate.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: {name}\nspec:\n  wave: {wave}\n{pin}")
+}
+
+struct Fleet {
+    daemon: GitDaemon,
+    url: String,
+    old: String,
+    new: String,
+}
+
+/// canary: cluster-a, cluster-b · prod: cluster-c, cluster-d (pinned to OLD). The fleet wants NEW.
+/// OLD succeeded everywhere; on NEW cluster-a succeeded, cluster-b failed and rolled back.
+fn fleet() -> Fleet {
+    let daemon = GitDaemon::start().unwrap();
+    let url = daemon.create_bare("fleet.git").unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    git(w, &[], &["init", "-q", "-b", "main"]);
+    let fleet_yaml = |release: &str| {
+        format!(
+            "apiVersion: fleetgate.io/v1alpha1\nkind: Fleet\nmetadata:\n  name: redis-fleet\nspec:\n  operator:\n    name: redis-operator\n    namespace: redis-system\n  release: {release}\n  waves: [canary, prod]\n  rollout:\n    maxFailedClusters: 2\n"
+        )
+    };
+    write(w, "clusters/cluster-a.yaml", &cluster("cluster-a", "canary", None));
+    write(w, "clusters/cluster-b.yaml", &cluster("cluster-b", "canary", None));
+    write(w, "clusters/cluster-c.yaml", &cluster("cluster-c", "prod", None));
+    write(w, "clusters/cluster-d.yaml", &cluster("cluster-d", "prod", Some(OLD)));
+    let mut commits = Vec::new();
+    for (id, date) in [(OLD, "2025-03-01T10:00:00Z"), (NEW, "2025-03-15T10:00:00Z")] {
+        write(w, "fleet.yaml", &fleet_yaml(id));
+        write(w, "release.yaml", &format!("kind: Release\nmetadata:\n  name: {id}\n"));
+        let env = [("GIT_COMMITTER_DATE", date), ("GIT_AUTHOR_DATE", date)];
+        git(w, &env, &["add", "."]);
+        git(w, &env, &["commit", "-q", "-m", &format!("release {id}")]);
+        git(w, &env, &["tag", "-a", id, "-m", id]);
+        commits.push(git(w, &[], &["rev-parse", "HEAD"]));
+    }
+    // A tag on a commit without release.yaml is not a release.
+    git(w, &[], &["tag", "not-a-release", "HEAD~1"]);
+    git(w, &[], &["rm", "-q", "release.yaml"]);
+    git(w, &[], &["commit", "-q", "-m", "tidy"]);
+    git(w, &[], &["tag", "docs-1"]);
+    git(w, &[], &["push", "-q", "--tags", &url, "main"]);
+    let fleet = Fleet { daemon, url, old: commits[0].clone(), new: commits[1].clone() };
+
+    let agent = tempfile::tempdir().unwrap();
+    let repo = git2::Repository::init_bare(agent.path()).unwrap();
+    repo.remote_anonymous(&fleet.url).unwrap().fetch(&["+refs/tags/*:refs/tags/*"], None, None).unwrap();
+    let remote = GitRemote::new(&fleet.url);
+    for c in ["cluster-a", "cluster-b", "cluster-c", "cluster-d"] {
+        let ok = Status::new(c, OLD, &fleet.old, State::Success, "all 4 gates passed over 10m");
+        status::write(&repo, &remote, &ok).unwrap();
+    }
+    status::write(&repo, &remote, &Status::new("cluster-a", NEW, &fleet.new, State::Pending, "baking")).unwrap();
+    status::write(&repo, &remote, &Status::new("cluster-a", NEW, &fleet.new, State::Success, "all 4 gates passed"))
+        .unwrap();
+    let failed = Status::new("cluster-b", NEW, &fleet.new, State::Failure, "rolled back to rel-20250301-001: error-rate 7.3 % > 5 %")
+        .rolled_back_to(OLD);
+    status::write(&repo, &remote, &failed).unwrap();
+    fleet
+}
+
+fn fleetgate(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fleetgate"))
+        .args(args)
+        .env("COLUMNS", "80")
+        .env("NO_COLOR", "1")
+        .env_remove("FLEETGATE_REPO")
+        .output()
+        .unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+#[test]
+fn the_matrix_fits_80_columns_and_says_where_each_release_stands() {
+    let f = fleet();
+    let out = fleetgate(&["status", "--repo", &f.url]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = stdout(&out);
+    println!("{text}");
+    for line in text.lines() {
+        assert!(line.chars().count() <= 80, "wider than 80 columns: {line:?}");
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("fleet redis-fleet · main @ "), "{text}");
+    assert!(text.contains("CLUSTER      rel-20250315-001  rel-20250301-001"), "{text}");
+    assert!(text.contains("  cluster-b  failure*          success"), "{text}");
+    assert!(text.contains("  cluster-c  —*                success"), "{text}");
+    assert!(text.contains("  cluster-d  —                 success*"), "{text}");
+    assert!(text.contains("rel-20250315-001  1/3 clusters success, 1 failure, 1 not started"), "{text}");
+    assert!(text.contains("rel-20250301-001  4/4 clusters success"), "{text}");
+    assert!(!text.contains("not-a-release") && !text.contains("docs-1"), "{text}");
+
+    // A local path works the same as a URL.
+    let local = fleetgate(&["status", "--repo", f.daemon.path("fleet.git").to_str().unwrap()]);
+    assert_eq!(stdout(&local), text);
+}
+
+#[test]
+fn release_details_explain_every_cluster_and_a_failure_exits_1() {
+    let f = fleet();
+    let out = fleetgate(&["status", NEW, "--repo", &f.url]);
+    let text = stdout(&out);
+    println!("{text}");
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    for line in text.lines() {
+        assert!(line.chars().count() <= 80, "wider than 80 columns: {line:?}");
+    }
+    assert!(text.contains("cluster-b  failure   rolled back to rel-20250301-001: error-rate 7.3 % > 5 %"), "{text}");
+    assert!(text.contains("cluster-c  —         blocked: cluster-b in earlier wave canary failed"), "{text}");
+    assert!(text.contains("cluster-d  —         not targeted: desires rel-20250301-001"), "{text}");
+
+    let ok = fleetgate(&["status", OLD, "--repo", &f.url]);
+    assert_eq!(ok.status.code(), Some(0));
+
+    let missing = fleetgate(&["status", "rel-19990101-001", "--repo", &f.url]);
+    assert_eq!(missing.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(err.contains("no release tag rel-19990101-001") && err.contains(NEW), "{err}");
+}
+
+#[test]
+fn json_output_is_the_documented_matrix() {
+    let f = fleet();
+    let out = fleetgate(&["status", "--repo", &f.url, "-o", "json"]);
+    assert!(out.status.success());
+    let m: Matrix = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(m.schema, 1);
+    assert_eq!(m.fleet, "redis-fleet");
+    assert_eq!(m.releases.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), [NEW, OLD]);
+    assert_eq!((m.releases[0].commit.as_str(), m.releases[1].commit.as_str()), (f.new.as_str(), f.old.as_str()));
+    assert_eq!(m.waves.iter().map(|w| w.name.as_str()).collect::<Vec<_>>(), ["canary", "prod"]);
+    let b = &m.waves[0].clusters[1];
+    assert_eq!((b.name.as_str(), b.cells[0].state), ("cluster-b", Some(State::Failure)));
+    assert_eq!(b.cells[0].status.as_ref().unwrap().rollback_to.as_deref(), Some(OLD));
+    let c = &m.waves[1].clusters[0];
+    assert_eq!(c.cells[0].state, None);
+    assert!(!c.cells[0].gate.as_ref().unwrap().allowed);
+    let raw: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(raw["releases"][0]["summary"], serde_json::json!({"clusters": 3, "success": 1, "failure": 1, "error": 0, "pending": 0, "notStarted": 1}));
+
+    let yaml = fleetgate(&["status", OLD, "--repo", &f.url, "-o", "yaml"]);
+    let one: Matrix = serde_yaml_ng::from_slice(&yaml.stdout).unwrap();
+    assert_eq!(one.releases.len(), 1);
+}
+
+#[test]
+fn watch_refreshes_until_stopped() {
+    let f = fleet();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fleetgate"))
+        .args(["status", "--repo", &f.url, "-o", "json", "--watch", "--interval", "300ms"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            if tx.send(line.unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    let first: Matrix = serde_json::from_str(&rx.recv_timeout(Duration::from_secs(30)).unwrap()).unwrap();
+    assert_eq!(first.releases[0].summary.success, 1);
+    // A cluster reports meanwhile; the next refresh shows it.
+    let agent = tempfile::tempdir().unwrap();
+    let repo = git2::Repository::init_bare(agent.path()).unwrap();
+    let s = Status::new("cluster-a", NEW, &f.new, State::Error, "could not reach the API server");
+    status::write(&repo, &GitRemote::new(&f.url), &s).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let line = rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())).expect("a refresh");
+        let m: Matrix = serde_json::from_str(&line).unwrap();
+        if m.releases[0].summary.error == 1 {
+            break;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
