@@ -192,6 +192,11 @@ impl TestCluster {
         &self.server_url
     }
 
+    /// Name and pid of every running process of the cluster, in start order.
+    pub fn processes(&self) -> Vec<(&str, u32)> {
+        self.procs.iter().map(|p| (p.name(), p.pid())).collect()
+    }
+
     /// The cluster's directory: certificates, etcd data, kubeconfig, `<process>.log`.
     pub fn dir(&self) -> &Path {
         self.dir.path()
@@ -219,8 +224,11 @@ fn validate_name(name: &str) -> anyhow::Result<()> {
 
 /// One try at starting: on error everything started so far is killed and the directory removed.
 async fn start_once(opts: &ClusterOptions, bin: &Path, deadline: Instant) -> anyhow::Result<TestCluster> {
+    static SWEEP: std::sync::Once = std::sync::Once::new();
+    SWEEP.call_once(sweep_stale_dirs);
     // Short paths under /tmp: a long TMPDIR would only make logs harder to read.
     let dir = tempfile::Builder::new().prefix(&format!("fg-{}-", opts.name)).tempdir_in("/tmp")?;
+    std::fs::write(dir.path().join(OWNER_FILE), std::process::id().to_string())?;
     let mut procs = Procs { dir: dir.path().to_path_buf(), list: Vec::new() };
     match start_processes(opts, bin, deadline, &mut procs).await {
         Ok((client, server_url, kubeconfig)) => Ok(TestCluster {
@@ -235,6 +243,31 @@ async fn start_once(opts: &ClusterOptions, bin: &Path, deadline: Instant) -> any
             let tails = procs.log_tails();
             drop(procs);
             Err(anyhow::anyhow!("starting test cluster {:?} failed: {e:#}{tails}", opts.name))
+        }
+    }
+}
+
+/// Marks a cluster directory with the pid of the process that owns it.
+const OWNER_FILE: &str = "fleetgate-testenv.pid";
+
+/// Removes cluster directories left by test processes that were killed before `Drop` could run
+/// (their servers died with them, see [`spawn_bound`]).
+fn sweep_stale_dirs() {
+    let Ok(entries) = std::fs::read_dir("/tmp") else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if !entry.file_name().to_string_lossy().starts_with("fg-") {
+            continue;
+        }
+        let Some(pid) = std::fs::read_to_string(path.join(OWNER_FILE)).ok().and_then(|s| s.trim().parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: signal 0 only checks whether the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            let _ = std::fs::remove_dir_all(&path);
         }
     }
 }

@@ -9,6 +9,7 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, P
 use kube::runtime::wait::{await_condition, conditions};
 use serde_json::json;
 use std::future::Future;
+use std::path::Path;
 use std::time::Duration;
 
 async fn within<T>(what: &str, secs: u64, fut: impl Future<Output = T>) -> T {
@@ -207,4 +208,26 @@ async fn two_clusters_are_independent() {
     a.stop();
     assert!(!a_dir.exists(), "stop removes the cluster's directory");
     assert!(in_b.get_opt("only-in-a").await.unwrap().is_some());
+}
+
+#[test]
+fn a_panicking_test_leaves_no_processes_or_directory() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let outcome = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let cluster = start(ClusterOptions::new("panics").with_workloads(true)).await;
+            let pids: Vec<u32> = cluster.processes().iter().map(|(_, pid)| *pid).collect();
+            tx.send((pids, cluster.dir().to_path_buf())).unwrap();
+            panic!("deliberate panic while the cluster runs");
+        })
+    })
+    .join();
+    assert!(outcome.is_err(), "the thread should have panicked");
+    let (pids, dir) = rx.recv().unwrap();
+    assert_eq!(pids.len(), 5, "etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok");
+    for pid in pids {
+        assert!(!Path::new(&format!("/proc/{pid}")).exists(), "process {pid} outlived the panic");
+    }
+    assert!(!dir.exists(), "{} outlived the panic", dir.display());
 }

@@ -2,6 +2,9 @@
 //! the demo and for poking around by hand, writes `DIR/<name>.kubeconfig` for each, then `DIR/ready`
 //! once all are up, and runs until SIGINT/SIGTERM, when it stops every process and removes what it
 //! wrote.
+//!
+//! `fleetgate-testenv startup-time [--runs 5] [--workloads]`: measures how long one cluster takes
+//! to start (median of the runs).
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
@@ -33,13 +36,24 @@ enum Cmd {
         #[arg(long)]
         dir: PathBuf,
     },
+    /// Start and stop one cluster several times and print each start-up time and the median.
+    StartupTime {
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Time clusters with kube-controller-manager, kube-scheduler, kwok and a Ready node.
+        #[arg(long)]
+        workloads: bool,
+    },
 }
 
 // The servers do the work; this process only waits, so one thread is plenty.
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    let Cli { command: Cmd::Up { clusters, workloads, dir } } = Cli::parse();
-    match up(clusters, workloads, &dir).await {
+    let result = match Cli::parse().command {
+        Cmd::Up { clusters, workloads, dir } => up(clusters, workloads, &dir).await,
+        Cmd::StartupTime { runs, workloads } => startup_time(runs, workloads).await,
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("fleetgate-testenv: {e:#}");
@@ -88,6 +102,24 @@ async fn up(names: Vec<String>, workloads: bool, dir: &Path) -> anyhow::Result<(
         let _ = std::fs::remove_file(path);
     }
     drop(clusters);
+    Ok(())
+}
+
+async fn startup_time(runs: usize, workloads: bool) -> anyhow::Result<()> {
+    anyhow::ensure!(runs > 0, "--runs must be at least 1");
+    let mut secs = Vec::new();
+    for run in 1..=runs {
+        let started = Instant::now();
+        let cluster = TestCluster::start(ClusterOptions::new("timing").with_workloads(workloads)).await?;
+        let took = started.elapsed().as_secs_f64();
+        cluster.stop();
+        println!("run {run}: {took:.2}s");
+        secs.push(took);
+    }
+    secs.sort_by(f64::total_cmp);
+    let median = if runs % 2 == 1 { secs[runs / 2] } else { (secs[runs / 2 - 1] + secs[runs / 2]) / 2.0 };
+    let what = if workloads { "with workloads" } else { "control plane only" };
+    println!("median start-up ({what}, {runs} runs): {median:.2}s");
     Ok(())
 }
 
