@@ -1,1 +1,30 @@
-//! The agent: the reconcile loop of one spoke cluster, its persisted state machine, automatic rollback, triggers and HTTP endpoints.
+//! The agent: the reconcile loop of one spoke cluster, its persisted state machine, automatic
+//! rollback, triggers and HTTP endpoints.
+//!
+//! Infrastructure the loop is built on, each a small API of its own:
+//!
+//! * [`config`] — flags, environment and config file resolved into one validated [`AgentConfig`].
+//! * [`state`] — [`AgentState`] (phases Idle → Verifying → Applying → Baking, or → RollingBack;
+//!   current, last-known-good, rejected releases, tag pins) with pure transitions, persisted by
+//!   [`StateStore`] in the ConfigMap `fleetgate-state-<cluster>` with optimistic concurrency.
+//! * [`lease`] — leader election over a `coordination.k8s.io/v1` Lease.
+//! * [`triggers`] — poll interval with jitter, webhook and ref watcher merged into one coalescing
+//!   receiver.
+//! * [`server`] — `/healthz`, `/readyz`, `/metrics`, `POST /hooks/git`.
+//! * [`metrics`], [`events`], [`notifier`] — telling people: Prometheus, Kubernetes Events, a
+//!   Slack-compatible webhook.
+//! * [`services`] — starts and stops all of the above as one [`AgentServices`].
+
+pub mod config;
+pub mod events;
+pub mod lease;
+pub mod metrics;
+pub mod notifier;
+pub mod server;
+pub mod services;
+pub mod state;
+pub mod triggers;
+
+pub use config::{AgentConfig, AgentSettings};
+pub use services::AgentServices;
+pub use state::{AgentState, StateStore};

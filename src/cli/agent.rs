@@ -1,10 +1,148 @@
-//! `fleetgate agent` (scaffold: the owning issue replaces this).
+//! `fleetgate agent`: flags (each also a `FLEETGATE_*` environment variable and a camelCase key of
+//! the optional `--config` file) into an [`AgentConfig`], then the agent until SIGTERM or Ctrl-C.
 
+use crate::agent::{AgentConfig, AgentServices, AgentSettings};
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+#[command(after_help = "Precedence: flag or environment variable > config file > default.\n\
+Example: fleetgate agent --repo https://git.example.com/fleet.git --cluster canary --trusted-keys /etc/fleetgate/keys")]
+pub struct Args {
+    /// YAML config file with the same settings in camelCase (e.g. `stateNamespace: fleetgate-system`).
+    #[arg(long, env = "FLEETGATE_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The fleet repo: a URL (https://, ssh://, git://, user@host:path) or a local path.
+    #[arg(long, env = "FLEETGATE_REPO", value_name = "URL")]
+    repo: Option<String>,
+    /// The tracked branch [default: main].
+    #[arg(long, env = "FLEETGATE_BRANCH")]
+    branch: Option<String>,
+    /// This cluster's name in the fleet repo (clusters/<NAME>.yaml).
+    #[arg(long, env = "FLEETGATE_CLUSTER", value_name = "NAME")]
+    cluster: Option<String>,
+    /// Kubeconfig file [default: $KUBECONFIG, ~/.kube/config, else the in-cluster service account].
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context [default: its current context].
+    #[arg(long)]
+    context: Option<String>,
+    /// Public keys of the release signers (files, or directories of key files); repeatable.
+    #[arg(long, env = "FLEETGATE_TRUSTED_KEYS", value_name = "FILE", num_args = 1.., value_delimiter = ',')]
+    trusted_keys: Vec<PathBuf>,
+    /// Namespace of the agent's state ConfigMap, Lease and Events [default: fleetgate-system].
+    #[arg(long, env = "FLEETGATE_STATE_NAMESPACE", value_name = "NAMESPACE")]
+    state_namespace: Option<String>,
+    /// Local Git cache [default: ~/.cache/fleetgate/agent/<cluster>].
+    #[arg(long, env = "FLEETGATE_STATE_DIR", value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// Poll interval, each wait ±10 % [default: 10s].
+    #[arg(long, env = "FLEETGATE_INTERVAL", value_parser = humantime::parse_duration)]
+    interval: Option<Duration>,
+    /// Address for /healthz, /readyz, /metrics and POST /hooks/git [default: 127.0.0.1:8080].
+    #[arg(long, env = "FLEETGATE_LISTEN", value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+    /// After a rollback, push a commit that sets this cluster back to the rolled-back-to release.
+    #[arg(long, env = "FLEETGATE_WRITE_BACK", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    write_back: Option<bool>,
+    /// SSH private key for ssh:// and user@host:path repos.
+    #[arg(long, env = "FLEETGATE_GIT_SSH_KEY", value_name = "FILE")]
+    git_ssh_key: Option<PathBuf>,
+    /// File holding a token for https:// repos.
+    #[arg(long, env = "FLEETGATE_GIT_TOKEN_FILE", value_name = "FILE")]
+    git_token_file: Option<PathBuf>,
+    /// POST a Slack-compatible JSON notification here on failures and rollbacks.
+    #[arg(long, env = "FLEETGATE_NOTIFY_URL", value_name = "URL")]
+    notify_url: Option<String>,
+    /// Timeout of each notification POST [default: 5s].
+    #[arg(long, env = "FLEETGATE_NOTIFY_TIMEOUT", value_parser = humantime::parse_duration)]
+    notify_timeout: Option<Duration>,
+    /// Shared secret for POST /hooks/git (GitHub/Gitea HMAC signature or GitLab token).
+    #[arg(long, env = "FLEETGATE_WEBHOOK_SECRET_FILE", value_name = "FILE")]
+    webhook_secret_file: Option<PathBuf>,
+    /// Leader election over a Lease, so only one agent per cluster works [default: true].
+    #[arg(long, env = "FLEETGATE_LEADER_ELECT", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    leader_elect: Option<bool>,
+    /// How long a leader's claim lasts without renewal [default: 15s].
+    #[arg(long, env = "FLEETGATE_LEASE_DURATION", value_parser = humantime::parse_duration)]
+    lease_duration: Option<Duration>,
+}
 
-pub async fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`fleetgate agent` is not available in this build yet")
+impl Args {
+    /// Config file (if any) overlaid with the flags, resolved and validated.
+    fn into_config(self) -> anyhow::Result<AgentConfig> {
+        let file = match &self.config {
+            Some(path) => AgentSettings::from_file(path)?,
+            None => AgentSettings::default(),
+        };
+        let flags = AgentSettings {
+            repo: self.repo,
+            branch: self.branch,
+            cluster: self.cluster,
+            kubeconfig: self.kubeconfig,
+            context: self.context,
+            trusted_keys: self.trusted_keys,
+            state_namespace: self.state_namespace,
+            state_dir: self.state_dir,
+            interval: self.interval,
+            listen: self.listen,
+            write_back: self.write_back,
+            git_ssh_key: self.git_ssh_key,
+            git_token_file: self.git_token_file,
+            notify_url: self.notify_url,
+            notify_timeout: self.notify_timeout,
+            webhook_secret_file: self.webhook_secret_file,
+            leader_elect: self.leader_elect,
+            lease_duration: self.lease_duration,
+        };
+        Ok(file.overlay(flags).resolve()?)
+    }
+}
+
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let config = args.into_config()?;
+    tracing::info!(
+        cluster = %config.cluster,
+        repo = %config.repo.url(),
+        branch = %config.branch,
+        identity = %config.identity,
+        leader_election = config.leader_election.is_some(),
+        "starting agent"
+    );
+    let mut services = AgentServices::start(config).await?;
+    tracing::info!(addr = %services.http_addr(), "agent services started");
+    tokio::select! {
+        () = wait_for_wakes(&mut services) => {}
+        () = shutdown_signal() => tracing::info!("shutting down"),
+    }
+    services.shutdown().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The seam for the reconcile loop (issue 7, `agent::reconcile`): until it lands, the agent runs
+/// its services and reports each wake-up without acting on it.
+async fn wait_for_wakes(services: &mut AgentServices) {
+    loop {
+        let wake = services.next_wake().await;
+        let sources: Vec<&str> = wake.sources.iter().map(|s| s.as_str()).collect();
+        tracing::info!(?sources, "woken; the reconcile loop is not part of this build yet");
+    }
+}
+
+/// SIGTERM (Kubernetes stopping the Pod) or Ctrl-C.
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the agent");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
 }

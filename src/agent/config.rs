@@ -1,0 +1,503 @@
+//! The agent's configuration: [`AgentSettings`] (every field optional, what flags, environment
+//! variables and the optional YAML config file each provide) resolved into one typed, validated
+//! [`AgentConfig`].
+//!
+//! Precedence, field by field: command-line flag or its `FLEETGATE_*` environment variable (clap
+//! merges those two) > config file (`--config FILE`) > built-in default. Validation happens once,
+//! here, so the rest of the agent never sees a half-valid configuration: paths that must be read at
+//! run time (trusted keys, credentials, webhook secret) are checked to exist at start-up, because a
+//! missing Secret mount should stop the Pod with a clear message, not fail the first reconcile.
+//!
+//! Leader election is **on by default**, in-cluster or not: it costs one `Lease` renewal every few
+//! seconds and it is the only thing that stops two agents for the same cluster (two replicas, a
+//! rolling update, or someone running `fleetgate agent` from a laptop against a spoke that already
+//! has one) from applying concurrently. `--leader-elect=false` turns it off for environments whose
+//! RBAC does not grant `leases`.
+
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub const DEFAULT_BRANCH: &str = "main";
+pub const DEFAULT_STATE_NAMESPACE: &str = "fleetgate-system";
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// Polls closer together than this would hammer the Git server for no benefit: the webhook and the
+/// file-system watcher are the fast paths.
+pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
+pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
+pub const DEFAULT_NOTIFY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where the fleet repo lives. A local path (or `file://` URL) additionally gets a file-system
+/// watcher on its refs so a commit or push wakes the agent at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RepoLocation {
+    Local(PathBuf),
+    Remote(String),
+}
+
+impl RepoLocation {
+    /// `file://PATH`, an absolute path, `./…`/`../…`, or any existing directory is local; anything
+    /// else (`https://`, `ssh://`, `git://`, `user@host:path`) is remote.
+    pub fn parse(repo: &str) -> RepoLocation {
+        if let Some(path) = repo.strip_prefix("file://") {
+            return RepoLocation::Local(PathBuf::from(path));
+        }
+        let looks_local = repo.starts_with('/') || repo.starts_with("./") || repo.starts_with("../");
+        if looks_local || (!repo.contains("://") && Path::new(repo).is_dir()) {
+            RepoLocation::Local(PathBuf::from(repo))
+        } else {
+            RepoLocation::Remote(repo.to_string())
+        }
+    }
+
+    /// What git2 is given as the remote URL (a local path is passed as the path).
+    pub fn url(&self) -> String {
+        match self {
+            RepoLocation::Local(p) => p.display().to_string(),
+            RepoLocation::Remote(u) => u.clone(),
+        }
+    }
+
+    pub fn local_path(&self) -> Option<&Path> {
+        match self {
+            RepoLocation::Local(p) => Some(p),
+            RepoLocation::Remote(_) => None,
+        }
+    }
+}
+
+/// How the agent reaches its cluster's API server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KubeAccess {
+    /// A kubeconfig: `path` (default: `$KUBECONFIG` or `~/.kube/config`) and optional `context`.
+    Kubeconfig { path: Option<PathBuf>, context: Option<String> },
+    /// Neither `--kubeconfig` nor `--context`: the default kubeconfig if there is one, else the
+    /// Pod's service account (in-cluster).
+    Infer,
+}
+
+impl KubeAccess {
+    /// Builds a client. Errors name the kubeconfig or say that neither a kubeconfig nor an
+    /// in-cluster service account was found.
+    pub async fn client(&self) -> Result<kube::Client, ConfigError> {
+        let config = match self {
+            KubeAccess::Infer => kube::Config::infer().await.map_err(|e| ConfigError::Kube(e.to_string()))?,
+            KubeAccess::Kubeconfig { path, context } => {
+                let options = kube::config::KubeConfigOptions { context: context.clone(), ..Default::default() };
+                match path {
+                    Some(path) => {
+                        let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                            .map_err(|e| ConfigError::Kube(format!("{}: {e}", path.display())))?;
+                        kube::Config::from_custom_kubeconfig(kubeconfig, &options).await
+                    }
+                    None => kube::Config::from_kubeconfig(&options).await,
+                }
+                .map_err(|e| ConfigError::Kube(e.to_string()))?
+            }
+        };
+        kube::Client::try_from(config).map_err(|e| ConfigError::Kube(e.to_string()))
+    }
+}
+
+/// Git credentials; which one is used depends on the URL scheme (SSH key for `ssh://` and
+/// `user@host:path`, token for `https://`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GitCredentials {
+    pub ssh_key: Option<PathBuf>,
+    pub token_file: Option<PathBuf>,
+}
+
+/// The `Lease` used for leader election.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderElectionSettings {
+    /// How long a holder's claim lasts without renewal; a standby takes over this long after the
+    /// leader's last renewal. The leader renews every `lease_duration / 7` (2 s at the default) and
+    /// steps down when it could not renew for `2/3` of it, before anyone else may take over.
+    pub lease_duration: Duration,
+}
+
+/// The validated configuration of one agent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentConfig {
+    pub repo: RepoLocation,
+    pub branch: String,
+    /// This spoke's name in the fleet repo (`clusters/<cluster>.yaml`); also names the state
+    /// ConfigMap, the Lease and the status context.
+    pub cluster: String,
+    pub kube: KubeAccess,
+    /// ASCII-armoured or binary OpenPGP public keys; a directory given on the command line is
+    /// expanded to the files in it.
+    pub trusted_keys: Vec<PathBuf>,
+    pub state_namespace: String,
+    /// Local Git cache (clone of the fleet repo).
+    pub state_dir: PathBuf,
+    /// Poll interval; each wait is this ±10 %.
+    pub interval: Duration,
+    pub listen: SocketAddr,
+    pub write_back: bool,
+    pub git_credentials: GitCredentials,
+    /// Where failure and rollback notifications are POSTed (Slack-compatible JSON).
+    pub notify_url: Option<reqwest::Url>,
+    pub notify_timeout: Duration,
+    /// Shared secret for `POST /hooks/git` (GitHub/Gitea HMAC or GitLab token); none = accept any.
+    pub webhook_secret_file: Option<PathBuf>,
+    /// `None` when leader election is turned off.
+    pub leader_election: Option<LeaderElectionSettings>,
+    /// This process's identity in the Lease and in Events: `<pod or host name>_<random>`.
+    pub identity: String,
+}
+
+impl AgentConfig {
+    /// `fleetgate-state-<cluster>`.
+    pub fn state_configmap_name(&self) -> String {
+        format!("fleetgate-state-{}", self.cluster)
+    }
+
+    /// `fleetgate-agent-<cluster>`.
+    pub fn lease_name(&self) -> String {
+        format!("fleetgate-agent-{}", self.cluster)
+    }
+}
+
+/// What one source (flags+env, or the config file) says; every field optional. The config file
+/// uses the same names in camelCase, e.g. `stateNamespace: fleetgate-system`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AgentSettings {
+    pub repo: Option<String>,
+    pub branch: Option<String>,
+    pub cluster: Option<String>,
+    pub kubeconfig: Option<PathBuf>,
+    pub context: Option<String>,
+    #[serde(default)]
+    pub trusted_keys: Vec<PathBuf>,
+    pub state_namespace: Option<String>,
+    pub state_dir: Option<PathBuf>,
+    #[serde(default, with = "humantime_serde")]
+    pub interval: Option<Duration>,
+    pub listen: Option<SocketAddr>,
+    pub write_back: Option<bool>,
+    pub git_ssh_key: Option<PathBuf>,
+    pub git_token_file: Option<PathBuf>,
+    pub notify_url: Option<String>,
+    #[serde(default, with = "humantime_serde")]
+    pub notify_timeout: Option<Duration>,
+    pub webhook_secret_file: Option<PathBuf>,
+    pub leader_elect: Option<bool>,
+    #[serde(default, with = "humantime_serde")]
+    pub lease_duration: Option<Duration>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("reading config file {path}: {source}")]
+    ReadFile { path: PathBuf, source: std::io::Error },
+    #[error("config file {path}: {message}")]
+    ParseFile { path: PathBuf, message: String },
+    #[error("no fleet repo given: pass --repo URL (or `repo:` in the config file)")]
+    MissingRepo,
+    #[error("no cluster name given: pass --cluster NAME, the name of clusters/<NAME>.yaml in the fleet repo")]
+    MissingCluster,
+    #[error("cluster name {name:?} {why}; it names Kubernetes objects, so use lowercase letters, digits and '-' (at most 47 characters)")]
+    InvalidClusterName { name: String, why: &'static str },
+    #[error("no trusted keys given: pass --trusted-keys FILE (the release signers' public keys); releases cannot be verified without them")]
+    NoTrustedKeys,
+    #[error("{what} {path}: {source}")]
+    Unreadable { what: &'static str, path: PathBuf, source: std::io::Error },
+    #[error("trusted keys directory {0} holds no key files")]
+    EmptyKeyDir(PathBuf),
+    #[error("--interval {given:?} is below the minimum of {min:?}; the webhook and file watcher are the fast paths")]
+    IntervalTooShort { given: Duration, min: Duration },
+    #[error("--notify-url {url:?} is not an http(s) URL: {message}")]
+    InvalidNotifyUrl { url: String, message: String },
+    #[error("--lease-duration {0:?} is too short; use at least 3s")]
+    LeaseTooShort(Duration),
+    #[error("Kubernetes client configuration: {0}")]
+    Kube(String),
+}
+
+/// The longest cluster name: `fleetgate-state-<cluster>` and `fleetgate-agent-<cluster>` must stay
+/// valid label values too (63), which leaves 47 characters for the cluster part.
+const MAX_CLUSTER_NAME: usize = 63 - "fleetgate-state-".len();
+
+impl AgentSettings {
+    /// Reads a YAML config file (unknown keys are errors, like every fleetgate document).
+    pub fn from_file(path: &Path) -> Result<AgentSettings, ConfigError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::ReadFile { path: path.to_path_buf(), source })?;
+        serde_yaml_ng::from_str(&text)
+            .map_err(|e| ConfigError::ParseFile { path: path.to_path_buf(), message: e.to_string() })
+    }
+
+    /// Field by field, `higher` wins where it says something.
+    pub fn overlay(self, higher: AgentSettings) -> AgentSettings {
+        AgentSettings {
+            repo: higher.repo.or(self.repo),
+            branch: higher.branch.or(self.branch),
+            cluster: higher.cluster.or(self.cluster),
+            kubeconfig: higher.kubeconfig.or(self.kubeconfig),
+            context: higher.context.or(self.context),
+            trusted_keys: if higher.trusted_keys.is_empty() { self.trusted_keys } else { higher.trusted_keys },
+            state_namespace: higher.state_namespace.or(self.state_namespace),
+            state_dir: higher.state_dir.or(self.state_dir),
+            interval: higher.interval.or(self.interval),
+            listen: higher.listen.or(self.listen),
+            write_back: higher.write_back.or(self.write_back),
+            git_ssh_key: higher.git_ssh_key.or(self.git_ssh_key),
+            git_token_file: higher.git_token_file.or(self.git_token_file),
+            notify_url: higher.notify_url.or(self.notify_url),
+            notify_timeout: higher.notify_timeout.or(self.notify_timeout),
+            webhook_secret_file: higher.webhook_secret_file.or(self.webhook_secret_file),
+            leader_elect: higher.leader_elect.or(self.leader_elect),
+            lease_duration: higher.lease_duration.or(self.lease_duration),
+        }
+    }
+
+    /// Applies defaults and validates. Reads the file system to expand key directories and to check
+    /// that every configured file is readable.
+    pub fn resolve(self) -> Result<AgentConfig, ConfigError> {
+        let repo = self.repo.filter(|r| !r.trim().is_empty()).ok_or(ConfigError::MissingRepo)?;
+        let cluster = self.cluster.ok_or(ConfigError::MissingCluster)?;
+        validate_cluster_name(&cluster)?;
+        let trusted_keys = expand_key_files(&self.trusted_keys)?;
+        let interval = self.interval.unwrap_or(DEFAULT_INTERVAL);
+        if interval < MIN_INTERVAL {
+            return Err(ConfigError::IntervalTooShort { given: interval, min: MIN_INTERVAL });
+        }
+        for (what, path) in [
+            ("git SSH key", &self.git_ssh_key),
+            ("git token file", &self.git_token_file),
+            ("webhook secret file", &self.webhook_secret_file),
+        ] {
+            if let Some(path) = path {
+                check_readable(what, path)?;
+            }
+        }
+        let notify_url = self.notify_url.map(|u| parse_notify_url(&u)).transpose()?;
+        let leader_election = if self.leader_elect.unwrap_or(true) {
+            let lease_duration = self.lease_duration.unwrap_or(DEFAULT_LEASE_DURATION);
+            if lease_duration < Duration::from_secs(3) {
+                return Err(ConfigError::LeaseTooShort(lease_duration));
+            }
+            Some(LeaderElectionSettings { lease_duration })
+        } else {
+            None
+        };
+        let kube = if self.kubeconfig.is_some() || self.context.is_some() {
+            KubeAccess::Kubeconfig { path: self.kubeconfig, context: self.context }
+        } else {
+            KubeAccess::Infer
+        };
+        let state_dir = self.state_dir.unwrap_or_else(|| default_state_dir(&cluster));
+        Ok(AgentConfig {
+            repo: RepoLocation::parse(&repo),
+            branch: self.branch.unwrap_or_else(|| DEFAULT_BRANCH.to_string()),
+            kube,
+            trusted_keys,
+            state_namespace: self.state_namespace.unwrap_or_else(|| DEFAULT_STATE_NAMESPACE.to_string()),
+            state_dir,
+            interval,
+            listen: self.listen.unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("default listen address parses")),
+            write_back: self.write_back.unwrap_or(false),
+            git_credentials: GitCredentials { ssh_key: self.git_ssh_key, token_file: self.git_token_file },
+            notify_url,
+            notify_timeout: self.notify_timeout.unwrap_or(DEFAULT_NOTIFY_TIMEOUT),
+            webhook_secret_file: self.webhook_secret_file,
+            leader_election,
+            identity: instance_identity(),
+            cluster,
+        })
+    }
+}
+
+/// A DNS-1123 label short enough to be embedded in the agent's object names.
+pub fn validate_cluster_name(name: &str) -> Result<(), ConfigError> {
+    let bad = |why| Err(ConfigError::InvalidClusterName { name: name.to_string(), why });
+    if name.is_empty() {
+        return bad("is empty");
+    }
+    if name.len() > MAX_CLUSTER_NAME {
+        return bad("is too long");
+    }
+    if !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
+        return bad("has characters other than a-z, 0-9 and '-'");
+    }
+    if name.starts_with('-') || name.ends_with('-') {
+        return bad("starts or ends with '-'");
+    }
+    Ok(())
+}
+
+fn check_readable(what: &'static str, path: &Path) -> Result<(), ConfigError> {
+    std::fs::File::open(path).map(drop).map_err(|source| ConfigError::Unreadable { what, path: path.to_path_buf(), source })
+}
+
+/// Files stay as given; a directory (a mounted Secret) becomes its non-hidden regular files in name
+/// order. Hidden entries are skipped because Secret volumes keep `..data` and timestamped
+/// directories next to the key files.
+fn expand_key_files(given: &[PathBuf]) -> Result<Vec<PathBuf>, ConfigError> {
+    if given.is_empty() {
+        return Err(ConfigError::NoTrustedKeys);
+    }
+    let mut out = Vec::new();
+    for path in given {
+        let meta = std::fs::metadata(path).map_err(|source| unreadable_key(path, source))?;
+        if !meta.is_dir() {
+            check_readable("trusted key", path)?;
+            out.push(path.clone());
+            continue;
+        }
+        let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+            .map_err(|source| unreadable_key(path, source))?
+            .filter_map(Result::ok)
+            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+            .map(|e| e.path())
+            .filter(|p| p.is_file())
+            .collect();
+        if files.is_empty() {
+            return Err(ConfigError::EmptyKeyDir(path.clone()));
+        }
+        files.sort();
+        out.extend(files);
+    }
+    Ok(out)
+}
+
+fn unreadable_key(path: &Path, source: std::io::Error) -> ConfigError {
+    ConfigError::Unreadable { what: "trusted key", path: path.to_path_buf(), source }
+}
+
+fn parse_notify_url(url: &str) -> Result<reqwest::Url, ConfigError> {
+    let invalid = |message: String| ConfigError::InvalidNotifyUrl { url: url.to_string(), message };
+    let parsed = reqwest::Url::parse(url).map_err(|e| invalid(e.to_string()))?;
+    match parsed.scheme() {
+        "http" | "https" => Ok(parsed),
+        other => Err(invalid(format!("scheme {other:?}"))),
+    }
+}
+
+/// `$XDG_CACHE_HOME/fleetgate/agent/<cluster>`, else `~/.cache/…`, else the temp dir. The
+/// Deployment passes `--state-dir` explicitly (an emptyDir).
+fn default_state_dir(cluster: &str) -> PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("fleetgate").join("agent").join(cluster)
+}
+
+/// `<POD_NAME or HOSTNAME or kernel host name>_<8 random hex digits>`. The random part keeps two
+/// agents on one host (or a restarted Pod that kept its name) from both believing they hold the
+/// Lease.
+fn instance_identity() -> String {
+    let host = std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|s| s.trim().to_string()))
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "fleetgate-agent".to_string());
+    format!("{host}_{:08x}", rand::random::<u32>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    fn minimal(dir: &Path) -> AgentSettings {
+        let key = dir.join("key.asc");
+        std::fs::write(&key, "key").unwrap();
+        AgentSettings {
+            repo: Some("https://git.example.com/fleet.git".into()),
+            cluster: Some("canary".into()),
+            trusted_keys: vec![key],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn defaults_apply() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = minimal(dir.path()).resolve().unwrap();
+        assert_eq!(c.branch, "main");
+        assert_eq!(c.state_namespace, "fleetgate-system");
+        assert_eq!(c.interval, Duration::from_secs(10));
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
+        assert!(!c.write_back);
+        assert_eq!(c.kube, KubeAccess::Infer);
+        assert_eq!(c.leader_election, Some(LeaderElectionSettings { lease_duration: DEFAULT_LEASE_DURATION }));
+        assert_eq!(c.state_configmap_name(), "fleetgate-state-canary");
+        assert_eq!(c.lease_name(), "fleetgate-agent-canary");
+        assert!(c.identity.contains('_'), "{}", c.identity);
+    }
+
+    #[test]
+    fn flags_override_file_field_by_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let file_path = dir.path().join("agent.yaml");
+        std::fs::write(&file_path, "repo: https://a/fleet.git\nbranch: release\ninterval: 30s\nwriteBack: true\nleaderElect: false\n")
+            .unwrap();
+        let file = AgentSettings::from_file(&file_path).unwrap();
+        let flags = AgentSettings { interval: Some(Duration::from_secs(5)), ..minimal(dir.path()) };
+        let c = file.overlay(flags).resolve().unwrap();
+        assert_eq!(c.repo, RepoLocation::Remote("https://git.example.com/fleet.git".into()));
+        assert_eq!(c.branch, "release");
+        assert_eq!(c.interval, Duration::from_secs(5));
+        assert!(c.write_back);
+        assert_eq!(c.leader_election, None);
+    }
+
+    #[test]
+    fn unknown_file_keys_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("agent.yaml");
+        std::fs::write(&p, "repo: x\nintreval: 5s\n").unwrap();
+        let err = AgentSettings::from_file(&p).unwrap_err().to_string();
+        assert!(err.contains("intreval"), "{err}");
+    }
+
+    #[test]
+    fn key_directory_expands_skipping_hidden_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = dir.path().join("keys");
+        std::fs::create_dir_all(keys.join("..data")).unwrap();
+        std::fs::write(keys.join("b.asc"), "b").unwrap();
+        std::fs::write(keys.join("a.asc"), "a").unwrap();
+        std::fs::write(keys.join(".hidden"), "h").unwrap();
+        let s = AgentSettings { trusted_keys: vec![keys.clone()], ..minimal(dir.path()) };
+        assert_eq!(s.resolve().unwrap().trusted_keys, vec![keys.join("a.asc"), keys.join("b.asc")]);
+    }
+
+    #[rstest]
+    #[case::no_repo(|s: &mut AgentSettings| s.repo = None, "--repo")]
+    #[case::no_cluster(|s: &mut AgentSettings| s.cluster = None, "--cluster")]
+    #[case::bad_cluster(|s: &mut AgentSettings| s.cluster = Some("Canary_1".into()), "characters other than")]
+    #[case::dash_cluster(|s: &mut AgentSettings| s.cluster = Some("-a".into()), "starts or ends")]
+    #[case::long_cluster(|s: &mut AgentSettings| s.cluster = Some("a".repeat(48)), "too long")]
+    #[case::no_keys(|s: &mut AgentSettings| s.trusted_keys.clear(), "--trusted-keys")]
+    #[case::missing_key(|s: &mut AgentSettings| s.trusted_keys = vec!["/nonexistent/k.asc".into()], "/nonexistent/k.asc")]
+    #[case::fast_poll(|s: &mut AgentSettings| s.interval = Some(Duration::from_millis(200)), "minimum")]
+    #[case::notify_scheme(|s: &mut AgentSettings| s.notify_url = Some("ftp://x".into()), "not an http(s) URL")]
+    #[case::missing_token(|s: &mut AgentSettings| s.git_token_file = Some("/nonexistent/token".into()), "git token file")]
+    #[case::short_lease(|s: &mut AgentSettings| s.lease_duration = Some(Duration::from_secs(1)), "lease-duration")]
+    fn invalid_settings_say_what_to_fix(#[case] edit: fn(&mut AgentSettings), #[case] expected: &str) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut settings = minimal(dir.path());
+        edit(&mut settings);
+        let err = settings.resolve().unwrap_err().to_string();
+        assert!(err.contains(expected), "{err}");
+    }
+
+    #[rstest]
+    #[case("file:///srv/fleet.git", Some("/srv/fleet.git"))]
+    #[case("/srv/fleet.git", Some("/srv/fleet.git"))]
+    #[case("./fleet", Some("./fleet"))]
+    #[case("https://github.com/acme/fleet.git", None)]
+    #[case("git@github.com:acme/fleet.git", None)]
+    #[case("git://127.0.0.1:9418/fleet.git", None)]
+    fn repo_location(#[case] repo: &str, #[case] local: Option<&str>) {
+        assert_eq!(RepoLocation::parse(repo).local_path(), local.map(Path::new));
+    }
+}

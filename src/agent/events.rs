@@ -1,0 +1,203 @@
+//! Kubernetes Events (`events.k8s.io/v1`) about the agent, attached to its state ConfigMap so
+//! `kubectl describe configmap fleetgate-state-<cluster>` (or `kubectl events --for configmap/…`)
+//! tells the story of every release: one Event per state transition, and a Warning per error.
+//!
+//! The reason is the category (PascalCase: `ApplyStarted`, `RolledBack`, `VerifyFailed` …); the
+//! note is the message, with an error's whole `source()` chain, cut to the API's 1024-byte limit.
+//! Each Event is created anew (no series aggregation): transitions are rare and each message
+//! matters, whereas kube-runtime's `Recorder` folds Events with the same reason into one series and
+//! keeps only the first message.
+
+use super::state::{Phase, Severity, Transition};
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Api, ObjectMeta, PostParams};
+use kube::Client;
+use std::error::Error;
+
+/// `reportingController` of every Event the agent writes.
+pub const REPORTING_CONTROLLER: &str = "fleetgate.io/agent";
+/// The API server refuses Event notes longer than this many bytes.
+pub const MAX_NOTE_BYTES: usize = 1024;
+const MAX_INSTANCE_BYTES: usize = 128;
+
+#[derive(Debug, thiserror::Error)]
+#[error("recording Event {reason} on {kind}/{name}: {source}")]
+pub struct EventError {
+    reason: String,
+    kind: String,
+    name: String,
+    #[source]
+    source: kube::Error,
+}
+
+/// Writes Events as this agent instance.
+#[derive(Clone)]
+pub struct EventRecorder {
+    client: Client,
+    instance: String,
+}
+
+impl EventRecorder {
+    /// `instance` is the agent's identity (`reportingInstance`, cut to 128 bytes).
+    pub fn new(client: Client, instance: &str) -> EventRecorder {
+        EventRecorder { client, instance: cut(instance, MAX_INSTANCE_BYTES) }
+    }
+
+    /// Records one Event about `regarding` in its namespace.
+    pub async fn publish(
+        &self,
+        regarding: &ObjectReference,
+        severity: Severity,
+        reason: &str,
+        action: &str,
+        note: &str,
+    ) -> Result<(), EventError> {
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let namespace = regarding.namespace.clone().unwrap_or_else(|| "default".to_string());
+        let object_name = regarding.name.clone().unwrap_or_else(|| "fleetgate".to_string());
+        let event = Event {
+            metadata: ObjectMeta {
+                name: Some(format!("{object_name}.{:x}", now.as_nanosecond())),
+                namespace: Some(namespace.clone()),
+                ..Default::default()
+            },
+            event_time: Some(MicroTime(now)),
+            type_: Some(match severity {
+                Severity::Normal => "Normal".to_string(),
+                Severity::Warning => "Warning".to_string(),
+            }),
+            reason: Some(reason.to_string()),
+            action: Some(action.to_string()),
+            note: Some(cut(note, MAX_NOTE_BYTES)),
+            regarding: Some(regarding.clone()),
+            reporting_controller: Some(REPORTING_CONTROLLER.to_string()),
+            reporting_instance: Some(self.instance.clone()),
+            ..Default::default()
+        };
+        Api::<Event>::namespaced(self.client.clone(), &namespace)
+            .create(&PostParams::default(), &event)
+            .await
+            .map(drop)
+            .map_err(|source| EventError {
+                reason: reason.to_string(),
+                kind: regarding.kind.clone().unwrap_or_default(),
+                name: object_name,
+                source,
+            })
+    }
+
+    /// Records a state transition: reason = the transition's reason, action = the phase it happened in.
+    pub async fn transition(&self, regarding: &ObjectReference, t: &Transition) -> Result<(), EventError> {
+        self.publish(regarding, t.severity, t.reason, action_of(t), &t.message).await
+    }
+
+    /// Records an error as a Warning whose note is the error's whole source chain.
+    pub async fn error(
+        &self,
+        regarding: &ObjectReference,
+        reason: &str,
+        action: &str,
+        err: &(dyn Error + 'static),
+    ) -> Result<(), EventError> {
+        self.publish(regarding, Severity::Warning, reason, action, &error_chain(err)).await
+    }
+}
+
+/// The step a transition belongs to: the phase it enters, or for a return to Idle the phase it
+/// leaves.
+fn action_of(t: &Transition) -> &'static str {
+    let phase = if t.to == Phase::Idle { t.from } else { t.to };
+    match phase {
+        Phase::Idle => "Sync",
+        Phase::Verifying => "Verify",
+        Phase::Applying => "Apply",
+        Phase::Baking => "Bake",
+        Phase::RollingBack => "Rollback",
+    }
+}
+
+/// `err` and every `source()` below it, joined with ": ". A source whose text the message so far
+/// already contains (error types that print their source themselves) is not repeated.
+pub fn error_chain(err: &(dyn Error + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+/// `s` cut to at most `max` bytes on a character boundary, ending in "…" when cut.
+pub fn cut(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    const ELLIPSIS: &str = "…";
+    let mut end = max - ELLIPSIS.len();
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{ELLIPSIS}", &s[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    enum Inner {
+        #[error("connection refused")]
+        Refused,
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    enum Middle {
+        #[error("fetching git://host/fleet.git")]
+        Fetch(#[source] Inner),
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    enum Outer {
+        #[error("source: {0}")]
+        Source(#[source] Middle),
+    }
+
+    #[test]
+    fn error_chain_walks_sources_without_repeating() {
+        let e = Outer::Source(Middle::Fetch(Inner::Refused));
+        assert_eq!(error_chain(&e), "source: fetching git://host/fleet.git: connection refused");
+    }
+
+    #[test]
+    fn cut_respects_char_boundaries_and_limit() {
+        assert_eq!(cut("short", 1024), "short");
+        let long = "é".repeat(1000); // 2000 bytes
+        let c = cut(&long, MAX_NOTE_BYTES);
+        assert!(c.len() <= MAX_NOTE_BYTES, "{}", c.len());
+        assert!(c.ends_with('…'));
+        assert!(c.len() >= MAX_NOTE_BYTES - 4);
+    }
+
+    #[test]
+    fn action_names_the_step() {
+        let t = |from, to| Transition {
+            from,
+            to,
+            release: "r".into(),
+            reason: "X",
+            message: String::new(),
+            severity: Severity::Normal,
+        };
+        assert_eq!(action_of(&t(Phase::Idle, Phase::Verifying)), "Verify");
+        assert_eq!(action_of(&t(Phase::Baking, Phase::Idle)), "Bake");
+        assert_eq!(action_of(&t(Phase::Baking, Phase::RollingBack)), "Rollback");
+        assert_eq!(action_of(&t(Phase::RollingBack, Phase::Idle)), "Rollback");
+    }
+}

@@ -1,0 +1,142 @@
+//! [`AgentServices`]: everything the reconcile loop needs besides the pipeline stages, started in
+//! one call from an [`AgentConfig`] — Kubernetes client, state store (loaded), leader election,
+//! triggers (poll, webhook, ref watcher), metrics, Events, notifier and the HTTP server — and
+//! stopped in one call, releasing the Lease so a standby takes over at once.
+
+use super::config::AgentConfig;
+use super::events::EventRecorder;
+use super::lease::{LeaderElector, LeaderHandle, LeaseConfig};
+use super::metrics::Metrics;
+use super::notifier::Notifier;
+use super::server::{Health, HttpServer, ServerError, ServerState, WebhookConfig};
+use super::state::{StateError, StateStore};
+use super::triggers::{RefWatcher, TriggerError, TriggerSender, Triggers, Wake};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] super::config::ConfigError),
+    #[error("{0} (is the state namespace created and does the agent's RBAC allow configmaps there?)")]
+    State(#[from] StateError),
+    #[error(transparent)]
+    Server(#[from] ServerError),
+    #[error(transparent)]
+    Watch(#[from] TriggerError),
+}
+
+/// The running infrastructure of one agent. Fields are public so the loop can borrow them
+/// independently (`&mut services.triggers` while reading `services.store`).
+pub struct AgentServices {
+    pub config: AgentConfig,
+    pub client: kube::Client,
+    /// Loaded once at start; the loop reads and changes state through it.
+    pub store: StateStore,
+    pub leader: LeaderHandle,
+    pub triggers: Triggers,
+    /// For anything else that should wake the loop.
+    pub trigger_sender: TriggerSender,
+    pub metrics: Arc<Metrics>,
+    pub events: EventRecorder,
+    pub notifier: Option<Notifier>,
+    pub health: Health,
+    server: HttpServer,
+    _ref_watcher: Option<RefWatcher>,
+    leader_gauge: tokio::task::JoinHandle<()>,
+}
+
+impl AgentServices {
+    /// Connects to the cluster, loads (or creates) the state ConfigMap, starts leader election,
+    /// the triggers and the HTTP server. Fails early, with what to fix, when any of them cannot start.
+    pub async fn start(config: AgentConfig) -> Result<AgentServices, StartError> {
+        let client = config.kube.client().await?;
+        let store = StateStore::new(client.clone(), &config.state_namespace, &config.cluster);
+        let state = store.load().await?;
+        let metrics = Arc::new(Metrics::new(&config.cluster));
+        metrics.observe_state(&state);
+
+        let leader = match &config.leader_election {
+            Some(settings) => LeaderElector::new(
+                client.clone(),
+                LeaseConfig {
+                    namespace: config.state_namespace.clone(),
+                    name: config.lease_name(),
+                    identity: config.identity.clone(),
+                    lease_duration: settings.lease_duration,
+                },
+            )
+            .spawn(),
+            None => LeaderHandle::always_leading(),
+        };
+        let leader_gauge = {
+            let mut rx = leader.subscribe();
+            let metrics = metrics.clone();
+            tokio::spawn(async move {
+                loop {
+                    metrics.set_leader(rx.borrow_and_update().is_leading());
+                    if rx.changed().await.is_err() {
+                        return;
+                    }
+                }
+            })
+        };
+
+        let (triggers, trigger_sender) = Triggers::new(config.interval);
+        let ref_watcher = match config.repo.local_path() {
+            Some(path) => {
+                let watcher = RefWatcher::start(path, trigger_sender.clone())?;
+                tracing::info!(watched = ?watcher.watched(), "watching the local repo's refs");
+                Some(watcher)
+            }
+            None => None,
+        };
+
+        let health = Health::new(leader.subscribe());
+        let webhook = WebhookConfig::with_secret_file(&config.branch, config.webhook_secret_file.as_deref())?;
+        let server = HttpServer::start(
+            config.listen,
+            ServerState { metrics: metrics.clone(), health: health.clone(), triggers: trigger_sender.clone(), webhook },
+        )
+        .await?;
+
+        let events = EventRecorder::new(client.clone(), &config.identity);
+        let notifier = config.notify_url.clone().map(|url| Notifier::new(url, &config.cluster, config.notify_timeout));
+        Ok(AgentServices {
+            config,
+            client,
+            store,
+            leader,
+            triggers,
+            trigger_sender,
+            metrics,
+            events,
+            notifier,
+            health,
+            server,
+            _ref_watcher: ref_watcher,
+            leader_gauge,
+        })
+    }
+
+    /// The address the HTTP server listens on (useful with `--listen 127.0.0.1:0`).
+    pub fn http_addr(&self) -> SocketAddr {
+        self.server.local_addr()
+    }
+
+    /// Waits for the next wake-up and counts its sources in `fleetgate_triggers_total`.
+    pub async fn next_wake(&mut self) -> Wake {
+        let wake = self.triggers.next().await;
+        for source in &wake.sources {
+            self.metrics.record_trigger(*source);
+        }
+        wake
+    }
+
+    /// Releases the Lease (a standby takes over at once) and stops the HTTP server.
+    pub async fn shutdown(self) {
+        self.leader.step_down().await;
+        self.leader_gauge.abort();
+        self.server.stop().await;
+    }
+}

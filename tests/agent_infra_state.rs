@@ -1,0 +1,160 @@
+//! The agent's state store against a real API server: the state ConfigMap is created on first
+//! load, every transition is persisted so a new process (a restart) resumes mid-operation, two
+//! writers conflict on resourceVersion and the loser re-applies its change to the fresh state, and a
+//! damaged ConfigMap is refused with a way out instead of being silently reset.
+
+use chrono::Utc;
+use fleetgate::agent::state::{Failure, Next, Phase, StateError, StateStore, TransitionError};
+use fleetgate::release::TagPins;
+use fleetgate_testenv::{ClusterOptions, TestCluster};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use std::time::Duration;
+
+const NS: &str = "fleetgate-system";
+
+async fn cluster_with_namespace(name: &str) -> TestCluster {
+    let cluster = TestCluster::start(ClusterOptions::new(name)).await.expect("test cluster starts");
+    let ns = Namespace { metadata: kube::api::ObjectMeta { name: Some(NS.into()), ..Default::default() }, ..Default::default() };
+    Api::<Namespace>::all(cluster.client()).create(&PostParams::default(), &ns).await.expect("namespace created");
+    cluster
+}
+
+/// Pins as verification would hand them over (a `TagPins` holding one tag).
+fn pins(tag: &str, commit: &str) -> TagPins {
+    serde_json::from_value(serde_json::json!({ "pins": { tag: commit } })).unwrap()
+}
+
+async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(30), f).await.unwrap_or_else(|_| panic!("{what} took over 30s"))
+}
+
+#[tokio::test]
+async fn state_survives_a_restart_mid_operation_and_damage_is_refused() {
+    let cluster = cluster_with_namespace("state-restart").await;
+    let configmaps: Api<ConfigMap> = Api::namespaced(cluster.client(), NS);
+
+    // First process: loads (creating the ConfigMap), runs rel-1 to success, starts rel-2 and dies
+    // while baking.
+    let store = StateStore::new(cluster.client(), NS, "canary");
+    let state = within("load", store.load()).await.unwrap();
+    assert_eq!(state.phase(), Phase::Idle);
+    let cm = configmaps.get("fleetgate-state-canary").await.expect("state ConfigMap created on load");
+    assert_eq!(cm.metadata.labels.unwrap()["fleetgate.io/cluster"], "canary");
+
+    within("rel-1", async {
+        store.update(|s| {
+            s.observe_desired(Some("rel-1"));
+            Ok(())
+        }).await.unwrap();
+        store
+            .update(|s| {
+                s.record_tag_pins(&pins("rel-1", "c1"));
+                Ok(())
+            })
+            .await
+            .unwrap();
+        store.update(|s| s.begin("rel-1", "c1", Utc::now())).await.unwrap();
+        store.update(|s| s.start_apply(None, None)).await.unwrap();
+        store.update(|s| s.applied(Utc::now())).await.unwrap();
+        store.update(|s| s.bake_passed()).await.unwrap();
+        store.update(|s| {
+            s.observe_desired(Some("rel-2"));
+            Ok(())
+        }).await.unwrap();
+        store.update(|s| s.begin("rel-2", "c2", Utc::now())).await.unwrap();
+        store.update(|s| s.start_apply(None, Some("snapshot-rel-1"))).await.unwrap();
+        store.update(|s| s.applied(Utc::now())).await.unwrap();
+    })
+    .await;
+    let data = configmaps.get("fleetgate-state-canary").await.unwrap().data.unwrap();
+    assert_eq!(data["phase"], "Baking");
+    assert_eq!(data["lastKnownGood"], "rel-1");
+    drop(store);
+
+    // Second process: reads the same state and resumes the bake.
+    let restarted = StateStore::new(cluster.client(), NS, "canary");
+    let state = within("reload", restarted.load()).await.unwrap();
+    match state.next() {
+        Next::Resume { phase: Phase::Baking, operation } => {
+            assert_eq!(operation.release, "rel-2");
+            assert_eq!(operation.rollback_target.as_deref(), Some("rel-1"));
+            assert_eq!(operation.snapshot.as_deref(), Some("snapshot-rel-1"));
+        }
+        other => panic!("expected to resume baking rel-2, got {other:?}"),
+    }
+    assert_eq!(state.tag_pins().get("rel-1"), Some("c1"));
+    within("rollback", async {
+        restarted.update(|s| s.start_rollback(Failure::new("GateFailed", "error rate 7%"), Utc::now())).await.unwrap();
+        restarted.update(|s| s.rollback_finished()).await.unwrap();
+    })
+    .await;
+    let again = StateStore::new(cluster.client(), NS, "canary");
+    let state = within("reload", again.load()).await.unwrap();
+    assert_eq!(state.current(), Some("rel-1"));
+    assert!(matches!(state.next(), Next::Rejected { release: "rel-2", .. }));
+
+    // A refused transition writes nothing.
+    let before = configmaps.get("fleetgate-state-canary").await.unwrap().metadata.resource_version;
+    let err = within("refused", again.update(|s| s.applied(Utc::now()))).await.unwrap_err();
+    assert!(matches!(err, StateError::Transition(TransitionError::WrongPhase { .. })), "{err}");
+    assert_eq!(configmaps.get("fleetgate-state-canary").await.unwrap().metadata.resource_version, before);
+
+    // Damage: refused with a way out, never reset to empty (that would forget rejections and pins).
+    let patch = serde_json::json!({ "data": { "phase": "Dancing" } });
+    configmaps.patch("fleetgate-state-canary", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    let err = within("corrupt", StateStore::new(cluster.client(), NS, "canary").load()).await.unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, StateError::Corrupt { .. }), "{text}");
+    assert!(text.contains("Dancing") && text.contains("kubectl -n fleetgate-system get configmap fleetgate-state-canary"), "{text}");
+}
+
+#[tokio::test]
+async fn concurrent_writers_conflict_and_the_loser_reapplies_or_refuses() {
+    let cluster = cluster_with_namespace("state-conflict").await;
+    let a = StateStore::new(cluster.client(), NS, "wave-1");
+    let b = StateStore::new(cluster.client(), NS, "wave-1");
+    within("load", async {
+        a.load().await.unwrap();
+        b.load().await.unwrap();
+    })
+    .await;
+
+    // Both start from the same resourceVersion. A writes first; B's write conflicts, B reloads and
+    // re-applies its change (a commutative one: recording a tag pin) on top of A's.
+    within("pins", async {
+        a.update(|s| {
+            s.record_tag_pins(&pins("rel-1", "c1"));
+            Ok(())
+        })
+        .await
+        .unwrap();
+        b.update(|s| {
+            s.record_tag_pins(&pins("rel-2", "c2"));
+            Ok(())
+        })
+        .await
+        .unwrap();
+    })
+    .await;
+    let merged = within("reload", a.load()).await.unwrap();
+    assert_eq!(merged.tag_pins().iter().collect::<Vec<_>>(), [("rel-1", "c1"), ("rel-2", "c2")]);
+
+    // Now both try to begin a release from Idle. Whoever is second sees the other's Verifying phase
+    // after reloading and is refused: no lost update, no double start.
+    within("begin", async {
+        a.update(|s| {
+            s.observe_desired(Some("rel-2"));
+            Ok(())
+        }).await.unwrap();
+        a.update(|s| s.begin("rel-2", "c2", Utc::now())).await.unwrap();
+        let err = b.update(|s| s.begin("rel-2", "c2", Utc::now())).await.unwrap_err();
+        assert!(
+            matches!(err, StateError::Transition(TransitionError::WrongPhase { phase: Phase::Verifying, .. })),
+            "{err}"
+        );
+    })
+    .await;
+    // B's cache now holds the fresh state.
+    assert_eq!(b.cached().await.unwrap().phase(), Phase::Verifying);
+}
