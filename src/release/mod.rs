@@ -15,6 +15,7 @@ mod pins;
 mod requires;
 mod resolve;
 mod trust;
+mod validate;
 mod verified;
 mod verify;
 
@@ -22,5 +23,6 @@ pub use pins::*;
 pub use requires::*;
 pub use resolve::*;
 pub use trust::*;
+pub use validate::*;
 pub use verified::*;
 pub use verify::*;

@@ -12,7 +12,7 @@
 use super::mapping::{check_mapping, read_manifests};
 use super::pins::{PinError, TagPins};
 use super::resolve::DesiredRelease;
-use super::trust::{SignatureProblem, TrustConfig, split_signed_tag};
+use super::trust::{Keyring, SignatureProblem, TrustConfig, split_signed_tag};
 use super::VerifiedRelease;
 use crate::model::{
     ErrorClass, FLEET_FILE, Finding, FleetSpec, MAX_YAML_BYTES, RELEASE_FILE, Release, check_release, join_findings,
@@ -162,7 +162,7 @@ pub fn verify(
     pins.pin(id, &commit)?;
 
     if trust.require_signed_commits || desired.config.fleet.spec.rollout.require_signed_commits {
-        verify_commit(checkout, desired.branch_commit, trust)?;
+        verify_commit(checkout, desired.branch_commit, &trust.keyring)?;
     }
 
     let tree = checkout.tag_tree(tag)?;
@@ -180,12 +180,12 @@ pub fn verify(
 }
 
 /// Checks that `commit` carries a trusted OpenPGP signature; returns the signer's fingerprint.
-pub fn verify_commit(checkout: &Checkout, commit: git2::Oid, trust: &TrustConfig) -> Result<String, VerifyError> {
+pub fn verify_commit(checkout: &Checkout, commit: git2::Oid, keyring: &Keyring) -> Result<String, VerifyError> {
     let fail = |problem| VerifyError::CommitSignature { commit: short(commit), problem };
     let (signature, payload) = match checkout.repo().extract_signature(&commit, None) {
         Ok(pair) => pair,
         Err(e) if e.code() == git2::ErrorCode::NotFound => return Err(fail(SignatureProblem::Missing)),
         Err(e) => return Err(SourceError::from(e).into()),
     };
-    trust.keyring.verify_detached(&payload, &signature).map_err(fail)
+    keyring.verify_detached(&payload, &signature).map_err(fail)
 }
