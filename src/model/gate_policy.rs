@@ -138,6 +138,10 @@ fn full_ratio() -> Quantity {
 pub struct PrometheusGate {
     /// PromQL returning a scalar or a vector; with several series the worst one counts.
     pub query: String,
+    /// How the query's value is shown (`number`, `percent` for a 0–1 fraction, `seconds`);
+    /// default: the unit of `max`/`min`, else `number`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<Unit>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max: Option<Quantity>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -527,7 +531,7 @@ spec:
     - name: error-rate
       prometheus: { query: "x", max: 5% }
     - name: latency
-      prometheus: { query: "y", maxIncreaseOverBaseline: 20% }
+      prometheus: { query: "y", unit: seconds, maxIncreaseOverBaseline: 20% }
     - name: webhook
       webhook:
         sample: { apiVersion: cache.example.com/v1alpha2, kind: RedisCluster, metadata: { name: probe } }

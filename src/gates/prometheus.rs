@@ -1,0 +1,285 @@
+//! Prometheus gates: instant queries over the HTTP API, compared with an absolute bound or with a
+//! baseline sampled before the apply.
+
+use super::{GateEvaluation, Threshold};
+use crate::model::{PrometheusBound, PrometheusGate, Quantity, Unit};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// One series of an instant query's result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    pub labels: BTreeMap<String, String>,
+    pub value: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PrometheusError {
+    #[error("Prometheus did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("cannot reach Prometheus at {url}: {reason}")]
+    Unreachable { url: String, reason: String },
+    #[error("Prometheus answered HTTP {status}: {body}")]
+    Http { status: u16, body: String },
+    #[error("Prometheus refused the query ({error_type}): {error}")]
+    Query { error_type: String, error: String },
+    #[error("unexpected answer from Prometheus: {0}")]
+    Decode(String),
+    #[error("the query returned a range vector; gates need an instant vector or a scalar")]
+    RangeVector,
+}
+
+/// A Prometheus HTTP API client whose every request has a timeout.
+#[derive(Debug, Clone)]
+pub struct PrometheusClient {
+    http: reqwest::Client,
+    base: reqwest::Url,
+    timeout: Duration,
+}
+
+impl PrometheusClient {
+    /// `url` is the server's base URL (`http://prometheus:9090`); `timeout` bounds each query.
+    pub fn new(url: &str, timeout: Duration) -> Result<PrometheusClient, PrometheusError> {
+        let unreachable = |reason: String| PrometheusError::Unreachable { url: url.to_string(), reason };
+        let mut base = reqwest::Url::parse(url).map_err(|e| unreachable(e.to_string()))?;
+        if !base.path().ends_with('/') {
+            let p = format!("{}/", base.path());
+            base.set_path(&p);
+        }
+        let http = reqwest::Client::builder().timeout(timeout).build().map_err(|e| unreachable(e.to_string()))?;
+        Ok(PrometheusClient { http, base, timeout })
+    }
+
+    /// Runs an instant query at the current time.
+    pub async fn instant(&self, query: &str) -> Result<Vec<Sample>, PrometheusError> {
+        let mut url = self.base.join("api/v1/query").map_err(|e| PrometheusError::Decode(e.to_string()))?;
+        url.query_pairs_mut().append_pair("query", query);
+        let send = self.http.get(url).send();
+        let resp = match tokio::time::timeout(self.timeout, send).await {
+            Err(_) => return Err(PrometheusError::Timeout(self.timeout)),
+            Ok(Err(e)) if e.is_timeout() => return Err(PrometheusError::Timeout(self.timeout)),
+            Ok(Err(e)) => return Err(PrometheusError::Unreachable { url: self.base.to_string(), reason: e.to_string() }),
+            Ok(Ok(r)) => r,
+        };
+        let status = resp.status();
+        let body = match tokio::time::timeout(self.timeout, resp.text()).await {
+            Err(_) => return Err(PrometheusError::Timeout(self.timeout)),
+            Ok(Err(e)) => return Err(PrometheusError::Decode(e.to_string())),
+            Ok(Ok(b)) => b,
+        };
+        parse_response(status.as_u16(), &body)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ApiResponse {
+    status: String,
+    #[serde(default)]
+    data: Option<ApiData>,
+    #[serde(default)]
+    error_type: Option<String>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ApiData {
+    result_type: String,
+    result: serde_json::Value,
+}
+
+#[derive(Deserialize)]
+struct VectorItem {
+    #[serde(default)]
+    metric: BTreeMap<String, String>,
+    value: (f64, String),
+}
+
+/// Reads the body of `/api/v1/query`. Prometheus reports query errors as HTTP 400/422 with a JSON
+/// body, so the body is read before the status.
+fn parse_response(status: u16, body: &str) -> Result<Vec<Sample>, PrometheusError> {
+    let resp: ApiResponse = match serde_json::from_str(body) {
+        Ok(r) => r,
+        Err(_) if status != 200 => return Err(PrometheusError::Http { status, body: body.chars().take(300).collect() }),
+        Err(e) => return Err(PrometheusError::Decode(e.to_string())),
+    };
+    if resp.status != "success" {
+        return Err(PrometheusError::Query {
+            error_type: resp.error_type.unwrap_or_default(),
+            error: resp.error.unwrap_or_default(),
+        });
+    }
+    let data = resp.data.ok_or_else(|| PrometheusError::Decode("no data".into()))?;
+    let value = |s: &str| parse_value(s).ok_or_else(|| PrometheusError::Decode(format!("value {s:?} is not a number")));
+    match data.result_type.as_str() {
+        "vector" => {
+            let items: Vec<VectorItem> =
+                serde_json::from_value(data.result).map_err(|e| PrometheusError::Decode(e.to_string()))?;
+            items.into_iter().map(|i| Ok(Sample { labels: i.metric, value: value(&i.value.1)? })).collect()
+        }
+        "scalar" => {
+            let (_, v): (f64, String) =
+                serde_json::from_value(data.result).map_err(|e| PrometheusError::Decode(e.to_string()))?;
+            Ok(vec![Sample { labels: BTreeMap::new(), value: value(&v)? }])
+        }
+        "matrix" => Err(PrometheusError::RangeVector),
+        other => Err(PrometheusError::Decode(format!("result type {other:?}"))),
+    }
+}
+
+/// Prometheus writes special values as `NaN`, `+Inf`, `-Inf`.
+fn parse_value(s: &str) -> Option<f64> {
+    match s {
+        "NaN" => Some(f64::NAN),
+        "+Inf" => Some(f64::INFINITY),
+        "-Inf" => Some(f64::NEG_INFINITY),
+        _ => s.parse().ok(),
+    }
+}
+
+/// The unit the query's value is shown in: the gate's `unit`, else its bound's.
+fn display_unit(gate: &PrometheusGate) -> Unit {
+    gate.unit.unwrap_or(match gate.bound() {
+        Some(PrometheusBound::Max(q) | PrometheusBound::Min(q)) => q.unit,
+        _ => Unit::Number,
+    })
+}
+
+/// The figure that counts among several series: the highest for upper bounds, the lowest for a
+/// lower bound. NaN series (a ratio with no traffic) are skipped.
+pub(crate) fn worst(gate: &PrometheusGate, samples: &[Sample]) -> Result<Sample, String> {
+    let numbers: Vec<&Sample> = samples.iter().filter(|s| !s.value.is_nan()).collect();
+    let lower_bound = matches!(gate.bound(), Some(PrometheusBound::Min(_)));
+    let pick = numbers.into_iter().reduce(|a, b| {
+        let b_worse = if lower_bound { b.value < a.value } else { b.value > a.value };
+        if b_worse { b } else { a }
+    });
+    match pick {
+        Some(s) => Ok(s.clone()),
+        None if samples.is_empty() => Err("query returned no samples".into()),
+        None => Err("query returned only NaN (no traffic to compute a ratio from?)".into()),
+    }
+}
+
+/// What the policy compares a query's value with; `baseline` is the relative gate's value before
+/// the apply (`Err` says why there is none).
+pub(crate) fn threshold(gate: &PrometheusGate, baseline: Option<Result<f64, &str>>) -> Threshold {
+    let unit = display_unit(gate);
+    match gate.bound() {
+        Some(PrometheusBound::Max(limit)) => Threshold::AtMost { limit },
+        Some(PrometheusBound::Min(limit)) => Threshold::AtLeast { limit },
+        Some(PrometheusBound::MaxIncreaseOverBaseline(increase)) => match baseline {
+            Some(Ok(b)) => Threshold::AtMostOverBaseline {
+                baseline: Quantity { value: b, unit },
+                increase,
+                limit: Quantity { value: b * (1.0 + increase.value), unit },
+            },
+            _ => Threshold::IncreaseOverMissingBaseline { increase },
+        },
+        // `validate` refuses such policies; keep the evaluation honest anyway.
+        None => Threshold::Expect { what: "exactly one bound".into() },
+    }
+}
+
+/// Judges one query result against the gate's bound.
+pub(crate) fn judge(
+    name: &str,
+    gate: &PrometheusGate,
+    result: Result<Vec<Sample>, PrometheusError>,
+    baseline: Option<Result<f64, &str>>,
+) -> GateEvaluation {
+    let threshold = threshold(gate, baseline);
+    if let Some(Err(reason)) = baseline {
+        return GateEvaluation::unknown(name, format!("no baseline: {reason}"), threshold);
+    }
+    let samples = match result {
+        Ok(s) => s,
+        Err(e) => return GateEvaluation::unknown(name, e.to_string(), threshold),
+    };
+    match worst(gate, &samples) {
+        Err(reason) => GateEvaluation::unknown(name, reason, threshold),
+        Ok(s) => {
+            let detail = (samples.len() > 1).then(|| format!("worst of {} series: {}", samples.len(), labels(&s.labels)));
+            GateEvaluation::compare(name, Quantity { value: s.value, unit: display_unit(gate) }, threshold, detail)
+        }
+    }
+}
+
+fn labels(l: &BTreeMap<String, String>) -> String {
+    let inner: Vec<String> = l.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
+    format!("{{{}}}", inner.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    fn gate(bound: &str, q: &str) -> PrometheusGate {
+        let q: Quantity = q.parse().unwrap();
+        let mut g = PrometheusGate { query: "x".into(), unit: None, max: None, min: None, max_increase_over_baseline: None };
+        match bound {
+            "max" => g.max = Some(q),
+            "min" => g.min = Some(q),
+            _ => {
+                g.max_increase_over_baseline = Some(q);
+                g.unit = Some(Unit::Seconds);
+            }
+        }
+        g
+    }
+
+    fn samples(values: &[f64]) -> Vec<Sample> {
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| Sample { labels: BTreeMap::from([("pod".to_string(), format!("p{i}"))]), value: *v })
+            .collect()
+    }
+
+    #[rstest]
+    #[case::error_rate_ok(gate("max", "5%"), samples(&[0.02]), None, "error-rate 2 % ≤ 5 %")]
+    #[case::error_rate_high(gate("max", "5%"), samples(&[0.073]), None, "error-rate 7.3 % > 5 %")]
+    #[case::worst_series_counts(gate("max", "500ms"), samples(&[0.1, 0.62, f64::NAN]), None, "error-rate 620 ms > 500 ms — worst of 3 series: {pod=\"p1\"}")]
+    #[case::lower_bound_takes_the_lowest(gate("min", "99%"), samples(&[0.999, 0.95]), None, "error-rate 95 % < 99 % — worst of 2 series: {pod=\"p1\"}")]
+    #[case::baseline_plus_10(gate("inc", "20%"), samples(&[0.11]), Some(Ok(0.1)), "error-rate 110 ms ≤ 120 ms (baseline 100 ms + 20 %)")]
+    #[case::baseline_plus_30(gate("inc", "20%"), samples(&[0.13]), Some(Ok(0.1)), "error-rate 130 ms > 120 ms (baseline 100 ms + 20 %)")]
+    #[case::no_baseline(gate("inc", "20%"), samples(&[0.13]), Some(Err("query returned no samples")), "error-rate unknown (no baseline: query returned no samples; threshold ≤ baseline + 20 % (no baseline))")]
+    #[case::empty(gate("max", "5%"), samples(&[]), None, "error-rate unknown (query returned no samples; threshold ≤ 5 %)")]
+    #[case::only_nan(gate("max", "5%"), samples(&[f64::NAN]), None, "error-rate unknown (query returned only NaN (no traffic to compute a ratio from?); threshold ≤ 5 %)")]
+    fn query_results_are_judged(
+        #[case] g: PrometheusGate,
+        #[case] s: Vec<Sample>,
+        #[case] baseline: Option<Result<f64, &str>>,
+        #[case] want: &str,
+    ) {
+        assert_eq!(judge("error-rate", &g, Ok(s), baseline).to_string(), want);
+    }
+
+    #[test]
+    fn errors_make_the_gate_unknown() {
+        let e = judge("p99", &gate("max", "500ms"), Err(PrometheusError::Timeout(Duration::from_secs(2))), None);
+        assert!(e.is_unknown());
+        assert!(e.to_string().contains("did not answer within 2s"), "{e}");
+    }
+
+    #[rstest]
+    #[case::vector(200, r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"job":"a"},"value":[1.5,"0.25"]}]}}"#, Ok(vec![(Some("a"), 0.25)]))]
+    #[case::scalar(200, r#"{"status":"success","data":{"resultType":"scalar","result":[1.5,"3"]}}"#, Ok(vec![(None, 3.0)]))]
+    #[case::inf(200, r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"+Inf"]}]}}"#, Ok(vec![(None, f64::INFINITY)]))]
+    #[case::bad_query(400, r#"{"status":"error","errorType":"bad_data","error":"parse error"}"#, Err("Prometheus refused the query (bad_data): parse error"))]
+    #[case::matrix(200, r#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#, Err("the query returned a range vector; gates need an instant vector or a scalar"))]
+    #[case::not_json(502, "bad gateway", Err("Prometheus answered HTTP 502: bad gateway"))]
+    fn api_responses_are_read(#[case] status: u16, #[case] body: &str, #[case] want: Result<Vec<(Option<&str>, f64)>, &str>) {
+        let got = parse_response(status, body)
+            .map(|v| v.into_iter().map(|s| (s.labels.get("job").cloned(), s.value)).collect::<Vec<_>>())
+            .map_err(|e| e.to_string());
+        let want = want
+            .map(|v| v.into_iter().map(|(j, x)| (j.map(str::to_string), x)).collect::<Vec<_>>())
+            .map_err(str::to_string);
+        assert_eq!(got, want);
+    }
+}
