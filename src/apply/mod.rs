@@ -1,1 +1,375 @@
-//! Server-side apply of a verified release in phases, inventory and prune, snapshots and restore, drift.
+//! Server-side apply of a verified release in phases, inventory and prune, snapshots and restore,
+//! drift.
+//!
+//! The agent drives an [`Engine`] in this order (each step its own call, so the agent can persist
+//! its progress between them and resume after a restart):
+//!
+//! ```text
+//! snapshot()            store release N's live objects + every CR of N's CRDs (in-cluster Secrets)
+//! apply(N+1, policy)    manifests → admission policy → server-side dry run (all or nothing)
+//!                       → phases: Namespaces → CRDs (Established, discovery refreshed)
+//!                         → RBAC → config → workloads (rollout, optional) → other/CRs → webhooks
+//!                       → inventory (N+1's objects, N's leftovers marked for prune)
+//!                       → ConfigMap release-manifest-<id>
+//! prune()               delete what N had and N+1 dropped (CRDs only when allowed)
+//! ── on failure ──
+//! apply(N) ; prune() ; restore(snapshot)      CR state back, not just the image
+//! ```
+//!
+//! Every object fleetgate applies carries the labels [`LABEL_RELEASE`], [`LABEL_MANAGED_BY`] and
+//! [`LABEL_INVENTORY`]; the inventory ConfigMap in the agent's namespace is the record prune and
+//! snapshot read. [`Engine::drift`] compares live objects with a release without changing
+//! anything; calling [`Engine::apply`] again corrects drift (server-side apply with `force`
+//! takes every field of the release back).
+//!
+//! Custom resources of a CRD that the same release ships are dry-run *after* the CRD phase (the
+//! server cannot validate them against a schema it does not have yet). If one of those dry runs
+//! fails, the apply stops with only the release's Namespaces and CRDs applied, before any
+//! workload changed; the [`ChangeSet`] names the deferred objects.
+
+mod changes;
+mod drift;
+mod fields;
+mod inventory;
+mod phases;
+mod prune;
+mod rollout;
+mod snapshot;
+
+pub use changes::*;
+pub use drift::*;
+pub use inventory::*;
+pub use snapshot::*;
+
+use crate::manifests::admission::{AdmissionError, AdmissionPolicy};
+use crate::manifests::{CrdNames, ManifestError, ManifestSet, ObjectKey, Phase};
+use crate::model::ErrorClass;
+use crate::release::VerifiedRelease;
+use kube::Client;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// The release an object was last applied by.
+pub const LABEL_RELEASE: &str = "fleetgate.io/release";
+/// Standard "who manages this" label; always `fleetgate`.
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// Which inventory (one per agent installation) an object belongs to. Prune only ever deletes
+/// objects that still carry this label with the engine's inventory id.
+pub const LABEL_INVENTORY: &str = "fleetgate.io/inventory";
+
+/// How the engine behaves; [`ApplyOptions::new`] gives the defaults.
+#[derive(Debug, Clone)]
+pub struct ApplyOptions {
+    /// Namespace of the agent: inventory, snapshots and release-manifest ConfigMaps live here.
+    pub agent_namespace: String,
+    /// Namespace for namespaced objects whose manifest names none (the Fleet's
+    /// `operator.namespace`); None makes such objects an error.
+    pub default_namespace: Option<String>,
+    /// Inventory id: tells this installation's objects from others'. Default `fleetgate`.
+    pub inventory: String,
+    /// Objects applied at once within one phase.
+    pub concurrency: usize,
+    /// How long a CRD may take to become Established, and discovery to serve its kinds.
+    pub crd_timeout: Duration,
+    /// Wait for Deployments/StatefulSets/DaemonSets to roll out before the next phase, at most
+    /// this long. None: do not wait (the bake gates check availability).
+    pub rollout_timeout: Option<Duration>,
+    /// Prune may delete CustomResourceDefinitions a new release dropped (which deletes every
+    /// custom resource of them). Default false: such CRDs are kept and reported.
+    pub prune_crds: bool,
+    /// Snapshots kept per inventory; older ones are deleted when a new one is taken.
+    pub snapshot_history: usize,
+    /// `release-manifest-<id>` ConfigMaps kept; the oldest beyond this are deleted.
+    pub release_manifest_history: usize,
+}
+
+impl ApplyOptions {
+    pub fn new(agent_namespace: impl Into<String>) -> Self {
+        ApplyOptions {
+            agent_namespace: agent_namespace.into(),
+            default_namespace: None,
+            inventory: crate::FIELD_MANAGER.to_string(),
+            concurrency: 16,
+            crd_timeout: Duration::from_secs(60),
+            rollout_timeout: None,
+            prune_crds: false,
+            snapshot_history: 3,
+            release_manifest_history: 10,
+        }
+    }
+}
+
+/// Why an apply, prune, snapshot, restore or drift check failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("cannot read the release's manifests: {0}")]
+    Manifests(#[from] ManifestError),
+    #[error(transparent)]
+    Admission(#[from] AdmissionError),
+    #[error("release id {0:?} cannot be used as a label value (at most 63 characters: letters, digits, '-', '_', '.')")]
+    InvalidReleaseId(String),
+    #[error("server-side dry run refused {} object(s); nothing was applied:\n  {}", .0.len(), list(.0))]
+    DryRun(Vec<ObjectFailure>),
+    #[error("applying phase {phase} failed for {} object(s):\n  {}", .failures.len(), list(.failures))]
+    Apply { phase: Phase, failures: Vec<ObjectFailure>, applied: Box<ChangeSet> },
+    #[error("CustomResourceDefinition {name} did not become Established within {timeout:?}")]
+    CrdNotEstablished { name: String, timeout: Duration },
+    #[error("the API server does not serve {kinds} within {timeout:?} of its CRD being Established")]
+    KindsNotServed { kinds: String, timeout: Duration },
+    #[error("{object} did not roll out within {timeout:?}: {state}")]
+    RolloutTimeout { object: ObjectKey, timeout: Duration, state: String },
+    #[error("prune could not delete {} object(s) (they stay pending):\n  {}", .failures.len(), prune::describe(.failures))]
+    Prune { failures: Vec<(ObjectKey, String)>, pruned: Vec<ObjectChange> },
+    #[error("waiting for {what}: {reason}")]
+    Wait { what: String, reason: String },
+    #[error("inventory ConfigMap {namespace}/{name} is unreadable: {reason}")]
+    Inventory { namespace: String, name: String, reason: String },
+    #[error("snapshot {id}: {reason}")]
+    Snapshot { id: String, reason: String },
+    #[error("{action}: {source}")]
+    Kube {
+        action: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl ApplyError {
+    /// Stalling when retrying the same release cannot help (the release or the configuration
+    /// must change): bad manifests, policy and dry-run refusals. Timeouts and API errors may be
+    /// transient.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            ApplyError::Manifests(_) | ApplyError::Admission(_) | ApplyError::InvalidReleaseId(_) | ApplyError::DryRun(_) => {
+                ErrorClass::Stalling
+            }
+            _ => ErrorClass::Retryable,
+        }
+    }
+
+    /// A short label for metrics and events.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ApplyError::Manifests(_) => "InvalidManifests",
+            ApplyError::Admission(_) => "AdmissionRefused",
+            ApplyError::InvalidReleaseId(_) => "InvalidReleaseId",
+            ApplyError::DryRun(_) => "DryRunFailed",
+            ApplyError::Apply { .. } => "ApplyFailed",
+            ApplyError::CrdNotEstablished { .. } => "CrdNotEstablished",
+            ApplyError::KindsNotServed { .. } => "KindsNotServed",
+            ApplyError::RolloutTimeout { .. } => "RolloutTimeout",
+            ApplyError::Prune { .. } => "PruneFailed",
+            ApplyError::Wait { .. } => "WaitFailed",
+            ApplyError::Inventory { .. } => "InventoryUnreadable",
+            ApplyError::Snapshot { .. } => "SnapshotFailed",
+            ApplyError::Kube { .. } => "ApiError",
+        }
+    }
+}
+
+fn list(failures: &[ObjectFailure]) -> String {
+    failures.iter().map(|f| f.to_string()).collect::<Vec<_>>().join("\n  ")
+}
+
+pub(crate) fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> ApplyError {
+    let action = action.into();
+    move |source| ApplyError::Kube { action, source }
+}
+
+/// The message of an API error without kube's wrapping.
+pub(crate) fn api_message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) if !s.message.is_empty() => s.message.clone(),
+        other => other.to_string(),
+    }
+}
+
+pub(crate) fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+/// Applies releases to one cluster and keeps their record there.
+#[derive(Clone)]
+pub struct Engine {
+    client: Client,
+    options: ApplyOptions,
+}
+
+impl Engine {
+    pub fn new(client: Client, options: ApplyOptions) -> Self {
+        Engine { client, options }
+    }
+
+    pub fn options(&self) -> &ApplyOptions {
+        &self.options
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Parses `release` against the cluster's discovery (scopes, default namespace).
+    pub async fn manifests(&self, release: &VerifiedRelease) -> Result<ManifestSet, ApplyError> {
+        let resolver = phases::Resolver::new(self.client.clone()).await?;
+        Ok(ManifestSet::from_release(release, self.options.default_namespace.as_deref(), resolver.discovery())?)
+    }
+
+    /// Checks `release` without changing anything: manifests, admission policy, and a
+    /// server-side dry run of every object whose kind the cluster serves now. Returns the
+    /// objects whose dry run must wait for their CRD (see the module docs).
+    pub async fn dry_run(
+        &self,
+        release: &VerifiedRelease,
+        policy: &AdmissionPolicy,
+    ) -> Result<Vec<ObjectKey>, ApplyError> {
+        let resolver = phases::Resolver::new(self.client.clone()).await?;
+        let mut set = self.admitted(release, policy, &resolver)?;
+        set.add_labels(&self.labels(release.id()));
+        let (_, deferred) = self.dry_run_first(&resolver, &set).await?;
+        Ok(deferred.into_iter().collect())
+    }
+
+    fn admitted(
+        &self,
+        release: &VerifiedRelease,
+        policy: &AdmissionPolicy,
+        resolver: &phases::Resolver,
+    ) -> Result<ManifestSet, ApplyError> {
+        if !is_label_value(release.id()) {
+            return Err(ApplyError::InvalidReleaseId(release.id().to_string()));
+        }
+        let set = ManifestSet::from_release(release, self.options.default_namespace.as_deref(), resolver.discovery())?;
+        policy.check(&set)?;
+        Ok(set)
+    }
+
+    /// Applies `release`: admission policy, server-side dry run of every object (nothing is
+    /// applied if any fails), the inventory (objects of the previous release that this one
+    /// dropped are marked for [`prune`](Self::prune)), server-side apply (field manager
+    /// `fleetgate`, forced) phase by phase, and ConfigMap `release-manifest-<id>`.
+    ///
+    /// The inventory is written before the first object changes, so an apply that fails half
+    /// way still records what it may have created: applying the previous release again and
+    /// pruning removes it. Re-applying the release that is already applied changes nothing.
+    pub async fn apply(&self, release: &VerifiedRelease, policy: &AdmissionPolicy) -> Result<ChangeSet, ApplyError> {
+        let mut resolver = phases::Resolver::new(self.client.clone()).await?;
+        let mut set = self.admitted(release, policy, &resolver)?;
+        set.add_labels(&self.labels(release.id()));
+        let previous = inventory::read(&self.client, &self.options).await?;
+        let (before, deferred) = self.dry_run_first(&resolver, &set).await?;
+        inventory::write(&self.client, &self.options, &set, previous.as_ref()).await?;
+        let mut changes = ChangeSet::new(release.id());
+        self.apply_phases(&mut resolver, &set, before, &deferred, &mut changes).await?;
+        inventory::write_release_manifest(&self.client, &self.options, release).await?;
+        Ok(changes)
+    }
+
+    /// Dry-runs every object the server can check now. Custom resources of a CRD in `set` that
+    /// is new or changes its spec wait (they are returned as deferred): the server can only
+    /// check them against the new schema once the CRD phase applied it. Custom resources of a
+    /// CRD that stays as it is are checked now, against the schema they will meet.
+    async fn dry_run_first(
+        &self,
+        resolver: &phases::Resolver,
+        set: &ManifestSet,
+    ) -> Result<(phases::DryRuns, BTreeSet<ObjectKey>), ApplyError> {
+        let crds: Vec<_> = set.phase(Phase::Crds).collect();
+        let mut failures = Vec::new();
+        let mut collect = |result: Result<phases::DryRuns, ApplyError>| match result {
+            Ok(r) => Ok(r),
+            Err(ApplyError::DryRun(f)) => {
+                failures.extend(f);
+                Ok(phases::DryRuns::new())
+            }
+            Err(e) => Err(e),
+        };
+        let mut results = collect(phases::dry_run(resolver, &crds, &self.options).await)?;
+        let mut changing = Vec::new();
+        for m in &crds {
+            let would_be = results.get(&m.key).and_then(|d| d.data.get("spec"));
+            let live = match resolver.api(m) {
+                Ok(api) => api.get_opt(&m.key.name).await.map_err(kube_err(format!("reading {}", m.key)))?,
+                Err(_) => None,
+            };
+            if would_be.is_none() || live.as_ref().and_then(|l| l.data.get("spec")) != would_be {
+                changing.extend(CrdNames::from_crd(&m.object));
+            }
+        }
+        let deferred: BTreeSet<ObjectKey> = set
+            .iter()
+            .filter(|m| changing.iter().any(|c| c.group == m.key.group && c.kind == m.key.kind))
+            .map(|m| m.key.clone())
+            .collect();
+        let now: Vec<_> = set.iter().filter(|m| m.phase != Phase::Crds && !deferred.contains(&m.key)).collect();
+        results.extend(collect(phases::dry_run(resolver, &now, &self.options).await)?);
+        if !failures.is_empty() {
+            failures.sort_by(|a, b| a.object.cmp(&b.object));
+            return Err(ApplyError::DryRun(failures));
+        }
+        Ok((results, deferred))
+    }
+
+    /// Applies `set` phase by phase, with the waits between phases, recording into `changes`.
+    async fn apply_phases(
+        &self,
+        resolver: &mut phases::Resolver,
+        set: &ManifestSet,
+        mut before: phases::DryRuns,
+        deferred: &BTreeSet<ObjectKey>,
+        changes: &mut ChangeSet,
+    ) -> Result<(), ApplyError> {
+        changes.dry_run_after_crds = deferred.iter().cloned().collect();
+        for phase in Phase::ALL {
+            let objects: Vec<_> = set.phase(phase).collect();
+            if objects.is_empty() {
+                continue;
+            }
+            phases::apply_phase(resolver, &objects, &before, &self.options, changes).await?;
+            if phase == Phase::Crds {
+                phases::crds_established(&self.client, &objects, &self.options).await?;
+                resolver.refresh_until_served(set, self.options.crd_timeout).await?;
+                // The server knows the new schemas now: dry-run their custom resources before
+                // anything beyond Namespaces and CRDs changes.
+                let later: Vec<_> = set.iter().filter(|m| deferred.contains(&m.key)).collect();
+                before.extend(phases::dry_run(resolver, &later, &self.options).await?);
+            }
+            if phase == Phase::Workloads
+                && let Some(timeout) = self.options.rollout_timeout
+            {
+                rollout::wait_all(resolver, &objects, timeout).await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn labels(&self, release_id: &str) -> [(&'static str, String); 3] {
+        [
+            (LABEL_RELEASE, release_id.to_string()),
+            (LABEL_MANAGED_BY, crate::FIELD_MANAGER.to_string()),
+            (LABEL_INVENTORY, self.options.inventory.clone()),
+        ]
+    }
+}
+
+/// A Kubernetes label value: at most 63 characters, alphanumerics at both ends, `-_.` inside.
+pub(crate) fn is_label_value(v: &str) -> bool {
+    let ok_end = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    v.len() <= 63
+        && (v.is_empty()
+            || (ok_end(v.chars().next())
+                && ok_end(v.chars().last())
+                && v.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values() {
+        assert!(is_label_value("rel-20250315-001"));
+        assert!(!is_label_value("rel/1"));
+        assert!(!is_label_value("-rel"));
+        assert!(!is_label_value(&"a".repeat(64)));
+    }
+}

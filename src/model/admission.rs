@@ -1,1 +1,111 @@
-//! `ReleaseAdmissionPolicy`: bounds on what a release may touch (namespaces, cluster-scoped kinds, cluster-admin bindings).
+//! `ReleaseAdmissionPolicy`: bounds on what a release may touch (namespaces, cluster-scoped kinds,
+//! cluster-admin bindings).
+//!
+//! The agent's configuration carries the baseline; a fleet repo may add policies under
+//! `policies/` that only ever narrow it: an object is admitted when *every* policy admits it, so a
+//! repo can never widen what the agent allows. The check itself lives in
+//! `manifests::admission`, over a parsed `ManifestSet`.
+
+use super::Document;
+use serde::{Deserialize, Serialize};
+
+pub type ReleaseAdmissionPolicy = Document<ReleaseAdmissionPolicySpec>;
+
+/// The document kind of [`ReleaseAdmissionPolicy`].
+pub const RELEASE_ADMISSION_POLICY_KIND: &str = "ReleaseAdmissionPolicy";
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ReleaseAdmissionPolicySpec {
+    /// Namespaces a release may put namespaced objects into (and may create as `Namespace`
+    /// objects). An entry ending in `*` is a prefix (`team-*`); `*` alone is any namespace.
+    /// Absent: this policy does not restrict namespaces. Present but empty: no namespace at all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_namespaces: Option<Vec<String>>,
+    /// Cluster-scoped kinds a release may create, as `Kind.group` (`Kind` alone for the core
+    /// group), e.g. `CustomResourceDefinition.apiextensions.k8s.io`, `ClusterRole.rbac.authorization.k8s.io`.
+    /// `Namespace` objects are judged by `allowedNamespaces` instead. Absent: no restriction
+    /// from this policy. Present but empty: no cluster-scoped object at all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_cluster_scoped_kinds: Option<Vec<String>>,
+    /// Whether a RoleBinding or ClusterRoleBinding may grant the `cluster-admin` ClusterRole.
+    /// Default false: every policy must say true for such a binding to pass.
+    #[serde(default)]
+    pub allow_cluster_admin_bindings: bool,
+}
+
+impl ReleaseAdmissionPolicySpec {
+    /// Whether `namespace` is within `allowedNamespaces` (always, when the field is absent).
+    pub fn allows_namespace(&self, namespace: &str) -> bool {
+        match &self.allowed_namespaces {
+            None => true,
+            Some(list) => list.iter().any(|p| match p.strip_suffix('*') {
+                Some(prefix) => namespace.starts_with(prefix),
+                None => p == namespace,
+            }),
+        }
+    }
+
+    /// Whether the cluster-scoped kind `kind` of API group `group` is allowed (`Kind.group`,
+    /// or `Kind` for the core group; kinds compare exactly, groups case-insensitively).
+    pub fn allows_cluster_scoped_kind(&self, group: &str, kind: &str) -> bool {
+        match &self.allowed_cluster_scoped_kinds {
+            None => true,
+            Some(list) => list.iter().any(|entry| {
+                let (k, g) = entry.split_once('.').unwrap_or((entry.as_str(), ""));
+                k == kind && g.eq_ignore_ascii_case(group)
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::parse_document;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case(None, "anything", true)]
+    #[case(Some(vec![]), "redis-system", false)]
+    #[case(Some(vec!["redis-system".into()]), "redis-system", true)]
+    #[case(Some(vec!["redis-system".into()]), "redis-system-2", false)]
+    #[case(Some(vec!["team-*".into()]), "team-a", true)]
+    #[case(Some(vec!["team-*".into()]), "teams", false)]
+    #[case(Some(vec!["*".into()]), "kube-system", true)]
+    fn namespaces(#[case] list: Option<Vec<String>>, #[case] ns: &str, #[case] allowed: bool) {
+        let spec = ReleaseAdmissionPolicySpec { allowed_namespaces: list, ..Default::default() };
+        assert_eq!(spec.allows_namespace(ns), allowed);
+    }
+
+    #[rstest]
+    #[case("CustomResourceDefinition.apiextensions.k8s.io", "apiextensions.k8s.io", "CustomResourceDefinition", true)]
+    #[case("CustomResourceDefinition.apiextensions.k8s.io", "apiextensions.k8s.io", "ClusterRole", false)]
+    #[case("ClusterRole.rbac.authorization.k8s.io", "rbac.authorization.k8s.io", "ClusterRole", true)]
+    #[case("PersistentVolume", "", "PersistentVolume", true)]
+    #[case("PersistentVolume", "storage.k8s.io", "PersistentVolume", false)]
+    fn cluster_scoped_kinds(#[case] entry: &str, #[case] group: &str, #[case] kind: &str, #[case] allowed: bool) {
+        let spec = ReleaseAdmissionPolicySpec {
+            allowed_cluster_scoped_kinds: Some(vec![entry.to_string()]),
+            ..Default::default()
+        };
+        assert_eq!(spec.allows_cluster_scoped_kind(group, kind), allowed);
+    }
+
+    #[test]
+    fn reference_policy_parses() {
+        let text = include_str!("../../policies/admission-policy.yaml");
+        let policy: ReleaseAdmissionPolicy =
+            parse_document("policies/admission-policy.yaml", text, RELEASE_ADMISSION_POLICY_KIND).unwrap();
+        assert!(!policy.spec.allow_cluster_admin_bindings);
+        assert!(policy.spec.allows_namespace("redis-system"));
+    }
+
+    #[test]
+    fn unknown_fields_are_errors() {
+        let text = "apiVersion: fleetgate.io/v1alpha1\nkind: ReleaseAdmissionPolicy\nmetadata: {name: p}\nspec: {allowedNamespace: [a]}\n";
+        let err = parse_document::<ReleaseAdmissionPolicySpec>("p.yaml", text, RELEASE_ADMISSION_POLICY_KIND)
+            .unwrap_err();
+        assert!(err.to_string().contains("allowedNamespace"), "{err}");
+    }
+}

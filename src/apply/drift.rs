@@ -1,0 +1,135 @@
+//! Drift: live objects compared with a release's desired objects, field by field, over only the
+//! fields the release sets (server defaults, status, managedFields, resourceVersion, uid and
+//! the like never count), shown as unified diffs. Applying the release again corrects it.
+
+use super::phases::Resolver;
+use super::{ApplyError, Engine, fields, kube_err};
+use crate::manifests::{Manifest, ManifestSet, ObjectKey};
+use crate::release::VerifiedRelease;
+use futures::{StreamExt, stream};
+use serde_json::Value;
+use similar::TextDiff;
+
+/// How one desired object compares with the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase", tag = "state")]
+pub enum DriftState {
+    InSync,
+    /// The object does not exist (or its kind is not served).
+    Missing,
+    /// Fields differ; `diff` is a unified diff from desired to live, over the release's fields.
+    Drifted { diff: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ObjectDrift {
+    pub object: ObjectKey,
+    #[serde(flatten)]
+    pub state: DriftState,
+}
+
+/// Every object of a release and how it compares with the cluster, in apply order.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DriftReport {
+    pub release: String,
+    pub objects: Vec<ObjectDrift>,
+}
+
+impl DriftReport {
+    pub fn has_drift(&self) -> bool {
+        self.objects.iter().any(|o| o.state != DriftState::InSync)
+    }
+
+    /// The objects that are missing or drifted.
+    pub fn drifted(&self) -> impl Iterator<Item = &ObjectDrift> {
+        self.objects.iter().filter(|o| o.state != DriftState::InSync)
+    }
+}
+
+/// Compares one desired object with its live counterpart (None: it does not exist).
+pub fn compare(desired: &Manifest, live: Option<&Value>) -> DriftState {
+    let Some(live) = live else { return DriftState::Missing };
+    let want = serde_json::to_value(&desired.object).expect("objects serialize");
+    let have = fields::project_like(live, &want);
+    if have == want {
+        return DriftState::InSync;
+    }
+    let (a, b) = (to_yaml(&want), to_yaml(&have));
+    let diff = TextDiff::from_lines(&a, &b)
+        .unified_diff()
+        .context_radius(3)
+        .header(&format!("desired {}", desired.key), &format!("live {}", desired.key))
+        .to_string();
+    DriftState::Drifted { diff }
+}
+
+fn to_yaml(v: &Value) -> String {
+    serde_yaml_ng::to_string(v).expect("JSON values serialize as YAML")
+}
+
+impl Engine {
+    /// Compares every object of `release` (with the labels an apply gives it) with the
+    /// cluster. Changes nothing; [`apply`](Self::apply) the release again to correct drift.
+    pub async fn drift(&self, release: &VerifiedRelease) -> Result<DriftReport, ApplyError> {
+        let resolver = Resolver::new(self.client.clone()).await?;
+        let mut set = ManifestSet::from_release(release, self.options.default_namespace.as_deref(), resolver.discovery())?;
+        set.add_labels(&self.labels(release.id()));
+        let results: Vec<Result<ObjectDrift, ApplyError>> = stream::iter(set.iter())
+            .map(|m| {
+                let resolver = &resolver;
+                async move {
+                    let live = match resolver.api(m) {
+                        Err(_) => None,
+                        Ok(api) => api.get_opt(&m.key.name).await.map_err(kube_err(format!("reading {}", m.key)))?,
+                    };
+                    let live = live.map(|o| serde_json::to_value(o).expect("objects serialize"));
+                    Ok(ObjectDrift { object: m.key.clone(), state: compare(m, live.as_ref()) })
+                }
+            })
+            .buffered(self.options.concurrency.max(1))
+            .collect()
+            .await;
+        Ok(DriftReport { release: release.id().to_string(), objects: results.into_iter().collect::<Result<_, _>>()? })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifests::tests::{release, scopes};
+    use serde_json::json;
+
+    fn desired() -> Manifest {
+        let r = release(&[(
+            "operator/cm.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: n}\ndata: {level: info, mode: fast}\n",
+        )]);
+        ManifestSet::from_release(&r, None, &scopes).unwrap().iter().next().unwrap().clone()
+    }
+
+    #[test]
+    fn server_fields_are_not_drift() {
+        let live = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "n", "uid": "x", "resourceVersion": "9",
+                         "creationTimestamp": "2025-01-01T00:00:00Z", "managedFields": [{"manager": "fleetgate"}]},
+            "data": {"level": "info", "mode": "fast"}
+        });
+        assert_eq!(compare(&desired(), Some(&live)), DriftState::InSync);
+        assert_eq!(compare(&desired(), None), DriftState::Missing);
+    }
+
+    #[test]
+    fn a_changed_field_shows_as_exactly_that_line() {
+        let live = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "n", "uid": "x"},
+            "data": {"level": "debug", "mode": "fast"}
+        });
+        let DriftState::Drifted { diff } = compare(&desired(), Some(&live)) else { panic!("expected drift") };
+        let changed: Vec<&str> =
+            diff.lines().filter(|l| (l.starts_with('-') || l.starts_with('+')) && !l.starts_with("---") && !l.starts_with("+++")).collect();
+        assert_eq!(changed, ["-  level: info", "+  level: debug"], "{diff}");
+        assert!(diff.starts_with("--- desired ConfigMap n/c\n+++ live ConfigMap n/c\n"), "{diff}");
+    }
+}

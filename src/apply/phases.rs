@@ -1,0 +1,193 @@
+//! The mechanics shared by apply, restore and drift: resolving objects to API endpoints through
+//! discovery, server-side dry runs, one phase of server-side applies with bounded concurrency,
+//! and waiting for CRDs to be Established.
+
+use super::{ApplyError, ApplyOptions, ChangeSet, ObjectChange, ObjectFailure, api_message, kube_err};
+use crate::apply::Action;
+use crate::manifests::{Manifest, ManifestSet, ObjectKey, api_version};
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::discovery::{Discovery, Scope};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::{Client, ResourceExt};
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+/// Discovery of one cluster, refreshed when a release adds kinds.
+pub(crate) struct Resolver {
+    client: Client,
+    discovery: Discovery,
+}
+
+impl Resolver {
+    pub(crate) async fn new(client: Client) -> Result<Self, ApplyError> {
+        let discovery = run_discovery(&client).await?;
+        Ok(Resolver { client, discovery })
+    }
+
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub(crate) fn discovery(&self) -> &Discovery {
+        &self.discovery
+    }
+
+    /// The API endpoint of `m`, or why there is none (its version is not served).
+    pub(crate) fn api(&self, m: &Manifest) -> Result<Api<DynamicObject>, String> {
+        let (ar, caps) = self.discovery.resolve_gvk(&m.gvk).ok_or_else(|| {
+            format!("the API server does not serve {} {}", api_version(&m.gvk.group, &m.gvk.version), m.gvk.kind)
+        })?;
+        Ok(match (&caps.scope, &m.key.namespace) {
+            (Scope::Namespaced, Some(ns)) => Api::namespaced_with(self.client.clone(), ns, &ar),
+            _ => Api::all_with(self.client.clone(), &ar),
+        })
+    }
+
+    /// Re-runs discovery until every kind of `set` resolves: the API server serves a new CRD's
+    /// kinds a moment after the CRD is Established, and discovery lags behind it.
+    pub(crate) async fn refresh_until_served(&mut self, set: &ManifestSet, timeout: Duration) -> Result<(), ApplyError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            self.discovery = run_discovery(&self.client).await?;
+            let missing: BTreeSet<String> = set
+                .iter()
+                .filter(|m| self.discovery.resolve_gvk(&m.gvk).is_none())
+                .map(|m| format!("{} {}", api_version(&m.gvk.group, &m.gvk.version), m.gvk.kind))
+                .collect();
+            if missing.is_empty() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let kinds = missing.into_iter().collect::<Vec<_>>().join(", ");
+                return Err(ApplyError::KindsNotServed { kinds, timeout });
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+async fn run_discovery(client: &Client) -> Result<Discovery, ApplyError> {
+    Discovery::new(client.clone()).run_aggregated().await.map_err(kube_err("API discovery"))
+}
+
+/// The result of a server-side dry run of each object: the object as it would be stored. Its
+/// resourceVersion is the live object's, or empty when the object does not exist yet.
+pub(crate) type DryRuns = HashMap<ObjectKey, DynamicObject>;
+
+/// Server-side apply as field manager `fleetgate`, forced: the release's fields are taken back
+/// from whoever changed them (that is how drift is corrected).
+fn params() -> PatchParams {
+    PatchParams::apply(crate::FIELD_MANAGER).force()
+}
+
+/// Server-side dry run of `objects`; every refusal is reported at once. The results tell
+/// created, configured and unchanged apart after the real apply.
+pub(crate) async fn dry_run(
+    resolver: &Resolver,
+    objects: &[&Manifest],
+    options: &ApplyOptions,
+) -> Result<DryRuns, ApplyError> {
+    let pp = params().dry_run();
+    let results: Vec<Result<(ObjectKey, DynamicObject), ObjectFailure>> = stream::iter(objects.iter().copied())
+        .map(|m| {
+            let pp = pp.clone();
+            async move {
+                let fail = |message: String| ObjectFailure { object: m.key.clone(), source: m.source.clone(), message };
+                let api = resolver.api(m).map_err(fail)?;
+                let name = m.key.name.as_str();
+                let out = api.patch(name, &pp, &Patch::Apply(&m.object)).await.map_err(|e| fail(api_message(&e)))?;
+                Ok((m.key.clone(), out))
+            }
+        })
+        .buffer_unordered(options.concurrency.max(1))
+        .collect()
+        .await;
+    let (ok, failed): (Vec<_>, Vec<_>) = results.into_iter().partition(Result::is_ok);
+    if !failed.is_empty() {
+        let mut failures: Vec<ObjectFailure> = failed.into_iter().filter_map(Result::err).collect();
+        failures.sort_by(|a, b| a.object.cmp(&b.object));
+        return Err(ApplyError::DryRun(failures));
+    }
+    Ok(ok.into_iter().filter_map(Result::ok).collect())
+}
+
+/// Server-side applies every object of one phase, `options.concurrency` at a time, and records
+/// each outcome in `changes` (in the phase's order). Any failure fails the phase after every
+/// object of it was tried.
+pub(crate) async fn apply_phase(
+    resolver: &Resolver,
+    objects: &[&Manifest],
+    before: &DryRuns,
+    options: &ApplyOptions,
+    changes: &mut ChangeSet,
+) -> Result<(), ApplyError> {
+    let pp = params();
+    let results: Vec<(usize, Result<Action, ObjectFailure>)> = stream::iter(objects.iter().copied().enumerate())
+        .map(|(i, m)| {
+            let pp = pp.clone();
+            async move {
+                let fail = |message: String| ObjectFailure { object: m.key.clone(), source: m.source.clone(), message };
+                let result = async {
+                    let api = resolver.api(m).map_err(fail)?;
+                    let out =
+                        api.patch(&m.key.name, &pp, &Patch::Apply(&m.object)).await.map_err(|e| fail(api_message(&e)))?;
+                    let rv_before = before.get(&m.key).and_then(|d| d.resource_version()).filter(|rv| !rv.is_empty());
+                    Ok(match rv_before {
+                        None => Action::Created,
+                        Some(rv) if out.resource_version().as_ref() == Some(&rv) => Action::Unchanged,
+                        Some(_) => Action::Configured,
+                    })
+                }
+                .await;
+                (i, result)
+            }
+        })
+        .buffer_unordered(options.concurrency.max(1))
+        .collect()
+        .await;
+    let mut results = results;
+    results.sort_by_key(|(i, _)| *i);
+    let mut failures = Vec::new();
+    for (i, r) in results {
+        match r {
+            Ok(action) => changes.changes.push(ObjectChange {
+                object: objects[i].key.clone(),
+                phase: objects[i].phase,
+                action,
+            }),
+            Err(f) => failures.push(f),
+        }
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(ApplyError::Apply { phase: objects[0].phase, failures, applied: Box::new(changes.clone()) })
+    }
+}
+
+/// Waits until every CRD among `objects` is Established, each within `options.crd_timeout`.
+pub(crate) async fn crds_established(
+    client: &Client,
+    objects: &[&Manifest],
+    options: &ApplyOptions,
+) -> Result<(), ApplyError> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let timeout = options.crd_timeout;
+    stream::iter(objects.iter().map(|m| m.key.name.clone()))
+        .map(|name| {
+            let api = api.clone();
+            async move {
+                match tokio::time::timeout(timeout, await_condition(api, &name, conditions::is_crd_established())).await {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err(e)) => Err(ApplyError::Wait { what: format!("CustomResourceDefinition {name}"), reason: e.to_string() }),
+                    Err(_) => Err(ApplyError::CrdNotEstablished { name, timeout }),
+                }
+            }
+        })
+        .buffer_unordered(options.concurrency.max(1))
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,306 @@
+//! Snapshots: before release N+1 replaces N, the live state of N — each of its objects reduced
+//! to the fields fleetgate applied (live values), and every custom resource of its CRDs
+//! (metadata labels/annotations and everything but `status`) — is stored in the agent's
+//! namespace, so a rollback restores state, not only an image.
+//!
+//! Storage: Secrets (a snapshot can hold Secrets of the release), the JSON split into chunks
+//! `<inventory>-snapshot-<id>-<n>` of at most [`CHUNK_BYTES`], then an index Secret
+//! `<inventory>-snapshot-<id>` with the chunk count and a SHA-256 of the whole, written last so
+//! a snapshot interrupted half way is never listed. Only the newest `snapshot_history`
+//! snapshots are kept.
+//!
+//! Restore re-applies a snapshot with server-side apply (forced, field manager `fleetgate`) in
+//! the usual phases, after a dry run of all of it. It does not restore `status` (controllers own
+//! it) and does not run the admission policy: every object came from the cluster, custom
+//! resources users created included.
+
+use super::phases::Resolver;
+use super::prune::api_for;
+use super::{
+    ApplyError, ChangeSet, Engine, InventoryEntry, LABEL_INVENTORY, LABEL_MANAGED_BY, LABEL_RELEASE, api_message,
+    fields, inventory, kube_err,
+};
+use crate::manifests::{CRD_GROUP, CrdNames, ManifestSet, Source};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, ObjectMeta, PostParams};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+
+/// Largest chunk of snapshot JSON in one Secret (Secrets are limited to 1 MiB).
+pub const CHUNK_BYTES: usize = 512 * 1024;
+/// Label carrying the snapshot id on its index and chunk Secrets.
+pub const LABEL_SNAPSHOT: &str = "fleetgate.io/snapshot";
+/// Label (value `true`) marking a snapshot's index Secret.
+const LABEL_INDEX: &str = "fleetgate.io/snapshot-index";
+const ANN_CHUNKS: &str = "fleetgate.io/snapshot-chunks";
+const ANN_SHA256: &str = "fleetgate.io/snapshot-sha256";
+const ANN_OBJECTS: &str = "fleetgate.io/snapshot-objects";
+const ANN_CREATED: &str = "fleetgate.io/snapshot-created";
+const DATA_KEY: &str = "objects.json";
+
+/// A stored snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotInfo {
+    /// `s<unix milliseconds>`; later snapshots have larger ids.
+    pub id: String,
+    /// The release whose state it holds.
+    pub release: String,
+    /// RFC 3339.
+    pub created: String,
+    pub objects: usize,
+    pub chunks: usize,
+}
+
+impl Engine {
+    fn secrets(&self) -> Api<Secret> {
+        Api::namespaced(self.client.clone(), &self.options.agent_namespace)
+    }
+
+    fn index_name(&self, id: &str) -> String {
+        format!("{}-snapshot-{id}", self.options.inventory)
+    }
+
+    /// Stores a snapshot of the release the inventory records (None when nothing was applied
+    /// yet), then deletes snapshots beyond `snapshot_history`.
+    pub async fn snapshot(&self) -> Result<Option<SnapshotInfo>, ApplyError> {
+        let Some(inv) = inventory::read(&self.client, &self.options).await? else {
+            return Ok(None);
+        };
+        let resolver = Resolver::new(self.client.clone()).await?;
+        let objects = self.live_state(&resolver, &inv.objects).await?;
+        let id = format!("s{}", chrono::Utc::now().timestamp_millis());
+        let info = self.store_snapshot(&id, &inv.release, &objects).await?;
+        self.trim_snapshots().await?;
+        Ok(Some(info))
+    }
+
+    /// The live objects of `entries` (fleetgate's fields) and every custom resource of the
+    /// CRDs among them (all but status).
+    async fn live_state(&self, resolver: &Resolver, entries: &[InventoryEntry]) -> Result<Vec<Value>, ApplyError> {
+        let mut crds = Vec::new();
+        let mut out = Vec::new();
+        for e in entries {
+            let Some(api) = api_for(resolver, e) else { continue };
+            let Some(live) = api.get_opt(&e.name).await.map_err(kube_err(format!("reading {}", e.key())))? else {
+                continue;
+            };
+            if e.group == CRD_GROUP && e.kind == "CustomResourceDefinition" {
+                crds.extend(CrdNames::from_crd(&live));
+            }
+            let value = serde_json::to_value(&live).expect("objects serialize");
+            out.push(fields::managed_fields(&value, crate::FIELD_MANAGER));
+        }
+        for crd in crds {
+            let Some((ar, _)) = resolver.discovery().get(&crd.group).and_then(|g| g.recommended_kind(&crd.kind))
+            else {
+                continue;
+            };
+            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
+            let list = api.list(&ListParams::default()).await.map_err(kube_err(format!("listing {}", crd.name)))?;
+            for cr in list.items {
+                let key = (cr.metadata.namespace.clone(), cr.metadata.name.clone());
+                // A CR that is also a release object is stored whole (not only fleetgate's fields).
+                out.retain(|o| {
+                    !(o.get("kind").and_then(Value::as_str) == Some(crd.kind.as_str())
+                        && o.pointer("/metadata/namespace").and_then(Value::as_str) == key.0.as_deref()
+                        && o.pointer("/metadata/name").and_then(Value::as_str) == key.1.as_deref())
+                });
+                out.push(custom_resource_state(serde_json::to_value(&cr).expect("objects serialize")));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn store_snapshot(&self, id: &str, release: &str, objects: &[Value]) -> Result<SnapshotInfo, ApplyError> {
+        let json = serde_json::to_vec(objects).expect("objects serialize");
+        let sha = format!("{:x}", Sha256::digest(&json));
+        let chunks: Vec<&[u8]> = json.chunks(CHUNK_BYTES).collect();
+        let created = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let api = self.secrets();
+        let labels = |extra: Option<(&str, &str)>| {
+            let mut l = BTreeMap::from([
+                (LABEL_MANAGED_BY.to_string(), crate::FIELD_MANAGER.to_string()),
+                (LABEL_INVENTORY.to_string(), self.options.inventory.clone()),
+                (LABEL_SNAPSHOT.to_string(), id.to_string()),
+            ]);
+            if let Some((k, v)) = extra {
+                l.insert(k.to_string(), v.to_string());
+            }
+            l
+        };
+        for (i, chunk) in chunks.iter().enumerate() {
+            let secret = Secret {
+                metadata: ObjectMeta {
+                    name: Some(format!("{}-{}", self.index_name(id), i + 1)),
+                    labels: Some(labels(None)),
+                    ..Default::default()
+                },
+                data: Some(BTreeMap::from([(DATA_KEY.to_string(), ByteString(chunk.to_vec()))])),
+                ..Default::default()
+            };
+            api.create(&PostParams::default(), &secret).await.map_err(kube_err(format!("storing snapshot {id}")))?;
+        }
+        let info = SnapshotInfo {
+            id: id.to_string(),
+            release: release.to_string(),
+            created: created.clone(),
+            objects: objects.len(),
+            chunks: chunks.len(),
+        };
+        let mut index_labels = labels(Some((LABEL_INDEX, "true")));
+        index_labels.insert(LABEL_RELEASE.to_string(), release.to_string());
+        let index = Secret {
+            metadata: ObjectMeta {
+                name: Some(self.index_name(id)),
+                labels: Some(index_labels),
+                annotations: Some(BTreeMap::from([
+                    (ANN_CHUNKS.to_string(), chunks.len().to_string()),
+                    (ANN_SHA256.to_string(), sha),
+                    (ANN_OBJECTS.to_string(), objects.len().to_string()),
+                    (ANN_CREATED.to_string(), created),
+                ])),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        api.create(&PostParams::default(), &index).await.map_err(kube_err(format!("storing snapshot {id}")))?;
+        Ok(info)
+    }
+
+    /// The complete snapshots of this inventory, newest first.
+    pub async fn snapshots(&self) -> Result<Vec<SnapshotInfo>, ApplyError> {
+        let selector = format!("{LABEL_INVENTORY}={},{LABEL_INDEX}=true", self.options.inventory);
+        let list = self
+            .secrets()
+            .list_metadata(&ListParams::default().labels(&selector))
+            .await
+            .map_err(kube_err("listing snapshots"))?;
+        let mut out: Vec<SnapshotInfo> = list
+            .items
+            .iter()
+            .filter_map(|s| {
+                let labels = s.metadata.labels.as_ref()?;
+                let ann = s.metadata.annotations.as_ref()?;
+                Some(SnapshotInfo {
+                    id: labels.get(LABEL_SNAPSHOT)?.clone(),
+                    release: labels.get(LABEL_RELEASE).cloned().unwrap_or_default(),
+                    created: ann.get(ANN_CREATED).cloned().unwrap_or_default(),
+                    objects: ann.get(ANN_OBJECTS)?.parse().ok()?,
+                    chunks: ann.get(ANN_CHUNKS)?.parse().ok()?,
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| snapshot_order(&b.id).cmp(&snapshot_order(&a.id)));
+        Ok(out)
+    }
+
+    async fn trim_snapshots(&self) -> Result<(), ApplyError> {
+        let api = self.secrets();
+        for old in self.snapshots().await?.iter().skip(self.options.snapshot_history.max(1)) {
+            api.delete(&self.index_name(&old.id), &DeleteParams::default())
+                .await
+                .map_err(kube_err(format!("deleting snapshot {}", old.id)))?;
+            let chunks = format!("{LABEL_INVENTORY}={},{LABEL_SNAPSHOT}={}", self.options.inventory, old.id);
+            api.delete_collection(&DeleteParams::default(), &ListParams::default().labels(&chunks))
+                .await
+                .map_err(kube_err(format!("deleting snapshot {}", old.id)))?;
+        }
+        Ok(())
+    }
+
+    /// Reads a snapshot back: its objects, checked against the stored SHA-256.
+    pub async fn read_snapshot(&self, id: &str) -> Result<Vec<DynamicObject>, ApplyError> {
+        let bad = |reason: String| ApplyError::Snapshot { id: id.to_string(), reason };
+        let api = self.secrets();
+        let index = api
+            .get_opt(&self.index_name(id))
+            .await
+            .map_err(kube_err(format!("reading snapshot {id}")))?
+            .ok_or_else(|| bad("no such snapshot (see Engine::snapshots for the stored ones)".into()))?;
+        let ann = index.metadata.annotations.unwrap_or_default();
+        let chunks: usize = ann.get(ANN_CHUNKS).and_then(|c| c.parse().ok()).ok_or_else(|| bad("index has no chunk count".into()))?;
+        let mut json = Vec::new();
+        for i in 1..=chunks {
+            let name = format!("{}-{i}", self.index_name(id));
+            let secret = api.get(&name).await.map_err(|e| bad(format!("chunk {name}: {}", api_message(&e))))?;
+            let data = secret.data.unwrap_or_default();
+            json.extend_from_slice(&data.get(DATA_KEY).ok_or_else(|| bad(format!("chunk {name} is empty")))?.0);
+        }
+        if ann.get(ANN_SHA256) != Some(&format!("{:x}", Sha256::digest(&json))) {
+            return Err(bad("content does not match its SHA-256; refusing to restore it".into()));
+        }
+        serde_json::from_slice(&json).map_err(|e| bad(format!("unreadable content: {e}")))
+    }
+
+    /// Re-applies snapshot `id`: dry run of all of it first, then the phases (CRDs Established
+    /// before their custom resources). Returns what changed.
+    pub async fn restore(&self, id: &str) -> Result<ChangeSet, ApplyError> {
+        let objects = self.read_snapshot(id).await?;
+        let mut resolver = Resolver::new(self.client.clone()).await?;
+        let sourced = objects
+            .into_iter()
+            .enumerate()
+            .map(|(i, o)| (Source { file: format!("snapshot {id}"), document: i + 1 }, o))
+            .collect();
+        let set = ManifestSet::from_objects(id, sourced, None, resolver.discovery())?;
+        let (before, deferred) = self.dry_run_first(&resolver, &set).await?;
+        let mut changes = ChangeSet::new(id);
+        self.apply_phases(&mut resolver, &set, before, &deferred, &mut changes).await?;
+        Ok(changes)
+    }
+}
+
+/// Sort key of snapshot ids `s<millis>`.
+fn snapshot_order(id: &str) -> u64 {
+    id.trim_start_matches('s').parse().unwrap_or(0)
+}
+
+/// A custom resource as it is restored: everything but status and server-set metadata.
+fn custom_resource_state(mut cr: Value) -> Value {
+    if let Value::Object(m) = &mut cr {
+        m.remove("status");
+        if let Some(Value::Object(meta)) = m.get_mut("metadata") {
+            meta.retain(|k, _| matches!(k.as_str(), "name" | "namespace" | "labels" | "annotations"));
+            if let Some(Value::Object(ann)) = meta.get_mut("annotations") {
+                ann.remove("kubectl.kubernetes.io/last-applied-configuration");
+            }
+        }
+    }
+    cr
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn custom_resources_lose_status_and_server_metadata() {
+        let cr = json!({
+            "apiVersion": "cache.example.com/v1alpha2", "kind": "RedisCluster",
+            "metadata": {"name": "a", "namespace": "n", "uid": "u", "resourceVersion": "7", "generation": 2,
+                         "creationTimestamp": "2025-01-01T00:00:00Z", "managedFields": [], "labels": {"x": "y"},
+                         "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}", "keep": "me"}},
+            "spec": {"replicas": 3},
+            "status": {"phase": "Ready"}
+        });
+        assert_eq!(
+            custom_resource_state(cr),
+            json!({
+                "apiVersion": "cache.example.com/v1alpha2", "kind": "RedisCluster",
+                "metadata": {"name": "a", "namespace": "n", "labels": {"x": "y"}, "annotations": {"keep": "me"}},
+                "spec": {"replicas": 3}
+            })
+        );
+    }
+
+    #[test]
+    fn snapshot_ids_sort_by_time() {
+        let mut ids = vec!["s999", "s1000", "s20"];
+        ids.sort_by_key(|i| std::cmp::Reverse(snapshot_order(i)));
+        assert_eq!(ids, ["s1000", "s999", "s20"]);
+    }
+}

@@ -1,0 +1,135 @@
+//! Shared set-up of the apply engine's integration tests: a real API server, an engine on it,
+//! the fixtures' releases, and ways to read the cluster's state back.
+#![allow(dead_code)] // each test binary uses a different part
+
+use fleetgate::apply::{ApplyOptions, Engine};
+use fleetgate::manifests::admission::AdmissionPolicy;
+use fleetgate::model::{
+    Document, ImageRef, RELEASE_ADMISSION_POLICY_KIND, Release, ReleaseAdmissionPolicySpec, ReleaseSpec, parse_document,
+};
+use fleetgate::release::VerifiedRelease;
+use fleetgate_testenv::{ClusterOptions, TestCluster};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DynamicObject, ListParams, ObjectMeta, PostParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::{Discovery, verbs};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+pub const AGENT_NS: &str = "fleetgate-system";
+pub const OPERATOR_NS: &str = "redis-system";
+
+/// Starts a cluster (API server only) and returns it with an engine whose agent namespace exists.
+pub async fn start(name: &str) -> (TestCluster, Engine) {
+    let cluster = TestCluster::start(ClusterOptions::new(name)).await.expect("test cluster starts");
+    let client = cluster.client();
+    let ns = Namespace { metadata: ObjectMeta { name: Some(AGENT_NS.into()), ..Default::default() }, ..Default::default() };
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.expect("agent namespace");
+    let mut options = ApplyOptions::new(AGENT_NS);
+    options.default_namespace = Some(OPERATOR_NS.to_string());
+    (cluster, Engine::new(client, options))
+}
+
+/// The release `id` made of the fixture directory `tests/testdata/apply/<dir>` (its files
+/// keyed by path below that directory, e.g. `operator/deployment.yaml`), plus `extra` files.
+pub fn release(dir: &str, id: &str, extra: &[(&str, &str)]) -> VerifiedRelease {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testdata/apply").join(dir);
+    let mut files = BTreeMap::new();
+    read_dir(&root, &root, &mut files);
+    for (path, text) in extra {
+        files.insert(path.to_string(), text.as_bytes().to_vec());
+    }
+    let spec = ReleaseSpec {
+        git_commit: "a1b2c3d4e5f6".into(),
+        image: ImageRef { repository: "registry.example.com/redis-operator".into(), tag: format!("{id}-tag"), digest: None },
+        chart_version: "1.2.3".into(),
+        crd_version: "v1alpha2".into(),
+        target_clusters: vec!["cluster-a".into(), "cluster-b".into()],
+        rollback_to: None,
+        requires: None,
+        manifests: "operator/".into(),
+        deploy_timestamp: None,
+    };
+    let release: Release = Document::new("Release", id, spec);
+    VerifiedRelease::assume_verified(release, "0123456789abcdef", files)
+}
+
+fn read_dir(root: &Path, dir: &Path, files: &mut BTreeMap<String, Vec<u8>>) {
+    for entry in std::fs::read_dir(dir).expect("fixture dir") {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            read_dir(root, &path, files);
+        } else {
+            let rel = path.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/");
+            files.insert(rel, std::fs::read(&path).expect("fixture file"));
+        }
+    }
+}
+
+/// The reference policy of the repo (`policies/admission-policy.yaml`) as the agent's baseline.
+pub fn policy() -> AdmissionPolicy {
+    AdmissionPolicy::baseline(policy_spec())
+}
+
+pub fn policy_spec() -> ReleaseAdmissionPolicySpec {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/admission-policy.yaml");
+    let text = std::fs::read_to_string(&path).expect("reference policy");
+    parse_document::<ReleaseAdmissionPolicySpec>("admission-policy.yaml", &text, RELEASE_ADMISSION_POLICY_KIND)
+        .expect("reference policy parses")
+        .spec
+}
+
+/// An API for `api_version`/`kind` (namespaced when `ns` is given), through discovery.
+pub async fn api(client: &kube::Client, api_version: &str, kind: &str, ns: Option<&str>) -> Api<DynamicObject> {
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let gvk = GroupVersionKind::gvk(group, version, kind);
+    let discovery = Discovery::new(client.clone()).run_aggregated().await.expect("discovery");
+    let (ar, _) = discovery.resolve_gvk(&gvk).unwrap_or_else(|| panic!("{api_version} {kind} is served"));
+    match ns {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    }
+}
+
+/// Reads one object, or None.
+pub async fn get(client: &kube::Client, api_version: &str, kind: &str, ns: Option<&str>, name: &str) -> Option<DynamicObject> {
+    api(client, api_version, kind, ns).await.get_opt(name).await.expect("get")
+}
+
+/// Every object the API server holds — `kind namespace/name` → resourceVersion — except kinds the
+/// control plane itself keeps rewriting (leases, events, endpoints, API priority and fairness
+/// status, APIService status).
+pub async fn cluster_state(client: &kube::Client) -> BTreeMap<String, String> {
+    const CHURNING: [&str; 6] = [
+        "coordination.k8s.io",
+        "events.k8s.io",
+        "flowcontrol.apiserver.k8s.io",
+        "apiregistration.k8s.io",
+        "discovery.k8s.io",
+        "internal.apiserver.k8s.io",
+    ];
+    let discovery = Discovery::new(client.clone()).run_aggregated().await.expect("discovery");
+    let mut state = BTreeMap::new();
+    for group in discovery.groups() {
+        if CHURNING.contains(&group.name()) {
+            continue;
+        }
+        for (ar, caps) in group.recommended_resources() {
+            if !caps.supports_operation(verbs::LIST) || matches!(ar.kind.as_str(), "Event" | "Endpoints") {
+                continue;
+            }
+            let list = Api::<DynamicObject>::all_with(client.clone(), &ar).list(&ListParams::default()).await;
+            for o in list.expect("list").items {
+                let key = format!(
+                    "{}/{} {}/{}",
+                    ar.group,
+                    ar.kind,
+                    o.metadata.namespace.clone().unwrap_or_default(),
+                    o.metadata.name.clone().unwrap_or_default()
+                );
+                state.insert(key, o.metadata.resource_version.clone().unwrap_or_default());
+            }
+        }
+    }
+    state
+}
