@@ -309,8 +309,8 @@ impl Procs {
     }
 }
 
-/// Polls `probe` every 100 ms until it says yes, a process dies, or the deadline passes (then the
-/// probe's last error is reported).
+/// Polls `probe` every 100 ms (each try bounded to 5 s) until it says yes, a process dies, or the
+/// deadline passes (then the probe's last error is reported).
 async fn wait_until<F, Fut>(what: &str, deadline: Instant, procs: &mut Procs, mut probe: F) -> anyhow::Result<()>
 where
     F: FnMut() -> Fut,
@@ -318,10 +318,12 @@ where
 {
     loop {
         procs.check_alive().with_context(|| format!("while waiting for {what}"))?;
-        let last = match probe().await {
-            Ok(true) => return Ok(()),
-            Ok(false) => "not yet".to_string(),
-            Err(e) => format!("{e:#}"),
+        // A server that accepts connections but never answers must not stall past the deadline.
+        let last = match tokio::time::timeout(Duration::from_secs(5), probe()).await {
+            Ok(Ok(true)) => return Ok(()),
+            Ok(Ok(false)) => "not yet".to_string(),
+            Ok(Err(e)) => format!("{e:#}"),
+            Err(_) => "no answer within 5s".to_string(),
         };
         if Instant::now() > deadline {
             bail!("timed out waiting for {what} (last: {last})");

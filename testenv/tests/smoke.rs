@@ -5,7 +5,7 @@ use fleetgate_testenv::{ClusterOptions, TEST_FAIL_LABEL, TestCluster};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use serde_json::json;
 use std::future::Future;
@@ -133,6 +133,27 @@ async fn deployment_becomes_available_with_ready_pods() {
         assert_eq!(ready.status, "True");
         assert_eq!(pod.spec.unwrap().node_name.as_deref(), Some(fleetgate_testenv::FAKE_NODE_NAME));
     }
+
+    // A rolling update replaces the pods: old ones terminate (kwok's pod-delete stage) and the new
+    // ReplicaSet's pods become Ready.
+    let image = json!({ "spec": { "template": { "spec": { "containers": [
+        { "name": "app", "image": "registry.invalid/app:2" }
+    ] } } } });
+    deployments.patch("web", &PatchParams::default(), &Patch::Strategic(&image)).await.unwrap();
+    eventually("web rolled out to app:2", 120, || async {
+        let d = deployments.get("web").await.ok()?;
+        let s = d.status.as_ref()?;
+        let done = s.observed_generation == d.metadata.generation
+            && s.updated_replicas == Some(2)
+            && s.available_replicas == Some(2)
+            && s.replicas == Some(2);
+        let list = pods.list(&ListParams::default().labels("app=web")).await.ok()?;
+        let all_new = list.items.iter().all(|p| {
+            p.spec.as_ref().is_some_and(|s| s.containers[0].image.as_deref() == Some("registry.invalid/app:2"))
+        });
+        (done && list.items.len() == 2 && all_new).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -173,6 +194,17 @@ async fn deployment_with_failure_label_never_becomes_available() {
         let ready = status.conditions.unwrap().into_iter().find(|c| c.type_ == "Ready").unwrap();
         assert_eq!(ready.status, "False");
     }
+
+    // Rolling back to a template without the label recovers: the way rollback tests use it.
+    let healthy = json!({ "spec": { "template": { "metadata": { "labels": { TEST_FAIL_LABEL: null } } } } });
+    deployments.patch("broken", &PatchParams::default(), &Patch::Strategic(&healthy)).await.unwrap();
+    eventually("broken Available after dropping the failure label", 120, || async {
+        let d = deployments.get("broken").await.ok()?;
+        (condition(&d, "Available").map(|c| c.0).as_deref() == Some("True")
+            && d.status.as_ref()?.ready_replicas == Some(1))
+        .then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]
