@@ -17,8 +17,9 @@ impl Guarded {
         let out = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
         let err = out.try_clone()?;
         cmd.stdin(Stdio::null()).stdout(out).stderr(err);
-        // Own process group: a Ctrl-C to the test runner must not leave servers behind, and
-        // kill_on_drop reaches them through Drop below.
+        // Own process group: a terminal's Ctrl-C goes to the test runner alone, whose Drop then
+        // stops the servers in order. A runner killed outright cannot run Drop; cluster processes
+        // are covered there by PR_SET_PDEATHSIG (see cluster.rs).
         #[cfg(unix)]
         {
             use std::os::unix::process::CommandExt;
