@@ -1,13 +1,242 @@
-//! `fleetgate release …` (scaffold: the owning issue replaces this).
+//! `fleetgate release create`: flags into a [`CreateRequest`], one call to
+//! [`fleetgate::releng::create::create`], an optional push, and the result for people or pipelines.
+//! Also the output plumbing `promote` and `rollback` share ([`finish`]).
 
+use super::output::{OutputFormat, colours};
+use crate::model::Requirements;
+use crate::releng::create::{self, CreateOutcome, CreateReport, CreateRequest, Targets};
+use crate::releng::push::{self, Pushed};
+use crate::releng::{FleetRepo, RelengError, Signer};
+use owo_colors::OwoColorize;
+use serde::Serialize;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
     /// Write release.yaml, commit rendered manifests, sign and tag.
-    Create {},
+    Create(CreateArgs),
 }
 
-pub async fn run(_cmd: Command) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`fleetgate release create` is not available in this build yet")
+#[derive(Debug, clap::Args)]
+pub struct CreateArgs {
+    /// The fleet repo (a clone; bare or not).
+    #[arg(long, default_value = ".")]
+    pub repo: PathBuf,
+    /// Release id, also the tag name (e.g. rel-20250315-001).
+    #[arg(long)]
+    pub id: String,
+    /// Folder with the rendered manifests (Helm output); it replaces operator/.
+    #[arg(long)]
+    pub manifests: PathBuf,
+    /// The Operator image: REPOSITORY:TAG[@sha256:DIGEST].
+    #[arg(long)]
+    pub image: String,
+    #[arg(long)]
+    pub chart_version: String,
+    /// The CRD version every CRD of the release serves (e.g. v1alpha2).
+    #[arg(long)]
+    pub crd_version: String,
+    /// The Operator's source commit.
+    #[arg(long)]
+    pub git_commit: String,
+    /// Clusters the release may run on (comma-separated).
+    #[arg(long, value_delimiter = ',', required_unless_present = "all", conflicts_with = "all")]
+    pub targets: Vec<String>,
+    /// Target every cluster in clusters/.
+    #[arg(long)]
+    pub all: bool,
+    /// Explicit rollback target (default: the previous release tag).
+    #[arg(long)]
+    pub rollback_to: Option<String>,
+    /// Kubernetes versions the release needs, as a semver range (e.g. ">=1.28").
+    #[arg(long)]
+    pub requires_kubernetes: Option<String>,
+    /// Node architectures the images are built for (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub architectures: Vec<String>,
+    /// Fingerprint of the secret key that signs the tag (and the commit).
+    #[arg(long, env = "FLEETGATE_SIGN_KEY")]
+    pub sign_key: String,
+    /// GnuPG home holding the key (default: $GNUPGHOME, else ~/.gnupg).
+    #[arg(long)]
+    pub gpg_home: Option<PathBuf>,
+    /// Branch to commit on (default: the branch HEAD points at).
+    #[arg(long)]
+    pub branch: Option<String>,
+    /// Let incompatible CRDs through; say why (recorded in the signed tag).
+    #[arg(long, value_name = "REASON")]
+    pub allow_incompatible_crds: Option<String>,
+    /// Push the branch and the tag.
+    #[arg(long)]
+    pub push: bool,
+    /// Remote to push to (a name or URL).
+    #[arg(long, default_value = "origin")]
+    pub remote: String,
+    #[arg(short = 'o', long, value_enum, default_value_t)]
+    pub output: OutputFormat,
+}
+
+/// How a release command ended, for `-o json|yaml`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct Done<'a, T: Serialize> {
+    pub result: &'static str,
+    #[serde(flatten)]
+    pub report: &'a T,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pushed: Option<&'a Pushed>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pull_request: Option<&'a crate::releng::forge_pr::OpenedPullRequest>,
+}
+
+/// Prints a refusal or error in the chosen format and returns its exit code (1 refused, 2 other).
+pub(super) fn fail(format: OutputFormat, err: &RelengError) -> anyhow::Result<ExitCode> {
+    let (result, code) = match err.refusal() {
+        Some(_) => ("refused", 1),
+        None => ("error", 2),
+    };
+    #[derive(Serialize)]
+    struct Failed<'a> {
+        result: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        code: Option<&'a str>,
+        message: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        details: Option<&'a crate::releng::Refusal>,
+    }
+    let failed = Failed {
+        result,
+        code: err.refusal().map(|r| r.code()),
+        message: err.to_string(),
+        details: err.refusal(),
+    };
+    if !format.print_machine(&failed)? {
+        let label = if code == 1 { "refused" } else { "error" };
+        let text = err.to_string();
+        let text = text.strip_prefix("refused: ").unwrap_or(&text);
+        if colours() {
+            eprintln!("{} {text}", format!("{label}:").red().bold());
+        } else {
+            eprintln!("{label}: {text}");
+        }
+    }
+    Ok(ExitCode::from(code))
+}
+
+/// A heading line, green and bold on a terminal.
+pub(super) fn heading(text: &str) {
+    if colours() {
+        println!("{}", text.green().bold());
+    } else {
+        println!("{text}");
+    }
+}
+
+/// A "Next:" hint line.
+pub(super) fn next(text: &str) {
+    if colours() {
+        println!("\n{} {text}", "Next:".bold());
+    } else {
+        println!("\nNext: {text}");
+    }
+}
+
+/// Opens the signing key of `--sign-key` in `--gpg-home`.
+pub(super) fn signer(key: &str, home: Option<&PathBuf>) -> Result<Signer, RelengError> {
+    Ok(Signer::open(key, home.map(PathBuf::as_path))?)
+}
+
+pub async fn run(cmd: Command) -> anyhow::Result<ExitCode> {
+    match cmd {
+        Command::Create(args) => create_cmd(args),
+    }
+}
+
+fn create_cmd(args: CreateArgs) -> anyhow::Result<ExitCode> {
+    let format = args.output;
+    match create_and_push(&args) {
+        Ok((report, pushed, first_wave)) => {
+            let done = Done { result: "done", report: &report, pushed: pushed.as_ref(), pull_request: None };
+            if !format.print_machine(&done)? {
+                print_human(&args, &report, pushed.as_ref(), first_wave.as_deref());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => fail(format, &e),
+    }
+}
+
+fn create_and_push(args: &CreateArgs) -> Result<(CreateReport, Option<Pushed>, Option<String>), RelengError> {
+    let requires = (args.requires_kubernetes.is_some() || !args.architectures.is_empty()).then(|| Requirements {
+        kubernetes: args.requires_kubernetes.clone(),
+        architectures: args.architectures.clone(),
+    });
+    let req = CreateRequest {
+        id: args.id.clone(),
+        manifests: args.manifests.clone(),
+        image: create::parse_image(&args.image)?,
+        chart_version: args.chart_version.clone(),
+        crd_version: args.crd_version.clone(),
+        git_commit: args.git_commit.clone(),
+        targets: if args.all { Targets::All } else { Targets::List(args.targets.clone()) },
+        rollback_to: args.rollback_to.clone(),
+        requires,
+        branch: args.branch.clone(),
+        allow_incompatible_crds: args.allow_incompatible_crds.clone(),
+    };
+    let repo = FleetRepo::open(&args.repo)?;
+    let mut signer = signer(&args.sign_key, args.gpg_home.as_ref())?;
+    let report = create::create(&repo, &req, &mut signer)?;
+    let pushed = if args.push {
+        let refs = vec![format!("refs/heads/{}", report.branch), format!("refs/tags/{}", report.id)];
+        Some(push::push(&repo, &args.remote, &refs)?)
+    } else {
+        None
+    };
+    let tip = repo.branch_tip(&report.branch)?;
+    let first_wave = repo
+        .fleet_state(&tip.tree()?, &report.branch)
+        .ok()
+        .and_then(|s| s.config.fleet.spec.waves.first().cloned());
+    Ok((report, pushed, first_wave))
+}
+
+fn short(hex: &str) -> &str {
+    &hex[..hex.len().min(10)]
+}
+
+fn print_human(args: &CreateArgs, r: &CreateReport, pushed: Option<&Pushed>, first_wave: Option<&str>) {
+    match r.outcome {
+        CreateOutcome::Created => heading(&format!("Released {} on branch {}", r.id, r.branch)),
+        CreateOutcome::AlreadyReleased => heading(&format!("Already released: {} has exactly this content", r.id)),
+    }
+    let m = &r.mapping;
+    println!("  commit     {}", short(&r.commit));
+    println!("  tag        {} (object {}), signed by {}", r.id, short(&r.tag), r.signer);
+    println!("  image      {}", m.image.reference());
+    println!("  chart      {}   CRD version {}   source {}", m.chart_version, m.crd_version, m.git_commit);
+    println!("  targets    {}", m.target_clusters.join(", "));
+    println!("  rollback   {}", m.rollback_to.as_deref().unwrap_or("(the cluster's last good release)"));
+    println!("  manifests  {} file(s) under {}", r.manifest_files, m.manifests);
+    let against = r.previous.as_deref().unwrap_or("(first release)");
+    println!("  CRDs       {} against {against}", r.crd_compatibility.summary());
+    for f in &r.crd_compatibility.findings {
+        println!("               - {f}");
+    }
+    if let Some(why) = &r.incompatible_crds_allowed {
+        println!("             allowed: {why}");
+    }
+    match pushed {
+        Some(p) => println!("  pushed     {} to {}", p.refs.join(", "), p.remote),
+        None => println!("  pushed     nothing (local only)"),
+    }
+    let repo = args.repo.display();
+    let wave = first_wave.map(|w| format!("--wave {w}")).unwrap_or_else(|| "--cluster NAME".into());
+    let promote = format!("fleetgate promote {} {wave} --repo {repo} --trusted-keys KEYS.asc", r.id);
+    if pushed.is_none() {
+        next(&format!("git -C {repo} push {} {} {}   (or re-run with --push), then {promote} --open-pr", args.remote, r.branch, r.id));
+    } else {
+        next(&format!("{promote} --open-pr"));
+    }
 }

@@ -1,10 +1,149 @@
-//! `fleetgate rollback` (scaffold: the owning issue replaces this).
+//! `fleetgate rollback (--cluster C | --wave W | --fleet)`: the revert (or explicit) commit from
+//! [`fleetgate::releng::rollback::rollback`], on the base branch or — for a PR — on a new branch,
+//! then push and PR.
 
+use super::output::OutputFormat;
+use super::promote::{TargetArgs, forge_for_pr};
+use super::release::{Done, fail, heading, next, signer};
+use crate::releng::forge_pr::{self, OpenedPullRequest, PullRequestSpec};
+use crate::releng::push::{self, Pushed};
+use crate::releng::rollback::{self, RollbackMethod, RollbackReport, RollbackRequest};
+use crate::releng::{FleetRepo, RelengError};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// The fleet repo (a clone; bare or not).
+    #[arg(long, default_value = ".")]
+    pub repo: PathBuf,
+    /// The release to go back to (default: each cluster's previous release).
+    #[arg(long, value_name = "ID")]
+    pub to: Option<String>,
+    /// Why (goes into the commit message and the PR).
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
+    /// The branch that says what runs.
+    #[arg(long, default_value = "main")]
+    pub base: String,
+    /// Commit on this new branch instead of on --base (default with --open-pr: rollback/<target>-<time>).
+    #[arg(long)]
+    pub branch: Option<String>,
+    /// Sign the commit with this key (needed when the fleet requires signed commits).
+    #[arg(long, value_name = "FINGERPRINT")]
+    pub sign_key: Option<String>,
+    /// GnuPG home holding --sign-key (default: $GNUPGHOME, else ~/.gnupg).
+    #[arg(long)]
+    pub gpg_home: Option<PathBuf>,
+    /// Push the commit (the base branch, or the new branch).
+    #[arg(long)]
+    pub push: bool,
+    /// Commit on a new branch, push it and open a pull/merge request through fleet.yaml spec.status.forge.
+    #[arg(long)]
+    pub open_pr: bool,
+    /// Remote to push to (a name or URL).
+    #[arg(long, default_value = "origin")]
+    pub remote: String,
+    #[arg(short = 'o', long, value_enum, default_value_t)]
+    pub output: OutputFormat,
+}
 
-pub async fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`fleetgate rollback` is not available in this build yet")
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let format = args.output;
+    let repo = match FleetRepo::open(&args.repo) {
+        Ok(r) => r,
+        Err(e) => return fail(format, &e),
+    };
+    let forge = if args.open_pr {
+        match forge_for_pr(&repo, &args.base) {
+            Ok(f) => Some(f),
+            Err(e) => return fail(format, &e),
+        }
+    } else {
+        None
+    };
+    let target = args.target.target();
+    let branch = args.branch.clone().or_else(|| {
+        args.open_pr.then(|| format!("rollback/{}-{}", target.slug(), chrono::Utc::now().format("%Y%m%d-%H%M%S")))
+    });
+    let req = RollbackRequest { target, to: args.to.clone(), reason: args.reason.clone(), base: args.base.clone(), branch };
+    let report = match sign_and_roll_back(&repo, &args, &req) {
+        Ok(r) => r,
+        Err(e) => return fail(format, &e),
+    };
+    let pushed = if args.push || args.open_pr {
+        match push::push(&repo, &args.remote, &[format!("refs/heads/{}", report.branch)]) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                print_report(format, &args, &report, None, None)?;
+                return fail(format, &e);
+            }
+        }
+    } else {
+        None
+    };
+    let mut pr = None;
+    if let Some((forge, token)) = forge {
+        let spec = PullRequestSpec { title: report.title(), body: report.pr_body(), head: report.branch.clone(), base: report.base.clone() };
+        match forge_pr::open(&forge, &token, &spec).await {
+            Ok(opened) => pr = Some(opened),
+            Err(e) => {
+                print_report(format, &args, &report, pushed.as_ref(), None)?;
+                return fail(format, &RelengError::Forge(e));
+            }
+        }
+    }
+    print_report(format, &args, &report, pushed.as_ref(), pr.as_ref())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn sign_and_roll_back(repo: &FleetRepo, args: &Args, req: &RollbackRequest) -> Result<RollbackReport, RelengError> {
+    let mut signer = match &args.sign_key {
+        Some(k) => Some(signer(k, args.gpg_home.as_ref())?),
+        None => None,
+    };
+    rollback::rollback(repo, req, signer.as_mut())
+}
+
+fn print_report(
+    format: OutputFormat,
+    args: &Args,
+    r: &RollbackReport,
+    pushed: Option<&Pushed>,
+    pr: Option<&OpenedPullRequest>,
+) -> anyhow::Result<()> {
+    let done = Done { result: "done", report: r, pushed, pull_request: pr };
+    if format.print_machine(&done)? {
+        return Ok(());
+    }
+    heading(&format!("Rolled back {} on branch {}", r.target, r.branch));
+    match (&r.method, &r.reverted) {
+        (RollbackMethod::Revert, Some(c)) => println!("  commit     {} reverts promotion {}", &r.commit[..10], &c[..10]),
+        _ => println!("  commit     {} (explicit change of spec.release)", &r.commit[..10]),
+    }
+    println!("  clusters");
+    for m in &r.clusters {
+        println!("    {:<20} wave {:<10} {} -> {}", m.cluster, m.wave, m.from.as_deref().unwrap_or("(none)"), m.to);
+    }
+    println!("  reason     {}", r.reason.as_deref().unwrap_or("(none given; pass --reason)"));
+    if let Some(p) = &pushed {
+        println!("  pushed     {} to {}", p.refs.join(", "), p.remote);
+    }
+    match (pr, pushed) {
+        (Some(pr), _) => {
+            println!("  PR         #{} {}", pr.number, pr.url);
+            next("merge the PR now; the agents follow once it lands, and `fleetgate status` shows them");
+        }
+        (None, Some(_)) => next("the agents pick the change up from the remote; watch with `fleetgate status`"),
+        (None, None) if r.branch == r.base => next(&format!(
+            "git -C {} push {} {} (or re-run with --push) so the agents see it",
+            args.repo.display(),
+            args.remote,
+            r.base
+        )),
+        (None, None) => next(&format!("push {} and open a PR into {} (or re-run with --open-pr)", r.branch, r.base)),
+    }
+    Ok(())
 }

@@ -1,1 +1,159 @@
-//! Release engineering in Git: cutting a signed release, promoting it by a branch commit (and PR), rolling back by revert.
+//! Release engineering in Git: the three things people do, one call each, correct by construction.
+//!
+//! * [`create`] — cut a release: replace `operator/` with rendered manifests, write `release.yaml`,
+//!   check the mapping and CRD compatibility, commit, and tag with a gpgme signature ([`sign`]).
+//! * [`promote`] — a branch whose one commit moves clusters (a cluster, a wave, the fleet) to a
+//!   release, after checking the tag's signature, its targets and earlier waves' statuses.
+//! * [`rollback`] — a commit that puts clusters back: a real revert of the promotion when that
+//!   commit is exactly the promotion of those clusters, otherwise an explicit change.
+//!
+//! [`push`] sends the results to a remote and [`forge_pr`] opens the pull/merge request. Everything
+//! works on the object database (no work tree needed); a checked-out branch that moves is checked
+//! out again. Desired releases are edited in place, comments kept ([`desired`]).
+
+pub mod checks;
+pub mod create;
+pub mod desired;
+pub mod forge_pr;
+pub mod promote;
+pub mod push;
+pub mod repo;
+pub mod rollback;
+pub mod sign;
+
+pub use desired::{DesiredChange, FleetState};
+pub use repo::{FleetRepo, ReleaseTag};
+pub use sign::{SignError, Signer};
+
+use serde::Serialize;
+use std::fmt;
+
+/// Which clusters a promotion or rollback is about.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", content = "name", rename_all = "lowercase")]
+pub enum Target {
+    Cluster(String),
+    Wave(String),
+    Fleet,
+}
+
+impl Target {
+    /// The part of a branch name that says what is promoted: `<cluster>`, `wave-<wave>`, `fleet`.
+    pub fn slug(&self) -> String {
+        match self {
+            Target::Cluster(c) => c.clone(),
+            Target::Wave(w) => format!("wave-{w}"),
+            Target::Fleet => "fleet".to_string(),
+        }
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Cluster(c) => write!(f, "cluster {c}"),
+            Target::Wave(w) => write!(f, "wave {w}"),
+            Target::Fleet => write!(f, "the fleet"),
+        }
+    }
+}
+
+/// Why a command declined to act. Each is specific enough to act on; `--force` (promote) or
+/// `--allow-incompatible-crds` (release create) override the ones that say so.
+#[derive(Debug, Clone, PartialEq, Serialize, thiserror::Error)]
+#[serde(tag = "code", rename_all = "kebab-case")]
+pub enum Refusal {
+    #[error("release id {id} is already tagged with different content ({differences}); pick a new id — a release id names one content forever")]
+    IdReused { id: String, differences: String },
+    #[error("the mapping in release.yaml disagrees with the manifests:\n{}", bullet(findings))]
+    MappingInconsistent { findings: Vec<String> },
+    #[error("CRDs are incompatible with the previous release {previous}:\n{}\nfix the CRDs, or pass --allow-incompatible-crds \"<why this is safe>\"", bullet(findings))]
+    IncompatibleCrds { previous: String, findings: Vec<String> },
+    #[error("release {id} is not signed by a trusted key: {reason}; re-cut it with `fleetgate release create --sign-key …`, or pass --force")]
+    Unsigned { id: String, reason: String },
+    #[error("release {id} does not target {}; its targetClusters are [{}] — cut a release that names them, or pass --force", clusters.join(", "), targets.join(", "))]
+    NotTargeted { id: String, clusters: Vec<String>, targets: Vec<String> },
+    #[error("release {id} already failed on an earlier wave:\n{}\nroll those clusters back and cut a fixed release, or pass --force", bullet(failures))]
+    FailedEarlierWave { id: String, failures: Vec<String> },
+    #[error("branch {branch} already exists with other content; delete it (`git branch -D {branch}`) or pass --branch NAME")]
+    BranchExists { branch: String },
+    #[error("{0}")]
+    NothingToRollBack(String),
+}
+
+fn bullet(items: &[String]) -> String {
+    items.iter().map(|i| format!("  - {i}")).collect::<Vec<_>>().join("\n")
+}
+
+impl Refusal {
+    /// A stable machine-readable code, e.g. `unsigned`, `failed-earlier-wave`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Refusal::IdReused { .. } => "id-reused",
+            Refusal::MappingInconsistent { .. } => "mapping-inconsistent",
+            Refusal::IncompatibleCrds { .. } => "incompatible-crds",
+            Refusal::Unsigned { .. } => "unsigned",
+            Refusal::NotTargeted { .. } => "not-targeted",
+            Refusal::FailedEarlierWave { .. } => "failed-earlier-wave",
+            Refusal::BranchExists { .. } => "branch-exists",
+            Refusal::NothingToRollBack(_) => "nothing-to-roll-back",
+        }
+    }
+}
+
+/// Everything that can stop a release command. [`RelengError::is_refusal`] separates "refused on
+/// purpose" (exit 1) from usage/configuration/environment problems (exit 2).
+#[derive(Debug, thiserror::Error)]
+pub enum RelengError {
+    #[error("refused: {0}")]
+    Refused(#[from] Refusal),
+    #[error("{path} is not a Git repository ({source}); pass --repo with the path of a clone of the fleet repo")]
+    NotARepo { path: String, source: git2::Error },
+    #[error("branch {0} does not exist; pass --base/--branch with an existing branch (`git branch` lists them)")]
+    NoSuchBranch(String),
+    #[error("release {0} has no release tag here; cut it with `fleetgate release create`, or `git fetch --tags`")]
+    UnknownRelease(String),
+    #[error("unknown cluster {name}; the fleet has: {known}")]
+    UnknownCluster { name: String, known: String },
+    #[error("unknown wave {name}; fleet.yaml spec.waves is: {known}")]
+    UnknownWave { name: String, known: String },
+    #[error("the work tree has uncommitted changes to {}; commit or stash them first", paths.join(", "))]
+    DirtyWorktree { paths: Vec<String> },
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Model(#[from] crate::model::ParseError),
+    #[error(transparent)]
+    Sign(#[from] SignError),
+    #[error("push to {remote} failed: {reason}")]
+    Push { remote: String, reason: String },
+    #[error(transparent)]
+    Forge(#[from] forge_pr::ForgeError),
+    #[error("reading {path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("git: {0}")]
+    Git(#[from] git2::Error),
+}
+
+impl RelengError {
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, RelengError::Refused(_))
+    }
+
+    pub fn refusal(&self) -> Option<&Refusal> {
+        match self {
+            RelengError::Refused(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+/// Refuses ids `validate` would refuse ([`crate::model::is_release_id`]), before anything is written.
+pub fn check_release_id(id: &str) -> Result<(), RelengError> {
+    if !crate::model::is_release_id(id) {
+        return Err(RelengError::Usage(format!(
+            "{id:?} cannot be a release id: use lowercase letters, digits, '-' and '.' (at most 63), e.g. rel-20250315-001"
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,102 @@
+//! The checks the release commands borrow from the rest of fleetgate, adapted to what they need:
+//! mapping consistency ([`crate::release::mapping`], the same rules `validate` and the agent run),
+//! CRD compatibility between releases ([`crate::gates::crd_compat`]), and tag signature
+//! verification (the agent's own [`crate::release::verify`]). No rule lives here.
+
+use super::repo::FleetRepo;
+use super::{Refusal, RelengError};
+use crate::gates::crd_compat;
+use crate::model::{RELEASE_FILE, Release, parse_multi};
+use crate::release::mapping::check_mapping;
+use crate::release::{TagPins, TrustConfig, VerifyError, resolve_release, verify};
+use crate::source::Checkout;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// The CRD compatibility verdict of a release against the one it replaces.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CrdVerdict {
+    pub compatible: bool,
+    /// False when there was nothing to compare with (a first release, or clusters running nothing).
+    pub compared: bool,
+    pub findings: Vec<String>,
+}
+
+impl CrdVerdict {
+    pub fn first_release() -> CrdVerdict {
+        CrdVerdict { compatible: true, compared: false, findings: Vec::new() }
+    }
+
+    /// `compatible`, `INCOMPATIBLE (2 findings)`, `nothing to compare with`.
+    pub fn summary(&self) -> String {
+        match (self.compared, self.compatible) {
+            (false, _) => "nothing to compare with".to_string(),
+            (true, true) => "compatible".to_string(),
+            (true, false) => format!("INCOMPATIBLE ({} finding(s))", self.findings.len()),
+        }
+    }
+}
+
+/// Every CustomResourceDefinition among manifest `files` (files that do not parse are the mapping
+/// check's business and are skipped here).
+fn crds(files: &BTreeMap<String, Vec<u8>>) -> Vec<CustomResourceDefinition> {
+    let mut out = Vec::new();
+    for (path, bytes) in files {
+        let Ok(text) = std::str::from_utf8(bytes) else { continue };
+        for doc in parse_multi(path, text).unwrap_or_default() {
+            let is_crd = doc.get("kind").and_then(|k| k.as_str()) == Some("CustomResourceDefinition")
+                && doc.get("apiVersion").and_then(|a| a.as_str()) == Some("apiextensions.k8s.io/v1");
+            if is_crd && let Ok(crd) = serde_yaml_ng::from_value::<CustomResourceDefinition>(doc) {
+                out.push(crd);
+            }
+        }
+    }
+    out
+}
+
+/// Is replacing the CRDs in `old` with those in `new` safe for objects that exist?
+pub fn crd_compatibility(old: &BTreeMap<String, Vec<u8>>, new: &BTreeMap<String, Vec<u8>>) -> CrdVerdict {
+    let findings: Vec<String> = crd_compat::check_all(&crds(old), &crds(new)).iter().map(|f| f.to_string()).collect();
+    CrdVerdict { compatible: findings.is_empty(), compared: true, findings }
+}
+
+/// The mapping findings of a release about to be tagged `release.metadata.name`.
+pub fn mapping_findings(release: &Release, release_text: &str, files: &BTreeMap<String, Vec<u8>>) -> Vec<String> {
+    check_mapping(Some(release.name()), release, RELEASE_FILE, release_text, files)
+        .iter()
+        .map(|f| f.to_string())
+        .collect()
+}
+
+/// Runs the agent's own verification ([`crate::release::verify`]) of release `id` for `cluster`
+/// (one the release targets) against the configuration of branch `base`: an annotated tag named
+/// `id`, signed by a key of `trust`, whose tree's mapping is consistent. Returns the signer's
+/// fingerprint.
+///
+/// Signature problems become [`Refusal::Unsigned`], mapping problems
+/// [`Refusal::MappingInconsistent`]; failures to read the repo are errors.
+pub fn verify_release(repo: &FleetRepo, base: &str, id: &str, cluster: &str, trust: &TrustConfig) -> Result<String, RelengError> {
+    let env = |e: &dyn std::fmt::Display| RelengError::Usage(format!("verifying release {id}: {e}"));
+    let checkout = Checkout::open_local(repo.path(), Some(base)).map_err(|e| env(&e))?;
+    let mut desired = resolve_release(&checkout, cluster, id).map_err(|e| env(&e))?;
+    // Whether the branch tip is signed is the agent's concern once the promotion is merged; a
+    // promotion vouches for the release.
+    desired.config.fleet.spec.rollout.require_signed_commits = false;
+    match verify(&checkout, &desired, trust, &mut TagPins::in_memory()) {
+        Ok(v) => Ok(v.signer().unwrap_or_default().to_string()),
+        Err(VerifyError::MappingMismatch { findings, .. }) => {
+            Err(Refusal::MappingInconsistent { findings: findings.iter().map(|f| f.to_string()).collect() }.into())
+        }
+        Err(
+            e @ (VerifyError::Lightweight { .. }
+            | VerifyError::TagNameMismatch { .. }
+            | VerifyError::Unsigned { .. }
+            | VerifyError::UnsupportedSignature { .. }
+            | VerifyError::UntrustedKey { .. }
+            | VerifyError::BadSignature { .. }
+            | VerifyError::InvalidSignature { .. }),
+        ) => Err(Refusal::Unsigned { id: id.to_string(), reason: e.to_string() }.into()),
+        Err(e) => Err(env(&e)),
+    }
+}

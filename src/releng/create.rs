@@ -1,0 +1,464 @@
+//! `release create`: one signed, tagged commit that carries a release — the rendered manifests
+//! under `operator/` and the mapping in `release.yaml` — after the same mapping checks `validate`
+//! runs and a CRD compatibility check against the previous release.
+//!
+//! Order matters for safety: the commit and the signed tag object are written first (unreferenced),
+//! then the branch moves, then the tag reference appears. A failure at any step before leaves the
+//! repo's references untouched. Re-running with the same inputs finds the tag and reports
+//! "already released"; the same id with other content is refused.
+
+use super::checks::{self, CrdVerdict};
+use super::repo::{FleetRepo, ReleaseTag, TreeEdit};
+use super::sign::{self, Signer};
+use super::{Refusal, RelengError, check_release_id};
+use crate::model::{self, Document, RELEASE_FILE, ImageRef, Release, ReleaseSpec, Requirements, default_manifests};
+use crate::release::mapping;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Which clusters a release may run on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Targets {
+    List(Vec<String>),
+    /// Every cluster in `clusters/` at the time of the release.
+    All,
+}
+
+/// The inputs of one release, as the pipeline knows them.
+#[derive(Debug, Clone)]
+pub struct CreateRequest {
+    pub id: String,
+    /// Folder of rendered manifests; it becomes `operator/`.
+    pub manifests: PathBuf,
+    pub image: ImageRef,
+    pub chart_version: String,
+    pub crd_version: String,
+    /// The Operator's source commit.
+    pub git_commit: String,
+    pub targets: Targets,
+    /// Default: the previous release tag in the branch's history.
+    pub rollback_to: Option<String>,
+    pub requires: Option<Requirements>,
+    /// Branch to commit on; default: the branch HEAD points at.
+    pub branch: Option<String>,
+    /// Why incompatible CRDs are acceptable (recorded in the tag message); `None` refuses them.
+    pub allow_incompatible_crds: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CreateOutcome {
+    /// A new commit (or the existing branch tip, when it already carried exactly this content) was tagged.
+    Created,
+    /// The tag exists with exactly this content; nothing was written.
+    AlreadyReleased,
+}
+
+/// What `release create` did.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateReport {
+    pub outcome: CreateOutcome,
+    pub id: String,
+    pub branch: String,
+    pub commit: String,
+    /// The annotated tag object.
+    pub tag: String,
+    pub signer: String,
+    pub previous: Option<String>,
+    pub mapping: ReleaseSpec,
+    pub crd_compatibility: CrdVerdict,
+    /// Set when incompatible CRDs were let through on purpose.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub incompatible_crds_allowed: Option<String>,
+    /// Number of manifest files under `operator/`.
+    pub manifest_files: usize,
+}
+
+/// Parses `--image REPO:TAG[@DIGEST]` with the image rules `validate` applies.
+pub fn parse_image(s: &str) -> Result<ImageRef, RelengError> {
+    let bad = |why: &str| RelengError::Usage(format!("--image {s:?}: {why}; expected REPOSITORY:TAG[@sha256:HEX]"));
+    let parts = mapping::parse_image(s);
+    let tag = parts.tag.ok_or_else(|| bad("no tag"))?;
+    if !model::is_image_repository(parts.repository) {
+        return Err(bad("not an image repository"));
+    }
+    if !model::is_image_tag(tag) {
+        return Err(bad("not an image tag"));
+    }
+    if let Some(d) = parts.digest
+        && !model::is_digest(d)
+    {
+        return Err(bad("the digest is not sha256:<64 hex> or sha512:<128 hex>"));
+    }
+    Ok(ImageRef { repository: parts.repository.to_string(), tag: tag.to_string(), digest: parts.digest.map(str::to_string) })
+}
+
+/// Reads every regular file under `dir` as `operator/<relative path>` → bytes (with executable
+/// bits). Symbolic links are refused: a release must carry its content, not point elsewhere.
+pub fn read_manifests(dir: &Path) -> Result<BTreeMap<String, (Vec<u8>, bool)>, RelengError> {
+    let prefix = default_manifests();
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    let io = |p: &Path, source| RelengError::Io { path: p.display().to_string(), source };
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).map_err(|e| io(&d, e))? {
+            let entry = entry.map_err(|e| io(&d, e))?;
+            let path = entry.path();
+            let ft = entry.file_type().map_err(|e| io(&path, e))?;
+            let rel = path.strip_prefix(dir).unwrap_or(&path);
+            let rel = rel
+                .to_str()
+                .ok_or_else(|| RelengError::Usage(format!("{}: file names must be UTF-8", path.display())))?
+                .replace(std::path::MAIN_SEPARATOR, "/");
+            if ft.is_symlink() {
+                return Err(RelengError::Usage(format!("{}: symbolic links are not allowed in manifests", path.display())));
+            } else if ft.is_dir() {
+                if rel == ".git" {
+                    continue;
+                }
+                stack.push(path);
+            } else if ft.is_file() {
+                let bytes = std::fs::read(&path).map_err(|e| io(&path, e))?;
+                #[cfg(unix)]
+                let exec = {
+                    use std::os::unix::fs::PermissionsExt;
+                    entry.metadata().map(|m| m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+                };
+                #[cfg(not(unix))]
+                let exec = false;
+                out.insert(format!("{prefix}{rel}"), (bytes, exec));
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(RelengError::Usage(format!(
+            "{} holds no files; pass --manifests with the folder your pipeline rendered the Operator into",
+            dir.display()
+        )));
+    }
+    Ok(out)
+}
+
+/// The release document `release.yaml` will hold.
+fn release_document(req: &CreateRequest, targets: Vec<String>, rollback_to: Option<String>) -> Release {
+    Document::new(
+        "Release",
+        req.id.clone(),
+        ReleaseSpec {
+            git_commit: req.git_commit.clone(),
+            image: req.image.clone(),
+            chart_version: req.chart_version.clone(),
+            crd_version: req.crd_version.clone(),
+            target_clusters: targets,
+            rollback_to,
+            requires: req.requires.clone(),
+            manifests: default_manifests(),
+            deploy_timestamp: None,
+        },
+    )
+}
+
+/// `release.yaml` text: a header comment, then the document.
+fn release_yaml(doc: &Release) -> Result<String, RelengError> {
+    let body = serde_yaml_ng::to_string(doc).map_err(|e| RelengError::Usage(format!("writing {RELEASE_FILE}: {e}")))?;
+    Ok(format!("# Written by `fleetgate release create`; the signed tag {} vouches for it.\n{body}", doc.name()))
+}
+
+/// The human-readable mapping used in commit and tag messages and PR bodies.
+pub fn mapping_lines(spec: &ReleaseSpec) -> Vec<String> {
+    let mut lines = vec![
+        format!("git commit:    {}", spec.git_commit),
+        format!("image:         {}", spec.image.reference()),
+        format!("chart version: {}", spec.chart_version),
+        format!("CRD version:   {}", spec.crd_version),
+        format!("targets:       {}", spec.target_clusters.join(", ")),
+        format!("rollback to:   {}", spec.rollback_to.as_deref().unwrap_or("(the cluster's last good release)")),
+    ];
+    if let Some(r) = &spec.requires {
+        if let Some(k) = &r.kubernetes {
+            lines.push(format!("requires:      kubernetes {k}"));
+        }
+        if !r.architectures.is_empty() {
+            lines.push(format!("architectures: {}", r.architectures.join(", ")));
+        }
+    }
+    lines
+}
+
+/// What a computed release would put in the repo, before anything is written.
+struct Plan {
+    tree: git2::Oid,
+    operator_tree: Option<git2::Oid>,
+    release: Release,
+    release_text: String,
+    previous: Option<ReleaseTag>,
+    files: BTreeMap<String, Vec<u8>>,
+}
+
+fn plan(
+    repo: &FleetRepo,
+    req: &CreateRequest,
+    base: &git2::Commit<'_>,
+    manifests: &BTreeMap<String, (Vec<u8>, bool)>,
+) -> Result<Plan, RelengError> {
+    let base_tree = base.tree()?;
+    let previous = repo.previous_release(base.id(), &req.id)?;
+    let fleet = repo.fleet_state(&base_tree, &format!("commit {}", base.id()))?;
+    let targets = match &req.targets {
+        Targets::All => fleet.config.clusters.keys().cloned().collect::<Vec<_>>(),
+        Targets::List(list) => {
+            let unknown: Vec<&String> = list.iter().filter(|c| fleet.config.cluster(c).is_none()).collect();
+            if !unknown.is_empty() {
+                return Err(RelengError::UnknownCluster {
+                    name: unknown.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "),
+                    known: fleet.known_clusters(),
+                });
+            }
+            let mut l = list.clone();
+            l.sort();
+            l.dedup();
+            l
+        }
+    };
+    if targets.is_empty() {
+        return Err(RelengError::Usage("the release targets no cluster; pass --targets a,b or --all (with clusters/*.yaml present)".into()));
+    }
+    let rollback_to = match &req.rollback_to {
+        Some(r) => {
+            if repo.release_tag(r)?.is_none() {
+                return Err(RelengError::UnknownRelease(r.clone()));
+            }
+            Some(r.clone())
+        }
+        None => previous.as_ref().map(|p| p.id.clone()),
+    };
+    let release = release_document(req, targets, rollback_to);
+    let release_text = release_yaml(&release)?;
+
+    let mut edit = TreeEdit::new(repo.git(), Some(&base_tree))?;
+    edit.remove_dir(&default_manifests())?;
+    for (path, (bytes, exec)) in manifests {
+        edit.put(path, bytes, *exec)?;
+    }
+    edit.put(RELEASE_FILE, release_text.as_bytes(), false)?;
+    let tree = edit.write()?;
+    let new_tree = repo.git().find_tree(tree)?;
+    let operator_tree = repo.subtree_id(&new_tree, &default_manifests());
+    let files = manifests.iter().map(|(p, (b, _))| (p.clone(), b.clone())).collect();
+    Ok(Plan { tree, operator_tree, release, release_text, previous, files })
+}
+
+/// Cuts release `req.id` on its branch, signed by `signer`. See the module docs for the order of
+/// writes and the idempotency rule.
+///
+/// Refusals: the id is tagged with other content; the mapping disagrees with the manifests; the
+/// CRDs are incompatible with the previous release (unless allowed). Errors: bad inputs, an
+/// unknown cluster in the targets, a dirty work tree, signing or Git failures.
+pub fn create(repo: &FleetRepo, req: &CreateRequest, signer: &mut Signer) -> Result<CreateReport, RelengError> {
+    check_release_id(&req.id)?;
+    let branch = match &req.branch {
+        Some(b) => b.clone(),
+        None => repo.head_branch()?,
+    };
+    let manifests = read_manifests(&req.manifests)?;
+    // Rendering straight into the repo's own operator/ is a natural pipeline step; allow exactly that.
+    let in_repo_operator = repo
+        .git()
+        .workdir()
+        .and_then(|w| w.join("operator").canonicalize().ok())
+        .is_some_and(|op| req.manifests.canonicalize().ok().as_deref() == Some(op.as_path()));
+    let allowed: &[&str] = if in_repo_operator { &["operator/", RELEASE_FILE] } else { &[] };
+
+    if let Some(existing) = repo.release_tag(&req.id)? {
+        return already_released(repo, req, &branch, &existing, &manifests, signer);
+    }
+    if repo.git().find_reference(&format!("refs/tags/{}", req.id)).is_ok() {
+        return Err(Refusal::IdReused {
+            id: req.id.clone(),
+            differences: "the tag exists but its commit carries no release.yaml for this id".into(),
+        }
+        .into());
+    }
+
+    let tip = repo.branch_tip(&branch)?;
+    let plan = plan(repo, req, &tip, &manifests)?;
+    check_mapping(&plan)?;
+    let verdict = crd_verdict(repo, &plan)?;
+    if !verdict.compatible && req.allow_incompatible_crds.is_none() {
+        return Err(Refusal::IncompatibleCrds {
+            previous: plan.previous.as_ref().map(|p| p.id.clone()).unwrap_or_default(),
+            findings: verdict.findings.clone(),
+        }
+        .into());
+    }
+    repo.ensure_clean(allowed)?;
+
+    let who = repo.identity(Some(signer))?;
+    let lines = mapping_lines(&plan.release.spec);
+    // Re-running after a crash between commit and tag: the tip already is this release's commit.
+    let tip_is_release = tip.tree_id() == plan.tree;
+    let commit = if tip_is_release {
+        tip.id()
+    } else {
+        let message = format!(
+            "release {}: {}\n\n{}\n",
+            req.id,
+            plan.release.spec.image.reference(),
+            lines.join("\n")
+        );
+        repo.commit(Some(signer), &who, &message, plan.tree, &[&tip])?
+    };
+    let tag_message = tag_message(&req.id, &lines, &verdict, plan.previous.as_ref(), req.allow_incompatible_crds.as_deref());
+    let tag = sign::write_signed_tag(repo.git(), signer, commit, &req.id, &who, &tag_message)?;
+    if !tip_is_release {
+        repo.set_branch(&branch, commit, Some(tip.id()), &format!("fleetgate release create {}", req.id))?;
+    }
+    repo.git()
+        .reference(&format!("refs/tags/{}", req.id), tag, false, &format!("fleetgate release create {}", req.id))
+        .map_err(|e| RelengError::Usage(format!("could not create tag {}: {e}; run the command again", req.id)))?;
+
+    Ok(CreateReport {
+        outcome: CreateOutcome::Created,
+        id: req.id.clone(),
+        branch,
+        commit: commit.to_string(),
+        tag: tag.to_string(),
+        signer: signer.fingerprint().to_string(),
+        previous: plan.previous.map(|p| p.id),
+        mapping: plan.release.spec,
+        crd_compatibility: verdict,
+        incompatible_crds_allowed: req.allow_incompatible_crds.clone(),
+        manifest_files: plan.files.len(),
+    })
+}
+
+fn tag_message(
+    id: &str,
+    lines: &[String],
+    verdict: &CrdVerdict,
+    previous: Option<&ReleaseTag>,
+    allowed: Option<&str>,
+) -> String {
+    let mut m = format!("Release {id}\n\n{}\n", lines.join("\n"));
+    let against = previous.map(|p| p.id.as_str()).unwrap_or("(first release)");
+    m.push_str(&format!("\nCRD compatibility against {against}: {}\n", verdict.summary()));
+    for f in &verdict.findings {
+        m.push_str(&format!("  - {f}\n"));
+    }
+    if let Some(why) = allowed.filter(|_| !verdict.compatible) {
+        m.push_str(&format!("Incompatible CRDs allowed: {why}\n"));
+    }
+    m
+}
+
+fn check_mapping(plan: &Plan) -> Result<(), RelengError> {
+    let findings = checks::mapping_findings(&plan.release, &plan.release_text, &plan.files);
+    if findings.is_empty() { Ok(()) } else { Err(Refusal::MappingInconsistent { findings }.into()) }
+}
+
+fn crd_verdict(repo: &FleetRepo, plan: &Plan) -> Result<CrdVerdict, RelengError> {
+    let Some(prev) = &plan.previous else { return Ok(CrdVerdict::first_release()) };
+    let commit = repo.git().find_commit(prev.commit)?;
+    let old = repo.files_under(&commit.tree()?, &prev.release.spec.manifests)?;
+    Ok(checks::crd_compatibility(&old, &plan.files))
+}
+
+/// The tag exists: same content → report it; other content → refuse, naming what differs.
+fn already_released(
+    repo: &FleetRepo,
+    req: &CreateRequest,
+    branch: &str,
+    existing: &ReleaseTag,
+    manifests: &BTreeMap<String, (Vec<u8>, bool)>,
+    signer: &Signer,
+) -> Result<CreateReport, RelengError> {
+    let commit = repo.git().find_commit(existing.commit)?;
+    // Recompute against the state the release was cut from: its first parent.
+    let base = commit.parent(0).unwrap_or_else(|_| commit.clone());
+    let plan = plan(repo, req, &base, manifests)?;
+    let tree = commit.tree()?;
+    let mut differences = Vec::new();
+    if repo.subtree_id(&tree, &default_manifests()) != plan.operator_tree {
+        differences.push("operator/ manifests differ".to_string());
+    }
+    let existing_text = repo.file_at(&tree, RELEASE_FILE)?.unwrap_or_default();
+    if existing_text != plan.release_text.as_bytes() {
+        let mut fields = Vec::new();
+        let (a, b) = (&existing.release.spec, &plan.release.spec);
+        if a.image != b.image {
+            fields.push(format!("image {} vs {}", a.image.reference(), b.image.reference()));
+        }
+        for (name, x, y) in [
+            ("gitCommit", &a.git_commit, &b.git_commit),
+            ("chartVersion", &a.chart_version, &b.chart_version),
+            ("crdVersion", &a.crd_version, &b.crd_version),
+        ] {
+            if x != y {
+                fields.push(format!("{name} {x} vs {y}"));
+            }
+        }
+        if a.target_clusters != b.target_clusters {
+            fields.push(format!("targetClusters [{}] vs [{}]", a.target_clusters.join(", "), b.target_clusters.join(", ")));
+        }
+        if a.rollback_to != b.rollback_to {
+            fields.push(format!("rollbackTo {:?} vs {:?}", a.rollback_to, b.rollback_to));
+        }
+        if a.requires != b.requires {
+            fields.push("requires differs".to_string());
+        }
+        if fields.is_empty() {
+            fields.push("release.yaml text differs".to_string());
+        }
+        differences.push(format!("release.yaml: {}", fields.join("; ")));
+    }
+    if !differences.is_empty() {
+        return Err(Refusal::IdReused { id: req.id.clone(), differences: differences.join("; ") }.into());
+    }
+    let verdict = crd_verdict(repo, &plan)?;
+    Ok(CreateReport {
+        outcome: CreateOutcome::AlreadyReleased,
+        id: req.id.clone(),
+        branch: branch.to_string(),
+        commit: existing.commit.to_string(),
+        tag: existing.tag.map(|t| t.to_string()).unwrap_or_default(),
+        signer: signer.fingerprint().to_string(),
+        previous: plan.previous.map(|p| p.id),
+        mapping: existing.release.spec.clone(),
+        crd_compatibility: verdict,
+        incompatible_crds_allowed: req.allow_incompatible_crds.clone(),
+        manifest_files: plan.files.len(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case("reg.example.com/redis-operator:v1.2.3", "reg.example.com/redis-operator", "v1.2.3", None)]
+    #[case("localhost:5000/op:1.0", "localhost:5000/op", "1.0", None)]
+    #[case(
+        "r/op:v1@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        "r/op",
+        "v1",
+        Some("sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef")
+    )]
+    fn images_parse(#[case] s: &str, #[case] repo: &str, #[case] tag: &str, #[case] digest: Option<&str>) {
+        let i = parse_image(s).unwrap();
+        assert_eq!((i.repository.as_str(), i.tag.as_str(), i.digest.as_deref()), (repo, tag, digest));
+        assert_eq!(i.reference(), s);
+    }
+
+    #[rstest]
+    #[case("localhost:5000/op")]
+    #[case("op:")]
+    #[case("op:v1@sha256:xyz")]
+    #[case(":v1")]
+    #[case("Reg/Op:v1")]
+    fn bad_images_are_usage_errors(#[case] s: &str) {
+        assert!(matches!(parse_image(s), Err(RelengError::Usage(_))), "{s}");
+    }
+}

@@ -1,0 +1,286 @@
+//! Opening the pull request (GitHub, Gitea/Forgejo) or merge request (GitLab) for a promotion or
+//! rollback branch, through the forge configured in `fleet.yaml` `spec.status.forge`.
+//!
+//! Request shapes, as each API documents them:
+//! * GitHub — `POST {url}/repos/{owner}/{repo}/pulls`, `Authorization: Bearer <token>`,
+//!   `Accept: application/vnd.github+json`, `X-GitHub-Api-Version: 2022-11-28`, a `User-Agent`;
+//!   body `{title, head, base, body}`; 201 with `number`, `html_url`.
+//! * Gitea/Forgejo — `POST {url}/api/v1/repos/{owner}/{repo}/pulls`, `Authorization: token <token>`;
+//!   body `{title, head, base, body}`; 201 with `number`, `html_url`.
+//! * GitLab — `POST {url}/api/v4/projects/{id or URL-encoded path}/merge_requests`,
+//!   `PRIVATE-TOKEN: <token>`; body `{source_branch, target_branch, title, description}`; 201 with
+//!   `iid`, `web_url`.
+//!
+//! A refusal by the forge is shown with its HTTP status, the forge's own message(s), and what to
+//! do about it.
+
+use crate::model::{ForgeKind, ForgeSettings};
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// The GitHub REST API version every request pins.
+pub const GITHUB_API_VERSION: &str = "2022-11-28";
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What to open.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PullRequestSpec {
+    pub title: String,
+    pub body: String,
+    /// The branch with the change.
+    pub head: String,
+    /// The branch it merges into.
+    pub base: String,
+}
+
+/// What the forge opened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OpenedPullRequest {
+    pub forge: ForgeKind,
+    /// PR number (GitHub, Gitea) or MR iid (GitLab).
+    pub number: u64,
+    pub url: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ForgeError {
+    #[error("{forge} refused to open the {what} (HTTP {status}): {message}{hint}")]
+    Rejected { forge: String, what: &'static str, status: u16, message: String, hint: String },
+    #[error("cannot reach {forge} at {url}: {source}; check spec.status.forge.url in fleet.yaml and the network")]
+    Transport { forge: String, url: String, source: reqwest::Error },
+    #[error("{forge} answered HTTP {status} but not with a {what} fleetgate understands: {body}")]
+    BadResponse { forge: String, what: &'static str, status: u16, body: String },
+    #[error("spec.status.forge: {0}")]
+    Config(String),
+}
+
+fn forge_name(kind: ForgeKind) -> &'static str {
+    match kind {
+        ForgeKind::Github => "GitHub",
+        ForgeKind::Gitea => "Gitea",
+        ForgeKind::Gitlab => "GitLab",
+    }
+}
+
+fn what(kind: ForgeKind) -> &'static str {
+    match kind {
+        ForgeKind::Gitlab => "merge request",
+        _ => "pull request",
+    }
+}
+
+/// The API token `forge` names: the content of `tokenFile` (trimmed), else the variable `tokenEnv`.
+pub fn token(forge: &ForgeSettings) -> Result<String, ForgeError> {
+    if let Some(path) = &forge.token_file {
+        let t = std::fs::read_to_string(path)
+            .map_err(|e| ForgeError::Config(format!("tokenFile {path}: {e}")))?;
+        return Ok(t.trim().to_string());
+    }
+    if let Some(var) = &forge.token_env {
+        return match std::env::var(var) {
+            Ok(t) if !t.trim().is_empty() => Ok(t.trim().to_string()),
+            _ => Err(ForgeError::Config(format!("tokenEnv says ${var}, which is not set; export the {} API token in it", forge_name(forge.kind)))),
+        };
+    }
+    Err(ForgeError::Config("neither tokenEnv nor tokenFile is set; name where the API token is".to_string()))
+}
+
+/// The endpoint URL for `forge`: base URL + the API's path, each segment percent-encoded (a
+/// GitLab project path `group/app` becomes one segment `group%2Fapp`).
+pub fn endpoint(forge: &ForgeSettings) -> Result<reqwest::Url, ForgeError> {
+    let mut url = reqwest::Url::parse(&forge.url)
+        .map_err(|e| ForgeError::Config(format!("url {:?} is not a URL: {e}", forge.url)))?;
+    let owner_repo = || -> Result<(String, String), ForgeError> {
+        match forge.repository.split_once('/') {
+            Some((o, r)) if !o.is_empty() && !r.is_empty() && !r.contains('/') => Ok((o.to_string(), r.to_string())),
+            _ => Err(ForgeError::Config(format!("repository {:?} must be OWNER/REPO", forge.repository))),
+        }
+    };
+    let segments: Vec<String> = match forge.kind {
+        ForgeKind::Github => {
+            let (o, r) = owner_repo()?;
+            vec!["repos".into(), o, r, "pulls".into()]
+        }
+        ForgeKind::Gitea => {
+            let (o, r) = owner_repo()?;
+            vec!["api".into(), "v1".into(), "repos".into(), o, r, "pulls".into()]
+        }
+        ForgeKind::Gitlab => {
+            vec!["api".into(), "v4".into(), "projects".into(), forge.repository.clone(), "merge_requests".into()]
+        }
+    };
+    url.path_segments_mut()
+        .map_err(|_| ForgeError::Config(format!("url {:?} cannot be a base URL", forge.url)))?
+        .pop_if_empty()
+        .extend(&segments);
+    Ok(url)
+}
+
+/// The JSON body each forge expects.
+pub fn request_body(kind: ForgeKind, pr: &PullRequestSpec) -> Value {
+    match kind {
+        ForgeKind::Github | ForgeKind::Gitea => {
+            json!({ "title": pr.title, "head": pr.head, "base": pr.base, "body": pr.body })
+        }
+        ForgeKind::Gitlab => json!({
+            "source_branch": pr.head,
+            "target_branch": pr.base,
+            "title": pr.title,
+            "description": pr.body,
+        }),
+    }
+}
+
+/// Opens the pull/merge request `pr` on `forge` with API token `token`.
+///
+/// Errors: [`ForgeError::Rejected`] when the forge answers with an error status (its message and
+/// a hint included), [`ForgeError::Transport`] when it cannot be reached, [`ForgeError::BadResponse`]
+/// when a success answer lacks the number or URL, [`ForgeError::Config`] for unusable settings.
+pub async fn open(forge: &ForgeSettings, token: &str, pr: &PullRequestSpec) -> Result<OpenedPullRequest, ForgeError> {
+    let url = endpoint(forge)?;
+    let name = forge_name(forge.kind).to_string();
+    let client = reqwest::Client::builder()
+        .timeout(TIMEOUT)
+        .user_agent(format!("fleetgate/{}", crate::VERSION))
+        .build()
+        .map_err(|source| ForgeError::Transport { forge: name.clone(), url: url.to_string(), source })?;
+    let mut req = client.post(url.clone()).json(&request_body(forge.kind, pr));
+    req = match forge.kind {
+        ForgeKind::Github => req
+            .header("Accept", "application/vnd.github+json")
+            .header("X-GitHub-Api-Version", GITHUB_API_VERSION)
+            .bearer_auth(token),
+        ForgeKind::Gitea => req.header("Accept", "application/json").header("Authorization", format!("token {token}")),
+        ForgeKind::Gitlab => req.header("Accept", "application/json").header("PRIVATE-TOKEN", token),
+    };
+    let resp = req.send().await.map_err(|source| ForgeError::Transport { forge: name.clone(), url: url.to_string(), source })?;
+    let status = resp.status();
+    let text = resp.text().await.map_err(|source| ForgeError::Transport { forge: name.clone(), url: url.to_string(), source })?;
+    if !status.is_success() {
+        return Err(ForgeError::Rejected {
+            forge: name,
+            what: what(forge.kind),
+            status: status.as_u16(),
+            message: error_message(&text),
+            hint: hint(forge, status.as_u16(), pr),
+        });
+    }
+    let bad = || ForgeError::BadResponse {
+        forge: name.clone(),
+        what: what(forge.kind),
+        status: status.as_u16(),
+        body: crate::status::truncate(&text, 300),
+    };
+    let v: Value = serde_json::from_str(&text).map_err(|_| bad())?;
+    let (number, link) = match forge.kind {
+        ForgeKind::Gitlab => (v.get("iid"), v.get("web_url")),
+        _ => (v.get("number"), v.get("html_url")),
+    };
+    match (number.and_then(Value::as_u64), link.and_then(Value::as_str)) {
+        (Some(number), Some(url)) => Ok(OpenedPullRequest { forge: forge.kind, number, url: url.to_string() }),
+        _ => Err(bad()),
+    }
+}
+
+/// The forge's own words from an error body: GitHub's `message` + `errors[].message`, Gitea's
+/// `message`, GitLab's `message` (a string, a list, or field → list) or `error`; else the raw text.
+pub fn error_message(body: &str) -> String {
+    fn flatten(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::String(s) if !s.is_empty() => out.push(s.clone()),
+            Value::Array(a) => a.iter().for_each(|x| flatten(x, out)),
+            Value::Object(o) => {
+                if let Some(m) = o.get("message") {
+                    flatten(m, out);
+                } else {
+                    for (k, x) in o {
+                        let mut inner = Vec::new();
+                        flatten(x, &mut inner);
+                        out.extend(inner.into_iter().map(|s| format!("{k} {s}")));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut parts = Vec::new();
+    if let Ok(v) = serde_json::from_str::<Value>(body) {
+        for key in ["message", "error", "error_description"] {
+            if let Some(x) = v.get(key) {
+                flatten(x, &mut parts);
+            }
+        }
+        if let Some(errors) = v.get("errors") {
+            flatten(errors, &mut parts);
+        }
+    }
+    parts.dedup();
+    if parts.is_empty() {
+        let raw = body.trim();
+        if raw.is_empty() { "(empty response body)".to_string() } else { crate::status::truncate(raw, 300) }
+    } else {
+        parts.join("; ")
+    }
+}
+
+fn hint(forge: &ForgeSettings, status: u16, pr: &PullRequestSpec) -> String {
+    let token = match (&forge.token_file, &forge.token_env) {
+        (Some(f), _) => format!("the token in {f}"),
+        (None, Some(e)) => format!("the token in ${e}"),
+        (None, None) => "the API token".to_string(),
+    };
+    match status {
+        401 => format!("; {token} was not accepted — renew it"),
+        403 => format!("; {token} may lack permission to open {}s on {}", what(forge.kind), forge.repository),
+        404 => format!(
+            "; check spec.status.forge.url ({}) and repository ({}) — and that branch {} was pushed",
+            forge.url, forge.repository, pr.head
+        ),
+        409 | 422 => format!(
+            "; a {} for {} may already be open, or the branch is not on the forge (push it with --push)",
+            what(forge.kind),
+            pr.head
+        ),
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    fn settings(kind: ForgeKind, url: &str, repository: &str) -> ForgeSettings {
+        ForgeSettings { kind, url: url.into(), repository: repository.into(), token_env: None, token_file: None }
+    }
+
+    #[rstest]
+    #[case(ForgeKind::Github, "https://api.github.com", "acme/fleet", "https://api.github.com/repos/acme/fleet/pulls")]
+    #[case(ForgeKind::Github, "https://ghe.example.com/api/v3/", "acme/fleet", "https://ghe.example.com/api/v3/repos/acme/fleet/pulls")]
+    #[case(ForgeKind::Gitea, "https://git.example.com", "acme/fleet", "https://git.example.com/api/v1/repos/acme/fleet/pulls")]
+    #[case(ForgeKind::Gitlab, "https://gitlab.com", "group/sub/fleet", "https://gitlab.com/api/v4/projects/group%2Fsub%2Ffleet/merge_requests")]
+    #[case(ForgeKind::Gitlab, "https://gitlab.com", "42", "https://gitlab.com/api/v4/projects/42/merge_requests")]
+    fn endpoints_follow_each_api(#[case] kind: ForgeKind, #[case] url: &str, #[case] repo: &str, #[case] want: &str) {
+        assert_eq!(endpoint(&settings(kind, url, repo)).unwrap().as_str(), want);
+    }
+
+    #[test]
+    fn github_repository_must_be_owner_repo() {
+        assert!(matches!(endpoint(&settings(ForgeKind::Github, "https://api.github.com", "fleet")), Err(ForgeError::Config(_))));
+    }
+
+    #[rstest]
+    #[case(r#"{"message":"Validation Failed","errors":[{"resource":"PullRequest","code":"custom","message":"A pull request already exists for acme:promote/x."}]}"#,
+           "Validation Failed; A pull request already exists for acme:promote/x.")]
+    #[case(r#"{"message":["Another open merge request already exists for this source branch: !7"]}"#,
+           "Another open merge request already exists for this source branch: !7")]
+    #[case(r#"{"message":{"source_branch":["is invalid"]}}"#, "source_branch is invalid")]
+    #[case(r#"{"error":"insufficient_scope","error_description":"The request requires higher privileges."}"#,
+           "insufficient_scope; The request requires higher privileges.")]
+    #[case("<html>bad gateway</html>", "<html>bad gateway</html>")]
+    #[case("", "(empty response body)")]
+    fn forge_error_messages_are_extracted(#[case] body: &str, #[case] want: &str) {
+        assert_eq!(error_message(body), want);
+    }
+}

@@ -1,0 +1,391 @@
+//! `rollback`: a commit that puts clusters back on the release they ran before (or `--to`).
+//!
+//! The previous release of a cluster is read from the base branch's first-parent history: the
+//! commit that last changed the cluster's desired release, and the value before it. When that one
+//! commit changed exactly the clusters being rolled back and reverting it gives exactly the wanted
+//! configuration, the rollback is a real `git revert` of it (git2 `revert_commit`, mainline 1 for a
+//! merged PR); otherwise it is an explicit change of `spec.release`. Either way the message says
+//! from what to what and why.
+//!
+//! Rolling back clusters whose last change was itself a rollback is refused: "back" would then mean
+//! forward to the release that was just abandoned. `--to` names a release explicitly instead.
+
+use super::promote::ClusterMove;
+use super::repo::{FleetRepo, TreeEdit};
+use super::sign::Signer;
+use super::{Refusal, RelengError, Target};
+use crate::model::FleetConfig;
+use crate::source::GitTree;
+use git2::{Commit, Oid};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The trailer fleetgate writes into rollback commits; a revert by hand says "This reverts commit".
+const ROLLBACK_TRAILER: &str = "Fleetgate-Rollback:";
+/// How far back the history walk for previous releases goes.
+const MAX_HISTORY: usize = 2000;
+
+#[derive(Debug, Clone)]
+pub struct RollbackRequest {
+    pub target: Target,
+    /// The release to go back to; default: each cluster's previous one.
+    pub to: Option<String>,
+    pub reason: Option<String>,
+    /// The branch that says what runs (normally `main`).
+    pub base: String,
+    /// Commit on this new branch (for a pull request) instead of on `base` directly.
+    pub branch: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RollbackMethod {
+    /// `git revert` of the promotion commit.
+    Revert,
+    /// An explicit edit of `spec.release`.
+    Explicit,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RollbackReport {
+    pub target: Target,
+    pub method: RollbackMethod,
+    /// The promotion commit that was reverted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reverted: Option<String>,
+    pub base: String,
+    /// Where the commit went: `base` itself, or a new branch.
+    pub branch: String,
+    pub commit: String,
+    pub clusters: Vec<ClusterMove>,
+    pub reason: Option<String>,
+}
+
+impl RollbackReport {
+    pub fn title(&self) -> String {
+        format!("Roll back {}: {}", self.target, summary(&self.clusters))
+    }
+
+    /// A Markdown body for the pull/merge request.
+    pub fn pr_body(&self) -> String {
+        let mut b = format!("Rolls back {} (branch `{}` into `{}`).\n\n", self.target, self.branch, self.base);
+        b.push_str("| cluster | wave | from | to |\n|---|---|---|---|\n");
+        for m in &self.clusters {
+            b.push_str(&format!("| {} | {} | {} | {} |\n", m.cluster, m.wave, m.from.as_deref().unwrap_or("(none)"), m.to));
+        }
+        if let Some(r) = &self.reason {
+            b.push_str(&format!("\n**Reason:** {r}\n"));
+        }
+        match (&self.method, &self.reverted) {
+            (RollbackMethod::Revert, Some(c)) => b.push_str(&format!("\nThis reverts the promotion commit `{c}`.\n")),
+            _ => b.push_str("\nAn explicit change of `spec.release` (no single promotion commit to revert).\n"),
+        }
+        b
+    }
+}
+
+/// `rel-2 -> rel-1` when every cluster moves the same way, else `3 clusters`.
+fn summary(moves: &[ClusterMove]) -> String {
+    let pairs: BTreeSet<(Option<&str>, &str)> = moves.iter().map(|m| (m.from.as_deref(), m.to.as_str())).collect();
+    match pairs.iter().next() {
+        Some((from, to)) if pairs.len() == 1 => format!("{} -> {to}", from.unwrap_or("(none)")),
+        _ => format!("{} clusters", moves.len()),
+    }
+}
+
+/// One step of the base branch's first-parent history that changed desired releases.
+struct Change {
+    commit: Oid,
+    message: String,
+    before: BTreeMap<String, Option<String>>,
+    after: BTreeMap<String, Option<String>>,
+}
+
+impl Change {
+    fn changed(&self) -> BTreeSet<String> {
+        self.after.iter().filter(|(c, r)| self.before.get(*c) != Some(r)).map(|(c, _)| c.clone()).collect()
+    }
+
+    fn is_rollback(&self) -> bool {
+        self.message.lines().any(|l| l.starts_with(ROLLBACK_TRAILER)) || self.message.contains("This reverts commit ")
+    }
+}
+
+fn assignments_at(repo: &FleetRepo, commit: &Commit<'_>) -> Option<BTreeMap<String, Option<String>>> {
+    // Commits whose configuration does not load (older layouts, broken states) are skipped.
+    let tree = commit.tree().ok()?;
+    let config = FleetConfig::load(&GitTree::new(repo.git(), tree, commit.id().to_string())).ok()?;
+    Some(
+        config
+            .clusters
+            .keys()
+            .map(|n| (n.clone(), config.desired_release(n).map(|(r, _)| r.to_string())))
+            .collect(),
+    )
+}
+
+/// For every cluster of `wanted`, the most recent first-parent commit that changed its desired release.
+fn last_changes(repo: &FleetRepo, tip: &Commit<'_>, wanted: &[String]) -> Result<BTreeMap<String, Change>, RelengError> {
+    let mut out: BTreeMap<String, Change> = BTreeMap::new();
+    let mut commit = tip.clone();
+    let mut after = assignments_at(repo, &commit);
+    for _ in 0..MAX_HISTORY {
+        if wanted.iter().all(|c| out.contains_key(c)) {
+            break;
+        }
+        let Ok(parent) = commit.parent(0) else { break };
+        let before = assignments_at(repo, &parent);
+        if let (Some(a), Some(b)) = (&after, &before) {
+            for c in wanted {
+                if !out.contains_key(c) && a.get(c) != b.get(c) && a.contains_key(c) {
+                    out.insert(
+                        c.clone(),
+                        Change {
+                            commit: commit.id(),
+                            message: commit.message().unwrap_or_default().to_string(),
+                            before: b.clone(),
+                            after: a.clone(),
+                        },
+                    );
+                }
+            }
+        }
+        commit = parent;
+        after = before;
+    }
+    Ok(out)
+}
+
+/// Writes the rollback of `req.target` (see the module docs). `signer` signs the commit when given.
+///
+/// Refusals: the clusters' last change was a rollback already (pass `to`), no earlier release is
+/// known for a cluster, the `to` release does not target a cluster, nothing would change.
+pub fn rollback(repo: &FleetRepo, req: &RollbackRequest, signer: Option<&mut Signer>) -> Result<RollbackReport, RelengError> {
+    let tip = repo.branch_tip(&req.base)?;
+    let state = repo.fleet_state(&tip.tree()?, &format!("branch {}", req.base))?;
+    let selected = state.select(&req.target)?;
+    let history = last_changes(repo, &tip, &selected)?;
+
+    // Where each cluster goes.
+    let mut want: BTreeMap<String, String> = BTreeMap::new();
+    match &req.to {
+        Some(to) => {
+            let tag = repo.release_tag(to)?.ok_or_else(|| RelengError::UnknownRelease(to.clone()))?;
+            let missing: Vec<String> =
+                selected.iter().filter(|c| !tag.release.spec.target_clusters.contains(c)).cloned().collect();
+            if !missing.is_empty() {
+                return Err(Refusal::NotTargeted {
+                    id: to.clone(),
+                    clusters: missing,
+                    targets: tag.release.spec.target_clusters.clone(),
+                }
+                .into());
+            }
+            for c in &selected {
+                want.insert(c.clone(), to.clone());
+            }
+        }
+        None => {
+            for c in &selected {
+                let current = state.effective(c).map(str::to_string);
+                let Some(change) = history.get(c) else {
+                    let fallback = match &current {
+                        Some(cur) => repo.release_tag(cur)?.and_then(|t| t.release.spec.rollback_to),
+                        None => None,
+                    };
+                    match fallback {
+                        Some(r) => {
+                            want.insert(c.clone(), r);
+                            continue;
+                        }
+                        None => {
+                            return Err(Refusal::NothingToRollBack(format!(
+                                "{c} has no earlier release in the history of {} and its release names no rollbackTo; pass --to ID",
+                                req.base
+                            ))
+                            .into());
+                        }
+                    }
+                };
+                if change.is_rollback() {
+                    return Err(Refusal::NothingToRollBack(format!(
+                        "{c} was already rolled back by commit {} ({}); pass --to ID to choose another release",
+                        short(change.commit),
+                        change.message.lines().next().unwrap_or_default()
+                    ))
+                    .into());
+                }
+                match change.before.get(c).cloned().flatten() {
+                    Some(prev) => {
+                        want.insert(c.clone(), prev);
+                    }
+                    None => {
+                        return Err(Refusal::NothingToRollBack(format!(
+                            "{c} ran no release before commit {} put it on {}; pass --to ID",
+                            short(change.commit),
+                            current.as_deref().unwrap_or("(none)")
+                        ))
+                        .into());
+                    }
+                }
+            }
+        }
+    }
+
+    let targets: BTreeSet<&String> = want.values().collect();
+    let fleet_wide = match (&req.target, targets.len()) {
+        (Target::Fleet, 1) => targets.first().map(|s| s.as_str()),
+        _ => None,
+    };
+    let change = state.plan(&want, fleet_wide);
+    if change.is_empty() {
+        return Err(Refusal::NothingToRollBack(format!(
+            "{} already runs {}; nothing to roll back",
+            req.target,
+            targets.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+        ))
+        .into());
+    }
+    let before = state.assignments();
+    let after = state.assignments_after(&change);
+    let clusters: Vec<ClusterMove> = state
+        .select(&Target::Fleet)?
+        .into_iter()
+        .filter(|c| before[c] != after[c])
+        .map(|c| ClusterMove {
+            wave: state.wave_of(&c).to_string(),
+            from: before[&c].clone(),
+            to: after[&c].clone().unwrap_or_default(),
+            cluster: c,
+        })
+        .collect();
+
+    let mut edit = TreeEdit::new(repo.git(), Some(&tip.tree()?))?;
+    for (path, text) in state.render(&change)? {
+        edit.put(&path, text.as_bytes(), false)?;
+    }
+    let explicit_tree = edit.write()?;
+
+    // A single promotion commit behind every selected cluster's current release?
+    let promotions: BTreeSet<Oid> = selected.iter().filter_map(|c| history.get(c).map(|h| h.commit)).collect();
+    let revert = match promotions.iter().next() {
+        Some(p) if promotions.len() == 1 && history.len() == selected.len() => {
+            let change = &history[&selected[0]];
+            let moved: BTreeSet<String> = clusters.iter().map(|m| m.cluster.clone()).collect();
+            if change.changed() == moved { try_revert(repo, &tip, *p, &after)? } else { None }
+        }
+        _ => None,
+    };
+
+    let mut report = RollbackReport {
+        target: req.target.clone(),
+        method: RollbackMethod::Explicit,
+        reverted: None,
+        base: req.base.clone(),
+        branch: req.branch.clone().unwrap_or_else(|| req.base.clone()),
+        commit: String::new(),
+        clusters,
+        reason: req.reason.clone(),
+    };
+    let (tree, message) = match revert {
+        Some((tree, promotion)) => {
+            report.method = RollbackMethod::Revert;
+            report.reverted = Some(promotion.id().to_string());
+            let subject = promotion.summary().ok().flatten().unwrap_or_default().to_string();
+            (tree, format!("Revert \"{subject}\"\n\nThis reverts commit {}.\n\n{}", promotion.id(), message_body(&report)))
+        }
+        None => (explicit_tree, format!("rollback {}: {}\n\n{}", req.target, summary(&report.clusters), message_body(&report))),
+    };
+
+    if req.branch.is_none() {
+        repo.ensure_clean(&[])?;
+    } else if repo.branch_exists(&report.branch) {
+        return Err(Refusal::BranchExists { branch: report.branch.clone() }.into());
+    }
+    let who = repo.identity(signer.as_deref())?;
+    let commit = repo.commit(signer, &who, &message, tree, &[&tip])?;
+    let log = format!("fleetgate rollback {}", req.target);
+    match &req.branch {
+        None => repo.set_branch(&req.base, commit, Some(tip.id()), &log)?,
+        Some(b) => repo.set_branch(b, commit, None, &log)?,
+    }
+    report.commit = commit.to_string();
+    Ok(report)
+}
+
+fn message_body(r: &RollbackReport) -> String {
+    let mut m = format!("Roll back {}:\n", r.target);
+    for c in &r.clusters {
+        m.push_str(&format!("  {} (wave {}): {} -> {}\n", c.cluster, c.wave, c.from.as_deref().unwrap_or("(none)"), c.to));
+    }
+    m.push_str(&format!("\nReason: {}\n", r.reason.as_deref().unwrap_or("(none given)")));
+    m.push_str(&format!("\n{ROLLBACK_TRAILER} {}\n", r.target));
+    m
+}
+
+/// Reverts `promotion` on top of `tip` when `promotion` is a pure promotion (it changed nothing
+/// but desired releases) and reverting it is clean and yields exactly `want` (every cluster's
+/// desired release); returns the reverted tree and the promotion commit.
+fn try_revert<'r>(
+    repo: &'r FleetRepo,
+    tip: &Commit<'_>,
+    promotion: Oid,
+    want: &BTreeMap<String, Option<String>>,
+) -> Result<Option<(Oid, Commit<'r>)>, RelengError> {
+    let promotion = repo.git().find_commit(promotion)?;
+    let Ok(parent) = promotion.parent(0) else { return Ok(None) };
+    if !only_config_changed(repo, &parent.tree()?, &promotion.tree()?)? {
+        return Ok(None);
+    }
+    let (Some(a), Some(b)) = (config_at(repo, parent.tree()?), config_at(repo, promotion.tree()?)) else {
+        return Ok(None);
+    };
+    if without_releases(a) != without_releases(b) {
+        return Ok(None);
+    }
+    let mainline = if promotion.parent_count() > 1 { 1 } else { 0 };
+    let Ok(mut index) = repo.git().revert_commit(&promotion, tip, mainline, None) else { return Ok(None) };
+    if index.has_conflicts() {
+        return Ok(None);
+    }
+    let tree = index.write_tree_to(repo.git())?;
+    let reverted = repo.git().find_tree(tree)?;
+    if !only_config_changed(repo, &tip.tree()?, &reverted)? {
+        return Ok(None);
+    }
+    let Some(config) = config_at(repo, reverted) else { return Ok(None) };
+    let got: BTreeMap<String, Option<String>> =
+        config.clusters.keys().map(|n| (n.clone(), config.desired_release(n).map(|(r, _)| r.to_string()))).collect();
+    Ok((&got == want).then_some((tree, promotion)))
+}
+
+fn config_at(repo: &FleetRepo, tree: git2::Tree<'_>) -> Option<FleetConfig> {
+    FleetConfig::load(&GitTree::new(repo.git(), tree, "history")).ok()
+}
+
+/// The configuration with every `spec.release` cleared: what must not differ across a promotion.
+fn without_releases(mut c: FleetConfig) -> FleetConfig {
+    c.fleet.spec.release = None;
+    for cl in c.clusters.values_mut() {
+        cl.spec.release = None;
+    }
+    c
+}
+
+/// True when `a` → `b` touches nothing but `fleet.yaml` and `clusters/`.
+fn only_config_changed(repo: &FleetRepo, a: &git2::Tree<'_>, b: &git2::Tree<'_>) -> Result<bool, RelengError> {
+    let diff = repo.git().diff_tree_to_tree(Some(a), Some(b), None)?;
+    let clusters = format!("{}/", crate::model::CLUSTERS_DIR);
+    Ok(diff.deltas().all(|d| {
+        d.new_file()
+            .path()
+            .or(d.old_file().path())
+            .and_then(|p| p.to_str())
+            .is_some_and(|p| p == crate::model::FLEET_FILE || p.starts_with(&clusters))
+    }))
+}
+
+fn short(oid: Oid) -> String {
+    oid.to_string()[..10].to_string()
+}

@@ -1,0 +1,234 @@
+//! `release create` against a real repository and real GnuPG keys: the tag it signs passes the
+//! agent's verification (and `git verify-tag`), a tampered or foreign-signed tag does not, re-runs
+//! are idempotent, and each refusal says why.
+
+mod releng_common;
+
+use fleetgate::release::{TagPins, VerifyError, resolve_release, verify};
+use fleetgate::releng::create::CreateOutcome;
+use fleetgate::releng::{Refusal, RelengError, Signer, sign};
+use fleetgate::source::Checkout;
+use fleetgate_testenv::GitDaemon;
+use releng_common::*;
+
+fn agent_verify(f: &Fixture, cluster: &str, id: &str) -> Result<fleetgate::release::VerifiedRelease, VerifyError> {
+    let checkout = Checkout::open_local(&f.repo, Some("main")).unwrap();
+    let desired = resolve_release(&checkout, cluster, id).unwrap();
+    verify(&checkout, &desired, &f.trust(), &mut TagPins::in_memory())
+}
+
+#[test]
+fn the_signed_tag_is_accepted_by_the_agents_verification_and_by_git() {
+    let f = Fixture::new();
+    let r1 = f.release("rel-1", "v1.0.0");
+    assert_eq!(r1.outcome, CreateOutcome::Created);
+    assert_eq!(r1.previous, None);
+    assert_eq!(f.git(&["rev-parse", "main"]), r1.commit, "main moved to the release commit");
+    assert_eq!(f.git(&["cat-file", "-t", "rel-1"]), "tag", "an annotated tag");
+    assert_eq!(f.git(&["rev-parse", "rel-1^{commit}"]), r1.commit);
+
+    let verified = agent_verify(&f, "cluster-a", "rel-1").expect("the agent accepts the release");
+    assert_eq!(verified.signer(), Some(f.fpr.as_str()));
+    assert_eq!(verified.commit(), r1.commit);
+    assert_eq!(verified.release().spec.target_clusters, ["cluster-a", "cluster-b", "cluster-c"]);
+    assert!(verified.files().contains_key("operator/deployment.yaml"), "{:?}", verified.files().keys());
+    assert!(verified.files().contains_key("operator/crds/rediscluster.yaml"));
+
+    // Real git agrees the object is a well-formed signed tag, and the commit is signed too.
+    let out = f.gpg.git(&f.repo, &f.fpr).args(["verify-tag", "rel-1"]).output().unwrap();
+    assert!(out.status.success(), "git verify-tag: {}", String::from_utf8_lossy(&out.stderr));
+    let out = f.gpg.git(&f.repo, &f.fpr).args(["verify-commit", "rel-1"]).output().unwrap();
+    assert!(out.status.success(), "git verify-commit: {}", String::from_utf8_lossy(&out.stderr));
+    // The checked-out work tree followed the branch.
+    assert!(f.repo.join("operator/deployment.yaml").exists());
+    assert_eq!(f.git(&["status", "--porcelain"]), "");
+
+    // The next release follows the first: previous, default rollback target, CRD verdict.
+    let r2 = f.release("rel-2", "v1.1.0");
+    assert_eq!(r2.previous.as_deref(), Some("rel-1"));
+    assert_eq!(r2.mapping.rollback_to.as_deref(), Some("rel-1"));
+    assert!(r2.crd_compatibility.compared && r2.crd_compatibility.compatible, "{:?}", r2.crd_compatibility);
+    let message = f.git(&["cat-file", "-p", "rel-2"]);
+    assert!(message.contains("CRD compatibility against rel-1: compatible"), "{message}");
+    assert!(message.contains("image:         registry.example.com/redis-operator:v1.1.0"), "{message}");
+    agent_verify(&f, "cluster-b", "rel-2").expect("the second release verifies too");
+}
+
+#[test]
+fn a_tampered_or_foreign_signed_tag_is_rejected() {
+    let f = Fixture::new();
+    f.release("rel-1", "v1.0.0");
+    let repo = f.open();
+    let raw = f.git(&["cat-file", "tag", "rel-1"]) + "\n";
+
+    // Same signature, changed message: the signature no longer matches.
+    let tampered = raw.replace("targets:       cluster-a", "targets:       cluster-x");
+    assert_ne!(tampered, raw);
+    let oid = repo.git().odb().unwrap().write(git2::ObjectType::Tag, tampered.as_bytes()).unwrap();
+    repo.git().reference("refs/tags/rel-1", oid, true, "tamper").unwrap();
+    match agent_verify(&f, "cluster-a", "rel-1") {
+        Err(VerifyError::BadSignature { .. }) => {}
+        other => panic!("expected a bad signature, got {other:?}"),
+    }
+
+    // A well-formed tag signed by a key the agents do not trust.
+    let other_fpr = f.gpg.generate_key("Someone Else", "else@example.com").unwrap();
+    let mut stranger = Signer::open(&other_fpr, Some(f.gpg.path())).unwrap();
+    let who = repo.git().signature().unwrap();
+    let commit = repo.git().refname_to_id("refs/heads/main").unwrap();
+    let foreign = sign::write_signed_tag(repo.git(), &mut stranger, commit, "rel-1", &who, "Release rel-1\n").unwrap();
+    repo.git().reference("refs/tags/rel-1", foreign, true, "foreign").unwrap();
+    match agent_verify(&f, "cluster-a", "rel-1") {
+        Err(VerifyError::UntrustedKey { fingerprint, .. }) => assert_eq!(fingerprint, other_fpr),
+        other => panic!("expected an untrusted key, got {other:?}"),
+    }
+}
+
+#[test]
+fn re_running_is_idempotent_and_an_id_is_never_reused_for_other_content() {
+    let f = Fixture::new();
+    let m = f.manifests("render", "v1.0.0", "v1alpha2", &["size"], &[]);
+    let req = f.request("rel-1", &m, "v1.0.0");
+    let first = f.create(&req).unwrap();
+    let again = f.create(&req).unwrap();
+    assert_eq!(again.outcome, CreateOutcome::AlreadyReleased);
+    assert_eq!(again.commit, first.commit);
+    assert_eq!(again.tag, first.tag);
+    assert_eq!(f.git(&["rev-list", "--count", "main"]), "2", "no second commit");
+
+    // Another release on top does not change what rel-1 means, and rel-1 still re-runs clean.
+    f.release("rel-2", "v1.1.0");
+    assert_eq!(f.create(&req).unwrap().outcome, CreateOutcome::AlreadyReleased);
+
+    let mut other = req.clone();
+    other.image.tag = "v9.9.9".into();
+    std::fs::write(m.join("deployment.yaml"), deployment_yaml(&format!("{IMAGE_REPO}:v9.9.9"))).unwrap();
+    match f.create(&other) {
+        Err(RelengError::Refused(Refusal::IdReused { id, differences })) => {
+            assert_eq!(id, "rel-1");
+            assert!(differences.contains("operator/ manifests differ"), "{differences}");
+            assert!(differences.contains("image registry.example.com/redis-operator:v1.0.0 vs registry.example.com/redis-operator:v9.9.9"), "{differences}");
+        }
+        other => panic!("expected id-reused, got {other:?}"),
+    }
+}
+
+#[test]
+fn incompatible_crds_are_refused_unless_the_reason_is_given() {
+    let f = Fixture::new();
+    let m1 = f.manifests("render-1", "v1.0.0", "v1alpha2", &["size", "replicas"], &[]);
+    f.create(&f.request("rel-1", &m1, "v1.0.0")).unwrap();
+    let tip = f.git(&["rev-parse", "main"]);
+
+    // rel-2 drops a field and requires a new one.
+    let m2 = f.manifests("render-2", "v1.1.0", "v1alpha2", &["size", "shards"], &["shards"]);
+    let req = f.request("rel-2", &m2, "v1.1.0");
+    match f.create(&req) {
+        Err(e @ RelengError::Refused(Refusal::IncompatibleCrds { .. })) => {
+            let text = e.to_string();
+            assert!(text.contains("previous release rel-1"), "{text}");
+            assert!(text.contains(".spec.replicas"), "names the removed field: {text}");
+            assert!(text.contains(".spec.shards"), "names the new required field: {text}");
+            assert!(text.contains("--allow-incompatible-crds"), "says how to override: {text}");
+        }
+        other => panic!("expected incompatible-crds, got {other:?}"),
+    }
+    assert_eq!(f.git(&["rev-parse", "main"]), tip, "nothing was committed");
+    assert!(f.git(&["tag", "-l", "rel-2"]).is_empty(), "nothing was tagged");
+
+    let mut allowed = req.clone();
+    allowed.allow_incompatible_crds = Some("replicas was never read; shards has a webhook default".into());
+    let r = f.create(&allowed).unwrap();
+    assert!(!r.crd_compatibility.compatible);
+    let message = f.git(&["cat-file", "-p", "rel-2"]);
+    assert!(message.contains("Incompatible CRDs allowed: replicas was never read; shards has a webhook default"), "{message}");
+}
+
+#[test]
+fn a_mapping_that_disagrees_with_the_manifests_is_refused() {
+    let f = Fixture::new();
+    let m = f.manifests("render", "v1.0.0", "v1alpha2", &["size"], &[]);
+    let mut req = f.request("rel-1", &m, "v2.0.0");
+    match f.create(&req) {
+        Err(RelengError::Refused(Refusal::MappingInconsistent { findings })) => {
+            assert!(findings.iter().any(|x| x.contains("v1.0.0") && x.contains("v2.0.0")), "{findings:?}");
+        }
+        other => panic!("expected mapping-inconsistent, got {other:?}"),
+    }
+    req.image.tag = "v1.0.0".into();
+    req.crd_version = "v1beta1".into();
+    match f.create(&req) {
+        Err(RelengError::Refused(Refusal::MappingInconsistent { findings })) => {
+            assert!(findings.iter().any(|x| x.contains("v1beta1")), "{findings:?}");
+        }
+        other => panic!("expected mapping-inconsistent, got {other:?}"),
+    }
+    assert!(f.git(&["tag", "-l"]).is_empty());
+}
+
+#[test]
+fn the_command_line_reports_for_people_and_pipelines_with_exit_codes() {
+    let f = Fixture::new();
+    let m = f.manifests("render", "v1.0.0", "v1alpha2", &["size"], &[]);
+    let m = m.to_str().unwrap();
+    let base = ["release", "create", "--repo", "fleet", "--id", "rel-1", "--manifests", m, "--chart-version", "1.2.3"];
+    let rest = ["--crd-version", "v1alpha2", "--git-commit", "a1b2c3d4e5f6", "--targets", "cluster-a,cluster-b", "--sign-key", &f.fpr];
+    let run = |image: &str, extra: &[&str]| {
+        let args: Vec<&str> = base.iter().chain(["--image", image].iter()).chain(rest.iter()).chain(extra.iter()).copied().collect();
+        f.fleetgate(&args)
+    };
+    let image = format!("{IMAGE_REPO}:v1.0.0");
+
+    let out = run(&image, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.starts_with("Released rel-1 on branch main"), "{text}");
+    assert!(text.contains("targets    cluster-a, cluster-b"), "{text}");
+    assert!(text.contains("Next: git -C fleet push origin main rel-1"), "{text}");
+
+    let out = run(&image, &["-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let j = json(&out);
+    assert_eq!(j["result"], "done");
+    assert_eq!(j["outcome"], "already-released");
+    assert_eq!(j["signer"], f.fpr.as_str());
+    assert_eq!(j["mapping"]["targetClusters"], serde_json::json!(["cluster-a", "cluster-b"]));
+
+    let out = run(&format!("{IMAGE_REPO}:v1.0.1"), &["-o", "json"]);
+    assert_eq!(out.status.code(), Some(1), "a refusal exits 1");
+    let j = json(&out);
+    assert_eq!(j["result"], "refused");
+    assert_eq!(j["code"], "id-reused");
+
+    let out = run(&format!("{IMAGE_REPO}:v1.0.1"), &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).starts_with("refused: release id rel-1 is already tagged with different content"), "{}", stderr(&out));
+
+    let out = run("no-tag-here", &[]);
+    assert_eq!(out.status.code(), Some(2), "a usage error exits 2");
+    assert!(stderr(&out).contains("--image \"no-tag-here\": no tag"), "{}", stderr(&out));
+
+    let out = f.fleetgate(&["release", "create", "--repo", "fleet", "--id", "rel-2"]);
+    assert_eq!(out.status.code(), Some(2), "missing flags are a usage error");
+}
+
+#[test]
+fn push_sends_the_branch_and_the_signed_tag() {
+    let f = Fixture::new();
+    let daemon = GitDaemon::start().unwrap();
+    let url = daemon.create_bare("fleet.git").unwrap();
+    f.git(&["remote", "add", "origin", &url]);
+    f.git(&["push", "-q", "origin", "main"]);
+    let m = f.manifests("render", "v1.0.0", "v1alpha2", &["size"], &[]);
+    let out = f.fleetgate(&[
+        "release", "create", "--repo", "fleet", "--id", "rel-1", "--manifests", m.to_str().unwrap(),
+        "--image", &format!("{IMAGE_REPO}:v1.0.0"), "--chart-version", "1.2.3", "--crd-version", "v1alpha2",
+        "--git-commit", "a1b2c3d4e5f6", "--all", "--sign-key", &f.fpr, "--push",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("pushed     refs/heads/main, refs/tags/rel-1 to origin"), "{}", stdout(&out));
+    let remote = daemon.path("fleet.git");
+    assert_eq!(git_in(&remote, &["rev-parse", "main"]), f.git(&["rev-parse", "main"]));
+    assert_eq!(git_in(&remote, &["cat-file", "-t", "rel-1"]), "tag");
+    assert_eq!(git_in(&remote, &["rev-parse", "rel-1"]), f.git(&["rev-parse", "rel-1"]));
+}

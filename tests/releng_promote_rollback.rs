@@ -1,0 +1,267 @@
+//! `promote` then `rollback` on a real repository with real signed releases: what `main` says
+//! after each step, when a rollback is a true revert and when an explicit change, and every
+//! refusal with its specific reason.
+
+mod releng_common;
+
+use fleetgate::releng::promote::{self, PromoteOutcome, PromoteReport, PromoteRequest};
+use fleetgate::releng::rollback::{self, RollbackMethod, RollbackRequest};
+use fleetgate::releng::{Refusal, RelengError, Target};
+use fleetgate::status::{self, GitRemote, State, Status};
+use releng_common::*;
+
+fn promote_req(id: &str, target: Target) -> PromoteRequest {
+    PromoteRequest { id: id.into(), target, base: "main".into(), branch: None, force: false }
+}
+
+fn run_promote(f: &Fixture, req: &PromoteRequest) -> Result<PromoteReport, RelengError> {
+    promote::promote(&f.open(), req, Some(&f.trust()), None)
+}
+
+fn rollback_req(target: Target) -> RollbackRequest {
+    RollbackRequest { target, to: None, reason: Some("error rate 7 % on canary".into()), base: "main".into(), branch: None }
+}
+
+/// Desired release of each cluster on `main`, as `name=release` (or `name=-`).
+fn desired(f: &Fixture) -> String {
+    let fleet = f.show("main", "fleet.yaml");
+    let fleet_rel = fleet.lines().find_map(|l| l.strip_prefix("  release: ")).map(str::to_string);
+    ["cluster-a", "cluster-b", "cluster-c"]
+        .iter()
+        .map(|c| {
+            let text = f.show("main", &format!("clusters/{c}.yaml"));
+            let pin = text.lines().find_map(|l| l.strip_prefix("  release: ")).map(str::to_string);
+            format!("{c}={}", pin.or(fleet_rel.clone()).unwrap_or_else(|| "-".into()))
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Merges `branch` into `main` the way a forge's merge button does (a merge commit).
+fn merge(f: &Fixture, branch: &str) {
+    f.git(&["merge", "-q", "--no-ff", "-m", &format!("Merge {branch}"), branch]);
+}
+
+#[test]
+fn promote_then_rollback_leaves_main_as_expected() {
+    let f = Fixture::new();
+    f.release("rel-1", "v1.0.0");
+    // The whole fleet on rel-1.
+    let r = run_promote(&f, &promote_req("rel-1", Target::Fleet)).unwrap();
+    assert_eq!(r.outcome, PromoteOutcome::Prepared);
+    assert_eq!(r.branch, "promote/rel-1-fleet");
+    assert_eq!(r.signer.as_deref(), Some(f.fpr.as_str()));
+    assert_eq!(r.clusters.len(), 3);
+    assert!(r.clusters.iter().all(|m| m.from.is_none() && m.to == "rel-1"));
+    assert_eq!(desired(&f), "cluster-a=- cluster-b=- cluster-c=-", "main is untouched until the PR merges");
+    merge(&f, "promote/rel-1-fleet");
+    assert_eq!(desired(&f), "cluster-a=rel-1 cluster-b=rel-1 cluster-c=rel-1");
+    // Comments survive the edit and the value sits next to its commented example.
+    let fleet = f.show("main", "fleet.yaml");
+    assert!(fleet.starts_with("# The fleet.\n"), "{fleet}");
+    assert!(fleet.contains("  # release: rel-0\n  release: rel-1\n"), "{fleet}");
+
+    // rel-2 to the canary wave.
+    f.release("rel-2", "v1.1.0");
+    let r = run_promote(&f, &promote_req("rel-2", Target::Wave("canary".into()))).unwrap();
+    assert_eq!(r.branch, "promote/rel-2-wave-canary");
+    assert_eq!(r.clusters.len(), 1);
+    assert_eq!((r.clusters[0].cluster.as_str(), r.clusters[0].from.as_deref()), ("cluster-a", Some("rel-1")));
+    assert!(r.earlier_waves.is_empty(), "canary is the first wave");
+    assert_eq!(r.crd_compatibility.len(), 1);
+    assert!(r.crd_compatibility[0].verdict.compatible && r.crd_compatibility[0].verdict.compared);
+    let message = f.git(&["log", "-1", "--format=%B", "promote/rel-2-wave-canary"]);
+    assert!(message.starts_with("promote rel-2 to wave canary\n"), "{message}");
+    assert!(message.contains("cluster-a (wave canary): rel-1 -> rel-2"), "{message}");
+    assert!(message.contains("image:         registry.example.com/redis-operator:v1.1.0"), "lists the mapping: {message}");
+    // Re-running finds the branch prepared.
+    let again = run_promote(&f, &promote_req("rel-2", Target::Wave("canary".into()))).unwrap();
+    assert_eq!(again.outcome, PromoteOutcome::AlreadyPrepared);
+    merge(&f, "promote/rel-2-wave-canary");
+    assert_eq!(desired(&f), "cluster-a=rel-2 cluster-b=rel-1 cluster-c=rel-1");
+    let promoted = f.git(&["rev-parse", "main"]);
+
+    // Roll the canary back: the merge of exactly that promotion is reverted.
+    let rb = rollback::rollback(&f.open(), &rollback_req(Target::Wave("canary".into())), None).unwrap();
+    assert_eq!(rb.method, RollbackMethod::Revert);
+    assert_eq!(rb.reverted.as_deref(), Some(promoted.as_str()));
+    assert_eq!(rb.branch, "main");
+    assert_eq!(f.git(&["rev-parse", "main"]), rb.commit);
+    assert_eq!(desired(&f), "cluster-a=rel-1 cluster-b=rel-1 cluster-c=rel-1");
+    assert_eq!(f.show("main", "clusters/cluster-a.yaml"), cluster_yaml("cluster-a", "canary").trim_end(), "byte for byte back");
+    let message = f.git(&["log", "-1", "--format=%B", "main"]);
+    assert!(message.starts_with("Revert \"Merge promote/rel-2-wave-canary\"\n\nThis reverts commit "), "{message}");
+    assert!(message.contains("cluster-a (wave canary): rel-2 -> rel-1"), "{message}");
+    assert!(message.contains("Reason: error rate 7 % on canary"), "{message}");
+    assert_eq!(f.git(&["status", "--porcelain"]), "", "the work tree followed main");
+
+    // Rolling back again would mean going forward to rel-2: refused, with what to do.
+    match rollback::rollback(&f.open(), &rollback_req(Target::Wave("canary".into())), None) {
+        Err(RelengError::Refused(Refusal::NothingToRollBack(why))) => {
+            assert!(why.contains("cluster-a was already rolled back by commit"), "{why}");
+            assert!(why.contains("--to ID"), "{why}");
+        }
+        other => panic!("expected nothing-to-roll-back, got {other:?}"),
+    }
+}
+
+#[test]
+fn rolling_back_part_of_a_promotion_is_an_explicit_change() {
+    let f = Fixture::new();
+    f.release("rel-1", "v1.0.0");
+    merge(&f, &run_promote(&f, &promote_req("rel-1", Target::Fleet)).unwrap().branch);
+    f.release("rel-2", "v1.1.0");
+    // prod holds two clusters; promote both, roll back one.
+    let r = promote::promote(&f.open(), &PromoteRequest { force: true, ..promote_req("rel-2", Target::Wave("prod".into())) }, Some(&f.trust()), None)
+        .unwrap();
+    assert_eq!(r.clusters.len(), 2);
+    merge(&f, &r.branch);
+    assert_eq!(desired(&f), "cluster-a=rel-1 cluster-b=rel-2 cluster-c=rel-2");
+    let rb = rollback::rollback(&f.open(), &rollback_req(Target::Cluster("cluster-b".into())), None).unwrap();
+    assert_eq!(rb.method, RollbackMethod::Explicit);
+    assert_eq!(desired(&f), "cluster-a=rel-1 cluster-b=rel-1 cluster-c=rel-2");
+    let message = f.git(&["log", "-1", "--format=%B", "main"]);
+    assert!(message.starts_with("rollback cluster cluster-b: rel-2 -> rel-1\n"), "{message}");
+    // The fleet says rel-1, so cluster-b loses its pin instead of being pinned to rel-1.
+    assert!(!f.show("main", "clusters/cluster-b.yaml").contains("\n  release:"));
+
+    // --to on a branch for a PR: main stays, the branch carries the change.
+    let before = f.git(&["rev-parse", "main"]);
+    let req = RollbackRequest { to: Some("rel-1".into()), branch: Some("rollback/prod".into()), ..rollback_req(Target::Wave("prod".into())) };
+    let rb = rollback::rollback(&f.open(), &req, None).unwrap();
+    assert_eq!(rb.branch, "rollback/prod");
+    assert_eq!(rb.clusters.len(), 1, "only cluster-c still runs rel-2");
+    assert_eq!(f.git(&["rev-parse", "main"]), before);
+    assert!(!f.show("rollback/prod", "clusters/cluster-c.yaml").contains("\n  release:"));
+}
+
+#[test]
+fn promotion_refuses_unsigned_untargeted_and_failed_releases() {
+    let f = Fixture::new();
+    f.release("rel-1", "v1.0.0");
+    merge(&f, &run_promote(&f, &promote_req("rel-1", Target::Fleet)).unwrap().branch);
+
+    // Unsigned: rel-2's tag replaced by a lightweight one on the same commit.
+    f.release("rel-2", "v1.1.0");
+    f.git(&["tag", "-f", "rel-2", "rel-2^{commit}"]);
+    match run_promote(&f, &promote_req("rel-2", Target::Cluster("cluster-a".into()))) {
+        Err(e @ RelengError::Refused(Refusal::Unsigned { .. })) => {
+            let text = e.to_string();
+            assert!(text.contains("rel-2 is a lightweight tag"), "{text}");
+            assert!(text.contains("--force"), "says how to override: {text}");
+        }
+        other => panic!("expected unsigned, got {other:?}"),
+    }
+    assert!(f.git(&["branch", "--list", "promote/*"]).is_empty(), "no branch for a refused promotion");
+
+    // Signed, but by a key the agents do not trust.
+    let other = fleetgate_testenv::GpgHome::new().unwrap();
+    let other_fpr = other.generate_key("Intruder", "intruder@example.com").unwrap();
+    let m = f.manifests("render-3", "v1.2.0", "v1alpha2", &["size"], &[]);
+    let mut intruder = fleetgate::releng::Signer::open(&other_fpr, Some(other.path())).unwrap();
+    fleetgate::releng::create::create(&f.open(), &f.request("rel-3", &m, "v1.2.0"), &mut intruder).unwrap();
+    match run_promote(&f, &promote_req("rel-3", Target::Cluster("cluster-a".into()))) {
+        Err(e @ RelengError::Refused(Refusal::Unsigned { .. })) => {
+            let text = e.to_string();
+            assert!(text.contains(&format!("signed by key {other_fpr}, which is not among the trusted keys")), "{text}");
+        }
+        other => panic!("expected unsigned, got {other:?}"),
+    }
+    // --force goes on and records what it overrode.
+    let forced = promote::promote(
+        &f.open(),
+        &PromoteRequest { force: true, ..promote_req("rel-3", Target::Cluster("cluster-a".into())) },
+        Some(&f.trust()),
+        None,
+    )
+    .unwrap();
+    assert_eq!(forced.outcome, PromoteOutcome::Prepared);
+    assert_eq!(forced.signer, None);
+    assert!(matches!(forced.overridden.as_slice(), [Refusal::Unsigned { .. }]), "{:?}", forced.overridden);
+    assert!(f.git(&["log", "-1", "--format=%B", &forced.branch]).contains("Forced past: release rel-3 is not signed"));
+
+    // Not targeted: rel-4 names only cluster-a and cluster-b.
+    let m = f.manifests("render-4", "v1.3.0", "v1alpha2", &["size"], &[]);
+    let mut req = f.request("rel-4", &m, "v1.3.0");
+    req.targets = fleetgate::releng::create::Targets::List(vec!["cluster-a".into(), "cluster-b".into()]);
+    f.create(&req).unwrap();
+    match run_promote(&f, &promote_req("rel-4", Target::Wave("prod".into()))) {
+        Err(RelengError::Refused(Refusal::NotTargeted { clusters, targets, .. })) => {
+            assert_eq!(clusters, ["cluster-c"]);
+            assert_eq!(targets, ["cluster-a", "cluster-b"]);
+        }
+        other => panic!("expected not-targeted, got {other:?}"),
+    }
+
+    // Failed on an earlier wave: cluster-a (canary) reported failure for rel-4.
+    let tag_commit = f.git(&["rev-parse", "rel-4^{commit}"]);
+    let remote = f.dir.path().join("statuses.git");
+    git_in(f.dir.path(), &["init", "-q", "--bare", remote.to_str().unwrap()]);
+    let failure = Status::new("cluster-a", "rel-4", &tag_commit, State::Failure, "rolled back to rel-1: error-rate 7.3 % > 5 %");
+    status::write(f.open().git(), &GitRemote::new(remote.to_str().unwrap()), &failure).unwrap();
+    match run_promote(&f, &promote_req("rel-4", Target::Cluster("cluster-b".into()))) {
+        Err(e @ RelengError::Refused(Refusal::FailedEarlierWave { .. })) => {
+            let text = e.to_string();
+            assert!(text.contains("cluster-a (wave canary): rolled back to rel-1: error-rate 7.3 % > 5 %"), "{text}");
+        }
+        other => panic!("expected failed-earlier-wave, got {other:?}"),
+    }
+    // The canary is not an earlier wave of itself.
+    let r = run_promote(&f, &promote_req("rel-4", Target::Cluster("cluster-a".into()))).unwrap();
+    assert_eq!(r.outcome, PromoteOutcome::Prepared);
+
+    // Without trusted keys there is nothing to check the signature with: a usage error.
+    match promote::promote(&f.open(), &promote_req("rel-4", Target::Cluster("cluster-b".into())), None, None) {
+        Err(RelengError::Usage(msg)) => assert!(msg.contains("--trusted-keys"), "{msg}"),
+        other => panic!("expected a usage error, got {other:?}"),
+    }
+}
+
+#[test]
+fn fleet_promotion_drops_pins_and_the_command_line_prints_and_exits() {
+    let f = Fixture::new();
+    f.release("rel-1", "v1.0.0");
+    merge(&f, &run_promote(&f, &promote_req("rel-1", Target::Fleet)).unwrap().branch);
+    f.release("rel-2", "v1.1.0");
+    merge(&f, &run_promote(&f, &promote_req("rel-2", Target::Cluster("cluster-a".into()))).unwrap().branch);
+    assert!(f.show("main", "clusters/cluster-a.yaml").contains("  release: rel-2"));
+
+    let keys = f.keys.to_str().unwrap().to_string();
+    let out = f.fleetgate(&["promote", "rel-2", "--fleet", "--repo", "fleet", "--trusted-keys", &keys]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.starts_with("Prepared the promotion of rel-2 to the fleet on branch promote/rel-2-fleet"), "{text}");
+    assert!(text.contains("cluster-b            wave prod       rel-1 -> rel-2"), "{text}");
+    assert!(!text.contains("cluster-a            wave"), "cluster-a already runs rel-2: {text}");
+    assert!(text.contains("Next: git -C fleet push origin promote/rel-2-fleet"), "{text}");
+    f.git(&["merge", "-q", "--ff-only", "promote/rel-2-fleet"]);
+    assert_eq!(desired(&f), "cluster-a=rel-2 cluster-b=rel-2 cluster-c=rel-2");
+    assert!(!f.show("main", "clusters/cluster-a.yaml").contains("\n  release:"), "the pin is gone");
+
+    // Nothing left to do: exit 0 and say so.
+    let out = f.fleetgate(&["promote", "rel-2", "--wave", "prod", "--repo", "fleet", "--trusted-keys", &keys, "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(json(&out)["outcome"], "already-promoted");
+
+    // Refusal: exit 1 with the code; usage errors: exit 2.
+    let out = f.fleetgate(&["promote", "rel-2", "--cluster", "nope", "--repo", "fleet", "--trusted-keys", &keys]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("unknown cluster nope; the fleet has: cluster-a, cluster-b, cluster-c"), "{}", stderr(&out));
+    let out = f.fleetgate(&["promote", "rel-2", "--cluster", "cluster-a", "--wave", "prod", "--repo", "fleet"]);
+    assert_eq!(out.status.code(), Some(2), "two targets is a usage error");
+    let out = f.fleetgate(&["promote", "rel-9", "--fleet", "--repo", "fleet", "--trusted-keys", &keys, "-o", "json"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(json(&out)["result"], "error");
+
+    // Rollback from the command line: every cluster goes back to the release before its last
+    // change (cluster-a's own promotion, the fleet promotion for the others): rel-1 everywhere.
+    let out = f.fleetgate(&["rollback", "--fleet", "--repo", "fleet", "--reason", "p99 latency", "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let j = json(&out);
+    assert_eq!(j["method"], "explicit", "two promotion commits are behind the fleet's state");
+    assert_eq!(j["reason"], "p99 latency");
+    assert_eq!(desired(&f), "cluster-a=rel-1 cluster-b=rel-1 cluster-c=rel-1");
+    let out = f.fleetgate(&["rollback", "--fleet", "--repo", "fleet"]);
+    assert_eq!(out.status.code(), Some(1), "a second rollback is refused");
+    assert!(stderr(&out).starts_with("refused: cluster-a was already rolled back"), "{}", stderr(&out));
+}
