@@ -403,14 +403,19 @@ pub fn render_release(m: &Matrix, release: &str, opts: RenderOptions) -> Option<
                 (None, None, None) => "not targeted: no desired release".to_string(),
             };
             let text = state_text(cell.state);
+            // Descriptions carry the figures that matter ("7.3 % > 5 %"): wrap them, never cut.
+            let mut lines = wrap(&description, desc_w, 0).into_iter();
             let _ = writeln!(
                 out,
                 "{}  {}{}  {}",
                 pad(&format!("  {}", truncate(&row.name, name_w - 2)), name_w),
                 paint(text, cell.state, opts.colours),
                 " ".repeat(STATE_W.saturating_sub(text.chars().count())),
-                truncate(&description, desc_w)
+                lines.next().unwrap_or_default()
             );
+            for more in lines {
+                let _ = writeln!(out, "{}{more}", " ".repeat(name_w + STATE_W + 4));
+            }
         }
     }
     Some(out)
@@ -419,7 +424,7 @@ pub fn render_release(m: &Matrix, release: &str, opts: RenderOptions) -> Option<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Document, FleetSpec, OperatorIdentity};
+    use crate::model::{Document, FleetSpec, OperatorIdentity, RolloutSettings};
 
     fn fleet() -> Fleet {
         Document::new(
@@ -429,7 +434,7 @@ mod tests {
                 operator: OperatorIdentity { name: "redis-operator".into(), namespace: "redis-system".into(), image: None },
                 release: Some("rel-20250315-001".into()),
                 waves: vec!["canary".into(), "early".into(), "prod".into()],
-                rollout: Default::default(),
+                rollout: RolloutSettings { max_failed_clusters: 2, require_signed_commits: false },
                 status: Default::default(),
             },
         )
@@ -493,9 +498,9 @@ mod tests {
             assert!(line.chars().count() <= 80, "too wide: {line:?}");
         }
         assert!(text.contains("…15-001"), "{text}");
-        assert!(text.contains("  cluster-b         failure*"), "{text}");
+        assert!(text.contains("  cluster-b       failure*  success"), "{text}");
         assert!(text.contains("rel-20250315-001  1/4 clusters success, 1 failure, 2 not started"), "{text}");
-        assert!(text.contains("older releases not shown"), "{text}");
+        assert!(text.contains("2 older releases\nnot shown (-o json has all)"), "{text}");
         println!("{text}");
     }
 
@@ -519,7 +524,9 @@ mod tests {
         for line in text.lines() {
             assert!(line.chars().count() <= 80, "too wide: {line:?}");
         }
-        assert!(text.contains("rolled back to rel-20250314-001: error-rate 7.3 % > 5 %"), "{text}");
+        // Wrapped under the description column, never cut.
+        assert!(text.contains("  cluster-b       failure   rolled back to rel-20250314-001: error-rate 7.3 % >\n"), "{text}");
+        assert!(text.contains("\n                            5 %\n"), "{text}");
         assert!(text.contains("blocked: cluster-b in earlier wave canary failed"), "{text}");
         assert!(text.contains("not targeted: desires rel-20250314-001"), "{text}");
         assert!(render_release(&example(), "rel-0", plain(80)).is_none());

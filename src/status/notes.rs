@@ -375,7 +375,7 @@ mod tests {
         let (_d, repo) = repo();
         let commit = Oid::from_str(&"1".repeat(40)).unwrap();
         let sig = signature("a").unwrap();
-        let entry = |state, secs| {
+        let entry = |state, secs: i64| {
             let mut s = Status::new("a", "rel-1", commit.to_string(), state, "x");
             s.reported_at = chrono::DateTime::from_timestamp(1_750_000_000 + secs, 0).unwrap();
             s

@@ -88,13 +88,16 @@ pub fn may_start(fleet: &Fleet, members: &[Member], statuses: &StatusSet, cluste
         let failed: Vec<String> =
             members.iter().filter(|m| state_of(m) == Some(State::Failure)).map(|m| m.name.clone()).collect();
         if failed.len() >= max_failed {
-            let first = statuses.latest(&failed[0], release).map(|s| s.description.as_str()).unwrap_or_default();
+            let why = |c: &str| statuses.latest(c, release).map(|s| s.description.clone()).unwrap_or_default();
+            let who = if failed.len() == 1 {
+                format!("{}: {}", failed[0], why(&failed[0]))
+            } else {
+                format!("{} — {}: {}", listing(&failed), failed[0], why(&failed[0]))
+            };
             return Decision::deny(format!(
-                "release {release} is halted fleet-wide: {} cluster{} failed (maxFailedClusters {max_failed}): {} — {}: {first}",
+                "release {release} is halted fleet-wide: {} cluster{} failed (maxFailedClusters {max_failed}): {who}",
                 failed.len(),
                 if failed.len() == 1 { "" } else { "s" },
-                listing(&failed),
-                failed[0],
             ));
         }
     }
@@ -186,8 +189,8 @@ mod tests {
     #[case::failure_in_earlier_wave_blocks("c", &[("a", Failure), ("b", Success)], 2, false, "blocked: a in earlier wave canary failed rel-9: rolled back to rel-8: error-rate 7.3 % > 5 %")]
     #[case::failure_of_a_pinned_cluster_still_blocks("e", &[("a", Success), ("b", Success), ("c", Success), ("d", Failure)], 2, false, "blocked: d in earlier wave early failed")]
     #[case::failure_in_same_wave_does_not_block_below_max("b", &[("a", Failure)], 2, true, "canary is the first wave")]
-    #[case::max_failed_halts_every_wave("b", &[("a", Failure)], 1, false, "release rel-9 is halted fleet-wide: 1 cluster failed (maxFailedClusters 1): a — a: rolled back")]
-    #[case::max_failed_counts_across_waves("a", &[("c", Failure), ("e", Failure)], 2, false, "halted fleet-wide: 2 clusters failed (maxFailedClusters 2): c, e")]
+    #[case::max_failed_halts_every_wave("b", &[("a", Failure)], 1, false, "release rel-9 is halted fleet-wide: 1 cluster failed (maxFailedClusters 1): a: rolled back")]
+    #[case::max_failed_counts_across_waves("a", &[("c", Failure), ("e", Failure)], 2, false, "halted fleet-wide: 2 clusters failed (maxFailedClusters 2): c, e — c: rolled back")]
     #[case::max_failed_zero_disables_the_halt("b", &[("a", Failure)], 0, true, "canary is the first wave")]
     #[case::later_success_supersedes_failure("c", &[("a", Failure), ("a", Success), ("b", Success)], 1, true, "every earlier wave")]
     #[case::unknown_cluster("zz", &[], 1, false, "cluster zz is not in the fleet")]
