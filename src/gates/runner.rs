@@ -50,6 +50,39 @@ pub struct Baseline {
     pub missing: BTreeMap<String, String>,
 }
 
+impl Baseline {
+    /// Queries every relative Prometheus gate of `policy` and records its value (the worst series,
+    /// as the gate will judge it) or why there is none. [`sample_baseline`] calls it.
+    pub async fn sample_metrics(&mut self, policy: &GatePolicySpec) -> Result<(), GateError> {
+        let relative: Vec<_> = policy
+            .gates
+            .iter()
+            .filter_map(|g| match &g.check {
+                GateCheck::Prometheus(p) if matches!(p.bound(), Some(PrometheusBound::MaxIncreaseOverBaseline(_))) => {
+                    Some((g, p))
+                }
+                _ => None,
+            })
+            .collect();
+        // `validate` guarantees an endpoint whenever there is a Prometheus gate.
+        let (Some(endpoint), false) = (&policy.prometheus, relative.is_empty()) else { return Ok(()) };
+        let client = PrometheusClient::new(&endpoint.url, policy.call_timeout)?;
+        for (gate, p) in relative {
+            match client.instant(&p.query).await.map_err(|e| e.to_string()).and_then(|s| prometheus::worst(p, &s)) {
+                Ok(sample) => {
+                    self.metrics.insert(gate.name.clone(), sample.value);
+                    self.missing.remove(&gate.name);
+                }
+                Err(reason) => {
+                    tracing::warn!(gate = %gate.name, %reason, "no baseline for relative gate");
+                    self.missing.insert(gate.name.clone(), reason);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Samples the baseline: call it right before the apply. A relative gate whose query has no value
 /// is recorded in `missing` (the gate will be unknown); failing to read the operator's pods is an
 /// error, since restarts could then not be counted from the apply.
@@ -66,30 +99,7 @@ pub async fn sample_baseline(
         restarts: workload::restart_counts(&list.items),
         ..Default::default()
     };
-    let relative: Vec<_> = policy
-        .gates
-        .iter()
-        .filter_map(|g| match &g.check {
-            GateCheck::Prometheus(p) if matches!(p.bound(), Some(PrometheusBound::MaxIncreaseOverBaseline(_))) => Some((g, p)),
-            _ => None,
-        })
-        .collect();
-    // `validate` guarantees an endpoint whenever there is a Prometheus gate.
-    let prom = match &policy.prometheus {
-        Some(endpoint) if !relative.is_empty() => Some(PrometheusClient::new(&endpoint.url, policy.call_timeout)?),
-        _ => None,
-    };
-    for (client, (gate, p)) in prom.iter().flat_map(|c| relative.iter().map(move |r| (c, r))) {
-        match client.instant(&p.query).await.map_err(|e| e.to_string()).and_then(|s| prometheus::worst(p, &s)) {
-            Ok(sample) => {
-                baseline.metrics.insert(gate.name.clone(), sample.value);
-            }
-            Err(reason) => {
-                tracing::warn!(gate = %gate.name, %reason, "no baseline for relative gate");
-                baseline.missing.insert(gate.name.clone(), reason);
-            }
-        }
-    }
+    baseline.sample_metrics(policy).await?;
     Ok(baseline)
 }
 
