@@ -1,0 +1,231 @@
+#!/usr/bin/env bash
+# `make demo`: the whole fleetgate story on this machine, told as it happens.
+#
+#   three local control planes (cluster-a = canary, cluster-b = wave-1, cluster-c = wave-2) with a
+#   simulated node each · a fleet repo served by `git daemon` · a throw-away signing key · one
+#   `fleetgate agent` per cluster (processes of the real binary)
+#
+#   rel-1 (good)  promoted fleet-wide → applied wave by wave, all success
+#   rel-2 (bad)   its pods crash-loop → the canary's gate fails, the canary rolls itself back to
+#                 rel-1 and reports failure; wave-1 and wave-2 never apply rel-2
+#   rel-3 (good)  rolls through all waves
+#
+# Environment: DEMO_DIR (keep everything there; default a temp dir, removed at the end unless
+# DEMO_KEEP=1), FLEETGATE_BIN / TESTENV_BIN (binaries; default target/debug), DEMO_TIMEOUT (seconds
+# each step may take, default 240). tests/e2e.rs runs this script and checks what it leaves behind.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+FG=${FLEETGATE_BIN:-$ROOT/target/debug/fleetgate}
+TESTENV=${TESTENV_BIN:-$ROOT/target/debug/fleetgate-testenv}
+STEP_TIMEOUT=${DEMO_TIMEOUT:-240}
+if [[ -n "${DEMO_DIR:-}" ]]; then
+  DIR=$DEMO_DIR; mkdir -p "$DIR"
+else
+  DIR=$(mktemp -d /tmp/fg-demo.XXXXXX)
+fi
+CLUSTERS=(cluster-a cluster-b cluster-c)
+
+if [[ -t 1 && -z "${NO_COLOR:-}" ]]; then B=$'\e[1m'; G=$'\e[32m'; R=$'\e[31m'; D=$'\e[2m'; N=$'\e[0m'; else B= G= R= D= N=; fi
+say()  { printf '\n%s==> %s%s\n' "$B" "$*" "$N"; }
+info() { printf '    %s\n' "$*"; }
+ok()   { printf '    %s✔ %s%s\n' "$G" "$*" "$N"; }
+bad()  { printf '    %s✘ %s%s\n' "$R" "$*" "$N"; }
+die()  { bad "$*"; echo "    logs are in $DIR (agent-*.log, clusters/)"; DEMO_KEEP=1; exit 1; }
+
+pids=()
+cleanup() {
+  local rc=$?
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  [[ -d "$DIR/gnupg" ]] && GNUPGHOME=$DIR/gnupg gpgconf --kill all 2>/dev/null || true
+  if [[ -z "${DEMO_KEEP:-}" && -z "${DEMO_DIR:-}" ]]; then rm -rf "$DIR"; fi
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
+  local limit=$1 what=$2; shift 2
+  local start=$SECONDS
+  until "$@" >/dev/null 2>&1; do
+    (( SECONDS - start > limit )) && die "timed out after ${limit}s waiting for $what"
+    sleep 1
+  done
+}
+
+[[ -x "$FG" && -x "$TESTENV" ]] || { echo "build first: cargo build --workspace --bins (make demo does)"; exit 2; }
+
+say "Starting three local Kubernetes control planes (etcd, kube-apiserver, controller-manager, scheduler, kwok)"
+mkdir -p "$DIR/clusters"
+"$TESTENV" up --clusters "$(IFS=,; echo "${CLUSTERS[*]}")" --workloads --dir "$DIR/clusters" >"$DIR/clusters/up.log" 2>&1 &
+pids+=($!)
+wait_for "$STEP_TIMEOUT" "the clusters to start" test -f "$DIR/clusters/ready"
+for c in "${CLUSTERS[@]}"; do ok "$c is up: kubectl --kubeconfig $DIR/clusters/$c.kubeconfig get nodes"; done
+
+say "Serving a fleet repo over git:// and making a release-signing key"
+mkdir -p "$DIR/git"
+git init -q --bare -b main "$DIR/git/fleet.git"
+GIT_PORT=$(free_port)
+git daemon --reuseaddr --base-path="$DIR/git" --export-all --enable=receive-pack \
+  --listen=127.0.0.1 --port="$GIT_PORT" "$DIR/git" >"$DIR/git-daemon.log" 2>&1 &
+pids+=($!)
+REPO_URL="git://127.0.0.1:$GIT_PORT/fleet.git"
+export GNUPGHOME=$DIR/gnupg
+mkdir -p -m 700 "$GNUPGHOME"
+gpg --batch --quiet --passphrase '' --quick-gen-key "fleetgate demo releaser <releaser@demo.invalid>" ed25519 sign never 2>/dev/null
+FPR=$(gpg --batch --with-colons --list-secret-keys | awk -F: '/^fpr/ {print $10; exit}')
+gpg --batch --armor --export "$FPR" >"$DIR/trusted.asc"
+ok "repo $REPO_URL, signing key $FPR"
+
+say "fleetgate init: a fleet repo from the template"
+WORK=$DIR/fleet
+"$FG" init "$WORK" | sed 's/^/    /'
+# The demo's gate policy: the seed's pod-restart gate and Operator availability, baked for 20s
+# (no Prometheus runs here; the tests cover the metric gates against a real one).
+cat >"$WORK/policies/gates.yaml" <<'YAML'
+apiVersion: fleetgate.io/v1alpha1
+kind: GatePolicy
+metadata:
+  name: redis-operator
+spec:
+  bakeTime: 20s
+  interval: 2s
+  callTimeout: 5s
+  onUnknown: failAfterBake
+  gates:
+    - name: operator-available
+      deploymentAvailable:
+        names: [redis-operator]
+    - name: pod-restarts
+      podRestarts:
+        max: 3
+YAML
+git -C "$WORK" add -A
+git -C "$WORK" -c user.name=demo -c user.email=demo@demo.invalid commit -qm "Demo gate policy: 20s bake"
+git -C "$WORK" remote add origin "$REPO_URL"
+git -C "$WORK" push -q origin main
+ok "pushed main"
+
+# render ID TAG [bad]: the Operator's manifests at image TAG; "bad" makes its pods crash-loop
+# (the kwok failure stage the test clusters run reacts to the label fleetgate.io/test-fail).
+render() {
+  local out=$DIR/render/$1; rm -rf "$out"; mkdir -p "$out"
+  cp -r "$ROOT/fleet-repo-template/operator/." "$out/"
+  sed -i "s#image: registry.example.com/redis-operator:.*#image: registry.example.com/redis-operator:$2#" "$out/deployment.yaml"
+  if [[ "${3:-}" == bad ]]; then
+    python3 - "$out/deployment.yaml" <<'PY'
+import sys, re
+p = sys.argv[1]; s = open(p).read()
+# add the failure label to the pod template's labels (the second `labels:` block in the file)
+i = s.index("template:"); j = s.index("labels:", i) + len("labels:")
+indent = re.match(r"\n(\s*)", s[j:]).group(1)
+s = s[:j] + "\n" + indent + 'fleetgate.io/test-fail: "true"' + s[j:]
+open(p, "w").write(s)
+PY
+  fi
+  echo "$out"
+}
+
+release() { # release ID TAG [bad]
+  local dir; dir=$(render "$@")
+  "$FG" release create --repo "$WORK" --id "$1" --manifests "$dir" \
+    --image "registry.example.com/redis-operator:$2" --chart-version "${2#v}" --crd-version v1alpha2 \
+    --git-commit "$(printf '%s' "$1" | sha1sum | cut -c1-12)" --all --sign-key "$FPR" --push | sed 's/^/    /'
+}
+
+promote() { # promote ID: a PR branch, "merged" into main the way a forge would
+  "$FG" promote "$1" --fleet --repo "$WORK" --trusted-keys "$DIR/trusted.asc" | sed 's/^/    /'
+  git -C "$WORK" checkout -q main
+  git -C "$WORK" -c user.name=demo -c user.email=demo@demo.invalid merge -q --no-ff --no-edit "promote/$1-fleet"
+  git -C "$WORK" push -q origin main
+  poke
+  ok "merged the promotion of $1 into main and pushed"
+}
+
+declare -A AGENT_PORT
+poke() { # what a forge's push webhook does: wake every agent now instead of at its next poll
+  for c in "${CLUSTERS[@]}"; do
+    [[ -n "${AGENT_PORT[$c]:-}" ]] && curl -fsS -X POST "http://127.0.0.1:${AGENT_PORT[$c]}/hooks/git" >/dev/null 2>&1 || true
+  done
+}
+
+cell() { # cell CLUSTER RELEASE FIELD → that cluster's latest state (or description) for the release
+  "$FG" status "$2" --repo "$REPO_URL" -o json 2>/dev/null | python3 -c '
+import json, sys
+cluster, release, field = sys.argv[1:4]
+for wave in json.load(sys.stdin).get("waves", []):
+    for row in wave["clusters"]:
+        if row["name"] == cluster:
+            for c in row["cells"]:
+                if c["release"] == release:
+                    v = c.get("state") if field == "state" else (c.get("status") or {}).get(field)
+                    print(v or "none"); sys.exit()
+print("none")' "$1" "$2" "$3" || echo none
+}
+state_of() { cell "$1" "$2" state; }
+
+running() { # running CLUSTER → the release of the Operator Deployment in that cluster
+  kubectl --kubeconfig "$DIR/clusters/$1.kubeconfig" -n redis-system get deployment redis-operator \
+    -o jsonpath='{.metadata.labels.fleetgate\.io/release}' 2>/dev/null || true
+}
+
+follow() { # follow RELEASE EXPECT...: print each cluster's state changes until all reach EXPECT
+  local rel=$1; shift
+  local -a expect=("$@")
+  declare -A last=()
+  local start=$SECONDS
+  while :; do
+    local done=1 i=0
+    for c in "${CLUSTERS[@]}"; do
+      local s; s=$(state_of "$c" "$rel")
+      if [[ "${last[$c]:-}" != "$s" ]]; then
+        last[$c]=$s
+        [[ "$s" != none ]] && info "$(printf '%3ss  %-10s %-8s %s' $((SECONDS - start)) "$c" "$s" "$rel")"
+      fi
+      [[ "$s" == "${expect[$i]}" ]] || done=0
+      i=$((i + 1))
+    done
+    (( done )) && return 0
+    (( SECONDS - start > STEP_TIMEOUT )) && die "timed out: $rel did not reach ${expect[*]}"
+    sleep 1
+  done
+}
+
+say "Cutting rel-1 (good) and promoting it fleet-wide"
+release rel-1 v1.0.0
+promote rel-1
+
+say "Starting one fleetgate agent per cluster"
+for c in "${CLUSTERS[@]}"; do
+  AGENT_PORT[$c]=$(free_port)
+  "$FG" agent --repo "$REPO_URL" --cluster "$c" --kubeconfig "$DIR/clusters/$c.kubeconfig" \
+    --trusted-keys "$DIR/trusted.asc" --state-dir "$DIR/agents/$c" --interval 5s \
+    --listen "127.0.0.1:${AGENT_PORT[$c]}" --log-format json >"$DIR/agent-$c.log" 2>&1 &
+  pids+=($!)
+  ok "agent for $c (http://127.0.0.1:${AGENT_PORT[$c]}/metrics, log $DIR/agent-$c.log)"
+done
+
+say "rel-1 rolls out wave by wave (canary → wave-1 → wave-2)"
+follow rel-1 success success success
+ok "rel-1 runs everywhere"
+
+say "Cutting rel-2 — its pods crash-loop — and promoting it fleet-wide"
+release rel-2 v1.1.0 bad
+promote rel-2
+follow rel-2 failure none none
+ok "the canary caught it: $(cell cluster-a rel-2 description)"
+wait_for 60 "cluster-a to run rel-1 again" bash -c "[[ \$(kubectl --kubeconfig '$DIR/clusters/cluster-a.kubeconfig' -n redis-system get deployment redis-operator -o jsonpath='{.metadata.labels.fleetgate\.io/release}') == rel-1 ]]"
+ok "cluster-a runs rel-1 again; cluster-b and cluster-c never applied rel-2 (they run $(running cluster-b), $(running cluster-c))"
+
+say "Cutting rel-3 (good) and promoting it fleet-wide"
+release rel-3 v1.2.0
+promote rel-3
+follow rel-3 success success success
+ok "rel-3 runs everywhere"
+
+say "fleetgate status --repo $REPO_URL"
+"$FG" status --repo "$REPO_URL" | sed 's/^/    /'
+"$FG" status --repo "$REPO_URL" -o json >"$DIR/status.json"
+say "Done. Everything ran on this machine; $( [[ -n "${DEMO_DIR:-}${DEMO_KEEP:-}" ]] && echo "files are in $DIR" || echo "cleaning up")."
