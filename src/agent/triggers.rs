@@ -101,12 +101,16 @@ impl Triggers {
     }
 
     /// Waits for the next wake: a fired source (plus [`DEBOUNCE`] to gather its burst) or the poll
-    /// deadline. Restarts the poll deadline.
+    /// deadline. Restarts the poll deadline. Cancel-safe: dropping the future loses no fired source.
     pub async fn next(&mut self) -> Wake {
         loop {
             let polled = tokio::select! {
                 _ = self.shared.notify.notified() => {
+                    // Dropped during the debounce (the caller's select! took another branch): give
+                    // the permit back so the pending sources wake the next call.
+                    let restore = RestorePermit(&self.shared.notify);
                     tokio::time::sleep(DEBOUNCE).await;
+                    std::mem::forget(restore);
                     false
                 }
                 _ = tokio::time::sleep_until(self.next_poll) => true,
@@ -126,6 +130,14 @@ impl Triggers {
                 return wake;
             }
         }
+    }
+}
+
+struct RestorePermit<'a>(&'a Notify);
+
+impl Drop for RestorePermit<'_> {
+    fn drop(&mut self) {
+        self.0.notify_one();
     }
 }
 
@@ -285,6 +297,18 @@ mod tests {
         assert_eq!(wake.sources, BTreeSet::from([TriggerSource::Webhook, TriggerSource::GitRefs]));
         let wake = triggers.next().await;
         assert_eq!(wake.sources, BTreeSet::from([TriggerSource::Poll]));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cancelling_during_the_debounce_loses_nothing() {
+        let (mut triggers, sender) = Triggers::new(Duration::from_secs(10));
+        triggers.next().await;
+        sender.fire(TriggerSource::Webhook);
+        assert!(tokio::time::timeout(DEBOUNCE / 2, triggers.next()).await.is_err());
+        let started = Instant::now();
+        let wake = triggers.next().await;
+        assert_eq!(wake.sources, BTreeSet::from([TriggerSource::Webhook]));
+        assert!(started.elapsed() <= DEBOUNCE + Duration::from_millis(1));
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,0 +1,151 @@
+//! `fleetgate agent` as a process against a real API server: it validates its flags (exit 2 with
+//! what to fix), creates its state ConfigMap, takes its Lease, serves its endpoints, wakes on a push
+//! to a local repo and on the webhook, and on SIGTERM releases the Lease and exits 0.
+
+use fleetgate_testenv::process::{Guarded, free_port, wait_for_port};
+use fleetgate_testenv::{ClusterOptions, TestCluster};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, PostParams};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_fleetgate");
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "init.defaultBranch=main"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git runs");
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn agent_command() -> Command {
+    let mut cmd = Command::new(BIN);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("FLEETGATE_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
+
+/// Polls `/metrics` until a line starting with `series` shows `value`; returns how long it took.
+async fn wait_for_metric(http: &reqwest::Client, base: &str, series: &str, value: &str, limit: Duration) -> Duration {
+    let start = Instant::now();
+    loop {
+        let text = http.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
+        if text.lines().any(|l| l.starts_with(series) && l.ends_with(&format!(" {value}"))) {
+            return start.elapsed();
+        }
+        assert!(start.elapsed() < limit, "{series} not {value} within {limit:?}:\n{text}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn missing_settings_exit_2_and_say_what_to_pass() {
+    let out = agent_command().args(["agent", "--repo", "/nonexistent"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--cluster NAME"), "{stderr}");
+}
+
+#[tokio::test]
+async fn the_agent_process_runs_its_services_and_hands_over_on_sigterm() {
+    let cluster = TestCluster::start(ClusterOptions::new("agent-cli")).await.expect("test cluster starts");
+    let ns = Namespace { metadata: kube::api::ObjectMeta { name: Some("fleetgate-system".into()), ..Default::default() }, ..Default::default() };
+    Api::<Namespace>::all(cluster.client()).create(&PostParams::default(), &ns).await.unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let bare = dir.path().join("fleet.git");
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    git(dir.path(), &["init", "-q", "--bare", "fleet.git"]);
+    git(&work, &["init", "-q"]);
+    std::fs::write(work.join("fleet.yaml"), "kind: Fleet\n").unwrap();
+    git(&work, &["add", "."]);
+    git(&work, &["commit", "-q", "-m", "first"]);
+    git(&work, &["push", "-q", bare.to_str().unwrap(), "main"]);
+    let key = dir.path().join("signer.asc");
+    std::fs::write(&key, "placeholder: the trust stage reads it, this test does not").unwrap();
+
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut cmd = agent_command();
+    cmd.env("POD_NAME", "agent-under-test").args([
+        "--log=info",
+        "agent",
+        "--kubeconfig",
+        cluster.kubeconfig_path().to_str().unwrap(),
+        "--repo",
+        bare.to_str().unwrap(),
+        "--cluster",
+        "canary",
+        "--trusted-keys",
+        key.to_str().unwrap(),
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--state-dir",
+        dir.path().join("cache").to_str().unwrap(),
+        "--interval",
+        "1h",
+        "--lease-duration",
+        "3s",
+    ]);
+    let log = dir.path().join("agent.log");
+    let mut agent = Guarded::spawn("fleetgate-agent", cmd, &log).unwrap();
+    let addr = format!("127.0.0.1:{port}");
+    tokio::task::spawn_blocking(move || wait_for_port(&addr, Duration::from_secs(20))).await.unwrap().unwrap_or_else(|e| {
+        panic!("{e}\n{}", std::fs::read_to_string(&log).unwrap_or_default());
+    });
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
+    assert_eq!(http.get(format!("{base}/healthz")).send().await.unwrap().status(), 200);
+
+    // It leads (the Lease names it), created its state, and woke once at start-up.
+    wait_for_metric(&http, &base, "fleetgate_leader{", "1", Duration::from_secs(10)).await;
+    wait_for_metric(&http, &base, "fleetgate_triggers_total{cluster=\"canary\",source=\"startup\"}", "1", Duration::from_secs(5)).await;
+    let leases: Api<Lease> = Api::namespaced(cluster.client(), "fleetgate-system");
+    let holder = leases.get("fleetgate-agent-canary").await.unwrap().spec.unwrap().holder_identity.unwrap();
+    assert!(holder.starts_with("agent-under-test_"), "{holder}");
+    let configmaps: Api<ConfigMap> = Api::namespaced(cluster.client(), "fleetgate-system");
+    assert_eq!(configmaps.get("fleetgate-state-canary").await.unwrap().data.unwrap()["phase"], "Idle");
+
+    // A push to the local repo wakes it (the file-system watcher), as does the webhook.
+    std::fs::write(work.join("fleet.yaml"), "kind: Fleet\nmetadata: {}\n").unwrap();
+    git(&work, &["commit", "-q", "-am", "second"]);
+    let pushed = Instant::now();
+    git(&work, &["push", "-q", bare.to_str().unwrap(), "main"]);
+    let series = "fleetgate_triggers_total{cluster=\"canary\",source=\"git-refs\"}";
+    wait_for_metric(&http, &base, series, "1", Duration::from_secs(3)).await;
+    println!("push to local repo → agent woken: {:?}", pushed.elapsed());
+    let answer = http.post(format!("{base}/hooks/git")).send().await.unwrap();
+    assert_eq!(answer.status(), 202);
+    let series = "fleetgate_triggers_total{cluster=\"canary\",source=\"webhook\"}";
+    wait_for_metric(&http, &base, series, "1", Duration::from_secs(3)).await;
+    println!("agent RSS while idle: {} KiB", rss_kib(agent.pid()));
+
+    // SIGTERM: exit 0 and the Lease released for a standby.
+    let st = Command::new("kill").args(["-TERM", &agent.pid().to_string()]).status().unwrap();
+    assert!(st.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = agent.exited() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "agent did not exit within 10 s of SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status.success(), "{status}: {}", std::fs::read_to_string(dir.path().join("agent.log")).unwrap());
+    let spec = leases.get("fleetgate-agent-canary").await.unwrap().spec.unwrap();
+    assert_eq!(spec.holder_identity, None, "{spec:?}");
+}

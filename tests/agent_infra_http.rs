@@ -1,0 +1,180 @@
+//! The agent's HTTP endpoints over real HTTP: health and readiness follow leadership and the first
+//! sync, the Git webhook wakes the loop (signed GitHub/Gitea/GitLab deliveries, empty bodies) and
+//! refuses or ignores what it should, and a real Prometheus scrapes `/metrics`.
+
+use fleetgate::agent::lease::Leadership;
+use fleetgate::agent::metrics::Metrics;
+use fleetgate::agent::server::{Health, HttpServer, ServerState, WebhookConfig};
+use fleetgate::agent::triggers::{TriggerSource, Triggers};
+use fleetgate_testenv::Prometheus;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+const SECRET: &[u8] = b"webhook-s3cret";
+
+struct Fixture {
+    server: HttpServer,
+    leadership: watch::Sender<Leadership>,
+    health: Health,
+    metrics: Arc<Metrics>,
+    triggers: Triggers,
+    http: reqwest::Client,
+}
+
+async fn start(secret: Option<&[u8]>) -> Fixture {
+    let (leadership, rx) = watch::channel(Leadership::Unknown);
+    let health = Health::new(rx);
+    let metrics = Arc::new(Metrics::new("canary"));
+    let (mut triggers, sender) = Triggers::new(Duration::from_secs(3600));
+    // Consume the startup wake so later wakes are the webhook's.
+    tokio::time::timeout(Duration::from_secs(2), triggers.next()).await.expect("startup wake");
+    let state = ServerState {
+        metrics: metrics.clone(),
+        health: health.clone(),
+        triggers: sender,
+        webhook: WebhookConfig::new("main", secret.map(<[u8]>::to_vec)),
+    };
+    let server = HttpServer::start("127.0.0.1:0".parse().unwrap(), state).await.expect("server starts");
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
+    Fixture { server, leadership, health, metrics, triggers, http }
+}
+
+impl Fixture {
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.server.local_addr())
+    }
+
+    async fn get(&self, path: &str) -> (u16, String) {
+        let r = self.http.get(self.url(path)).send().await.expect("GET answers");
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
+
+    async fn hook(&self, headers: &[(&str, String)], body: &'static [u8]) -> (u16, serde_json::Value) {
+        let mut req = self.http.post(self.url("/hooks/git")).body(body);
+        for (k, v) in headers {
+            req = req.header(*k, v);
+        }
+        let r = req.send().await.expect("POST answers");
+        (r.status().as_u16(), r.json().await.expect("JSON answer"))
+    }
+
+    /// The sources of the next wake, or None if nothing wakes the loop within 500 ms.
+    async fn woken(&mut self) -> Option<BTreeSet<TriggerSource>> {
+        tokio::time::timeout(Duration::from_millis(500), self.triggers.next()).await.ok().map(|w| w.sources)
+    }
+}
+
+fn github_signature(body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(SECRET).unwrap();
+    mac.update(body);
+    let hex: String = mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256={hex}")
+}
+
+const PUSH_MAIN: &[u8] = br#"{"ref":"refs/heads/main","before":"0000","after":"a1b2","repository":{"full_name":"acme/fleet"}}"#;
+const PUSH_OTHER: &[u8] = br#"{"ref":"refs/heads/feature-x","after":"a1b2"}"#;
+const PUSH_TAG: &[u8] = br#"{"ref":"refs/tags/rel-2","after":"a1b2"}"#;
+
+#[tokio::test]
+async fn health_and_readiness_follow_leadership_and_first_sync() {
+    let f = start(None).await;
+    assert_eq!(f.get("/healthz").await.0, 200);
+    let (status, body) = f.get("/readyz").await;
+    assert_eq!((status, body.trim()), (503, "not ready: leader not known yet"));
+    f.leadership.send_replace(Leadership::Following { holder: Some("agent-a".into()) });
+    assert_eq!(f.get("/readyz").await, (200, "ok: standby; leader is agent-a\n".into()));
+    f.leadership.send_replace(Leadership::Leading);
+    assert_eq!(f.get("/readyz").await.0, 503, "leading but not synced yet");
+    f.health.mark_synced();
+    assert_eq!(f.get("/readyz").await, (200, "ok: leading\n".into()));
+    assert_eq!(f.get("/nothing").await.0, 404);
+}
+
+#[tokio::test]
+async fn signed_webhooks_wake_the_loop_and_bad_ones_do_not() {
+    let mut f = start(Some(SECRET)).await;
+    f.leadership.send_replace(Leadership::Leading);
+
+    let (status, answer) = f.hook(&[("x-github-event", "push".into()), ("x-hub-signature-256", github_signature(PUSH_MAIN))], PUSH_MAIN).await;
+    assert_eq!((status, &answer["triggered"]), (202, &serde_json::json!(true)), "{answer}");
+    assert_eq!(f.woken().await, Some(BTreeSet::from([TriggerSource::Webhook])));
+
+    // A signature over other bytes, a missing signature, a wrong GitLab token: 401, no wake.
+    let forged = github_signature(PUSH_OTHER);
+    for headers in [vec![("x-hub-signature-256", forged)], vec![], vec![("x-gitlab-token", "guess".to_string())]] {
+        let (status, answer) = f.hook(&headers, PUSH_MAIN).await;
+        assert_eq!(status, 401, "{answer}");
+    }
+    assert_eq!(f.woken().await, None);
+
+    // Gitea's own header and GitLab's token; a tag push counts whatever the branch.
+    let gitea_sig = github_signature(PUSH_TAG).trim_start_matches("sha256=").to_string();
+    assert_eq!(f.hook(&[("x-gitea-event", "push".into()), ("x-gitea-signature", gitea_sig)], PUSH_TAG).await.0, 202);
+    assert_eq!(f.woken().await, Some(BTreeSet::from([TriggerSource::Webhook])));
+    let (status, answer) = f.hook(&[("x-gitlab-event", "Push Hook".into()), ("x-gitlab-token", "webhook-s3cret".into())], PUSH_MAIN).await;
+    assert_eq!((status, answer["triggered"].as_bool()), (202, Some(true)));
+    assert!(f.woken().await.is_some());
+
+    // A push to another branch and GitHub's ping are acknowledged without a sync.
+    let (status, answer) = f.hook(&[("x-hub-signature-256", github_signature(PUSH_OTHER))], PUSH_OTHER).await;
+    assert_eq!((status, answer["triggered"].as_bool()), (202, Some(false)), "{answer}");
+    assert!(answer["reason"].as_str().unwrap().contains("feature-x"), "{answer}");
+    let (status, answer) = f.hook(&[("x-github-event", "ping".into()), ("x-hub-signature-256", github_signature(b"{}"))], b"{}").await;
+    assert_eq!((status, answer["reason"].as_str()), (200, Some("pong")));
+    assert_eq!(f.woken().await, None);
+}
+
+#[tokio::test]
+async fn unsigned_setup_accepts_empty_bodies_and_explains_bad_ones() {
+    let mut f = start(None).await;
+    f.leadership.send_replace(Leadership::Leading);
+    assert_eq!(f.hook(&[], b"").await.0, 202);
+    assert_eq!(f.woken().await, Some(BTreeSet::from([TriggerSource::Webhook])));
+    let (status, answer) = f.hook(&[], b"payload=%7B%7D").await;
+    assert_eq!(status, 400);
+    assert!(answer["reason"].as_str().unwrap().contains("application/json"), "{answer}");
+
+    // A burst of deliveries while the loop is busy becomes one wake.
+    for _ in 0..5 {
+        assert_eq!(f.hook(&[], b"").await.0, 202);
+    }
+    assert_eq!(f.woken().await, Some(BTreeSet::from([TriggerSource::Webhook])));
+    assert_eq!(f.woken().await, None);
+
+    // A standby acknowledges but does not wake its (idle) loop.
+    f.leadership.send_replace(Leadership::Following { holder: Some("agent-a".into()) });
+    let (status, answer) = f.hook(&[], b"").await;
+    assert_eq!((status, answer["triggered"].as_bool()), (202, Some(false)));
+    assert!(answer["reason"].as_str().unwrap().contains("agent-a"), "{answer}");
+    assert_eq!(f.woken().await, None);
+}
+
+#[tokio::test]
+async fn prometheus_scrapes_the_metrics() {
+    let f = start(None).await;
+    f.metrics.record_rollback("GateFailed");
+    f.metrics.record_gate_evaluation("error-rate", "fail");
+    f.metrics.observe_reconcile(Duration::from_millis(250), fleetgate::agent::metrics::ReconcileResult::Ok);
+    f.metrics.mark_synced();
+    let (status, text) = f.get("/metrics").await;
+    assert_eq!(status, 200);
+    assert!(text.ends_with("# EOF\n"), "{text}");
+
+    let prom = Prometheus::start(f.server.local_addr()).await.expect("prometheus starts");
+    prom.wait_for_scrape(Duration::from_secs(30)).await.expect("scraped");
+    let value = |v: &serde_json::Value| v["data"]["result"][0]["value"][1].as_str().map(str::to_string);
+    let v = prom.query(r#"fleetgate_rollbacks_total{cluster="canary",reason="GateFailed"}"#).await.unwrap();
+    assert_eq!(value(&v).as_deref(), Some("1"), "{v}");
+    let v = prom.query(r#"fleetgate_gate_evaluations_total{gate="error-rate",verdict="fail"}"#).await.unwrap();
+    assert_eq!(value(&v).as_deref(), Some("1"), "{v}");
+    let v = prom.query(r#"fleetgate_reconcile_duration_seconds_count{result="ok"}"#).await.unwrap();
+    assert_eq!(value(&v).as_deref(), Some("1"), "{v}");
+    let v = prom.query(r#"fleetgate_phase{phase="Idle"}"#).await.unwrap();
+    assert_eq!(value(&v).as_deref(), Some("1"), "{v}");
+    let v = prom.query("time() - fleetgate_last_sync_timestamp_seconds < 60").await.unwrap();
+    assert!(value(&v).is_some(), "last sync timestamp is recent: {v}");
+}
