@@ -1,0 +1,75 @@
+//! Shared set-up of the gates' cluster tests: real clusters, CRD fixtures installed and
+//! established, policies from YAML, and bounded waits.
+#![allow(dead_code)] // each test binary uses a different part
+
+use fleetgate::gates::{Baseline, GateRunner, OperatorTarget};
+use fleetgate::model::{GatePolicy, GatePolicySpec, parse_document};
+use fleetgate_testenv::{ClusterOptions, TestCluster};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ObjectMeta, PostParams};
+use kube::runtime::wait::{await_condition, conditions};
+use std::future::Future;
+use std::time::Duration;
+
+pub const OPERATOR_NS: &str = "redis-operator";
+
+/// Fails the test with `what` when `fut` takes longer than `secs`.
+pub async fn within<T>(what: &str, secs: u64, fut: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(secs), fut).await.unwrap_or_else(|_| panic!("timed out after {secs}s: {what}"))
+}
+
+/// Polls `check` every 500 ms until it returns `Some`, failing the test after `secs`.
+pub async fn eventually<T, F, Fut>(what: &str, secs: u64, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    within(what, secs, async {
+        loop {
+            if let Some(v) = check().await {
+                return v;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+    .await
+}
+
+/// Starts a cluster with the operator namespace created.
+pub async fn start(opts: ClusterOptions) -> TestCluster {
+    let cluster = TestCluster::start(opts).await.unwrap_or_else(|e| panic!("{e:#}"));
+    let ns = Namespace { metadata: ObjectMeta { name: Some(OPERATOR_NS.into()), ..Default::default() }, ..Default::default() };
+    Api::<Namespace>::all(cluster.client()).create(&PostParams::default(), &ns).await.expect("operator namespace");
+    cluster
+}
+
+/// A CRD from `tests/testdata/crds/<name>.yaml`.
+pub fn crd_fixture(name: &str) -> CustomResourceDefinition {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testdata/crds").join(format!("{name}.yaml"));
+    serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+/// Creates a CRD and waits until it is Established.
+pub async fn install_crd(client: &kube::Client, crd: &CustomResourceDefinition) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    api.create(&PostParams::default(), crd).await.expect("create CRD");
+    let name = crd.metadata.name.clone().unwrap();
+    within("CRD established", 30, await_condition(api, &name, conditions::is_crd_established())).await.unwrap();
+}
+
+/// A GatePolicy spec from its `gates:` list (indented by four spaces) and timing.
+pub fn policy(bake: &str, interval: &str, gates: &str) -> GatePolicySpec {
+    let text = format!(
+        "apiVersion: fleetgate.io/v1alpha1\nkind: GatePolicy\nmetadata: {{name: t}}\nspec:\n  bakeTime: {bake}\n  \
+         interval: {interval}\n  callTimeout: 5s\n  gates:\n{gates}"
+    );
+    let p: GatePolicy = parse_document("policy.yaml", &text, "GatePolicy").unwrap_or_else(|e| panic!("{e}\n{text}"));
+    p.spec
+}
+
+/// A runner for the operator selected by `selector` in [`OPERATOR_NS`], baking from now.
+pub fn runner(cluster: &TestCluster, policy: GatePolicySpec, selector: &str, baseline: Baseline) -> GateRunner {
+    let target = OperatorTarget { namespace: OPERATOR_NS.into(), selector: selector.into() };
+    GateRunner::new(policy, cluster.client(), target, chrono::Utc::now(), baseline).unwrap()
+}
