@@ -46,9 +46,18 @@ pub struct ChangeSet {
     pub release: String,
     /// In the order they were applied (by phase); pruned objects last.
     pub changes: Vec<ObjectChange>,
-    /// Custom resources whose dry run waited for their CRD to be applied first.
+    /// Objects whose dry run waited for an earlier phase to be applied (see [`DeferredDryRun`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub dry_run_after_crds: Vec<ObjectKey>,
+    pub dry_run_deferred: Vec<DeferredDryRun>,
+}
+
+/// An object the server could not dry-run before an earlier phase was applied: an object in a
+/// namespace the release creates (after [`Phase::Namespaces`]), or a custom resource of a CRD
+/// the release creates or changes (after [`Phase::Crds`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DeferredDryRun {
+    pub object: ObjectKey,
+    pub after: Phase,
 }
 
 impl ChangeSet {

@@ -69,6 +69,13 @@ pub struct Inventory {
     pub pending_prune: Vec<InventoryEntry>,
 }
 
+impl super::Engine {
+    /// What the inventory records; None when this engine never applied anything here.
+    pub async fn inventory(&self) -> Result<Option<Inventory>, ApplyError> {
+        read(&self.client, &self.options).await
+    }
+}
+
 /// Name of the inventory ConfigMap: `<inventory>-inventory`.
 pub fn inventory_name(options: &ApplyOptions) -> String {
     format!("{}-inventory", options.inventory)

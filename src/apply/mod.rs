@@ -22,10 +22,14 @@
 //! anything; calling [`Engine::apply`] again corrects drift (server-side apply with `force`
 //! takes every field of the release back).
 //!
-//! Custom resources of a CRD that the same release ships are dry-run *after* the CRD phase (the
-//! server cannot validate them against a schema it does not have yet). If one of those dry runs
-//! fails, the apply stops with only the release's Namespaces and CRDs applied, before any
-//! workload changed; the [`ChangeSet`] names the deferred objects.
+//! Dry run limits: the server refuses to dry-run an object in a namespace that does not exist,
+//! and can only check a custom resource against the schema its CRD has *now*. So objects in a
+//! namespace the release creates are dry-run right after the Namespaces phase, and custom
+//! resources of a CRD the release creates or changes right after the CRD phase (Flux's
+//! kustomize-controller stages Namespaces and CRDs the same way). If one of those late dry runs
+//! fails, the apply stops with only the release's Namespaces (and CRDs) applied, before any
+//! workload changed; the [`ChangeSet`] names the deferred objects. Everything else — custom
+//! resources of unchanged CRDs included — is dry-run before anything is applied.
 
 mod changes;
 mod drift;
@@ -42,7 +46,7 @@ pub use inventory::*;
 pub use snapshot::*;
 
 use crate::manifests::admission::{AdmissionError, AdmissionPolicy};
-use crate::manifests::{CrdNames, ManifestError, ManifestSet, ObjectKey, Phase};
+use crate::manifests::{CrdNames, Manifest, ManifestError, ManifestSet, ObjectKey, Phase};
 use crate::model::ErrorClass;
 use crate::release::VerifiedRelease;
 use kube::Client;
@@ -215,18 +219,18 @@ impl Engine {
     }
 
     /// Checks `release` without changing anything: manifests, admission policy, and a
-    /// server-side dry run of every object whose kind the cluster serves now. Returns the
-    /// objects whose dry run must wait for their CRD (see the module docs).
+    /// server-side dry run of every object the server can check now. Returns the objects whose
+    /// dry run must wait for an earlier phase (see the module docs).
     pub async fn dry_run(
         &self,
         release: &VerifiedRelease,
         policy: &AdmissionPolicy,
-    ) -> Result<Vec<ObjectKey>, ApplyError> {
+    ) -> Result<Vec<DeferredDryRun>, ApplyError> {
         let resolver = phases::Resolver::new(self.client.clone()).await?;
         let mut set = self.admitted(release, policy, &resolver)?;
         set.add_labels(&self.labels(release.id()));
         let (_, deferred) = self.dry_run_first(&resolver, &set).await?;
-        Ok(deferred.into_iter().collect())
+        Ok(deferred)
     }
 
     fn admitted(
@@ -259,21 +263,23 @@ impl Engine {
         let (before, deferred) = self.dry_run_first(&resolver, &set).await?;
         inventory::write(&self.client, &self.options, &set, previous.as_ref()).await?;
         let mut changes = ChangeSet::new(release.id());
-        self.apply_phases(&mut resolver, &set, before, &deferred, &mut changes).await?;
+        self.apply_phases(&mut resolver, &set, before, deferred, &mut changes).await?;
         inventory::write_release_manifest(&self.client, &self.options, release).await?;
         Ok(changes)
     }
 
-    /// Dry-runs every object the server can check now. Custom resources of a CRD in `set` that
-    /// is new or changes its spec wait (they are returned as deferred): the server can only
-    /// check them against the new schema once the CRD phase applied it. Custom resources of a
-    /// CRD that stays as it is are checked now, against the schema they will meet.
+    /// Dry-runs every object the server can check now; all refusals are reported together.
+    ///
+    /// Two kinds of object wait (they are returned as deferred): objects in a namespace the
+    /// release creates (the server refuses anything in a namespace that does not exist), and
+    /// custom resources of a CRD the release creates or changes (the server can only check them
+    /// against the new schema once it has it). Custom resources of a CRD that stays as it is
+    /// are checked now, against the schema they will meet.
     async fn dry_run_first(
         &self,
         resolver: &phases::Resolver,
         set: &ManifestSet,
-    ) -> Result<(phases::DryRuns, BTreeSet<ObjectKey>), ApplyError> {
-        let crds: Vec<_> = set.phase(Phase::Crds).collect();
+    ) -> Result<(phases::DryRuns, Vec<DeferredDryRun>), ApplyError> {
         let mut failures = Vec::new();
         let mut collect = |result: Result<phases::DryRuns, ApplyError>| match result {
             Ok(r) => Ok(r),
@@ -283,24 +289,41 @@ impl Engine {
             }
             Err(e) => Err(e),
         };
-        let mut results = collect(phases::dry_run(resolver, &crds, &self.options).await)?;
-        let mut changing = Vec::new();
-        for m in &crds {
+        let first: Vec<_> = set.iter().filter(|m| m.phase <= Phase::Crds).collect();
+        let mut results = collect(phases::dry_run(resolver, &first, &self.options).await)?;
+
+        let is_new = |m: &&Manifest| {
+            results.get(&m.key).and_then(|d| d.metadata.resource_version.as_deref()).is_none_or(str::is_empty)
+        };
+        let new_namespaces: BTreeSet<&str> =
+            set.phase(Phase::Namespaces).filter(is_new).map(|m| m.key.name.as_str()).collect();
+        let mut changing_crds = Vec::new();
+        for m in set.phase(Phase::Crds) {
             let would_be = results.get(&m.key).and_then(|d| d.data.get("spec"));
-            let live = match resolver.api(m) {
-                Ok(api) => api.get_opt(&m.key.name).await.map_err(kube_err(format!("reading {}", m.key)))?,
-                Err(_) => None,
+            let live = match (is_new(&m), resolver.api(m)) {
+                (false, Ok(api)) => api.get_opt(&m.key.name).await.map_err(kube_err(format!("reading {}", m.key)))?,
+                _ => None,
             };
             if would_be.is_none() || live.as_ref().and_then(|l| l.data.get("spec")) != would_be {
-                changing.extend(CrdNames::from_crd(&m.object));
+                changing_crds.extend(CrdNames::from_crd(&m.object));
             }
         }
-        let deferred: BTreeSet<ObjectKey> = set
+        let deferred: Vec<DeferredDryRun> = set
             .iter()
-            .filter(|m| changing.iter().any(|c| c.group == m.key.group && c.kind == m.key.kind))
-            .map(|m| m.key.clone())
+            .filter(|m| m.phase > Phase::Crds)
+            .filter_map(|m| {
+                let after = if changing_crds.iter().any(|c| c.group == m.key.group && c.kind == m.key.kind) {
+                    Phase::Crds
+                } else if m.key.namespace.as_deref().is_some_and(|ns| new_namespaces.contains(ns)) {
+                    Phase::Namespaces
+                } else {
+                    return None;
+                };
+                Some(DeferredDryRun { object: m.key.clone(), after })
+            })
             .collect();
-        let now: Vec<_> = set.iter().filter(|m| m.phase != Phase::Crds && !deferred.contains(&m.key)).collect();
+        let now: Vec<_> =
+            set.iter().filter(|m| m.phase > Phase::Crds && !deferred.iter().any(|d| d.object == m.key)).collect();
         results.extend(collect(phases::dry_run(resolver, &now, &self.options).await)?);
         if !failures.is_empty() {
             failures.sort_by(|a, b| a.object.cmp(&b.object));
@@ -310,15 +333,15 @@ impl Engine {
     }
 
     /// Applies `set` phase by phase, with the waits between phases, recording into `changes`.
+    /// Deferred dry runs happen right after the phase they wait for, before anything later.
     async fn apply_phases(
         &self,
         resolver: &mut phases::Resolver,
         set: &ManifestSet,
         mut before: phases::DryRuns,
-        deferred: &BTreeSet<ObjectKey>,
+        deferred: Vec<DeferredDryRun>,
         changes: &mut ChangeSet,
     ) -> Result<(), ApplyError> {
-        changes.dry_run_after_crds = deferred.iter().cloned().collect();
         for phase in Phase::ALL {
             let objects: Vec<_> = set.phase(phase).collect();
             if objects.is_empty() {
@@ -328,10 +351,14 @@ impl Engine {
             if phase == Phase::Crds {
                 phases::crds_established(&self.client, &objects, &self.options).await?;
                 resolver.refresh_until_served(set, self.options.crd_timeout).await?;
-                // The server knows the new schemas now: dry-run their custom resources before
-                // anything beyond Namespaces and CRDs changes.
-                let later: Vec<_> = set.iter().filter(|m| deferred.contains(&m.key)).collect();
-                before.extend(phases::dry_run(resolver, &later, &self.options).await?);
+            }
+            let waiting: Vec<_> = deferred
+                .iter()
+                .filter(|d| d.after == phase)
+                .filter_map(|d| set.get(&d.object))
+                .collect();
+            if !waiting.is_empty() {
+                before.extend(phases::dry_run(resolver, &waiting, &self.options).await?);
             }
             if phase == Phase::Workloads
                 && let Some(timeout) = self.options.rollout_timeout
@@ -339,6 +366,7 @@ impl Engine {
                 rollout::wait_all(resolver, &objects, timeout).await?;
             }
         }
+        changes.dry_run_deferred = deferred;
         Ok(())
     }
 

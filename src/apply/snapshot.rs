@@ -248,7 +248,7 @@ impl Engine {
         let set = ManifestSet::from_objects(id, sourced, None, resolver.discovery())?;
         let (before, deferred) = self.dry_run_first(&resolver, &set).await?;
         let mut changes = ChangeSet::new(id);
-        self.apply_phases(&mut resolver, &set, before, &deferred, &mut changes).await?;
+        self.apply_phases(&mut resolver, &set, before, deferred, &mut changes).await?;
         Ok(changes)
     }
 }
