@@ -37,7 +37,7 @@ fn the_signed_tag_is_accepted_by_the_agents_verification_and_by_git() {
     // Real git agrees the object is a well-formed signed tag, and the commit is signed too.
     let out = f.gpg.git(&f.repo, &f.fpr).args(["verify-tag", "rel-1"]).output().unwrap();
     assert!(out.status.success(), "git verify-tag: {}", String::from_utf8_lossy(&out.stderr));
-    let out = f.gpg.git(&f.repo, &f.fpr).args(["verify-commit", "rel-1"]).output().unwrap();
+    let out = f.gpg.git(&f.repo, &f.fpr).args(["verify-commit", "rel-1^{commit}"]).output().unwrap();
     assert!(out.status.success(), "git verify-commit: {}", String::from_utf8_lossy(&out.stderr));
     // The checked-out work tree followed the branch.
     assert!(f.repo.join("operator/deployment.yaml").exists());

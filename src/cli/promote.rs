@@ -211,11 +211,13 @@ fn print_report(
         }
     }
     if r.earlier_waves.is_empty() {
-        println!("  earlier    (first wave)");
+        println!("  statuses   none to wait for (first wave)");
+    } else {
+        println!("  statuses of {} on earlier waves", r.id);
     }
     for w in &r.earlier_waves {
         let state = w.state.map(|s| s.to_string()).unwrap_or_else(|| "no status".into());
-        println!("  earlier    {:<20} wave {:<10} {state} {}", w.cluster, w.wave, w.description);
+        println!("    {:<20} wave {:<10} {}", w.cluster, w.wave, format!("{state} {}", w.description).trim_end());
     }
     for o in &r.overridden {
         println!("  FORCED     {}", o.to_string().replace('\n', " "));
