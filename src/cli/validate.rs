@@ -86,8 +86,11 @@ fn print_human(r: &ValidationReport) {
     let config = match &r.summary {
         Some(s) if r.config.is_empty() => paint(
             &format!(
-                "ok ({} clusters in {} waves, {} gate policies, {} admission policies)",
-                s.clusters, s.waves, s.gate_policies, s.admission_policies
+                "ok ({}, {}, {}, {})",
+                count(s.clusters, "cluster", "clusters"),
+                count(s.waves, "wave", "waves"),
+                count(s.gate_policies, "gate policy", "gate policies"),
+                count(s.admission_policies, "admission policy", "admission policies"),
             ),
             true,
         ),
@@ -136,6 +139,10 @@ fn print_human(r: &ValidationReport) {
     for f in findings {
         println!("  {}  [{}] {}", f.at, f.rule, f.message);
     }
+}
+
+fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// The last 16 hex digits of a fingerprint (its long key id).

@@ -113,7 +113,14 @@ fn syntax(file: &str, e: serde_yaml_ng::Error) -> ParseError {
         Some(l) => (Some(l.line()), Some(l.column())),
         None => (None, None),
     };
-    ParseError::Syntax { at: Location { file: file.to_string(), line, column }, message: e.to_string() }
+    // The location is carried separately; drop the parser's own " at line L column C".
+    let mut message = e.to_string();
+    if let Some(i) = message.rfind(" at line ")
+        && message[i..].contains(" column ")
+    {
+        message.truncate(i);
+    }
+    ParseError::Syntax { at: Location { file: file.to_string(), line, column }, message }
 }
 
 /// Parses one YAML document into `T` (unknown fields are errors where `T` says so).

@@ -160,7 +160,7 @@ impl Keyring {
         let mut ctx = self.context().map_err(engine)?;
         let result = ctx
             .verify_detached(signature, payload)
-            .map_err(|e| SignatureProblem::Bad { detail: e.to_string() })?;
+            .map_err(|e| SignatureProblem::Bad { detail: format!("gpg could not read the signature block ({e})") })?;
         let mut signer = None;
         for sig in result.signatures() {
             let fpr = sig.fingerprint().unwrap_or("(unknown key)").to_ascii_uppercase();

@@ -1,0 +1,120 @@
+//! The source against a real `git daemon`: mirroring, cheap change detection (an unchanged
+//! remote costs one ref listing and no fetch), tags and status notes, local paths and
+//! `file://` URLs, and network failures that are retried and leave the mirror intact.
+
+mod fleet_support;
+
+use fleet_support::{FleetRemote, RELEASE};
+use fleetgate::model::ErrorClass;
+use fleetgate::source::{Credentials, RetryPolicy, Source, SourceError, SourceStats};
+use std::time::Duration;
+
+#[test]
+fn an_unchanged_remote_costs_one_ls_remote_and_no_fetch() {
+    let remote = FleetRemote::new();
+    let state = tempfile::tempdir().unwrap();
+    let mut source = remote.source(state.path());
+
+    let first = source.sync().unwrap();
+    assert!(first.fetched);
+    assert_eq!(source.stats(), SourceStats { ls_remotes: 1, fetches: 1 });
+
+    let second = source.sync().unwrap();
+    assert!(!second.fetched);
+    assert_eq!(second.tip, first.tip);
+    assert_eq!(source.stats(), SourceStats { ls_remotes: 2, fetches: 1 }, "an unchanged remote was fetched");
+
+    // A new tag is a change; so is a new commit.
+    remote.signed_tag(RELEASE);
+    assert!(source.sync().unwrap().fetched);
+    assert_eq!(source.stats(), SourceStats { ls_remotes: 3, fetches: 2 });
+    assert!(source.checkout().unwrap().tag(RELEASE).unwrap().is_some());
+
+    let tip = {
+        remote.git(&["commit", "-q", "--allow-empty", "-m", "next"]);
+        remote.git(&["push", "-q", "origin", "main"]);
+        remote.git(&["rev-parse", "HEAD"]).trim().to_string()
+    };
+    let third = source.sync().unwrap();
+    assert!(third.fetched);
+    assert_eq!(third.tip.to_string(), tip);
+    assert_eq!(source.stats(), SourceStats { ls_remotes: 4, fetches: 3 });
+
+    // A source reopened on the same state directory (an agent restart) starts from the mirror.
+    let mut reopened = remote.source(state.path());
+    assert!(!reopened.sync().unwrap().fetched);
+    assert_eq!(reopened.stats(), SourceStats { ls_remotes: 1, fetches: 0 });
+}
+
+#[test]
+fn tags_and_status_notes_are_mirrored_and_deleted_tags_pruned() {
+    let remote = FleetRemote::new();
+    remote.signed_tag(RELEASE);
+    remote.git(&["tag", "-a", "scratch", "-m", "to be deleted"]);
+    remote.git(&["push", "-q", "origin", "refs/tags/scratch"]);
+    remote.git(&["notes", "--ref=fleetgate/cluster-a", "add", "-m", r#"{"state":"success"}"#, RELEASE]);
+    remote.git(&["push", "-q", "origin", "refs/notes/fleetgate/cluster-a"]);
+
+    let state = tempfile::tempdir().unwrap();
+    let (mut source, checkout) = remote.checkout(state.path());
+    let refs = source.local_refs().unwrap();
+    assert!(refs.refs.contains_key("refs/notes/fleetgate/cluster-a"), "{refs:?}");
+    assert!(checkout.tag("scratch").unwrap().is_some());
+    assert_eq!(source.ls_remote().unwrap(), refs);
+
+    remote.git(&["push", "-q", "origin", ":refs/tags/scratch"]);
+    assert!(source.sync().unwrap().fetched);
+    assert!(source.checkout().unwrap().tag("scratch").unwrap().is_none());
+    assert!(source.checkout().unwrap().tag(RELEASE).unwrap().is_some());
+}
+
+#[test]
+fn local_paths_and_file_urls_work_like_remotes() {
+    let remote = FleetRemote::new();
+    let bare = remote.daemon.path("fleet.git");
+    for url in [bare.display().to_string(), format!("file://{}", bare.display())] {
+        let state = tempfile::tempdir().unwrap();
+        let mut source = Source::open(&url, state.path(), Credentials::default()).unwrap();
+        assert!(source.sync().unwrap().fetched, "{url}");
+        assert!(!source.sync().unwrap().fetched, "{url}");
+        let checkout = source.checkout().unwrap();
+        assert_eq!(checkout.branch(), "main");
+    }
+}
+
+#[test]
+fn a_missing_branch_is_named() {
+    let remote = FleetRemote::new();
+    let state = tempfile::tempdir().unwrap();
+    let mut source = remote.source(state.path()).with_branch("production");
+    let err = source.sync().unwrap_err();
+    assert!(matches!(&err, SourceError::BranchNotFound { branch, .. } if branch == "production"), "{err:?}");
+    assert_eq!(err.class(), ErrorClass::Stalling);
+}
+
+#[test]
+fn network_errors_are_retried_with_backoff_and_leave_the_mirror_intact() {
+    let remote = FleetRemote::new();
+    let state = tempfile::tempdir().unwrap();
+    let (_, before) = remote.checkout(state.path());
+    let tip = before.tip();
+    drop(before);
+
+    // The same state directory, now pointing at a port where nothing listens.
+    let port = fleetgate_testenv::process::free_port();
+    let retry = RetryPolicy { attempts: 3, initial: Duration::from_millis(100), max: Duration::from_millis(150) };
+    let mut source = Source::open(&format!("git://127.0.0.1:{port}/fleet.git"), state.path(), Credentials::default())
+        .unwrap()
+        .with_retry(retry);
+    let started = std::time::Instant::now();
+    let err = source.sync().unwrap_err();
+    assert!(matches!(err, SourceError::Network { attempts: 3, .. }), "{err:?}");
+    assert_eq!(err.class(), ErrorClass::Retryable);
+    assert_eq!(source.stats(), SourceStats { ls_remotes: 3, fetches: 0 });
+    assert!(started.elapsed() >= Duration::from_millis(250), "no backoff between attempts");
+
+    // The mirror still serves the last good state.
+    let checkout = source.checkout().unwrap();
+    assert_eq!(checkout.tip(), tip);
+    assert!(fleetgate::model::FleetConfig::load(&checkout.tip_tree().unwrap()).is_ok());
+}

@@ -1,0 +1,175 @@
+//! `fleetgate validate` as a fleet repo's CI runs it: the built binary over real repos (a fresh
+//! `fleetgate init`, and repos with real signed release tags), checking exit codes, findings with
+//! file and line, signatures and CRD compatibility between consecutive releases.
+
+mod fleet_support;
+
+use fleet_support::{FleetRemote, RELEASE};
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn fleetgate(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fleetgate"))
+        .args(args)
+        .env("NO_COLOR", "1")
+        .current_dir(std::env::temp_dir())
+        .output()
+        .expect("run fleetgate")
+}
+
+fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(out)))
+}
+
+#[test]
+fn init_then_validate_is_clean_and_says_there_are_no_releases_yet() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("x");
+    let repo = repo.to_str().unwrap();
+
+    let out = fleetgate(&["init", repo]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(Path::new(repo).join(".git").is_dir());
+
+    let out = fleetgate(&["validate", "--repo", repo]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let t = text(&out);
+    assert!(t.contains("no signed releases yet"), "{t}");
+    assert!(t.contains("not checked (no --trusted-keys)"), "{t}");
+
+    let report = json(&fleetgate(&["validate", "--repo", repo, "-o", "json"]));
+    assert_eq!(report["releases"], serde_json::json!([]));
+    assert_eq!(report["tip_release"]["id"], RELEASE);
+    assert_eq!(report["summary"]["clusters"], 3);
+
+    // A second init into the same directory is refused as a usage error.
+    let out = fleetgate(&["init", repo]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("not empty"), "{}", text(&out));
+}
+
+#[test]
+fn every_finding_is_reported_with_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("x");
+    assert!(fleetgate(&["init", repo.to_str().unwrap()]).status.success());
+    let edit = |file: &str, from: &str, to: &str| {
+        let p = repo.join(file);
+        let t = std::fs::read_to_string(&p).unwrap();
+        assert!(t.contains(from), "{file} lacks {from}");
+        std::fs::write(&p, t.replacen(from, to, 1)).unwrap();
+    };
+    edit("clusters/cluster-b.yaml", "wave: wave-1", "wave: wave-7");
+    edit("policies/gates.yaml", "bakeTime: 10m", "bakeTime: 10m\n  bakeTimes: 5m");
+    edit("operator/deployment.yaml", "redis-operator:v1.2.3-build.456", "redis-operator:v1.2.2");
+    let git = |args: &[&str]| {
+        let st = Command::new("git")
+            .arg("-C")
+            .arg(&repo)
+            .args(["-c", "user.name=t", "-c", "user.email=t@x"])
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    };
+    git(&["commit", "-q", "-a", "-m", "broken"]);
+
+    let out = fleetgate(&["validate", "--repo", repo.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let t = text(&out);
+    for expected in ["clusters/cluster-b.yaml:10", "policies/gates.yaml:11", "operator/deployment.yaml:29"] {
+        assert!(t.contains(expected), "missing {expected} in:\n{t}");
+    }
+
+    let report = json(&fleetgate(&["validate", "--repo", repo.to_str().unwrap(), "-o", "json"]));
+    let rules: Vec<&str> = report["config"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(report["tip_release"]["findings"].as_array().unwrap())
+        .map(|f| f["rule"].as_str().unwrap())
+        .collect();
+    assert_eq!(rules, ["reference", "schema", "image"], "{report:#}");
+}
+
+#[test]
+fn signed_releases_are_checked_against_trusted_keys_over_git() {
+    let remote = FleetRemote::new();
+    remote.signed_tag(RELEASE);
+    let keys = remote.trusted.to_str().unwrap();
+
+    let out = fleetgate(&["validate", "--repo", &remote.url, "--trusted-keys", keys, "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let report = json(&out);
+    assert_eq!(report["signatures_checked"], true);
+    assert_eq!(report["releases"][0]["id"], RELEASE);
+    assert_eq!(report["releases"][0]["signature"]["state"], "valid");
+    assert_eq!(report["releases"][0]["signature"]["signer"], remote.fpr.as_str());
+
+    // Without keys the same repo is clean too, signatures "not checked".
+    let out = fleetgate(&["validate", "--repo", &remote.url]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("not checked"), "{}", text(&out));
+
+    // A second release signed by a key nobody trusts is a finding.
+    remote.git(&["commit", "-q", "--allow-empty", "-m", "next"]);
+    remote.git(&["tag", "-a", "rel-20250316-001", "-m", "unsigned"]);
+    remote.git(&["push", "-q", "origin", "main", "refs/tags/rel-20250316-001"]);
+    let out = fleetgate(&["validate", "--repo", &remote.url, "--trusted-keys", keys]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let t = text(&out);
+    assert!(t.contains("refs/tags/rel-20250316-001  [signature] not signed"), "{t}");
+    // ...and its release.yaml still says rel-20250315-001.
+    assert!(t.contains("rel-20250316-001:release.yaml:11  [release-id]"), "{t}");
+
+    // --release limits the check to one tag.
+    let out = fleetgate(&["validate", "--repo", &remote.url, "--trusted-keys", keys, "--release", RELEASE]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = fleetgate(&["validate", "--repo", &remote.url, "--release", "rel-nope"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
+
+#[test]
+fn crd_changes_that_break_stored_objects_are_found_between_consecutive_releases() {
+    let remote = FleetRemote::new();
+    remote.signed_tag(RELEASE);
+    // The next release stops serving v1alpha1 and drops a field of v1alpha2.
+    let next = "rel-20250316-001";
+    remote.edit("release.yaml", RELEASE, next);
+    remote.edit("operator/crds/redisclusters.cache.example.com.yaml", "    - name: v1alpha1\n      served: true", "    - name: v1alpha1\n      served: false");
+    remote.edit(
+        "operator/crds/redisclusters.cache.example.com.yaml",
+        "                readyShards: {type: integer}\n",
+        "",
+    );
+    remote.commit_all("next release");
+    remote.signed_tag(next);
+
+    let out = fleetgate(&["validate", "--repo", &remote.url, "--trusted-keys", remote.trusted.to_str().unwrap(), "-o", "json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let report = json(&out);
+    let findings = report["releases"][1]["findings"].as_array().unwrap();
+    assert!(!findings.is_empty(), "{report:#}");
+    assert!(findings.iter().all(|f| f["rule"] == "crd-compatibility"), "{report:#}");
+    assert!(
+        findings.iter().all(|f| f["file"] == format!("{next}:operator/crds/redisclusters.cache.example.com.yaml")),
+        "{report:#}"
+    );
+    assert!(report["releases"][0]["findings"].as_array().unwrap().is_empty(), "{report:#}");
+}
+
+#[test]
+fn unreadable_keys_and_repos_are_usage_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = fleetgate(&["validate", "--repo", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let repo = dir.path().join("x");
+    assert!(fleetgate(&["init", repo.to_str().unwrap()]).status.success());
+    let out = fleetgate(&["validate", "--repo", repo.to_str().unwrap(), "--trusted-keys", "/nonexistent.asc"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("/nonexistent.asc"), "{}", text(&out));
+}
