@@ -554,6 +554,25 @@ spec:
         assert_eq!(back, p);
     }
 
+    #[test]
+    fn the_reference_policy_is_valid_and_carries_the_seed_thresholds() {
+        let text = include_str!("../../policies/gate-policy.yaml");
+        let p: GatePolicy = parse_document("policies/gate-policy.yaml", text, "GatePolicy").unwrap();
+        p.spec.validate().unwrap();
+        let gate = |name: &str| &p.spec.gates.iter().find(|g| g.name == name).unwrap().check;
+        let prom = |name: &str| match gate(name) {
+            GateCheck::Prometheus(q) => q.bound(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(prom("error-rate"), Some(PrometheusBound::Max(Quantity::percent(0.05))));
+        assert_eq!(prom("webhook-p99-latency"), Some(PrometheusBound::Max(Quantity::seconds(0.5))));
+        assert_eq!(prom("reconcile-latency"), Some(PrometheusBound::MaxIncreaseOverBaseline(Quantity::percent(0.2))));
+        assert_eq!(gate("pod-restarts"), &GateCheck::PodRestarts(PodRestartsGate { max: 3 }));
+        assert!(matches!(gate("redisclusters-ready"), GateCheck::CustomResources(_)));
+        assert!(matches!(gate("deployment-available"), GateCheck::DeploymentAvailable(_)));
+        assert!(matches!(gate("webhook-reachable"), GateCheck::Webhook(_)));
+    }
+
     #[rstest]
     #[case::two_checks("- name: a\n  podRestarts: {max: 1}\n  deploymentAvailable: {}\n", "exactly one")]
     #[case::no_check("- name: a\n", "found none")]
