@@ -68,11 +68,11 @@ fn fleet() -> Fleet {
         git(w, &env, &["tag", "-a", id, "-m", id]);
         commits.push(git(w, &[], &["rev-parse", "HEAD"]));
     }
-    // A tag on a commit without release.yaml is not a release.
-    git(w, &[], &["tag", "not-a-release", "HEAD~1"]);
+    // Tags on a commit without release.yaml are not releases.
     git(w, &[], &["rm", "-q", "release.yaml"]);
     git(w, &[], &["commit", "-q", "-m", "tidy"]);
-    git(w, &[], &["tag", "docs-1"]);
+    git(w, &[], &["tag", "not-a-release"]);
+    git(w, &[], &["tag", "-a", "docs-1", "-m", "docs"]);
     git(w, &[], &["push", "-q", "--tags", &url, "main"]);
     let fleet = Fleet { daemon, url, old: commits[0].clone(), new: commits[1].clone() };
 
@@ -93,7 +93,7 @@ fn fleet() -> Fleet {
     fleet
 }
 
-fn fleetgate(args: &[&str]) -> Output {
+fn run(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_fleetgate"))
         .args(args)
         .env("COLUMNS", "80")
@@ -110,7 +110,7 @@ fn stdout(out: &Output) -> String {
 #[test]
 fn the_matrix_fits_80_columns_and_says_where_each_release_stands() {
     let f = fleet();
-    let out = fleetgate(&["status", "--repo", &f.url]);
+    let out = run(&["status", "--repo", &f.url]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = stdout(&out);
     println!("{text}");
@@ -128,14 +128,14 @@ fn the_matrix_fits_80_columns_and_says_where_each_release_stands() {
     assert!(!text.contains("not-a-release") && !text.contains("docs-1"), "{text}");
 
     // A local path works the same as a URL.
-    let local = fleetgate(&["status", "--repo", f.daemon.path("fleet.git").to_str().unwrap()]);
+    let local = run(&["status", "--repo", f.daemon.path("fleet.git").to_str().unwrap()]);
     assert_eq!(stdout(&local), text);
 }
 
 #[test]
 fn release_details_explain_every_cluster_and_a_failure_exits_1() {
     let f = fleet();
-    let out = fleetgate(&["status", NEW, "--repo", &f.url]);
+    let out = run(&["status", NEW, "--repo", &f.url]);
     let text = stdout(&out);
     println!("{text}");
     assert_eq!(out.status.code(), Some(1), "{text}");
@@ -146,10 +146,10 @@ fn release_details_explain_every_cluster_and_a_failure_exits_1() {
     assert!(text.contains("cluster-c  —         blocked: cluster-b in earlier wave canary failed"), "{text}");
     assert!(text.contains("cluster-d  —         not targeted: desires rel-20250301-001"), "{text}");
 
-    let ok = fleetgate(&["status", OLD, "--repo", &f.url]);
+    let ok = run(&["status", OLD, "--repo", &f.url]);
     assert_eq!(ok.status.code(), Some(0));
 
-    let missing = fleetgate(&["status", "rel-19990101-001", "--repo", &f.url]);
+    let missing = run(&["status", "rel-19990101-001", "--repo", &f.url]);
     assert_eq!(missing.status.code(), Some(2));
     let err = String::from_utf8_lossy(&missing.stderr);
     assert!(err.contains("no release tag rel-19990101-001") && err.contains(NEW), "{err}");
@@ -158,7 +158,7 @@ fn release_details_explain_every_cluster_and_a_failure_exits_1() {
 #[test]
 fn json_output_is_the_documented_matrix() {
     let f = fleet();
-    let out = fleetgate(&["status", "--repo", &f.url, "-o", "json"]);
+    let out = run(&["status", "--repo", &f.url, "-o", "json"]);
     assert!(out.status.success());
     let m: Matrix = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(m.schema, 1);
@@ -175,7 +175,7 @@ fn json_output_is_the_documented_matrix() {
     let raw: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(raw["releases"][0]["summary"], serde_json::json!({"clusters": 3, "success": 1, "failure": 1, "error": 0, "pending": 0, "notStarted": 1}));
 
-    let yaml = fleetgate(&["status", OLD, "--repo", &f.url, "-o", "yaml"]);
+    let yaml = run(&["status", OLD, "--repo", &f.url, "-o", "yaml"]);
     let one: Matrix = serde_yaml_ng::from_slice(&yaml.stdout).unwrap();
     assert_eq!(one.releases.len(), 1);
 }
