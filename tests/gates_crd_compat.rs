@@ -66,7 +66,10 @@ fn check_all_reports_a_removed_crd_and_pairs_the_rest_by_name() {
     let rules: Vec<(Rule, &str)> = findings.iter().map(|f| (f.rule, f.crd.as_str())).collect();
     assert_eq!(
         rules,
-        vec![(Rule::FieldRemoved, "redisclusters.cache.example.com"), (Rule::CrdRemoved, "redisclusters.cache.other.io")]
+        vec![
+            (Rule::FieldRemoved, "redisclusters.cache.example.com"),
+            (Rule::CrdRemoved, "redisclusters.cache.other.io")
+        ]
     );
 }
 
@@ -74,12 +77,18 @@ fn check_all_reports_a_removed_crd_and_pairs_the_rest_by_name() {
 fn stored_versions_default_to_the_storage_version_without_a_status() {
     assert_eq!(crd_compat::stored_versions(&load("two-versions")), vec!["v1alpha2".to_string()]);
     let mut live = load("two-versions");
-    live.status = Some(serde_json::from_value(serde_json::json!({"storedVersions": ["v1alpha1", "v1alpha2"]})).unwrap());
+    live.status =
+        Some(serde_json::from_value(serde_json::json!({"storedVersions": ["v1alpha1", "v1alpha2"]})).unwrap());
     assert_eq!(crd_compat::stored_versions(&live), vec!["v1alpha1".to_string(), "v1alpha2".to_string()]);
 }
 
 fn check_crd(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_fleetgate")).arg("check-crd").args(args).env("NO_COLOR", "1").output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_fleetgate"))
+        .arg("check-crd")
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
     (out.status.code().unwrap(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
 }
 
@@ -104,7 +113,14 @@ fn cli_exits_1_and_lists_findings_for_an_incompatible_pair() {
 
 #[test]
 fn cli_json_carries_the_verdict_and_every_finding() {
-    let (code, out, _) = check_crd(&[&path("two-versions"), &path("v1alpha1-dropped"), "--stored-versions", "v1alpha1,v1alpha2", "-o", "json"]);
+    let (code, out, _) = check_crd(&[
+        &path("two-versions"),
+        &path("v1alpha1-dropped"),
+        "--stored-versions",
+        "v1alpha1,v1alpha2",
+        "-o",
+        "json",
+    ]);
     assert_eq!(code, 1);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["compatible"], false);
@@ -140,7 +156,10 @@ fn cli_exits_2_for_a_missing_file() {
 #[rstest]
 #[case::yaml_syntax("a: [\n", "old.yaml")]
 #[case::not_a_crd("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n", "holds no CustomResourceDefinition")]
-#[case::malformed_crd("apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: x}\nspec: 3\n", "not a valid apiextensions.k8s.io/v1 CustomResourceDefinition")]
+#[case::malformed_crd(
+    "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: x}\nspec: 3\n",
+    "not a valid apiextensions.k8s.io/v1 CustomResourceDefinition"
+)]
 fn cli_exits_2_for_unreadable_input(#[case] text: &str, #[case] want: &str) {
     let dir = tempfile::tempdir().unwrap();
     let old = dir.path().join("old.yaml");
@@ -154,7 +173,11 @@ fn cli_exits_2_for_unreadable_input(#[case] text: &str, #[case] want: &str) {
 fn cli_refuses_stored_versions_with_several_crds() {
     let dir = tempfile::tempdir().unwrap();
     let both = dir.path().join("both.yaml");
-    let text = format!("{}\n---\n{}", std::fs::read_to_string(fixture("base")).unwrap(), std::fs::read_to_string(fixture("other-resource")).unwrap());
+    let text = format!(
+        "{}\n---\n{}",
+        std::fs::read_to_string(fixture("base")).unwrap(),
+        std::fs::read_to_string(fixture("other-resource")).unwrap()
+    );
     std::fs::write(&both, text).unwrap();
     let (code, _, err) = check_crd(&[both.to_str().unwrap(), both.to_str().unwrap(), "--stored-versions", "v1alpha1"]);
     assert_eq!(code, 2);

@@ -11,7 +11,10 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchP
 use serde_json::json;
 
 fn redis_api(client: &kube::Client) -> Api<DynamicObject> {
-    let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("cache.example.com", "v1alpha1", "RedisCluster"), "redisclusters");
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("cache.example.com", "v1alpha1", "RedisCluster"),
+        "redisclusters",
+    );
     Api::namespaced_with(client.clone(), OPERATOR_NS, &ar)
 }
 
@@ -73,7 +76,10 @@ async fn cel_health_over_ready_not_ready_and_status_less_objects() {
     let lenient = runner(&cluster, policy("1m", "5s", &health_gate("30%")), "", Default::default());
     let e = settled(&lenient).await;
     assert!(e.is_pass(), "{e}");
-    assert_eq!(e.to_string(), "redis-ready 33.3 % ≥ 30 % — 1/3 healthy; redis-operator/b: expression is false; redis-operator/c: No such key: status");
+    assert_eq!(
+        e.to_string(),
+        "redis-ready 33.3 % ≥ 30 % — 1/3 healthy; redis-operator/b: expression is false; redis-operator/c: No such key: status"
+    );
 
     set_ready(&api, "b", "True").await;
     set_ready(&api, "c", "True").await;

@@ -27,7 +27,10 @@ async fn release_crds_are_checked_against_the_live_crd_and_its_objects() {
     let cluster = start(ClusterOptions::new("gates-pre")).await;
     let client = cluster.client();
     install_crd(&client, &crd_fixture("base")).await;
-    let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("cache.example.com", "v1alpha1", "RedisCluster"), "redisclusters");
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("cache.example.com", "v1alpha1", "RedisCluster"),
+        "redisclusters",
+    );
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), OPERATOR_NS, &ar);
     for (name, spec) in [
         ("with-image", json!({"size": 3, "mode": "cluster", "image": "redis:7"})),
@@ -47,20 +50,27 @@ async fn release_crds_are_checked_against_the_live_crd_and_its_objects() {
     // A new required field: the CRD finding, and the one live object that lacks the field.
     let report = check(&client, "required-added").await;
     assert!(!report.passed());
-    assert_eq!(report.problems(), [
-        "CRD incompatible: redisclusters.cache.example.com v1alpha1 .spec.image: new required field; existing objects without it would stop validating",
-        "redisclusters.cache.example.com v1alpha1 redis-operator/without-image would not validate: .spec.image: required field is missing",
-    ]);
+    assert_eq!(
+        report.problems(),
+        [
+            "CRD incompatible: redisclusters.cache.example.com v1alpha1 .spec.image: new required field; existing objects without it would stop validating",
+            "redisclusters.cache.example.com v1alpha1 redis-operator/without-image would not validate: .spec.image: required field is missing",
+        ]
+    );
 
     // An enum value removed: the object that uses it is named.
     let report = check(&client, "enum-value-removed").await;
     assert_eq!(report.crd_findings.iter().map(|f| f.rule).collect::<Vec<_>>(), [Rule::EnumValuesRemoved]);
     assert_eq!(report.invalid_objects.len(), 1);
     assert_eq!(report.invalid_objects[0].object, "redis-operator/with-image");
-    assert_eq!(report.invalid_objects[0].violations[0].to_string(), ".spec.mode: \"cluster\" is not one of \"standalone\"");
+    assert_eq!(
+        report.invalid_objects[0].violations[0].to_string(),
+        ".spec.mode: \"cluster\" is not one of \"standalone\""
+    );
 
     // The live CRD's storedVersions ([v1alpha1], written by the server) drive the version rules.
-    let live = Api::<CustomResourceDefinition>::all(client.clone()).get("redisclusters.cache.example.com").await.unwrap();
+    let live =
+        Api::<CustomResourceDefinition>::all(client.clone()).get("redisclusters.cache.example.com").await.unwrap();
     assert_eq!(live.status.unwrap().stored_versions.unwrap(), ["v1alpha1"]);
     let report = check(&client, "storage-moved-none").await;
     assert_eq!(report.crd_findings.iter().map(|f| f.rule).collect::<Vec<_>>(), [Rule::StorageVersionUnconvertible]);
@@ -101,7 +111,10 @@ async fn release_requirements_are_checked_against_server_version_and_node_archit
     assert!(report.passed(), "{:?}", report.problems());
 
     let report = run(requires(Some(">=1.40"), &[])).await;
-    assert_eq!(report.problems(), [format!("the release requires Kubernetes >=1.40, the cluster runs {}", facts.server_version)]);
+    assert_eq!(
+        report.problems(),
+        [format!("the release requires Kubernetes >=1.40, the cluster runs {}", facts.server_version)]
+    );
 
     let report = run(requires(None, &["amd64"])).await;
     assert_eq!(report.problems(), ["the release's images are built for [amd64], but the cluster has nodes of arm64"]);

@@ -5,7 +5,7 @@
 //! These policies hold only Prometheus gates, so the runner's Kubernetes client (pointed at a
 //! closed port) is never called; a Kubernetes call would turn a gate unknown and fail the test.
 
-use fleetgate::gates::{Baseline, BakeVerdict, GateEvaluation, GateRunner, OperatorTarget, Verdict};
+use fleetgate::gates::{BakeVerdict, Baseline, GateEvaluation, GateRunner, OperatorTarget, Verdict};
 use fleetgate::model::{GatePolicy, GatePolicySpec, parse_document};
 use fleetgate_testenv::Prometheus;
 use std::net::SocketAddr;
@@ -82,7 +82,10 @@ impl FakeService {
 fn render(c: &Counters) -> String {
     let mut out = String::new();
     out.push_str("# TYPE http_requests_total counter\n");
-    out.push_str(&format!("http_requests_total{{code=\"200\"}} {}\nhttp_requests_total{{code=\"500\"}} {}\n", c.ok, c.errors));
+    out.push_str(&format!(
+        "http_requests_total{{code=\"200\"}} {}\nhttp_requests_total{{code=\"500\"}} {}\n",
+        c.ok, c.errors
+    ));
     out.push_str("# TYPE http_request_duration_seconds histogram\n");
     for (i, le) in BUCKETS.iter().map(|b| b.to_string()).chain(["+Inf".to_string()]).enumerate() {
         out.push_str(&format!("http_request_duration_seconds_bucket{{le=\"{le}\"}} {}\n", c.buckets[i]));
@@ -139,7 +142,11 @@ async fn evaluate_until(r: &GateRunner, what: &str, done: impl Fn(&GateEvaluatio
         if evals.iter().all(&done) {
             return evals;
         }
-        assert!(Instant::now() < deadline, "gates never reached {what}: {:#?}", evals.iter().map(ToString::to_string).collect::<Vec<_>>());
+        assert!(
+            Instant::now() < deadline,
+            "gates never reached {what}: {:#?}",
+            evals.iter().map(ToString::to_string).collect::<Vec<_>>()
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
@@ -175,7 +182,8 @@ async fn error_rate_and_p99_pass_then_fail_when_the_figures_rise() {
     // A bake over the passing figures ends Passed after the bake time.
     let short = runner(policy(&prom.url(), "3s", &absolute_gates()), true, Baseline::default());
     let mut rounds = Vec::new();
-    let verdict = tokio::time::timeout(Duration::from_secs(30), short.run(|round| rounds.push(round.clone()))).await.unwrap();
+    let verdict =
+        tokio::time::timeout(Duration::from_secs(30), short.run(|round| rounds.push(round.clone()))).await.unwrap();
     assert!(verdict.passed(), "{verdict}");
     assert!(rounds.len() >= 3, "one round per second for 3 s, got {}", rounds.len());
 

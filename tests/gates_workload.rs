@@ -37,7 +37,10 @@ fn deployment(name: &str, replicas: i32, fail: bool, progress_deadline: i32) -> 
 }
 
 async fn apply(client: &kube::Client, d: &Deployment) {
-    Api::<Deployment>::namespaced(client.clone(), OPERATOR_NS).create(&PostParams::default(), d).await.expect("create Deployment");
+    Api::<Deployment>::namespaced(client.clone(), OPERATOR_NS)
+        .create(&PostParams::default(), d)
+        .await
+        .expect("create Deployment");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -100,7 +103,8 @@ async fn a_rollout_that_never_completes_fails_at_the_end_of_the_bake() {
     let cluster = start(ClusterOptions::new("gates-slow").with_workloads(true)).await;
     // Pods never become ready, and the progress deadline is far away: the gate stays unknown.
     apply(&cluster.client(), &deployment("redis-operator", 1, true, 600)).await;
-    let spec = policy("4s", "1s", "    - name: deployment-available\n      deploymentAvailable: {names: [redis-operator]}\n");
+    let spec =
+        policy("4s", "1s", "    - name: deployment-available\n      deploymentAvailable: {names: [redis-operator]}\n");
     let r = runner(&cluster, spec, "", Default::default());
     let verdict = within("bake", 30, r.run(|_| {})).await;
     let BakeVerdict::Failed { gate, at_bake_end: true, .. } = &verdict else { panic!("{verdict}") };

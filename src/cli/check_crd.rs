@@ -78,8 +78,9 @@ fn read_crds(path: &Path) -> anyhow::Result<Vec<CustomResourceDefinition>> {
         if doc.get("kind").and_then(|k| k.as_str()) != Some("CustomResourceDefinition") {
             continue;
         }
-        let crd: CustomResourceDefinition = serde_yaml_ng::from_value(doc)
-            .with_context(|| format!("{file}: document {} is not a valid apiextensions.k8s.io/v1 CustomResourceDefinition", i + 1))?;
+        let crd: CustomResourceDefinition = serde_yaml_ng::from_value(doc).with_context(|| {
+            format!("{file}: document {} is not a valid apiextensions.k8s.io/v1 CustomResourceDefinition", i + 1)
+        })?;
         crds.push(crd);
     }
     anyhow::ensure!(!crds.is_empty(), "{file} holds no CustomResourceDefinition");
@@ -97,15 +98,22 @@ fn print_table(r: &Report<'_>) {
     let word = "incompatible";
     let word = if colour { word.red().bold().to_string() } else { word.to_string() };
     let n = r.findings.len();
-    println!("{word}: {n} finding{} replacing {} with {}", if n == 1 { "" } else { "s" }, r.old.display(), r.new.display());
+    println!(
+        "{word}: {n} finding{} replacing {} with {}",
+        if n == 1 { "" } else { "s" },
+        r.old.display(),
+        r.new.display()
+    );
     // The CRD column only when the files hold several CRDs.
     let with_crd = r.crds.len() > 1;
     let rows: Vec<Vec<String>> = r
         .findings
         .iter()
         .map(|f| {
-            let rule = serde_json::to_value(f.rule).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
-            let mut row = vec![rule, f.version.clone().unwrap_or_else(|| "-".into()), f.path.clone(), f.message.clone()];
+            let rule =
+                serde_json::to_value(f.rule).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+            let mut row =
+                vec![rule, f.version.clone().unwrap_or_else(|| "-".into()), f.path.clone(), f.message.clone()];
             if with_crd {
                 row.insert(0, f.crd.clone());
             }

@@ -111,7 +111,12 @@ mod tests {
 
     #[test]
     fn integers_compare_with_int_literals() {
-        let e = judge_objects("big", "self.spec.size > 2 && self.spec.size * 2 == 6", Quantity::percent(1.0), &[redis("a", None)]);
+        let e = judge_objects(
+            "big",
+            "self.spec.size > 2 && self.spec.size * 2 == 6",
+            Quantity::percent(1.0),
+            &[redis("a", None)],
+        );
         assert!(e.is_pass(), "{e}");
     }
 }

@@ -78,7 +78,11 @@ pub fn stored_versions(crd: &CustomResourceDefinition) -> Vec<String> {
 }
 
 /// Findings for replacing `old` with `new`, where objects exist in `stored_versions`.
-pub fn check(old: &CustomResourceDefinition, new: &CustomResourceDefinition, stored_versions: &[String]) -> Vec<Finding> {
+pub fn check(
+    old: &CustomResourceDefinition,
+    new: &CustomResourceDefinition,
+    stored_versions: &[String],
+) -> Vec<Finding> {
     let mut c = Checker { crd: name_of(old), out: Vec::new() };
     let (os, ns) = (&old.spec, &new.spec);
     if os.group != ns.group || os.names.plural != ns.names.plural {
@@ -244,7 +248,13 @@ impl Checker {
     }
 
     fn version_finding(&mut self, rule: Rule, version: &str, message: String) {
-        self.out.push(Finding { rule, crd: self.crd.clone(), version: Some(version.into()), path: ".spec.versions".into(), message });
+        self.out.push(Finding {
+            rule,
+            crd: self.crd.clone(),
+            version: Some(version.into()),
+            path: ".spec.versions".into(),
+            message,
+        });
     }
 
     fn field(&mut self, rule: Rule, version: &str, path: &str, message: String) {
@@ -290,7 +300,9 @@ impl Checker {
                 }
             }
         }
-        if let (Some(JSONSchemaPropsOrArray::Schema(o)), Some(JSONSchemaPropsOrArray::Schema(n))) = (&old.items, &new.items) {
+        if let (Some(JSONSchemaPropsOrArray::Schema(o)), Some(JSONSchemaPropsOrArray::Schema(n))) =
+            (&old.items, &new.items)
+        {
             self.schema(version, &format!("{path}[*]"), o, n);
         }
         if let (Some(JSONSchemaPropsOrBool::Schema(o)), Some(JSONSchemaPropsOrBool::Schema(n))) =
@@ -301,7 +313,8 @@ impl Checker {
     }
 
     fn enums(&mut self, version: &str, path: &str, old: &JSONSchemaProps, new: &JSONSchemaProps) {
-        let values = |s: &JSONSchemaProps| s.enum_.as_ref().map(|e| e.iter().map(|j| j.0.to_string()).collect::<BTreeSet<_>>());
+        let values =
+            |s: &JSONSchemaProps| s.enum_.as_ref().map(|e| e.iter().map(|j| j.0.to_string()).collect::<BTreeSet<_>>());
         match (values(old), values(new)) {
             (Some(o), Some(n)) => {
                 let removed: Vec<String> = o.difference(&n).cloned().collect();
@@ -310,7 +323,10 @@ impl Checker {
                         Rule::EnumValuesRemoved,
                         version,
                         path,
-                        format!("enum values removed: {}; objects using them would stop validating", removed.join(", ")),
+                        format!(
+                            "enum values removed: {}; objects using them would stop validating",
+                            removed.join(", ")
+                        ),
                     );
                 }
             }
@@ -334,7 +350,10 @@ mod tests {
 
     #[test]
     fn paths_quote_keys_that_are_not_plain_names() {
-        assert_eq!(child_path(".metadata.labels", "app.kubernetes.io/name"), ".metadata.labels[\"app.kubernetes.io/name\"]");
+        assert_eq!(
+            child_path(".metadata.labels", "app.kubernetes.io/name"),
+            ".metadata.labels[\"app.kubernetes.io/name\"]"
+        );
         assert_eq!(child_path("", "spec"), ".spec");
         assert_eq!(shown_path(""), ".");
     }

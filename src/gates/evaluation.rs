@@ -12,23 +12,37 @@ pub enum Verdict {
     Pass,
     Fail,
     /// The data needed to decide is missing (no samples, call timed out, rollout still running).
-    Unknown { reason: String },
+    Unknown {
+        reason: String,
+    },
 }
 
 /// What the observed figure is compared with.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "camelCase")]
 pub enum Threshold {
-    AtMost { limit: Quantity },
-    AtLeast { limit: Quantity },
+    AtMost {
+        limit: Quantity,
+    },
+    AtLeast {
+        limit: Quantity,
+    },
     /// `limit = baseline × (1 + increase)`; baseline sampled before the apply.
     #[serde(rename_all = "camelCase")]
-    AtMostOverBaseline { baseline: Quantity, increase: Quantity, limit: Quantity },
+    AtMostOverBaseline {
+        baseline: Quantity,
+        increase: Quantity,
+        limit: Quantity,
+    },
     /// A relative gate whose baseline could not be sampled.
     #[serde(rename_all = "camelCase")]
-    IncreaseOverMissingBaseline { increase: Quantity },
+    IncreaseOverMissingBaseline {
+        increase: Quantity,
+    },
     /// A yes/no expectation, e.g. "dry-run create accepted".
-    Expect { what: String },
+    Expect {
+        what: String,
+    },
 }
 
 impl Threshold {
@@ -159,13 +173,25 @@ mod tests {
     }
 
     #[rstest]
-    #[case::error_rate_fails(GateEvaluation::compare("error-rate", Quantity::percent(0.073), at_most(Quantity::percent(0.05)), None), "error-rate 7.3 % > 5 %")]
-    #[case::error_rate_passes(GateEvaluation::compare("error-rate", Quantity::percent(0.021), at_most(Quantity::percent(0.05)), None), "error-rate 2.1 % ≤ 5 %")]
-    #[case::p99(GateEvaluation::compare("p99", Quantity::seconds(0.7425), at_most(Quantity::seconds(0.5)), None), "p99 742.5 ms > 500 ms")]
+    #[case::error_rate_fails(
+        GateEvaluation::compare("error-rate", Quantity::percent(0.073), at_most(Quantity::percent(0.05)), None),
+        "error-rate 7.3 % > 5 %"
+    )]
+    #[case::error_rate_passes(
+        GateEvaluation::compare("error-rate", Quantity::percent(0.021), at_most(Quantity::percent(0.05)), None),
+        "error-rate 2.1 % ≤ 5 %"
+    )]
+    #[case::p99(
+        GateEvaluation::compare("p99", Quantity::seconds(0.7425), at_most(Quantity::seconds(0.5)), None),
+        "p99 742.5 ms > 500 ms"
+    )]
     #[case::restarts(GateEvaluation::compare("pod-restarts", Quantity::number(5.0), at_most(Quantity::number(3.0)), Some("operator/op-1: 5".into())), "pod-restarts 5 > 3 — operator/op-1: 5")]
     #[case::ratio(GateEvaluation::compare("ready", Quantity::percent(2.0 / 3.0), Threshold::AtLeast { limit: Quantity::percent(1.0) }, None), "ready 66.7 % < 100 %")]
     #[case::baseline(GateEvaluation::compare("reconcile", Quantity::seconds(0.13), Threshold::AtMostOverBaseline { baseline: Quantity::seconds(0.1), increase: Quantity::percent(0.2), limit: Quantity::seconds(0.12) }, None), "reconcile 130 ms > 120 ms (baseline 100 ms + 20 %)")]
-    #[case::unknown(GateEvaluation::unknown("p99", "query returned no samples", at_most(Quantity::seconds(0.5))), "p99 unknown (query returned no samples; threshold ≤ 500 ms)")]
+    #[case::unknown(
+        GateEvaluation::unknown("p99", "query returned no samples", at_most(Quantity::seconds(0.5))),
+        "p99 unknown (query returned no samples; threshold ≤ 500 ms)"
+    )]
     #[case::expect_pass(GateEvaluation { gate: "webhook".into(), verdict: Verdict::Pass, observed: None, threshold: Threshold::Expect { what: "dry-run create accepted".into() }, detail: None }, "webhook ok: dry-run create accepted")]
     #[case::expect_fail(GateEvaluation { gate: "webhook".into(), verdict: Verdict::Fail, observed: None, threshold: Threshold::Expect { what: "dry-run create accepted".into() }, detail: Some("failed calling webhook".into()) }, "webhook failed (want dry-run create accepted) — failed calling webhook")]
     fn evaluations_read_like_sentences(#[case] e: GateEvaluation, #[case] want: &str) {
@@ -181,7 +207,8 @@ mod tests {
         assert_eq!(v["observed"]["value"], 0.073);
         assert_eq!(v["threshold"]["type"], "atMost");
         assert_eq!(serde_json::from_value::<GateEvaluation>(v).unwrap(), e);
-        let u = serde_json::to_value(GateEvaluation::unknown("x", "timed out", at_most(Quantity::number(1.0)))).unwrap();
+        let u =
+            serde_json::to_value(GateEvaluation::unknown("x", "timed out", at_most(Quantity::number(1.0)))).unwrap();
         assert_eq!(u["verdict"], "unknown");
         assert_eq!(u["reason"], "timed out");
     }
@@ -193,8 +220,19 @@ mod tests {
     #[case(Verdict::Unknown { reason: "x".into() }, OnUnknown::FailAfterBake, true, true)]
     #[case(Verdict::Unknown { reason: "x".into() }, OnUnknown::Fail, false, true)]
     #[case(Verdict::Unknown { reason: "x".into() }, OnUnknown::Ignore, true, false)]
-    fn unknown_fails_as_the_policy_says(#[case] verdict: Verdict, #[case] on: OnUnknown, #[case] over: bool, #[case] fails: bool) {
-        let e = GateEvaluation { gate: "g".into(), verdict, observed: None, threshold: at_most(Quantity::number(1.0)), detail: None };
+    fn unknown_fails_as_the_policy_says(
+        #[case] verdict: Verdict,
+        #[case] on: OnUnknown,
+        #[case] over: bool,
+        #[case] fails: bool,
+    ) {
+        let e = GateEvaluation {
+            gate: "g".into(),
+            verdict,
+            observed: None,
+            threshold: at_most(Quantity::number(1.0)),
+            detail: None,
+        };
         assert_eq!(e.fails_release(on, over), fails);
     }
 }

@@ -59,7 +59,9 @@ impl PrometheusClient {
         let resp = match tokio::time::timeout(self.timeout, send).await {
             Err(_) => return Err(PrometheusError::Timeout(self.timeout)),
             Ok(Err(e)) if e.is_timeout() => return Err(PrometheusError::Timeout(self.timeout)),
-            Ok(Err(e)) => return Err(PrometheusError::Unreachable { url: self.base.to_string(), reason: e.to_string() }),
+            Ok(Err(e)) => {
+                return Err(PrometheusError::Unreachable { url: self.base.to_string(), reason: e.to_string() });
+            }
             Ok(Ok(r)) => r,
         };
         let status = resp.status();
@@ -103,7 +105,9 @@ struct VectorItem {
 fn parse_response(status: u16, body: &str) -> Result<Vec<Sample>, PrometheusError> {
     let resp: ApiResponse = match serde_json::from_str(body) {
         Ok(r) => r,
-        Err(_) if status != 200 => return Err(PrometheusError::Http { status, body: body.chars().take(300).collect() }),
+        Err(_) if status != 200 => {
+            return Err(PrometheusError::Http { status, body: body.chars().take(300).collect() });
+        }
         Err(e) => return Err(PrometheusError::Decode(e.to_string())),
     };
     if resp.status != "success" {
@@ -202,7 +206,8 @@ pub(crate) fn judge(
     match worst(gate, &samples) {
         Err(reason) => GateEvaluation::unknown(name, reason, threshold),
         Ok(s) => {
-            let detail = (samples.len() > 1).then(|| format!("worst of {} series: {}", samples.len(), labels(&s.labels)));
+            let detail =
+                (samples.len() > 1).then(|| format!("worst of {} series: {}", samples.len(), labels(&s.labels)));
             GateEvaluation::compare(name, Quantity { value: s.value, unit: display_unit(gate) }, threshold, detail)
         }
     }
@@ -220,7 +225,8 @@ mod tests {
 
     fn gate(bound: &str, q: &str) -> PrometheusGate {
         let q: Quantity = q.parse().unwrap();
-        let mut g = PrometheusGate { query: "x".into(), unit: None, max: None, min: None, max_increase_over_baseline: None };
+        let mut g =
+            PrometheusGate { query: "x".into(), unit: None, max: None, min: None, max_increase_over_baseline: None };
         match bound {
             "max" => g.max = Some(q),
             "min" => g.min = Some(q),
@@ -270,10 +276,22 @@ mod tests {
     #[case::vector(200, r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"job":"a"},"value":[1.5,"0.25"]}]}}"#, Ok(vec![(Some("a"), 0.25)]))]
     #[case::scalar(200, r#"{"status":"success","data":{"resultType":"scalar","result":[1.5,"3"]}}"#, Ok(vec![(None, 3.0)]))]
     #[case::inf(200, r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"+Inf"]}]}}"#, Ok(vec![(None, f64::INFINITY)]))]
-    #[case::bad_query(400, r#"{"status":"error","errorType":"bad_data","error":"parse error"}"#, Err("Prometheus refused the query (bad_data): parse error"))]
-    #[case::matrix(200, r#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#, Err("the query returned a range vector; gates need an instant vector or a scalar"))]
+    #[case::bad_query(
+        400,
+        r#"{"status":"error","errorType":"bad_data","error":"parse error"}"#,
+        Err("Prometheus refused the query (bad_data): parse error")
+    )]
+    #[case::matrix(
+        200,
+        r#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#,
+        Err("the query returned a range vector; gates need an instant vector or a scalar")
+    )]
     #[case::not_json(502, "bad gateway", Err("Prometheus answered HTTP 502: bad gateway"))]
-    fn api_responses_are_read(#[case] status: u16, #[case] body: &str, #[case] want: Result<Vec<(Option<&str>, f64)>, &str>) {
+    fn api_responses_are_read(
+        #[case] status: u16,
+        #[case] body: &str,
+        #[case] want: Result<Vec<(Option<&str>, f64)>, &str>,
+    ) {
         let got = parse_response(status, body)
             .map(|v| v.into_iter().map(|s| (s.labels.get("job").cloned(), s.value)).collect::<Vec<_>>())
             .map_err(|e| e.to_string());

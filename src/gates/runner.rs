@@ -93,7 +93,9 @@ pub async fn sample_baseline(
 ) -> Result<Baseline, GateError> {
     policy.validate().map_err(GateError::InvalidPolicy)?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &target.namespace);
-    let list = call(format!("listing pods ({})", target.describe()), policy.call_timeout, pods.list(&target.list_params())).await?;
+    let list =
+        call(format!("listing pods ({})", target.describe()), policy.call_timeout, pods.list(&target.list_params()))
+            .await?;
     let mut baseline = Baseline {
         sampled_at: Some(Utc::now()),
         restarts: workload::restart_counts(&list.items),
@@ -172,7 +174,8 @@ pub fn decide(policy: &GatePolicySpec, round: &Round, bake_over: bool) -> Option
     };
     let failed = |e: &&GateEvaluation| e.fails_release(on_unknown(&e.gate), bake_over);
     // A threshold failure names the problem better than an unknown, so it is reported first.
-    let first = round.evaluations.iter().filter(|e| e.is_fail()).find(failed).or_else(|| round.evaluations.iter().find(failed));
+    let first =
+        round.evaluations.iter().filter(|e| e.is_fail()).find(failed).or_else(|| round.evaluations.iter().find(failed));
     if let Some(gate) = first {
         return Some(BakeVerdict::Failed {
             gate: gate.clone(),
@@ -269,9 +272,16 @@ impl GateRunner {
                         };
                         let mut e = workload::judge_deployments(name, &items, &scope);
                         if !d.names.is_empty() && items.len() < d.names.len() {
-                            let missing: Vec<&String> =
-                                d.names.iter().filter(|n| !items.iter().any(|i| i.metadata.name.as_ref() == Some(n))).collect();
-                            e = GateEvaluation::unknown(name, format!("Deployment not found: {missing:?} in namespace {ns}"), e.threshold);
+                            let missing: Vec<&String> = d
+                                .names
+                                .iter()
+                                .filter(|n| !items.iter().any(|i| i.metadata.name.as_ref() == Some(n)))
+                                .collect();
+                            e = GateEvaluation::unknown(
+                                name,
+                                format!("Deployment not found: {missing:?} in namespace {ns}"),
+                                e.threshold,
+                            );
                         }
                         e
                     }
@@ -289,25 +299,35 @@ impl GateRunner {
                     ),
                 }
             }
-            GateCheck::CustomResources(c) => match self.list_objects(&c.api_version, &c.kind, c.namespace.as_deref()).await {
-                Ok(objects) => cel_health::judge_objects(name, &c.expression, c.min_healthy_ratio, &objects),
-                Err(err) => GateEvaluation::unknown(
-                    name,
-                    err.to_string(),
-                    super::Threshold::AtLeast { limit: crate::model::Quantity::percent(c.min_healthy_ratio.value) },
-                ),
-            },
+            GateCheck::CustomResources(c) => {
+                match self.list_objects(&c.api_version, &c.kind, c.namespace.as_deref()).await {
+                    Ok(objects) => cel_health::judge_objects(name, &c.expression, c.min_healthy_ratio, &objects),
+                    Err(err) => GateEvaluation::unknown(
+                        name,
+                        err.to_string(),
+                        super::Threshold::AtLeast { limit: crate::model::Quantity::percent(c.min_healthy_ratio.value) },
+                    ),
+                }
+            }
             GateCheck::Prometheus(p) => {
                 let baseline = match p.bound() {
                     Some(PrometheusBound::MaxIncreaseOverBaseline(_)) => Some(match self.baseline.metrics.get(name) {
                         Some(v) => Ok(*v),
-                        None => Err(self.baseline.missing.get(name).map(String::as_str).unwrap_or("not sampled before the apply")),
+                        None => Err(self
+                            .baseline
+                            .missing
+                            .get(name)
+                            .map(String::as_str)
+                            .unwrap_or("not sampled before the apply")),
                     }),
                     _ => None,
                 };
                 let result = match &self.prometheus {
                     Some(client) => client.instant(&p.query).await,
-                    None => Err(super::PrometheusError::Unreachable { url: String::new(), reason: "no prometheus.url".into() }),
+                    None => Err(super::PrometheusError::Unreachable {
+                        url: String::new(),
+                        reason: "no prometheus.url".into(),
+                    }),
                 };
                 prometheus::judge(name, p, result, baseline)
             }
@@ -316,11 +336,21 @@ impl GateRunner {
     }
 
     /// Every object of a kind (in one namespace or all), as JSON for CEL.
-    async fn list_objects(&self, api_version: &str, kind: &str, namespace: Option<&str>) -> Result<Vec<serde_json::Value>, GateError> {
+    async fn list_objects(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+    ) -> Result<Vec<serde_json::Value>, GateError> {
         let timeout = self.policy.call_timeout;
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
         let gvk = GroupVersionKind::gvk(group, version, kind);
-        let (resource, _) = call(format!("discovering {api_version} {kind}"), timeout, kube::discovery::pinned_kind(&self.client, &gvk)).await?;
+        let (resource, _) = call(
+            format!("discovering {api_version} {kind}"),
+            timeout,
+            kube::discovery::pinned_kind(&self.client, &gvk),
+        )
+        .await?;
         let api: Api<DynamicObject> = match namespace {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
             None => Api::all_with(self.client.clone(), &resource),
@@ -389,7 +419,10 @@ mod tests {
         assert_eq!(decide(&policy(OnUnknown::FailAfterBake), &r, false), None);
         let v = decide(&policy(OnUnknown::FailAfterBake), &r, true).unwrap();
         assert!(matches!(v, BakeVerdict::Failed { at_bake_end: true, .. }), "{v:?}");
-        assert_eq!(v.to_string(), "gate a failed: a unknown (no data; observed 1; threshold ≤ 3) at the end of the bake time");
+        assert_eq!(
+            v.to_string(),
+            "gate a failed: a unknown (no data; observed 1; threshold ≤ 3) at the end of the bake time"
+        );
     }
 
     #[test]

@@ -75,7 +75,8 @@ fn node(s: &JSONSchemaProps, v: &Value, path: &str, root: bool, out: &mut Vec<Vi
         return;
     }
     if !type_ok(s, v) {
-        let want = if s.x_kubernetes_int_or_string == Some(true) { "int-or-string" } else { s.type_.as_deref().unwrap_or("") };
+        let want =
+            if s.x_kubernetes_int_or_string == Some(true) { "int-or-string" } else { s.type_.as_deref().unwrap_or("") };
         violation(out, path, format!("must be of type {want}, is {}", json_type(v)));
         return;
     }
@@ -91,7 +92,8 @@ fn node(s: &JSONSchemaProps, v: &Value, path: &str, root: bool, out: &mut Vec<Vi
     match v {
         Value::Object(map) => {
             for r in s.required.iter().flatten() {
-                if !map.contains_key(r) && !(root && is_server_field(r)) {
+                let server_owned = root && is_server_field(r);
+                if !map.contains_key(r) && !server_owned {
                     violation(out, &child_path(path, r), "required field is missing".into());
                 }
             }
@@ -131,13 +133,21 @@ fn bounds(s: &JSONSchemaProps, v: &Value, path: &str, out: &mut Vec<Violation>) 
         if let Some(min) = s.minimum {
             let exclusive = s.exclusive_minimum == Some(true);
             if n < min || (exclusive && n == min) {
-                violation(out, path, format!("{n} is below the minimum {}{min}", if exclusive { "(exclusive) " } else { "" }));
+                violation(
+                    out,
+                    path,
+                    format!("{n} is below the minimum {}{min}", if exclusive { "(exclusive) " } else { "" }),
+                );
             }
         }
         if let Some(max) = s.maximum {
             let exclusive = s.exclusive_maximum == Some(true);
             if n > max || (exclusive && n == max) {
-                violation(out, path, format!("{n} is above the maximum {}{max}", if exclusive { "(exclusive) " } else { "" }));
+                violation(
+                    out,
+                    path,
+                    format!("{n} is above the maximum {}{max}", if exclusive { "(exclusive) " } else { "" }),
+                );
             }
         }
         if let Some(m) = s.multiple_of

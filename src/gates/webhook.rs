@@ -18,15 +18,19 @@ pub(crate) async fn probe(
 ) -> GateEvaluation {
     let s = |p: &str| sample.pointer(p).and_then(Value::as_str).unwrap_or_default().to_string();
     let (api_version, kind, name) = (s("/apiVersion"), s("/kind"), s("/metadata/name"));
-    let namespace = Some(s("/metadata/namespace")).filter(|n| !n.is_empty()).unwrap_or_else(|| default_namespace.to_string());
+    let namespace =
+        Some(s("/metadata/namespace")).filter(|n| !n.is_empty()).unwrap_or_else(|| default_namespace.to_string());
     let threshold = Threshold::Expect { what: format!("dry-run create of {kind} {name} accepted") };
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
     let gvk = GroupVersionKind::gvk(group, version, &kind);
 
-    let (resource, caps) = match call(format!("discovering {api_version} {kind}"), timeout, kube::discovery::pinned_kind(client, &gvk)).await {
-        Ok(found) => found,
-        Err(e) => return GateEvaluation::unknown(gate, e.to_string(), threshold),
-    };
+    let (resource, caps) =
+        match call(format!("discovering {api_version} {kind}"), timeout, kube::discovery::pinned_kind(client, &gvk))
+            .await
+        {
+            Ok(found) => found,
+            Err(e) => return GateEvaluation::unknown(gate, e.to_string(), threshold),
+        };
     let mut object: DynamicObject = match serde_json::from_value(sample.clone()) {
         Ok(o) => o,
         Err(e) => return GateEvaluation::unknown(gate, format!("the sample is not an object: {e}"), threshold),

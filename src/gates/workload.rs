@@ -160,7 +160,11 @@ mod tests {
 
     #[test]
     fn a_progress_deadline_fails_at_once() {
-        let e = judge_deployments("available", &[deployment("op", 2, 1, 0, 2, true), deployment("web", 1, 1, 1, 1, false)], "x");
+        let e = judge_deployments(
+            "available",
+            &[deployment("op", 2, 1, 0, 2, true), deployment("web", 1, 1, 1, 1, false)],
+            "x",
+        );
         assert!(e.is_fail());
         assert_eq!(
             e.to_string(),
@@ -171,7 +175,10 @@ mod tests {
     #[test]
     fn no_deployment_is_unknown() {
         let e = judge_deployments("available", &[], "selector app=op in namespace operator");
-        assert_eq!(e.verdict, Verdict::Unknown { reason: "no Deployment found (selector app=op in namespace operator)".into() });
+        assert_eq!(
+            e.verdict,
+            Verdict::Unknown { reason: "no Deployment found (selector app=op in namespace operator)".into() }
+        );
     }
 
     fn pod(name: &str, uid: &str, restarts: &[i32]) -> Pod {

@@ -301,7 +301,9 @@ impl GatePolicySpec {
                     url: p.url.clone(),
                     reason: format!("scheme {:?}", u.scheme()),
                 }),
-                Err(e) => problems.push(GatePolicyProblem::BadPrometheusUrl { url: p.url.clone(), reason: e.to_string() }),
+                Err(e) => {
+                    problems.push(GatePolicyProblem::BadPrometheusUrl { url: p.url.clone(), reason: e.to_string() })
+                }
             }
         }
         let mut seen = std::collections::BTreeSet::new();
@@ -335,7 +337,10 @@ impl GatePolicySpec {
                         problems.push(GatePolicyProblem::BadExpression { gate: gate(), message: e.to_string() });
                     }
                     if c.api_version.is_empty() || c.api_version.split('/').count() > 2 {
-                        problems.push(GatePolicyProblem::BadApiVersion { gate: gate(), api_version: c.api_version.clone() });
+                        problems.push(GatePolicyProblem::BadApiVersion {
+                            gate: gate(),
+                            api_version: c.api_version.clone(),
+                        });
                     }
                 }
                 GateCheck::Webhook(w) => {
@@ -406,9 +411,11 @@ impl std::str::FromStr for Quantity {
 
     fn from_str(s: &str) -> Result<Quantity, String> {
         let t = s.trim();
-        let split = t.find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '-' | '+' | 'e' | 'E'))).unwrap_or(t.len());
+        let split =
+            t.find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '-' | '+' | 'e' | 'E'))).unwrap_or(t.len());
         let (num, suffix) = t.split_at(split);
-        let value: f64 = num.parse().map_err(|_| format!("{s:?} is not a number with an optional unit (5%, 500ms, 3)"))?;
+        let value: f64 =
+            num.parse().map_err(|_| format!("{s:?} is not a number with an optional unit (5%, 500ms, 3)"))?;
         if !value.is_finite() {
             return Err(format!("{s:?} is not finite"));
         }
@@ -578,7 +585,10 @@ spec:
     #[case::no_check("- name: a\n", "found none")]
     #[case::typo("- name: a\n  podRestarts: {maks: 1}\n", "unknown field")]
     fn malformed_gates_are_refused_with_the_reason(#[case] gates: &str, #[case] want: &str) {
-        let text = format!("apiVersion: fleetgate.io/v1alpha1\nkind: GatePolicy\nmetadata: {{name: p}}\nspec:\n  bakeTime: 1m\n  gates:\n{}", indent(gates));
+        let text = format!(
+            "apiVersion: fleetgate.io/v1alpha1\nkind: GatePolicy\nmetadata: {{name: p}}\nspec:\n  bakeTime: 1m\n  gates:\n{}",
+            indent(gates)
+        );
         let err = parse_document::<GatePolicySpec>("p.yaml", &text, "GatePolicy").unwrap_err();
         assert!(err.to_string().contains(want), "{err}");
     }

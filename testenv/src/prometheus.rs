@@ -42,7 +42,11 @@ impl Prometheus {
     /// second (job [`SCRAPE_JOB`]), and waits up to 30 s until it reports ready.
     pub async fn start(scrape_target: SocketAddr) -> anyhow::Result<Prometheus> {
         let bin = binary();
-        anyhow::ensure!(bin.is_file(), "{} not found: install Debian's `prometheus` package (hack/deps.sh)", bin.display());
+        anyhow::ensure!(
+            bin.is_file(),
+            "{} not found: install Debian's `prometheus` package (hack/deps.sh)",
+            bin.display()
+        );
         let dir = tempfile::Builder::new().prefix("fg-prom-").tempdir_in("/tmp")?;
         let config = dir.path().join("prometheus.yml");
         std::fs::write(
@@ -115,7 +119,9 @@ impl Prometheus {
             s.read_to_end(&mut raw).await?;
             anyhow::Ok(String::from_utf8_lossy(&raw).into_owned())
         };
-        let raw = tokio::time::timeout(Duration::from_secs(5), exchange).await.context("prometheus did not answer within 5 s")??;
+        let raw = tokio::time::timeout(Duration::from_secs(5), exchange)
+            .await
+            .context("prometheus did not answer within 5 s")??;
         let status = raw.split_whitespace().nth(1).and_then(|s| s.parse().ok()).context("no HTTP status line")?;
         let body = raw.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
         Ok((status, body))

@@ -16,7 +16,9 @@ pub const OPERATOR_NS: &str = "redis-operator";
 
 /// Fails the test with `what` when `fut` takes longer than `secs`.
 pub async fn within<T>(what: &str, secs: u64, fut: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(secs), fut).await.unwrap_or_else(|_| panic!("timed out after {secs}s: {what}"))
+    tokio::time::timeout(Duration::from_secs(secs), fut)
+        .await
+        .unwrap_or_else(|_| panic!("timed out after {secs}s: {what}"))
 }
 
 /// Polls `check` every 500 ms until it returns `Some`, failing the test after `secs`.
@@ -39,14 +41,18 @@ where
 /// Starts a cluster with the operator namespace created.
 pub async fn start(opts: ClusterOptions) -> TestCluster {
     let cluster = TestCluster::start(opts).await.unwrap_or_else(|e| panic!("{e:#}"));
-    let ns = Namespace { metadata: ObjectMeta { name: Some(OPERATOR_NS.into()), ..Default::default() }, ..Default::default() };
+    let ns = Namespace {
+        metadata: ObjectMeta { name: Some(OPERATOR_NS.into()), ..Default::default() },
+        ..Default::default()
+    };
     Api::<Namespace>::all(cluster.client()).create(&PostParams::default(), &ns).await.expect("operator namespace");
     cluster
 }
 
 /// A CRD from `tests/testdata/crds/<name>.yaml`.
 pub fn crd_fixture(name: &str) -> CustomResourceDefinition {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testdata/crds").join(format!("{name}.yaml"));
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testdata/crds").join(format!("{name}.yaml"));
     serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }
 
