@@ -1,10 +1,174 @@
-//! `fleetgate diff` (scaffold: the owning issue replaces this).
+//! `fleetgate diff --repo PATH|URL --cluster NAME`: live objects of a cluster against the release
+//! Git says it should run, as unified diffs over the fields the release sets (server defaults,
+//! status and bookkeeping fields never show).
+//!
+//! Exit 0 no drift, 1 drift (an object differs or is missing), 2 usage, repository or cluster
+//! error. Changes nothing; the agent (or `fleetgate agent`'s next apply) corrects drift.
 
+use super::output::{OutputFormat, colours};
+use crate::agent::config::{DEFAULT_STATE_NAMESPACE, KubeAccess};
+use crate::apply::{ApplyOptions, DriftReport, DriftState, Engine};
+use crate::release::{
+    Keyring, TagPins, TrustConfig, VerifiedRelease, read_release, resolve, resolve_release, verify,
+};
+use crate::source::{Checkout, Credentials, Source};
+use anyhow::Context;
+use owo_colors::OwoColorize;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// The fleet repo: a local path or a Git URL (file://, git://, ssh://, https://).
+    #[arg(long, env = "FLEETGATE_REPO")]
+    pub repo: String,
+    /// The cluster's name in the fleet repo (clusters/<NAME>.yaml).
+    #[arg(long, value_name = "NAME")]
+    pub cluster: String,
+    /// Compare with this release instead of the one the branch tip asks for.
+    #[arg(long, value_name = "ID")]
+    pub release: Option<String>,
+    /// Branch whose tip says which release the cluster should run. Default: what HEAD points
+    /// to in a local repo, `main` for a URL.
+    #[arg(long)]
+    pub branch: Option<String>,
+    /// Kubeconfig file [default: $KUBECONFIG, ~/.kube/config, else the in-cluster service account].
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context [default: its current context].
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Namespace of the agent (its inventory says which release was last applied).
+    #[arg(short = 'n', long, default_value = DEFAULT_STATE_NAMESPACE)]
+    pub namespace: String,
+    /// Armored public key of a trusted release signer (repeatable). With it the release tag's
+    /// signature is verified first; without it the tag's content is compared as it is.
+    #[arg(long = "trusted-keys", value_name = "FILE")]
+    pub trusted_keys: Vec<PathBuf>,
+    /// SSH private key for ssh:// URLs.
+    #[arg(long, value_name = "FILE")]
+    pub ssh_key: Option<PathBuf>,
+    /// Environment variable holding a token for https:// URLs.
+    #[arg(long, value_name = "VAR", default_value = "FLEETGATE_GIT_TOKEN")]
+    pub token_env: String,
+    #[arg(short = 'o', long, value_enum, default_value_t)]
+    pub output: OutputFormat,
+}
 
-pub async fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`fleetgate diff` is not available in this build yet")
+/// The desired release and the fleet's operator namespace (default for unqualified objects).
+struct Desired {
+    release: VerifiedRelease,
+    operator_namespace: String,
+    verified: bool,
+}
+
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let keyring = if args.trusted_keys.is_empty() {
+        None
+    } else {
+        Some(Keyring::from_files(&args.trusted_keys).context("loading --trusted-keys")?)
+    };
+    let (repo, branch, cluster, release) = (args.repo.clone(), args.branch.clone(), args.cluster.clone(), args.release.clone());
+    let (ssh_key, token) = (args.ssh_key.clone(), std::env::var(&args.token_env).ok());
+    // git2 and gpgme block; keep them off the async runtime.
+    let desired = tokio::task::spawn_blocking(move || -> anyhow::Result<Desired> {
+        let (checkout, _state) = open_repo(&repo, branch.as_deref(), Credentials { ssh_key, token, ..Default::default() })?;
+        let desired = match &release {
+            Some(id) => resolve_release(&checkout, &cluster, id)?,
+            None => resolve(&checkout, &cluster)?,
+        };
+        let operator_namespace = desired.config.fleet.spec.operator.namespace.clone();
+        let (release, verified) = match keyring {
+            Some(keyring) => {
+                let trust = TrustConfig::new(keyring);
+                (verify(&checkout, &desired, &trust, &mut TagPins::in_memory())?, true)
+            }
+            None => {
+                let tree = checkout.tag_tree(&desired.tag)?;
+                let (content, findings) = read_release(&tree, Some(&desired.id))?;
+                for f in &findings {
+                    eprintln!("warning: release {}: {f}", desired.id);
+                }
+                let content = content.with_context(|| format!("release {} has no readable release.yaml", desired.id))?;
+                // Read-only: nothing is applied, so an unverified tag only affects what is shown.
+                (VerifiedRelease::assume_verified(content.release, desired.tag.commit.to_string(), content.files), false)
+            }
+        };
+        Ok(Desired { release, operator_namespace, verified })
+    })
+    .await??;
+
+    let access = match (&args.kubeconfig, &args.context) {
+        (None, None) => KubeAccess::Infer,
+        (path, context) => KubeAccess::Kubeconfig { path: path.clone(), context: context.clone() },
+    };
+    let client = access.client().await.context("connecting to the cluster (check --kubeconfig and --context)")?;
+    let mut options = ApplyOptions::new(&args.namespace);
+    options.default_namespace = Some(desired.operator_namespace.clone());
+    let engine = Engine::new(client, options);
+    let report = engine.drift(&desired.release).await.context("comparing the release with the cluster")?;
+    let applied = engine.inventory().await.context("reading the agent's inventory")?.map(|i| i.release);
+
+    if !args.output.print_machine(&report)? {
+        print_human(&args.cluster, &desired, applied.as_deref(), &report);
+    }
+    Ok(if report.has_drift() { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// A local repository as it is, or a URL fetched into a temporary mirror (kept alive by the
+/// returned directory).
+fn open_repo(
+    repo: &str,
+    branch: Option<&str>,
+    credentials: Credentials,
+) -> anyhow::Result<(Checkout, Option<tempfile::TempDir>)> {
+    let path = Path::new(repo);
+    if !repo.contains("://") && path.exists() {
+        let checkout =
+            Checkout::open_local(path, branch).with_context(|| format!("{repo} is not a readable Git repository"))?;
+        return Ok((checkout, None));
+    }
+    let state = tempfile::tempdir()?;
+    let mut source = Source::open(repo, state.path(), credentials)?.with_branch(branch.unwrap_or("main"));
+    source.sync().with_context(|| format!("fetching {repo}"))?;
+    Ok((source.checkout()?, Some(state)))
+}
+
+fn print_human(cluster: &str, desired: &Desired, applied: Option<&str>, report: &DriftReport) {
+    let id = desired.release.id();
+    let trust = if desired.verified { "signature verified" } else { "signature not checked: pass --trusted-keys" };
+    println!("cluster {cluster}: desired release {id} ({trust})");
+    match applied {
+        Some(a) if a != id => println!("the agent last applied {a}, not {id}"),
+        Some(_) => {}
+        None => println!("the agent has not applied any release here yet"),
+    }
+    let colour = colours();
+    for o in report.drifted() {
+        match &o.state {
+            DriftState::Missing => {
+                let line = format!("missing: {}", o.object);
+                println!("{}", if colour { line.red().to_string() } else { line });
+            }
+            DriftState::Drifted { diff } => {
+                for line in diff.lines() {
+                    let painted = match line.chars().next() {
+                        _ if !colour => line.to_string(),
+                        Some('+') => line.green().to_string(),
+                        Some('-') => line.red().to_string(),
+                        Some('@') => line.cyan().to_string(),
+                        _ => line.to_string(),
+                    };
+                    println!("{painted}");
+                }
+            }
+            DriftState::InSync => {}
+        }
+    }
+    let drifted = report.drifted().count();
+    if drifted == 0 {
+        println!("no drift: {} objects match release {id}", report.objects.len());
+    } else {
+        println!("{drifted} of {} objects drifted from release {id}", report.objects.len());
+    }
 }
