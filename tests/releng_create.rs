@@ -184,7 +184,8 @@ fn the_command_line_reports_for_people_and_pipelines_with_exit_codes() {
     let text = stdout(&out);
     assert!(text.starts_with("Released rel-1 on branch main"), "{text}");
     assert!(text.contains("targets    cluster-a, cluster-b"), "{text}");
-    assert!(text.contains("Next: git -C fleet push origin main rel-1"), "{text}");
+    assert!(text.contains("CRDs       nothing to compare with (first release)"), "{text}");
+    assert!(text.contains("Next: fleetgate promote rel-1 --wave canary --repo fleet --trusted-keys KEYS.asc\n"), "{text}");
 
     let out = run(&image, &["-o", "json"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));

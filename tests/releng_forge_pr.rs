@@ -294,3 +294,44 @@ async fn a_forge_refusal_is_shown_clearly_and_exits_2() {
     assert!(stderr(&no_token).contains("tokenEnv says $FORGE_TOKEN, which is not set"), "{}", stderr(&no_token));
     assert!(fleet_branch.is_empty(), "nothing was written before the forge settings were checked");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_open_pr_opens_a_gitlab_merge_request_from_a_new_branch() {
+    let (url, forge) = start_forge().await;
+    let (f, daemon) = tokio::task::spawn_blocking(move || fixture_with_forge("gitlab", &url, "platform/redis/fleet")).await.unwrap();
+    let (out, f) = tokio::task::spawn_blocking(move || {
+        for (id, tag) in [("rel-1", "v1.0.0"), ("rel-2", "v1.1.0")] {
+            f.release(id, tag);
+            let out = promote_cli(&f, &["promote", id, "--wave", "canary"]);
+            assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+            f.git(&["merge", "-q", "--no-ff", "-m", &format!("Merge promote/{id}-wave-canary"), &format!("promote/{id}-wave-canary")]);
+        }
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_fleetgate"));
+        cmd.args(["rollback", "--wave", "canary", "--repo", "fleet", "--open-pr", "--reason", "reconcile latency +35 %"])
+            .env("NO_COLOR", "1")
+            .env("FORGE_TOKEN", TOKEN)
+            .current_dir(f.dir.path());
+        (cmd.output().unwrap(), f)
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("PR         #12 https://gitlab.example.com/platform/redis/fleet/-/merge_requests/12"), "{text}");
+    assert!(f.show("main", "clusters/cluster-a.yaml").contains("  release: rel-2"), "main waits for the merge request");
+
+    let reqs = forge.requests.lock().unwrap().clone();
+    assert_eq!(reqs.len(), 1);
+    let body = &reqs[0].body;
+    let branch = body["source_branch"].as_str().unwrap();
+    assert!(branch.starts_with("rollback/wave-canary-"), "{branch}");
+    assert_eq!(body["target_branch"], "main");
+    assert_eq!(body["title"], "Roll back wave canary: rel-2 -> rel-1");
+    let md = body["description"].as_str().unwrap();
+    assert!(md.contains("| cluster-a | canary | rel-2 | rel-1 |"), "{md}");
+    assert!(md.contains("**Reason:** reconcile latency +35 %"), "{md}");
+    assert!(md.contains("This reverts the promotion commit"), "{md}");
+    let remote = daemon.path("fleet.git");
+    assert_eq!(git_in(&remote, &["rev-parse", branch]), f.git(&["rev-parse", branch]), "the branch was pushed");
+    assert!(f.show(branch, "clusters/cluster-a.yaml").contains("  release: rel-1"));
+}

@@ -234,7 +234,7 @@ fn fleet_promotion_drops_pins_and_the_command_line_prints_and_exits() {
     assert!(text.contains("cluster-b            wave prod       rel-1 -> rel-2"), "{text}");
     assert!(!text.contains("-> rel-2\n    cluster-a") && !text.contains("cluster-a            wave canary     rel-"), "cluster-a already runs rel-2: {text}");
     assert!(text.contains("statuses of rel-2 on earlier waves\n    cluster-a            wave canary     no status\n"), "{text}");
-    assert!(text.contains("Next: git -C fleet push origin promote/rel-2-fleet"), "{text}");
+    assert!(text.contains("Next: review and merge it into main: git -C fleet merge --ff-only promote/rel-2-fleet"), "{text}");
     f.git(&["merge", "-q", "--ff-only", "promote/rel-2-fleet"]);
     assert_eq!(desired(&f), "cluster-a=rel-2 cluster-b=rel-2 cluster-c=rel-2");
     assert!(!f.show("main", "clusters/cluster-a.yaml").contains("\n  release:"), "the pin is gone");

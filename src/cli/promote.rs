@@ -2,7 +2,7 @@
 //! promotion branch ([`fleetgate::releng::promote::promote`]), push it, open the PR.
 
 use super::output::OutputFormat;
-use super::release::{Done, fail, heading, next, signer};
+use super::release::{Done, crd_line, fail, has_remote, heading, next, signer};
 use crate::model::ForgeSettings;
 use crate::releng::forge_pr::{self, OpenedPullRequest, PullRequestSpec};
 use crate::releng::promote::{self, PromoteOutcome, PromoteReport, PromoteRequest};
@@ -124,7 +124,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         match push::push(&repo, &args.remote, &[format!("refs/heads/{}", report.branch)]) {
             Ok(p) => Some(p),
             Err(e) => {
-                print_report(format, &args, &report, None, None)?;
+                print_report(format, &repo, &args, &report, None, None)?;
                 return fail(format, &e);
             }
         }
@@ -137,12 +137,12 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         match forge_pr::open(&forge, &token, &spec).await {
             Ok(opened) => pr = Some(opened),
             Err(e) => {
-                print_report(format, &args, &report, pushed.as_ref(), None)?;
+                print_report(format, &repo, &args, &report, pushed.as_ref(), None)?;
                 return fail(format, &RelengError::Forge(e));
             }
         }
     }
-    print_report(format, &args, &report, pushed.as_ref(), pr.as_ref())?;
+    print_report(format, &repo, &args, &report, pushed.as_ref(), pr.as_ref())?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -176,6 +176,7 @@ fn prepare(repo: &FleetRepo, args: &Args) -> Result<(PromoteReport, Forge), Rele
 
 fn print_report(
     format: OutputFormat,
+    repo: &FleetRepo,
     args: &Args,
     r: &PromoteReport,
     pushed: Option<&Pushed>,
@@ -205,7 +206,7 @@ fn print_report(
         println!("    {:<20} wave {:<10} {} -> {}", m.cluster, m.wave, m.from.as_deref().unwrap_or("(none)"), m.to);
     }
     for c in &r.crd_compatibility {
-        println!("  CRDs       {} against {}", c.verdict.summary(), c.from.as_deref().unwrap_or("(nothing installed)"));
+        println!("  CRDs       {}", crd_line(&c.verdict, Some(c.from.as_deref().unwrap_or("(nothing installed)"))));
         for f in &c.verdict.findings {
             println!("               - {f}");
         }
@@ -231,11 +232,16 @@ fn print_report(
             next("review and merge the PR; then watch the clusters with `fleetgate status`");
         }
         None if pushed.is_some() => next(&format!("open a PR from {} into {}, or re-run with --open-pr", r.branch, r.base)),
-        None => next(&format!(
-            "git -C {} push {} {} and open a PR (or re-run with --open-pr); to land it locally: git -C {} merge --ff-only {}",
+        None if has_remote(repo, &args.remote) => next(&format!(
+            "git -C {} push {} {} and open a PR into {} (or re-run with --open-pr)",
             args.repo.display(),
             args.remote,
             r.branch,
+            r.base
+        )),
+        None => next(&format!(
+            "review and merge it into {}: git -C {} merge --ff-only {}",
+            r.base,
             args.repo.display(),
             r.branch
         )),

@@ -4,6 +4,7 @@
 
 use super::output::{OutputFormat, colours};
 use crate::model::Requirements;
+use crate::releng::checks::CrdVerdict;
 use crate::releng::create::{self, CreateOutcome, CreateReport, CreateRequest, Targets};
 use crate::releng::push::{self, Pushed};
 use crate::releng::{FleetRepo, RelengError, Signer};
@@ -156,10 +157,10 @@ pub async fn run(cmd: Command) -> anyhow::Result<ExitCode> {
 fn create_cmd(args: CreateArgs) -> anyhow::Result<ExitCode> {
     let format = args.output;
     match create_and_push(&args) {
-        Ok((report, pushed, first_wave)) => {
-            let done = Done { result: "done", report: &report, pushed: pushed.as_ref(), pull_request: None };
+        Ok(c) => {
+            let done = Done { result: "done", report: &c.report, pushed: c.pushed.as_ref(), pull_request: None };
             if !format.print_machine(&done)? {
-                print_human(&args, &report, pushed.as_ref(), first_wave.as_deref());
+                print_human(&args, &c);
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -167,7 +168,15 @@ fn create_cmd(args: CreateArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn create_and_push(args: &CreateArgs) -> Result<(CreateReport, Option<Pushed>, Option<String>), RelengError> {
+/// What `release create` did, and what the human output needs besides.
+struct Created {
+    report: CreateReport,
+    pushed: Option<Pushed>,
+    first_wave: Option<String>,
+    has_remote: bool,
+}
+
+fn create_and_push(args: &CreateArgs) -> Result<Created, RelengError> {
     let requires = (args.requires_kubernetes.is_some() || !args.architectures.is_empty()).then(|| Requirements {
         kubernetes: args.requires_kubernetes.clone(),
         architectures: args.architectures.clone(),
@@ -199,14 +208,28 @@ fn create_and_push(args: &CreateArgs) -> Result<(CreateReport, Option<Pushed>, O
         .fleet_state(&tip.tree()?, &report.branch)
         .ok()
         .and_then(|s| s.config.fleet.spec.waves.first().cloned());
-    Ok((report, pushed, first_wave))
+    Ok(Created { report, pushed, first_wave, has_remote: has_remote(&repo, &args.remote) })
+}
+
+/// `compatible with rel-1`, `INCOMPATIBLE with rel-1 (2 finding(s))`, `nothing to compare with (first release)`.
+pub(super) fn crd_line(v: &CrdVerdict, against: Option<&str>) -> String {
+    match (v.compared, against) {
+        (true, Some(a)) => format!("{} with {a}", v.summary()),
+        _ => format!("{} ({})", v.summary(), if against.is_some() { "nothing installed" } else { "first release" }),
+    }
+}
+
+/// True when the repo has a remote called (or the URL) `remote`.
+pub(super) fn has_remote(repo: &FleetRepo, remote: &str) -> bool {
+    repo.git().find_remote(remote).is_ok() || remote.contains("://")
 }
 
 fn short(hex: &str) -> &str {
     &hex[..hex.len().min(10)]
 }
 
-fn print_human(args: &CreateArgs, r: &CreateReport, pushed: Option<&Pushed>, first_wave: Option<&str>) {
+fn print_human(args: &CreateArgs, c: &Created) {
+    let (r, pushed, first_wave) = (&c.report, c.pushed.as_ref(), c.first_wave.as_deref());
     match r.outcome {
         CreateOutcome::Created => heading(&format!("Released {} on branch {}", r.id, r.branch)),
         CreateOutcome::AlreadyReleased => heading(&format!("Already released: {} has exactly this content", r.id)),
@@ -219,8 +242,7 @@ fn print_human(args: &CreateArgs, r: &CreateReport, pushed: Option<&Pushed>, fir
     println!("  targets    {}", m.target_clusters.join(", "));
     println!("  rollback   {}", m.rollback_to.as_deref().unwrap_or("(the cluster's last good release)"));
     println!("  manifests  {} file(s) under {}", r.manifest_files, m.manifests);
-    let against = r.previous.as_deref().unwrap_or("(first release)");
-    println!("  CRDs       {} against {against}", r.crd_compatibility.summary());
+    println!("  CRDs       {}", crd_line(&r.crd_compatibility, r.previous.as_deref()));
     for f in &r.crd_compatibility.findings {
         println!("               - {f}");
     }
@@ -234,9 +256,9 @@ fn print_human(args: &CreateArgs, r: &CreateReport, pushed: Option<&Pushed>, fir
     let repo = args.repo.display();
     let wave = first_wave.map(|w| format!("--wave {w}")).unwrap_or_else(|| "--cluster NAME".into());
     let promote = format!("fleetgate promote {} {wave} --repo {repo} --trusted-keys KEYS.asc", r.id);
-    if pushed.is_none() {
-        next(&format!("git -C {repo} push {} {} {}   (or re-run with --push), then {promote} --open-pr", args.remote, r.branch, r.id));
-    } else {
-        next(&format!("{promote} --open-pr"));
+    match (pushed, c.has_remote) {
+        (Some(_), _) => next(&format!("{promote} --open-pr")),
+        (None, true) => next(&format!("git -C {repo} push {} {} {} (or re-run with --push), then {promote} --open-pr", args.remote, r.branch, r.id)),
+        (None, false) => next(&promote),
     }
 }

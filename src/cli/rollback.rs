@@ -4,7 +4,7 @@
 
 use super::output::OutputFormat;
 use super::promote::{TargetArgs, forge_for_pr};
-use super::release::{Done, fail, heading, next, signer};
+use super::release::{Done, fail, has_remote, heading, next, signer};
 use crate::releng::forge_pr::{self, OpenedPullRequest, PullRequestSpec};
 use crate::releng::push::{self, Pushed};
 use crate::releng::rollback::{self, RollbackMethod, RollbackReport, RollbackRequest};
@@ -77,7 +77,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         match push::push(&repo, &args.remote, &[format!("refs/heads/{}", report.branch)]) {
             Ok(p) => Some(p),
             Err(e) => {
-                print_report(format, &args, &report, None, None)?;
+                print_report(format, &repo, &args, &report, None, None)?;
                 return fail(format, &e);
             }
         }
@@ -90,12 +90,12 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         match forge_pr::open(&forge, &token, &spec).await {
             Ok(opened) => pr = Some(opened),
             Err(e) => {
-                print_report(format, &args, &report, pushed.as_ref(), None)?;
+                print_report(format, &repo, &args, &report, pushed.as_ref(), None)?;
                 return fail(format, &RelengError::Forge(e));
             }
         }
     }
-    print_report(format, &args, &report, pushed.as_ref(), pr.as_ref())?;
+    print_report(format, &repo, &args, &report, pushed.as_ref(), pr.as_ref())?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -109,6 +109,7 @@ fn sign_and_roll_back(repo: &FleetRepo, args: &Args, req: &RollbackRequest) -> R
 
 fn print_report(
     format: OutputFormat,
+    repo: &FleetRepo,
     args: &Args,
     r: &RollbackReport,
     pushed: Option<&Pushed>,
@@ -137,12 +138,15 @@ fn print_report(
             next("merge the PR now; the agents follow once it lands, and `fleetgate status` shows them");
         }
         (None, Some(_)) => next("the agents pick the change up from the remote; watch with `fleetgate status`"),
-        (None, None) if r.branch == r.base => next(&format!(
+        (None, None) if r.branch == r.base && has_remote(repo, &args.remote) => next(&format!(
             "git -C {} push {} {} (or re-run with --push) so the agents see it",
             args.repo.display(),
             args.remote,
             r.base
         )),
+        (None, None) if r.branch == r.base => {
+            next(&format!("the agents follow {}; watch them go back with `fleetgate status --repo {}`", r.base, args.repo.display()))
+        }
         (None, None) => next(&format!("push {} and open a PR into {} (or re-run with --open-pr)", r.branch, r.base)),
     }
     Ok(())
