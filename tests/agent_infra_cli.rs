@@ -63,7 +63,10 @@ fn missing_settings_exit_2_and_say_what_to_pass() {
 #[tokio::test]
 async fn the_agent_process_runs_its_services_and_hands_over_on_sigterm() {
     let cluster = TestCluster::start(ClusterOptions::new("agent-cli")).await.expect("test cluster starts");
-    let ns = Namespace { metadata: kube::api::ObjectMeta { name: Some("fleetgate-system".into()), ..Default::default() }, ..Default::default() };
+    let ns = Namespace {
+        metadata: kube::api::ObjectMeta { name: Some("fleetgate-system".into()), ..Default::default() },
+        ..Default::default()
+    };
     Api::<Namespace>::all(cluster.client()).create(&PostParams::default(), &ns).await.unwrap();
 
     let dir = tempfile::tempdir().unwrap();
@@ -105,15 +108,24 @@ async fn the_agent_process_runs_its_services_and_hands_over_on_sigterm() {
     let log = dir.path().join("agent.log");
     let mut agent = Guarded::spawn("fleetgate-agent", cmd, &log).unwrap();
     let addr = format!("127.0.0.1:{port}");
-    tokio::task::spawn_blocking(move || wait_for_port(&addr, Duration::from_secs(20))).await.unwrap().unwrap_or_else(|e| {
-        panic!("{e}\n{}", std::fs::read_to_string(&log).unwrap_or_default());
-    });
+    tokio::task::spawn_blocking(move || wait_for_port(&addr, Duration::from_secs(20))).await.unwrap().unwrap_or_else(
+        |e| {
+            panic!("{e}\n{}", std::fs::read_to_string(&log).unwrap_or_default());
+        },
+    );
     let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
     assert_eq!(http.get(format!("{base}/healthz")).send().await.unwrap().status(), 200);
 
     // It leads (the Lease names it), created its state, and woke once at start-up.
     wait_for_metric(&http, &base, "fleetgate_leader{", "1", Duration::from_secs(10)).await;
-    wait_for_metric(&http, &base, "fleetgate_triggers_total{cluster=\"canary\",source=\"startup\"}", "1", Duration::from_secs(5)).await;
+    wait_for_metric(
+        &http,
+        &base,
+        "fleetgate_triggers_total{cluster=\"canary\",source=\"startup\"}",
+        "1",
+        Duration::from_secs(5),
+    )
+    .await;
     let leases: Api<Lease> = Api::namespaced(cluster.client(), "fleetgate-system");
     let holder = leases.get("fleetgate-agent-canary").await.unwrap().spec.unwrap().holder_identity.unwrap();
     assert!(holder.starts_with("agent-under-test_"), "{holder}");

@@ -23,7 +23,10 @@ struct ApplyError {
 #[tokio::test]
 async fn transitions_and_errors_become_events_on_the_state_configmap() {
     let cluster = TestCluster::start(ClusterOptions::new("events")).await.expect("test cluster starts");
-    let ns = Namespace { metadata: kube::api::ObjectMeta { name: Some(NS.into()), ..Default::default() }, ..Default::default() };
+    let ns = Namespace {
+        metadata: kube::api::ObjectMeta { name: Some(NS.into()), ..Default::default() },
+        ..Default::default()
+    };
     Api::<Namespace>::all(cluster.client()).create(&PostParams::default(), &ns).await.unwrap();
 
     let store = StateStore::new(cluster.client(), NS, "canary");
@@ -41,7 +44,10 @@ async fn transitions_and_errors_become_events_on_the_state_configmap() {
             .await
             .unwrap(),
         store.update(|s| s.start_apply(None, None)).await.unwrap(),
-        store.update(|s| s.start_rollback(Failure::new("ApplyFailed", "CRD not established in 60s"), Utc::now())).await.unwrap(),
+        store
+            .update(|s| s.start_rollback(Failure::new("ApplyFailed", "CRD not established in 60s"), Utc::now()))
+            .await
+            .unwrap(),
     ];
     for t in &steps {
         recorder.transition(&regarding, t).await.expect("event recorded");
@@ -52,10 +58,8 @@ async fn transitions_and_errors_become_events_on_the_state_configmap() {
     let events: Api<Event> = Api::namespaced(cluster.client(), NS);
     let mut list = events.list(&ListParams::default()).await.unwrap().items;
     list.sort_by_key(|e| e.event_time.clone().map(|t| t.0));
-    let seen: Vec<(String, String, String)> = list
-        .iter()
-        .map(|e| (e.type_.clone().unwrap(), e.reason.clone().unwrap(), e.action.clone().unwrap()))
-        .collect();
+    let seen: Vec<(String, String, String)> =
+        list.iter().map(|e| (e.type_.clone().unwrap(), e.reason.clone().unwrap(), e.action.clone().unwrap())).collect();
     let expected = [
         ("Normal", "ReleaseStarted", "Verify"),
         ("Normal", "ApplyStarted", "Apply"),
@@ -66,12 +70,19 @@ async fn transitions_and_errors_become_events_on_the_state_configmap() {
     assert_eq!(seen, expected);
     for e in &list {
         let r = e.regarding.as_ref().unwrap();
-        assert_eq!((r.kind.as_deref(), r.name.as_deref(), &r.uid), (Some("ConfigMap"), Some("fleetgate-state-canary"), &regarding.uid));
+        assert_eq!(
+            (r.kind.as_deref(), r.name.as_deref(), &r.uid),
+            (Some("ConfigMap"), Some("fleetgate-state-canary"), &regarding.uid)
+        );
         assert_eq!(e.reporting_controller.as_deref(), Some(REPORTING_CONTROLLER));
         assert_eq!(e.reporting_instance.as_deref(), Some("fleetgate-agent-7d9f_0a1b2c3d"));
     }
     let rollback_note = list[2].note.as_deref().unwrap();
-    assert!(rollback_note.contains("ApplyFailed: CRD not established in 60s") && rollback_note.contains("rolling back to nothing"), "{rollback_note}");
+    assert!(
+        rollback_note.contains("ApplyFailed: CRD not established in 60s")
+            && rollback_note.contains("rolling back to nothing"),
+        "{rollback_note}"
+    );
     let error_note = list[3].note.as_deref().unwrap();
     assert!(error_note.starts_with("applying rel-1: xxx"), "{error_note}");
     assert!(error_note.len() <= 1024 && error_note.ends_with('…'), "{} bytes", error_note.len());

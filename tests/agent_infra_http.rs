@@ -75,7 +75,8 @@ fn github_signature(body: &[u8]) -> String {
     format!("sha256={hex}")
 }
 
-const PUSH_MAIN: &[u8] = br#"{"ref":"refs/heads/main","before":"0000","after":"a1b2","repository":{"full_name":"acme/fleet"}}"#;
+const PUSH_MAIN: &[u8] =
+    br#"{"ref":"refs/heads/main","before":"0000","after":"a1b2","repository":{"full_name":"acme/fleet"}}"#;
 const PUSH_OTHER: &[u8] = br#"{"ref":"refs/heads/feature-x","after":"a1b2"}"#;
 const PUSH_TAG: &[u8] = br#"{"ref":"refs/tags/rel-2","after":"a1b2"}"#;
 
@@ -99,7 +100,9 @@ async fn signed_webhooks_wake_the_loop_and_bad_ones_do_not() {
     let mut f = start(Some(SECRET)).await;
     f.leadership.send_replace(Leadership::Leading);
 
-    let (status, answer) = f.hook(&[("x-github-event", "push".into()), ("x-hub-signature-256", github_signature(PUSH_MAIN))], PUSH_MAIN).await;
+    let (status, answer) = f
+        .hook(&[("x-github-event", "push".into()), ("x-hub-signature-256", github_signature(PUSH_MAIN))], PUSH_MAIN)
+        .await;
     assert_eq!((status, &answer["triggered"]), (202, &serde_json::json!(true)), "{answer}");
     assert_eq!(f.woken().await, Some(BTreeSet::from([TriggerSource::Webhook])));
 
@@ -115,7 +118,8 @@ async fn signed_webhooks_wake_the_loop_and_bad_ones_do_not() {
     let gitea_sig = github_signature(PUSH_TAG).trim_start_matches("sha256=").to_string();
     assert_eq!(f.hook(&[("x-gitea-event", "push".into()), ("x-gitea-signature", gitea_sig)], PUSH_TAG).await.0, 202);
     assert_eq!(f.woken().await, Some(BTreeSet::from([TriggerSource::Webhook])));
-    let (status, answer) = f.hook(&[("x-gitlab-event", "Push Hook".into()), ("x-gitlab-token", "webhook-s3cret".into())], PUSH_MAIN).await;
+    let (status, answer) =
+        f.hook(&[("x-gitlab-event", "Push Hook".into()), ("x-gitlab-token", "webhook-s3cret".into())], PUSH_MAIN).await;
     assert_eq!((status, answer["triggered"].as_bool()), (202, Some(true)));
     assert!(f.woken().await.is_some());
 
@@ -123,7 +127,8 @@ async fn signed_webhooks_wake_the_loop_and_bad_ones_do_not() {
     let (status, answer) = f.hook(&[("x-hub-signature-256", github_signature(PUSH_OTHER))], PUSH_OTHER).await;
     assert_eq!((status, answer["triggered"].as_bool()), (202, Some(false)), "{answer}");
     assert!(answer["reason"].as_str().unwrap().contains("feature-x"), "{answer}");
-    let (status, answer) = f.hook(&[("x-github-event", "ping".into()), ("x-hub-signature-256", github_signature(b"{}"))], b"{}").await;
+    let (status, answer) =
+        f.hook(&[("x-github-event", "ping".into()), ("x-hub-signature-256", github_signature(b"{}"))], b"{}").await;
     assert_eq!((status, answer["reason"].as_str()), (200, Some("pong")));
     assert_eq!(f.woken().await, None);
 }

@@ -3,7 +3,7 @@
 //! graceful step-down hands over within a retry period; and a leader whose Lease is taken from it
 //! notices and stops leading.
 
-use fleetgate::agent::lease::{LeaderElector, LeaderHandle, LeaseConfig, Leadership};
+use fleetgate::agent::lease::{LeaderElector, LeaderHandle, Leadership, LeaseConfig};
 use fleetgate_testenv::{ClusterOptions, TestCluster};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
@@ -35,7 +35,10 @@ async fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool)
 #[tokio::test]
 async fn one_leader_takeover_after_expiry_fast_handover_and_loss() {
     let cluster = TestCluster::start(ClusterOptions::new("lease")).await.expect("test cluster starts");
-    let ns = Namespace { metadata: kube::api::ObjectMeta { name: Some(NS.into()), ..Default::default() }, ..Default::default() };
+    let ns = Namespace {
+        metadata: kube::api::ObjectMeta { name: Some(NS.into()), ..Default::default() },
+        ..Default::default()
+    };
     Api::<Namespace>::all(cluster.client()).create(&PostParams::default(), &ns).await.unwrap();
     let leases: Api<Lease> = Api::namespaced(cluster.client(), NS);
 
@@ -43,8 +46,10 @@ async fn one_leader_takeover_after_expiry_fast_handover_and_loss() {
     let a = candidate(&cluster, "agent-a");
     wait_until("a leads", Duration::from_secs(10), || a.is_leading()).await;
     let b = candidate(&cluster, "agent-b");
-    wait_until("b sees a", Duration::from_secs(10), || b.current() == Leadership::Following { holder: Some("agent-a".into()) })
-        .await;
+    wait_until("b sees a", Duration::from_secs(10), || {
+        b.current() == Leadership::Following { holder: Some("agent-a".into()) }
+    })
+    .await;
     // Several retry periods later still exactly one leader.
     tokio::time::sleep(DURATION).await;
     assert!(a.is_leading() && !b.is_leading(), "a={:?} b={:?}", a.current(), b.current());
@@ -66,8 +71,10 @@ async fn one_leader_takeover_after_expiry_fast_handover_and_loss() {
 
     // A graceful stop releases the Lease: a new candidate leads within about one retry period.
     let c = candidate(&cluster, "agent-c");
-    wait_until("c follows b", Duration::from_secs(10), || c.current() == Leadership::Following { holder: Some("agent-b".into()) })
-        .await;
+    wait_until("c follows b", Duration::from_secs(10), || {
+        c.current() == Leadership::Following { holder: Some("agent-b".into()) }
+    })
+    .await;
     let stepped = Instant::now();
     tokio::time::timeout(Duration::from_secs(10), b.step_down()).await.expect("step_down finishes");
     let took = wait_until("c takes over", DURATION, || c.is_leading()).await;

@@ -10,16 +10,23 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 /// A receiver on loopback that records each request and answers with `status` after `delay`.
-async fn receiver(status: StatusCode, delay: Duration) -> (reqwest::Url, mpsc::UnboundedReceiver<(HeaderMap, serde_json::Value)>) {
+async fn receiver(
+    status: StatusCode,
+    delay: Duration,
+) -> (reqwest::Url, mpsc::UnboundedReceiver<(HeaderMap, serde_json::Value)>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let app = Router::new()
         .route(
             "/hook",
-            post(move |State(tx): State<mpsc::UnboundedSender<(HeaderMap, serde_json::Value)>>, headers: HeaderMap, body: String| async move {
-                tx.send((headers, serde_json::from_str(&body).expect("JSON body"))).unwrap();
-                tokio::time::sleep(delay).await;
-                status
-            }),
+            post(
+                move |State(tx): State<mpsc::UnboundedSender<(HeaderMap, serde_json::Value)>>,
+                      headers: HeaderMap,
+                      body: String| async move {
+                    tx.send((headers, serde_json::from_str(&body).expect("JSON body"))).unwrap();
+                    tokio::time::sleep(delay).await;
+                    status
+                },
+            ),
         )
         .with_state(tx);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -15,7 +15,10 @@ const NS: &str = "fleetgate-system";
 
 async fn cluster_with_namespace(name: &str) -> TestCluster {
     let cluster = TestCluster::start(ClusterOptions::new(name)).await.expect("test cluster starts");
-    let ns = Namespace { metadata: kube::api::ObjectMeta { name: Some(NS.into()), ..Default::default() }, ..Default::default() };
+    let ns = Namespace {
+        metadata: kube::api::ObjectMeta { name: Some(NS.into()), ..Default::default() },
+        ..Default::default()
+    };
     Api::<Namespace>::all(cluster.client()).create(&PostParams::default(), &ns).await.expect("namespace created");
     cluster
 }
@@ -43,10 +46,13 @@ async fn state_survives_a_restart_mid_operation_and_damage_is_refused() {
     assert_eq!(cm.metadata.labels.unwrap()["fleetgate.io/cluster"], "canary");
 
     within("rel-1", async {
-        store.update(|s| {
-            s.observe_desired(Some("rel-1"));
-            Ok(())
-        }).await.unwrap();
+        store
+            .update(|s| {
+                s.observe_desired(Some("rel-1"));
+                Ok(())
+            })
+            .await
+            .unwrap();
         store
             .update(|s| {
                 s.record_tag_pins(&pins("rel-1", "c1"));
@@ -58,10 +64,13 @@ async fn state_survives_a_restart_mid_operation_and_damage_is_refused() {
         store.update(|s| s.start_apply(None, None)).await.unwrap();
         store.update(|s| s.applied(Utc::now())).await.unwrap();
         store.update(|s| s.bake_passed()).await.unwrap();
-        store.update(|s| {
-            s.observe_desired(Some("rel-2"));
-            Ok(())
-        }).await.unwrap();
+        store
+            .update(|s| {
+                s.observe_desired(Some("rel-2"));
+                Ok(())
+            })
+            .await
+            .unwrap();
         store.update(|s| s.begin("rel-2", "c2", Utc::now())).await.unwrap();
         store.update(|s| s.start_apply(None, Some("snapshot-rel-1"))).await.unwrap();
         store.update(|s| s.applied(Utc::now())).await.unwrap();
@@ -106,7 +115,10 @@ async fn state_survives_a_restart_mid_operation_and_damage_is_refused() {
     let err = within("corrupt", StateStore::new(cluster.client(), NS, "canary").load()).await.unwrap_err();
     let text = err.to_string();
     assert!(matches!(err, StateError::Corrupt { .. }), "{text}");
-    assert!(text.contains("Dancing") && text.contains("kubectl -n fleetgate-system get configmap fleetgate-state-canary"), "{text}");
+    assert!(
+        text.contains("Dancing") && text.contains("kubectl -n fleetgate-system get configmap fleetgate-state-canary"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -146,7 +158,9 @@ async fn concurrent_writers_conflict_and_the_loser_reapplies_or_refuses() {
         a.update(|s| {
             s.observe_desired(Some("rel-2"));
             Ok(())
-        }).await.unwrap();
+        })
+        .await
+        .unwrap();
         a.update(|s| s.begin("rel-2", "c2", Utc::now())).await.unwrap();
         let err = b.update(|s| s.begin("rel-2", "c2", Utc::now())).await.unwrap_err();
         assert!(

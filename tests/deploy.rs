@@ -8,8 +8,8 @@
 use fleetgate_testenv::{ClusterOptions, TestCluster};
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use kube::discovery::{Discovery, Scope};
 use kube::core::GroupVersionKind;
+use kube::discovery::{Discovery, Scope};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -41,7 +41,9 @@ fn documents(path: &Path) -> Vec<(String, DynamicObject)> {
     serde_yaml_ng::Deserializer::from_str(&text)
         .map(|doc| serde_json::Value::deserialize(doc).unwrap_or_else(|e| panic!("{name}: {e}")))
         .filter(|v| !v.is_null())
-        .map(|v| (name.clone(), serde_json::from_value(v).unwrap_or_else(|e| panic!("{name}: not a Kubernetes object: {e}"))))
+        .map(|v| {
+            (name.clone(), serde_json::from_value(v).unwrap_or_else(|e| panic!("{name}: not a Kubernetes object: {e}")))
+        })
         .collect()
 }
 
@@ -55,7 +57,9 @@ fn api_for(client: kube::Client, discovery: &Discovery, obj: &DynamicObject) -> 
     let gvk = gvk(obj);
     let (resource, caps) = discovery.resolve_gvk(&gvk).unwrap_or_else(|| panic!("{gvk:?} is not served"));
     match caps.scope {
-        Scope::Namespaced => Api::namespaced_with(client, obj.metadata.namespace.as_deref().unwrap_or("default"), &resource),
+        Scope::Namespaced => {
+            Api::namespaced_with(client, obj.metadata.namespace.as_deref().unwrap_or("default"), &resource)
+        }
         Scope::Cluster => Api::all_with(client, &resource),
     }
 }
@@ -76,7 +80,10 @@ async fn deploy_manifests_pass_a_server_side_dry_run_and_rbac_is_least_privilege
     // Namespaces for real (the namespaced objects need them), then a dry run of everything else.
     let (namespaces, rest): (Vec<_>, Vec<_>) = manifests.iter().partition(|(_, o)| gvk(o).kind == "Namespace");
     for (file, ns) in &namespaces {
-        api_for(admin.clone(), &discovery, ns).create(&PostParams::default(), ns).await.unwrap_or_else(|e| panic!("{file}: {e}"));
+        api_for(admin.clone(), &discovery, ns)
+            .create(&PostParams::default(), ns)
+            .await
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
     }
     let dry_run = PostParams { dry_run: true, ..Default::default() };
     let mut failures = Vec::new();
@@ -108,7 +115,10 @@ async fn deploy_manifests_pass_a_server_side_dry_run_and_rbac_is_least_privilege
     for (file, obj) in &rest {
         let kind = gvk(obj).kind;
         if ["ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"].contains(&kind.as_str()) {
-            api_for(admin.clone(), &discovery, obj).create(&PostParams::default(), obj).await.unwrap_or_else(|e| panic!("{file}: {e}"));
+            api_for(admin.clone(), &discovery, obj)
+                .create(&PostParams::default(), obj)
+                .await
+                .unwrap_or_else(|e| panic!("{file}: {e}"));
         }
     }
     let mut config = kube::Config::from_custom_kubeconfig(
@@ -186,6 +196,9 @@ async fn deploy_manifests_pass_a_server_side_dry_run_and_rbac_is_least_privilege
         "rules": [{ "apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"] }]
     }))
     .unwrap();
-    let err = api_for(agent.clone(), &discovery, &evil).patch("not-the-operator", &apply, &Patch::Apply(&evil)).await.unwrap_err();
+    let err = api_for(agent.clone(), &discovery, &evil)
+        .patch("not-the-operator", &apply, &Patch::Apply(&evil))
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("forbidden"), "{err}");
 }

@@ -200,9 +200,13 @@ pub enum ConfigError {
     MissingRepo,
     #[error("no cluster name given: pass --cluster NAME, the name of clusters/<NAME>.yaml in the fleet repo")]
     MissingCluster,
-    #[error("cluster name {name:?} {why}; it names Kubernetes objects, so use lowercase letters, digits and '-' (at most 47 characters)")]
+    #[error(
+        "cluster name {name:?} {why}; it names Kubernetes objects, so use lowercase letters, digits and '-' (at most 47 characters)"
+    )]
     InvalidClusterName { name: String, why: &'static str },
-    #[error("no trusted keys given: pass --trusted-keys FILE (the release signers' public keys); releases cannot be verified without them")]
+    #[error(
+        "no trusted keys given: pass --trusted-keys FILE (the release signers' public keys); releases cannot be verified without them"
+    )]
     NoTrustedKeys,
     #[error("{what} {path}: {source}")]
     Unreadable { what: &'static str, path: PathBuf, source: std::io::Error },
@@ -225,8 +229,8 @@ const MAX_CLUSTER_NAME: usize = 63 - "fleetgate-state-".len();
 impl AgentSettings {
     /// Reads a YAML config file (unknown keys are errors, like every fleetgate document).
     pub fn from_file(path: &Path) -> Result<AgentSettings, ConfigError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| ConfigError::ReadFile { path: path.to_path_buf(), source })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::ReadFile { path: path.to_path_buf(), source })?;
         serde_yaml_ng::from_str(&text)
             .map_err(|e| ConfigError::ParseFile { path: path.to_path_buf(), message: e.to_string() })
     }
@@ -331,7 +335,11 @@ pub fn validate_cluster_name(name: &str) -> Result<(), ConfigError> {
 }
 
 fn check_readable(what: &'static str, path: &Path) -> Result<(), ConfigError> {
-    std::fs::File::open(path).map(drop).map_err(|source| ConfigError::Unreadable { what, path: path.to_path_buf(), source })
+    std::fs::File::open(path).map(drop).map_err(|source| ConfigError::Unreadable {
+        what,
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Files stay as given; a directory (a mounted Secret) becomes its non-hidden regular files in name
@@ -437,8 +445,11 @@ mod tests {
     fn flags_override_file_field_by_field() {
         let dir = tempfile::tempdir().unwrap();
         let file_path = dir.path().join("agent.yaml");
-        std::fs::write(&file_path, "repo: https://a/fleet.git\nbranch: release\ninterval: 30s\nwriteBack: true\nleaderElect: false\n")
-            .unwrap();
+        std::fs::write(
+            &file_path,
+            "repo: https://a/fleet.git\nbranch: release\ninterval: 30s\nwriteBack: true\nleaderElect: false\n",
+        )
+        .unwrap();
         let file = AgentSettings::from_file(&file_path).unwrap();
         let flags = AgentSettings { interval: Some(Duration::from_secs(5)), ..minimal(dir.path()) };
         let c = file.overlay(flags).resolve().unwrap();

@@ -12,8 +12,8 @@ use super::state::{Phase, Severity, Transition};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::{Api, ObjectMeta, PostParams};
 use kube::Client;
+use kube::api::{Api, ObjectMeta, PostParams};
 use std::error::Error;
 
 /// `reportingController` of every Event the agent writes.

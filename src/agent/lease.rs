@@ -15,8 +15,8 @@
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::{Api, ObjectMeta, PostParams};
 use kube::Client;
+use kube::api::{Api, ObjectMeta, PostParams};
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, watch};
 
@@ -145,7 +145,11 @@ impl LeaderElector {
             LeaseSpec { renew_time: Some(now), lease_duration_seconds: Some(self.duration_seconds()), ..spec }
         } else {
             let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(record.holder.is_some());
-            LeaseSpec { preferred_holder: spec.preferred_holder, strategy: spec.strategy, ..self.spec_held_since(now, transitions) }
+            LeaseSpec {
+                preferred_holder: spec.preferred_holder,
+                strategy: spec.strategy,
+                ..self.spec_held_since(now, transitions)
+            }
         };
         let updated = Lease { metadata: lease.metadata, spec: Some(new_spec.clone()) };
         match self.api.replace(&self.config.name, &PostParams::default(), &updated).await {
@@ -195,7 +199,8 @@ impl LeaderElector {
             let deadline = self.config.renew_deadline();
             let mut last_renewal: Option<Instant> = None;
             loop {
-                let round = tokio::time::timeout(retry.max(Duration::from_millis(500)), self.try_acquire_or_renew()).await;
+                let round =
+                    tokio::time::timeout(retry.max(Duration::from_millis(500)), self.try_acquire_or_renew()).await;
                 let round = round.unwrap_or_else(|_| {
                     Err(LeaseError::Timeout {
                         namespace: self.config.namespace.clone(),

@@ -105,11 +105,20 @@ impl Metrics {
             seconds.clone(),
             reconcile_duration.clone(),
         );
-        registry.register("release_info", "Releases this cluster runs, wants and last saw pass (value 1)", release_info.clone());
+        registry.register(
+            "release_info",
+            "Releases this cluster runs, wants and last saw pass (value 1)",
+            release_info.clone(),
+        );
         registry.register("phase", "The agent's phase (1 for the current one)", phase.clone());
         registry.register("rollbacks", "Automatic rollbacks by reason", rollbacks.clone());
         registry.register("gate_evaluations", "Gate evaluations by gate and verdict", gate_evaluations.clone());
-        registry.register_with_unit("last_sync_timestamp", "Unix time of the last completed sync", seconds, last_sync.clone());
+        registry.register_with_unit(
+            "last_sync_timestamp",
+            "Unix time of the last completed sync",
+            seconds,
+            last_sync.clone(),
+        );
         registry.register("leader", "1 while this process holds the leader Lease", leader.clone());
         registry.register("triggers", "Loop wake-ups by trigger source", triggers.clone());
         let metrics = Metrics {
@@ -214,7 +223,10 @@ mod tests {
             assert!(!lines.is_empty(), "{name} missing in\n{text}");
             assert!(lines.iter().all(|l| l.contains("cluster=\"canary\"")), "{lines:?}");
         }
-        assert_eq!(line(&text, "fleetgate_rollbacks_total{"), ["fleetgate_rollbacks_total{cluster=\"canary\",reason=\"GateFailed\"} 1"]);
+        assert_eq!(
+            line(&text, "fleetgate_rollbacks_total{"),
+            ["fleetgate_rollbacks_total{cluster=\"canary\",reason=\"GateFailed\"} 1"]
+        );
         assert!(text.ends_with("# EOF\n"));
     }
 
@@ -226,13 +238,19 @@ mod tests {
         s.begin("rel-1", "abc", chrono::Utc::now()).unwrap();
         m.observe_state(&s);
         let text = m.encode();
-        assert_eq!(line(&text, "fleetgate_release_info{"), ["fleetgate_release_info{cluster=\"c\",role=\"desired\",release=\"rel-1\"} 1"]);
+        assert_eq!(
+            line(&text, "fleetgate_release_info{"),
+            ["fleetgate_release_info{cluster=\"c\",role=\"desired\",release=\"rel-1\"} 1"]
+        );
         assert!(text.contains("fleetgate_phase{cluster=\"c\",phase=\"Verifying\"} 1"), "{text}");
         assert!(text.contains("fleetgate_phase{cluster=\"c\",phase=\"Idle\"} 0"), "{text}");
         s.observe_desired(Some("rel-2"));
         s.abort("test").unwrap();
         m.observe_state(&s);
         let text = m.encode();
-        assert_eq!(line(&text, "fleetgate_release_info{"), ["fleetgate_release_info{cluster=\"c\",role=\"desired\",release=\"rel-2\"} 1"]);
+        assert_eq!(
+            line(&text, "fleetgate_release_info{"),
+            ["fleetgate_release_info{cluster=\"c\",role=\"desired\",release=\"rel-2\"} 1"]
+        );
     }
 }

@@ -112,26 +112,24 @@ impl Notifier {
 
     /// The JSON document [`send`](Self::send) POSTs.
     pub fn payload(&self, n: &Notification, at: DateTime<Utc>) -> serde_json::Value {
-        let payload = Payload { text: n.text(&self.cluster), fleetgate: Details { cluster: &self.cluster, notification: n, at } };
+        let payload =
+            Payload { text: n.text(&self.cluster), fleetgate: Details { cluster: &self.cluster, notification: n, at } };
         serde_json::to_value(payload).expect("notification serializes")
     }
 
     /// POSTs `n`; any 2xx answer is success.
     pub async fn send(&self, n: &Notification) -> Result<(), NotifyError> {
         let url = self.url.to_string();
-        let response = self.http.post(self.url.clone()).json(&self.payload(n, Utc::now())).send().await.map_err(|source| {
-            if source.is_timeout() {
-                NotifyError::Timeout { url: url.clone(), after: self.timeout }
-            } else {
-                NotifyError::Transport { url: url.clone(), source }
-            }
-        })?;
+        let response =
+            self.http.post(self.url.clone()).json(&self.payload(n, Utc::now())).send().await.map_err(|source| {
+                if source.is_timeout() {
+                    NotifyError::Timeout { url: url.clone(), after: self.timeout }
+                } else {
+                    NotifyError::Transport { url: url.clone(), source }
+                }
+            })?;
         let status = response.status();
-        if status.is_success() {
-            Ok(())
-        } else {
-            Err(NotifyError::Status { url, status: status.as_u16() })
-        }
+        if status.is_success() { Ok(()) } else { Err(NotifyError::Status { url, status: status.as_u16() }) }
     }
 }
 
@@ -177,6 +175,9 @@ mod tests {
             message: "tag rel-2 is signed by an untrusted key".into(),
             ..rollback()
         };
-        assert_eq!(n.text("wave-1"), "fleetgate wave-1: rel-2 error: SignatureInvalid: tag rel-2 is signed by an untrusted key");
+        assert_eq!(
+            n.text("wave-1"),
+            "fleetgate wave-1: rel-2 error: SignatureInvalid: tag rel-2 is signed by an untrusted key"
+        );
     }
 }

@@ -74,7 +74,10 @@ pub struct WebhookConfig {
 
 impl std::fmt::Debug for WebhookConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WebhookConfig").field("branch", &self.branch).field("secret", &self.secret.as_ref().map(|_| "…")).finish()
+        f.debug_struct("WebhookConfig")
+            .field("branch", &self.branch)
+            .field("secret", &self.secret.as_ref().map(|_| "…"))
+            .finish()
     }
 }
 
@@ -194,7 +197,9 @@ async fn git_hook(State(s): State<Arc<ServerState>>, headers: HeaderMap, body: B
         let payload: serde_json::Value = match serde_json::from_slice(&body) {
             Ok(v) => v,
             Err(e) => {
-                let why = format!("the body is neither empty nor a JSON push payload ({e}); set the webhook's content type to application/json");
+                let why = format!(
+                    "the body is neither empty nor a JSON push payload ({e}); set the webhook's content type to application/json"
+                );
                 return answer(StatusCode::BAD_REQUEST, false, &why);
             }
         };
@@ -208,7 +213,11 @@ async fn git_hook(State(s): State<Arc<ServerState>>, headers: HeaderMap, body: B
     let leadership = s.health.leadership.borrow().clone();
     if let Leadership::Following { holder } = leadership {
         let leader = holder.as_deref().unwrap_or("not known yet");
-        return answer(StatusCode::ACCEPTED, false, &format!("standby; the leader ({leader}) picks this up at its next poll"));
+        return answer(
+            StatusCode::ACCEPTED,
+            false,
+            &format!("standby; the leader ({leader}) picks this up at its next poll"),
+        );
     }
     s.triggers.fire(TriggerSource::Webhook);
     answer(StatusCode::ACCEPTED, true, "sync scheduled")
@@ -225,7 +234,8 @@ pub struct HttpServer {
 impl HttpServer {
     /// Binds `addr` (port 0 picks a free port) and serves [`router`] until [`stop`](Self::stop) or drop.
     pub async fn start(addr: SocketAddr, state: ServerState) -> Result<HttpServer, ServerError> {
-        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| ServerError::Bind { addr, source })?;
+        let listener =
+            tokio::net::TcpListener::bind(addr).await.map_err(|source| ServerError::Bind { addr, source })?;
         let local = listener.local_addr().map_err(|source| ServerError::Bind { addr, source })?;
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let app = router(state);

@@ -171,7 +171,9 @@ pub struct Transition {
 pub enum TransitionError {
     #[error("cannot {action} in phase {phase}: it needs phase {needs}")]
     WrongPhase { action: &'static str, phase: Phase, needs: &'static str },
-    #[error("release {release} was rejected ({reason}: {message}); it is not started again until Git desires a different release")]
+    #[error(
+        "release {release} was rejected ({reason}: {message}); it is not started again until Git desires a different release"
+    )]
     Rejected { release: String, reason: String, message: String },
 }
 
@@ -357,11 +359,7 @@ impl AgentState {
     }
 
     fn expect(&self, action: &'static str, phase: Phase, needs: &'static str) -> Result<(), TransitionError> {
-        if self.phase == phase {
-            Ok(())
-        } else {
-            Err(TransitionError::WrongPhase { action, phase: self.phase, needs })
-        }
+        if self.phase == phase { Ok(()) } else { Err(TransitionError::WrongPhase { action, phase: self.phase, needs }) }
     }
 
     fn go(&mut self, to: Phase, reason: &'static str, severity: Severity, message: String) -> Transition {
@@ -398,7 +396,11 @@ impl AgentState {
         let mut d = BTreeMap::new();
         d.insert(key::SCHEMA.into(), SCHEMA.into());
         d.insert(key::PHASE.into(), self.phase.to_string());
-        for (k, v) in [(key::DESIRED, &self.desired), (key::CURRENT, &self.current), (key::LAST_KNOWN_GOOD, &self.last_known_good)] {
+        for (k, v) in [
+            (key::DESIRED, &self.desired),
+            (key::CURRENT, &self.current),
+            (key::LAST_KNOWN_GOOD, &self.last_known_good),
+        ] {
             if let Some(v) = v {
                 d.insert(k.into(), v.clone());
             }
@@ -419,7 +421,10 @@ impl AgentState {
             Some(SCHEMA) => {}
             other => return Err(format!("{}: expected {SCHEMA:?}, found {other:?}", key::SCHEMA)),
         }
-        fn json<T: serde::de::DeserializeOwned + Default>(data: &BTreeMap<String, String>, k: &str) -> Result<T, String> {
+        fn json<T: serde::de::DeserializeOwned + Default>(
+            data: &BTreeMap<String, String>,
+            k: &str,
+        ) -> Result<T, String> {
             data.get(k).map(|s| serde_json::from_str(s).map_err(|e| format!("{k}: {e}"))).unwrap_or(Ok(T::default()))
         }
         let phase: Phase = data.get(key::PHASE).map(|p| p.parse()).transpose()?.unwrap_or_default();
@@ -445,9 +450,13 @@ impl AgentState {
 pub enum StateError {
     #[error(transparent)]
     Transition(#[from] TransitionError),
-    #[error("state ConfigMap {namespace}/{name} is not readable as agent state ({problem}); inspect it with `kubectl -n {namespace} get configmap {name} -o yaml`, fix or delete it (deleting forgets rejections and tag pins)")]
+    #[error(
+        "state ConfigMap {namespace}/{name} is not readable as agent state ({problem}); inspect it with `kubectl -n {namespace} get configmap {name} -o yaml`, fix or delete it (deleting forgets rejections and tag pins)"
+    )]
     Corrupt { namespace: String, name: String, problem: String },
-    #[error("state ConfigMap {namespace}/{name} kept changing under us ({attempts} conflicting writes); is a second agent running for this cluster without leader election?")]
+    #[error(
+        "state ConfigMap {namespace}/{name} kept changing under us ({attempts} conflicting writes); is a second agent running for this cluster without leader election?"
+    )]
     Contended { namespace: String, name: String, attempts: u32 },
     #[error("{action} state ConfigMap {namespace}/{name}: {source}")]
     Kube { action: &'static str, namespace: String, name: String, source: Box<kube::Error> },
@@ -615,7 +624,12 @@ impl StateStore {
     }
 
     fn kube_error(&self, action: &'static str, source: kube::Error) -> StateError {
-        StateError::Kube { action, namespace: self.namespace.clone(), name: self.name.clone(), source: Box::new(source) }
+        StateError::Kube {
+            action,
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            source: Box::new(source),
+        }
     }
 }
 

@@ -166,7 +166,8 @@ impl RefWatcher {
     /// files of the Git dir (index, objects) are ignored, so only ref updates wake the loop.
     pub fn start(repo: &Path, sender: TriggerSender) -> Result<RefWatcher, TriggerError> {
         use notify::{RecursiveMode, Watcher};
-        let opened = git2::Repository::open(repo).map_err(|source| TriggerError::NotARepo { path: repo.to_path_buf(), source })?;
+        let opened = git2::Repository::open(repo)
+            .map_err(|source| TriggerError::NotARepo { path: repo.to_path_buf(), source })?;
         // Linked work trees keep HEAD in their own git dir and refs in the common dir.
         let git_dir = canonical(opened.path());
         let common_dir = canonical(opened.commondir());
