@@ -2,6 +2,9 @@
 //! every release), built into a `Matrix` and rendered as the 80-column table, the wide table, one
 //! release's details, and `-o json`. Pure functions: no Git, no terminal.
 //!
+//! Then the Git side of `fleetgate status`: the same statuses as notes in a local bare repository
+//! (one notes ref per cluster, one note per release commit), read back with `status::read_all`.
+//!
 //! `cargo run --release --example status_matrix [CLUSTERS] [RELEASES]` — figures go to
 //! docs/BENCHMARKS.md ("Status matrix").
 
@@ -109,4 +112,38 @@ fn main() {
     row("serde_json (-o json)", json_min, json_med, format!("{:.1} MB", json.len() as f64 / 1e6));
     let total = build_med + t80_med;
     println!("  build + 80-column table (median): {:.2} ms", total.as_secs_f64() * 1e3);
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let repo = git2::Repository::init_bare(dir.path()).expect("bare repo");
+    let commits = write_notes(&repo, &config, &rels, &set);
+    let (read_min, read_med, read) = time(5, || fleetgate::status::read_all(&repo, &commits).expect("notes read"));
+    assert_eq!(read.latest("cluster-0000", &rels[1].id).map(|s| s.state), Some(State::Success));
+    row("status::read_all (Git notes)", read_min, read_med, format!("{clusters} refs × {releases} commits"));
+}
+
+/// Writes every cluster's notes ref directly (one commit whose tree holds one note per release
+/// commit) — the layout `status::write` produces, without 20,000 pushes.
+fn write_notes(repo: &git2::Repository, config: &FleetConfig, rels: &[ReleaseRef], set: &StatusSet) -> Vec<git2::Oid> {
+    use fleetgate::status::StatusNote;
+    let sig = git2::Signature::now("bench", "bench@localhost").expect("signature");
+    let commits: Vec<git2::Oid> = rels.iter().map(|r| git2::Oid::from_str(&r.commit).expect("hex")).collect();
+    for name in config.clusters.keys() {
+        let mut tree = repo.treebuilder(None).expect("tree builder");
+        for (rel, commit) in rels.iter().zip(&commits) {
+            let history = set.history(name, &rel.id);
+            if history.is_empty() {
+                continue;
+            }
+            let mut note = StatusNote::new(name);
+            for entry in history {
+                note.append(entry);
+            }
+            let blob = repo.blob(note.to_text().as_bytes()).expect("blob");
+            tree.insert(commit.to_string(), blob, 0o100644).expect("tree entry");
+        }
+        let tree = repo.find_tree(tree.write().expect("tree")).expect("tree");
+        let commit = repo.commit(None, &sig, &sig, "Notes added by bench", &tree, &[]).expect("commit");
+        repo.reference(&fleetgate::status::notes_ref(name), commit, true, "bench").expect("ref");
+    }
+    commits
 }

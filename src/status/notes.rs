@@ -329,8 +329,21 @@ pub fn read_all(repo: &Repository, commits: &[Oid]) -> Result<StatusSet, NotesEr
         .collect();
     for refname in refs {
         let cluster = &refname[NOTES_PREFIX.len()..];
+        let tree = repo.find_reference(&refname)?.peel_to_commit()?.tree()?;
+        // Notes written by fleetgate sit flat in the tree, named by the annotated commit, and one
+        // tree lookup per commit is much cheaper than `find_note` (which re-reads the ref each
+        // time). A tree with subtrees uses git's fan-out layout: leave those to libgit2.
+        let fanned_out = tree.iter().any(|e| e.kind() == Some(git2::ObjectType::Tree));
         for &commit in commits {
-            let Some(text) = read_note(repo, &refname, commit)? else { continue };
+            let text = if fanned_out {
+                read_note(repo, &refname, commit)?
+            } else {
+                match tree.get_name(&commit.to_string()) {
+                    Some(entry) => Some(String::from_utf8_lossy(repo.find_blob(entry.id())?.content()).into_owned()),
+                    None => None,
+                }
+            };
+            let Some(text) = text else { continue };
             let Some(note) = parse_or_warn(&text, &refname, commit) else { continue };
             for entry in note.entries {
                 if entry.cluster == cluster {
@@ -405,5 +418,26 @@ mod tests {
         let states: Vec<_> = set.history("a", "rel-1").iter().map(|s| s.state).collect();
         assert_eq!(states, [State::Pending, State::Error, State::Success]);
         assert!(repo.find_note(Some("refs/notes/fleetgate/a"), other).is_ok());
+    }
+
+    /// git switches big notes trees to a fan-out layout (`ab/cdef…`); readers must find those too.
+    #[test]
+    fn fanned_out_notes_trees_are_read() {
+        let (_d, repo) = repo();
+        let commit = Oid::from_str("ab0123456789abcdef0123456789abcdef012345").unwrap();
+        let mut note = StatusNote::new("a");
+        note.append(&Status::new("a", "rel-1", commit.to_string(), State::Success, "ok"));
+        let blob = repo.blob(note.to_text().as_bytes()).unwrap();
+        let mut sub = repo.treebuilder(None).unwrap();
+        sub.insert(&commit.to_string()[2..], blob, 0o100644).unwrap();
+        let sub = sub.write().unwrap();
+        let mut root = repo.treebuilder(None).unwrap();
+        root.insert("ab", sub, 0o040000).unwrap();
+        let tree = repo.find_tree(root.write().unwrap()).unwrap();
+        let sig = signature("a").unwrap();
+        let tip = repo.commit(None, &sig, &sig, "Notes added by 'git notes add'", &tree, &[]).unwrap();
+        repo.reference("refs/notes/fleetgate/a", tip, true, "t").unwrap();
+        let set = read_all(&repo, &[commit]).unwrap();
+        assert_eq!(set.latest("a", "rel-1").unwrap().state, State::Success);
     }
 }
