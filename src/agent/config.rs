@@ -14,6 +14,8 @@
 //! has one) from applying concurrently. `--leader-elect=false` turns it off for environments whose
 //! RBAC does not grant `leases`.
 
+use crate::model::{RELEASE_ADMISSION_POLICY_KIND, ReleaseAdmissionPolicy, ReleaseAdmissionPolicySpec, parse_document};
+use crate::source::Credentials;
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -109,6 +111,32 @@ pub struct GitCredentials {
     pub token_file: Option<PathBuf>,
 }
 
+impl GitCredentials {
+    /// The credentials git2 is given: the SSH key path, and the token read from its file.
+    pub fn to_source(&self) -> Result<Credentials, ConfigError> {
+        let token = match &self.token_file {
+            Some(path) => Some(
+                std::fs::read_to_string(path)
+                    .map_err(|source| ConfigError::Unreadable { what: "git token file", path: path.clone(), source })?
+                    .trim()
+                    .to_string(),
+            ),
+            None => None,
+        };
+        Ok(Credentials { ssh_key: self.ssh_key.clone(), token, ..Default::default() })
+    }
+}
+
+/// Reads the agent's baseline `ReleaseAdmissionPolicy` document.
+fn read_admission_policy(path: &Path) -> Result<ReleaseAdmissionPolicySpec, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| ConfigError::Unreadable { what: "admission policy", path: path.to_path_buf(), source })?;
+    let doc: ReleaseAdmissionPolicy =
+        parse_document(&path.display().to_string(), &text, RELEASE_ADMISSION_POLICY_KIND)
+            .map_err(|e| ConfigError::ParseFile { path: path.to_path_buf(), message: e.to_string() })?;
+    Ok(doc.spec)
+}
+
 /// The `Lease` used for leader election.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaderElectionSettings {
@@ -147,6 +175,11 @@ pub struct AgentConfig {
     pub leader_election: Option<LeaderElectionSettings>,
     /// This process's identity in the Lease and in Events: `<pod or host name>_<random>`.
     pub identity: String,
+    /// The upper bound of what any release may touch; the repo's `ReleaseAdmissionPolicy`
+    /// documents can only narrow it. Default: anything but bindings to `cluster-admin`.
+    pub admission_baseline: ReleaseAdmissionPolicySpec,
+    /// Also require the tracked branch's tip commit to be signed by a trusted key.
+    pub require_signed_commits: bool,
 }
 
 impl AgentConfig {
@@ -188,6 +221,8 @@ pub struct AgentSettings {
     pub leader_elect: Option<bool>,
     #[serde(default, with = "humantime_serde")]
     pub lease_duration: Option<Duration>,
+    pub admission_policy: Option<PathBuf>,
+    pub require_signed_commits: Option<bool>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -256,6 +291,8 @@ impl AgentSettings {
             webhook_secret_file: higher.webhook_secret_file.or(self.webhook_secret_file),
             leader_elect: higher.leader_elect.or(self.leader_elect),
             lease_duration: higher.lease_duration.or(self.lease_duration),
+            admission_policy: higher.admission_policy.or(self.admission_policy),
+            require_signed_commits: higher.require_signed_commits.or(self.require_signed_commits),
         }
     }
 
@@ -295,6 +332,10 @@ impl AgentSettings {
             KubeAccess::Infer
         };
         let state_dir = self.state_dir.unwrap_or_else(|| default_state_dir(&cluster));
+        let admission_baseline = match &self.admission_policy {
+            Some(path) => read_admission_policy(path)?,
+            None => ReleaseAdmissionPolicySpec::default(),
+        };
         Ok(AgentConfig {
             repo: RepoLocation::parse(&repo),
             branch: self.branch.unwrap_or_else(|| DEFAULT_BRANCH.to_string()),
@@ -311,6 +352,8 @@ impl AgentSettings {
             webhook_secret_file: self.webhook_secret_file,
             leader_election,
             identity: instance_identity(),
+            admission_baseline,
+            require_signed_commits: self.require_signed_commits.unwrap_or(false),
             cluster,
         })
     }

@@ -20,11 +20,15 @@ pub mod events;
 pub mod lease;
 pub mod metrics;
 pub mod notifier;
+pub mod reconcile;
+mod rollback;
 pub mod server;
 pub mod services;
 pub mod state;
 pub mod triggers;
+mod write_back;
 
 pub use config::{AgentConfig, AgentSettings};
+pub use reconcile::{Agent, AgentStartError, Outcome, ReconcileError};
 pub use services::AgentServices;
 pub use state::{AgentState, StateStore};

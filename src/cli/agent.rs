@@ -1,7 +1,7 @@
 //! `fleetgate agent`: flags (each also a `FLEETGATE_*` environment variable and a camelCase key of
 //! the optional `--config` file) into an [`AgentConfig`], then the agent until SIGTERM or Ctrl-C.
 
-use crate::agent::{AgentConfig, AgentServices, AgentSettings};
+use crate::agent::{Agent, AgentConfig, AgentServices, AgentSettings};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -68,6 +68,13 @@ pub struct Args {
     /// How long a leader's claim lasts without renewal [default: 15s].
     #[arg(long, env = "FLEETGATE_LEASE_DURATION", value_parser = humantime::parse_duration)]
     lease_duration: Option<Duration>,
+    /// The agent's baseline ReleaseAdmissionPolicy (YAML); the repo's policies can only narrow it
+    /// [default: anything but bindings to cluster-admin].
+    #[arg(long, env = "FLEETGATE_ADMISSION_POLICY", value_name = "FILE")]
+    admission_policy: Option<PathBuf>,
+    /// Also require the tracked branch's tip commit to carry a trusted signature.
+    #[arg(long, env = "FLEETGATE_REQUIRE_SIGNED_COMMITS", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    require_signed_commits: Option<bool>,
 }
 
 impl Args {
@@ -96,6 +103,8 @@ impl Args {
             webhook_secret_file: self.webhook_secret_file,
             leader_elect: self.leader_elect,
             lease_duration: self.lease_duration,
+            admission_policy: self.admission_policy,
+            require_signed_commits: self.require_signed_commits,
         };
         Ok(file.overlay(flags).resolve()?)
     }
@@ -111,24 +120,13 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         leader_election = config.leader_election.is_some(),
         "starting agent"
     );
-    let mut services = AgentServices::start(config).await?;
+    let services = AgentServices::start(config).await?;
     tracing::info!(addr = %services.http_addr(), "agent services started");
-    tokio::select! {
-        () = wait_for_wakes(&mut services) => {}
-        () = shutdown_signal() => tracing::info!("shutting down"),
-    }
+    let agent = Agent::new(services)?;
+    let services = agent.run(shutdown_signal()).await;
+    tracing::info!("shutting down");
     services.shutdown().await;
     Ok(ExitCode::SUCCESS)
-}
-
-/// The seam for the reconcile loop (issue 7, `agent::reconcile`): until it lands, the agent runs
-/// its services and reports each wake-up without acting on it.
-async fn wait_for_wakes(services: &mut AgentServices) {
-    loop {
-        let wake = services.next_wake().await;
-        let sources: Vec<&str> = wake.sources.iter().map(|s| s.as_str()).collect();
-        tracing::info!(?sources, "woken; the reconcile loop is not part of this build yet");
-    }
 }
 
 /// SIGTERM (Kubernetes stopping the Pod) or Ctrl-C.

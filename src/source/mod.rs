@@ -54,6 +54,28 @@ impl std::fmt::Debug for Credentials {
     }
 }
 
+impl Credentials {
+    /// The credential libgit2 asks for (`allowed`), from what is configured: SSH key, token, or
+    /// just a user name. Shared by fetching (the source) and pushing (status notes, write-back).
+    pub fn cred(&self, user_from_url: Option<&str>, allowed: git2::CredentialType) -> Result<git2::Cred, git2::Error> {
+        if allowed.contains(git2::CredentialType::SSH_KEY)
+            && let Some(key) = &self.ssh_key
+        {
+            let user = user_from_url.or(self.ssh_user.as_deref()).unwrap_or("git");
+            return git2::Cred::ssh_key(user, None, key, None);
+        }
+        if allowed.contains(git2::CredentialType::USER_PASS_PLAINTEXT)
+            && let Some(token) = &self.token
+        {
+            return git2::Cred::userpass_plaintext(self.username.as_deref().unwrap_or("git"), token);
+        }
+        if allowed.contains(git2::CredentialType::USERNAME) {
+            return git2::Cred::username(user_from_url.or(self.ssh_user.as_deref()).unwrap_or("git"));
+        }
+        Err(git2::Error::from_str("the remote asks for credentials and none are configured"))
+    }
+}
+
 /// Retries of network operations: `attempts` tries in total, waiting `initial`, then twice as
 /// long each time, at most `max`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,21 +239,7 @@ impl Source {
                 return Err(git2::Error::from_str("the remote rejected the configured credentials"));
             }
             tried = true;
-            if allowed.contains(git2::CredentialType::SSH_KEY)
-                && let Some(key) = &creds.ssh_key
-            {
-                let user = user_from_url.or(creds.ssh_user.as_deref()).unwrap_or("git");
-                return git2::Cred::ssh_key(user, None, key, None);
-            }
-            if allowed.contains(git2::CredentialType::USER_PASS_PLAINTEXT)
-                && let Some(token) = &creds.token
-            {
-                return git2::Cred::userpass_plaintext(creds.username.as_deref().unwrap_or("git"), token);
-            }
-            if allowed.contains(git2::CredentialType::USERNAME) {
-                return git2::Cred::username(user_from_url.or(creds.ssh_user.as_deref()).unwrap_or("git"));
-            }
-            Err(git2::Error::from_str("the remote asks for credentials and none are configured"))
+            creds.cred(user_from_url, allowed)
         });
         cb
     }

@@ -1,0 +1,636 @@
+//! The reconcile loop of one spoke cluster: the pipeline of ARCHITECTURE.md §3, one stage after the
+//! other, each persisted in the state ConfigMap before the next starts so a restart resumes.
+//!
+//! ```text
+//! wake ─► sync (ls-remote, fetch if changed) ─► resolve ─► state.next()
+//!   Start:  wave gate ─► verify ─► pre-apply gates + dry run ─► baseline ─► snapshot
+//!           ─► apply + prune ─► bake ─► success │ failure ─► rollback (rollback.rs)
+//!   Resume: Verifying → start over · Applying → apply again, bake · Baking → bake on
+//!           · RollingBack → roll back again (every step is idempotent)
+//! ```
+//!
+//! What goes to Git: `pending` when a release starts, `success` after the bake, `failure` when a
+//! pre-apply gate blocks it (nothing applied) or after a rollback, `error` when the release cannot
+//! be used at all (bad signature, bad mapping): nothing is applied then. A release that was blocked
+//! or rolled back is remembered as rejected and not started again until Git desires another.
+
+use super::AgentServices;
+use super::metrics::ReconcileResult;
+use super::notifier::{Notification, NotificationKind};
+use super::state::{AgentState, Failure, Next, Operation, Phase, Transition};
+use crate::apply::{ApplyError, ApplyOptions, Engine};
+use crate::gates::{self, BakeVerdict, GateError, GateEvaluation, GateRunner, OperatorTarget, Verdict};
+use crate::manifests::AdmissionPolicy;
+use crate::model::{ErrorClass, FleetConfig, GatePolicySpec, ReleaseAdmissionPolicySpec};
+use crate::release::{self, DesiredRelease, Keyring, TrustConfig, VerifiedRelease, VerifyError};
+use crate::source::{Checkout, Source, SourceError};
+use crate::status::{self, GateFigure, GitNotesBackend, GitRemote, Publisher, State, Status, StatusBackend};
+use chrono::Utc;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use std::time::{Duration, Instant};
+
+/// How long a rollback may wait for the restored release's workloads to roll out.
+const ROLLBACK_ROLLOUT_TIMEOUT: Duration = Duration::from_secs(180);
+/// Timeout of each API call the pre-apply gates make.
+const PREAPPLY_CALL_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Why one pass of the loop could not finish. Release-level verdicts (blocked, rolled back) are
+/// not errors: they end in a status. These are what is left: the agent logs them, records an
+/// Event, and tries again at the next wake if [`ReconcileError::class`] says it may help.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("fleet repo: {0}")]
+    Source(#[from] SourceError),
+    #[error("resolving the desired release: {0}")]
+    Resolve(#[from] release::ResolveError),
+    #[error("agent state: {0}")]
+    State(#[from] super::state::StateError),
+    #[error("gates: {0}")]
+    Gates(#[from] GateError),
+    #[error("apply: {0}")]
+    Apply(#[from] ApplyError),
+    #[error("verifying an accepted release again: {0}")]
+    Verify(VerifyError),
+    #[error("writing the status: {0}")]
+    Status(#[from] status::StatusError),
+    #[error("the release's state is inconsistent: {0}")]
+    Transition(#[from] super::state::TransitionError),
+}
+
+impl ReconcileError {
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            ReconcileError::Source(e) => e.class(),
+            ReconcileError::Resolve(e) => e.class(),
+            ReconcileError::Gates(e) => e.class(),
+            ReconcileError::Apply(e) => e.class(),
+            ReconcileError::Verify(e) => e.class(),
+            ReconcileError::State(_) | ReconcileError::Status(_) | ReconcileError::Transition(_) => {
+                ErrorClass::Retryable
+            }
+        }
+    }
+
+    /// The Event reason / metrics label.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ReconcileError::Source(_) => "SourceFailed",
+            ReconcileError::Resolve(_) => "ResolveFailed",
+            ReconcileError::State(_) => "StateFailed",
+            ReconcileError::Gates(_) => "GatesFailed",
+            ReconcileError::Apply(e) => e.reason(),
+            ReconcileError::Verify(e) => verify_reason(e),
+            ReconcileError::Status(_) => "StatusWriteFailed",
+            ReconcileError::Transition(_) => "StateInconsistent",
+        }
+    }
+}
+
+/// What one pass did, for logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The cluster runs what Git asks (or Git asks nothing).
+    UpToDate,
+    /// The desired release was rejected earlier; waiting for Git to ask for another.
+    Rejected(String),
+    /// An earlier wave has not finished (or failed) the release.
+    Waiting { release: String, reason: String },
+    Succeeded(String),
+    /// Refused before anything was applied.
+    Blocked { release: String, reason: String },
+    /// The release cannot be used (signature, mapping); nothing applied, status `error`.
+    Refused { release: String, reason: String },
+    RolledBack { release: String, to: Option<String> },
+}
+
+/// The agent: services plus the pipeline's long-lived parts.
+pub struct Agent {
+    pub(super) services: AgentServices,
+    pub(super) source: Source,
+    pub(super) trust: TrustConfig,
+    pub(super) engine: Engine,
+    /// The same engine waiting for rollouts: a rollback is only done when the old release serves.
+    pub(super) rollback_engine: Engine,
+    pub(super) admission_baseline: ReleaseAdmissionPolicySpec,
+    /// The last "waiting for wave" reason logged, so a waiting agent does not log every poll.
+    last_wait: Option<String>,
+}
+
+impl Agent {
+    /// Opens the fleet repo mirror and the trusted keyring; fails early with what to fix.
+    pub fn new(services: AgentServices) -> Result<Agent, AgentStartError> {
+        let config = &services.config;
+        let source = Source::open(&config.repo.url(), &config.state_dir, config.git_credentials.to_source()?)?
+            .with_branch(config.branch.clone());
+        let keyring = Keyring::from_files(&config.trusted_keys)?;
+        let trust = TrustConfig { keyring, require_signed_commits: config.require_signed_commits };
+        let mut options = ApplyOptions::new(config.state_namespace.clone());
+        options.inventory = format!("fleetgate-{}", config.cluster);
+        let engine = Engine::new(services.client.clone(), options.clone());
+        options.rollout_timeout = Some(ROLLBACK_ROLLOUT_TIMEOUT);
+        let rollback_engine = Engine::new(services.client.clone(), options);
+        let admission_baseline = config.admission_baseline.clone();
+        Ok(Agent { services, source, trust, engine, rollback_engine, admission_baseline, last_wait: None })
+    }
+
+    pub fn services(&self) -> &AgentServices {
+        &self.services
+    }
+
+    /// Runs until `shutdown` resolves: wait for a wake, reconcile when leading.
+    pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) -> AgentServices {
+        tokio::pin!(shutdown);
+        // The first pass runs at once: a restarted agent resumes without waiting for a poll.
+        let mut first = true;
+        loop {
+            if !first {
+                tokio::select! {
+                    _ = self.services.next_wake() => {}
+                    () = &mut shutdown => break,
+                }
+            }
+            first = false;
+            if !self.services.leader.is_leading() {
+                tracing::debug!("not the leader; standing by");
+                continue;
+            }
+            let started = Instant::now();
+            let result = tokio::select! {
+                r = self.reconcile() => r,
+                () = &mut shutdown => break,
+            };
+            let took = started.elapsed();
+            match &result {
+                Ok(outcome) => {
+                    self.services.metrics.observe_reconcile(took, ReconcileResult::Ok);
+                    self.services.metrics.mark_synced();
+                    self.services.health.mark_synced();
+                    tracing::debug!(?outcome, took_ms = took.as_millis() as u64, "reconciled");
+                }
+                Err(e) => {
+                    self.services.metrics.observe_reconcile(took, ReconcileResult::Error);
+                    tracing::warn!(error = %e, class = ?e.class(), "reconcile failed");
+                    self.record_error(e).await;
+                }
+            }
+        }
+        self.services
+    }
+
+    /// One pass of the pipeline.
+    pub async fn reconcile(&mut self) -> Result<Outcome, ReconcileError> {
+        let sync = tokio::task::block_in_place(|| self.source.sync())?;
+        if sync.fetched {
+            tracing::info!(tip = %sync.tip, "fleet repo changed");
+        }
+        let checkout = tokio::task::block_in_place(|| self.source.checkout())?;
+        let state = self.services.store.load().await?;
+        if let Next::Resume { phase, operation } = state.next() {
+            let operation = operation.clone();
+            return self.resume(&checkout, phase, operation).await;
+        }
+        let desired = match tokio::task::block_in_place(|| release::resolve(&checkout, &self.services.config.cluster)) {
+            Ok(d) => d,
+            Err(release::ResolveError::NoDesiredRelease { .. }) => return Ok(Outcome::UpToDate),
+            Err(e) => return Err(e.into()),
+        };
+        let state = self.update(|s| {
+            s.observe_desired(Some(&desired.id));
+            Ok(())
+        })
+        .await?;
+        match state.next() {
+            Next::Nothing => Ok(Outcome::UpToDate),
+            Next::Rejected { release, .. } => Ok(Outcome::Rejected(release.to_string())),
+            Next::Start { .. } => self.start(&checkout, desired).await,
+            Next::Resume { .. } => unreachable!("handled above"),
+        }
+    }
+
+    /// Wave gate, verification, pre-apply gates, then apply and bake.
+    async fn start(&mut self, checkout: &Checkout, desired: DesiredRelease) -> Result<Outcome, ReconcileError> {
+        let cluster = self.services.config.cluster.clone();
+        let id = desired.id.clone();
+        let commit = desired.tag.commit.to_string();
+
+        let statuses = tokio::task::block_in_place(|| status::read_all(checkout.repo(), &[desired.tag.commit]))
+            .map_err(status::StatusError::from)?;
+        let members = status::members(&desired.config);
+        let decision = status::may_start(&desired.config.fleet, &members, &statuses, &cluster, &id);
+        if !decision.allowed {
+            if self.last_wait.as_deref() != Some(decision.reason.as_str()) {
+                tracing::info!(release = %id, reason = %decision.reason, "waiting for earlier waves");
+                self.last_wait = Some(decision.reason.clone());
+            }
+            return Ok(Outcome::Waiting { release: id, reason: decision.reason });
+        }
+        self.last_wait = None;
+        tracing::info!(release = %id, reason = %decision.reason, "starting release");
+
+        let started_at = Utc::now();
+        let from = self.services.store.load().await?.current().map(str::to_string);
+        self.transition(|s| s.begin(&id, &commit, started_at)).await?;
+
+        // Verify: a release that cannot be trusted or read is refused without touching anything.
+        let mut pins = self.services.store.load().await?.tag_pins().clone();
+        let verified = match tokio::task::block_in_place(|| release::verify(checkout, &desired, &self.trust, &mut pins)) {
+            Ok(v) => v,
+            Err(e) if e.class() == ErrorClass::Retryable => {
+                self.transition(|s| s.abort(&e.to_string())).await?;
+                return Err(ReconcileError::Source(SourceError::Remote {
+                    url: self.source.url().to_string(),
+                    message: e.to_string(),
+                }));
+            }
+            Err(e) => {
+                let reason = e.to_string();
+                let status = Status::new(&cluster, &id, &commit, State::Error, format!("refused, nothing applied: {reason}"))
+                    .started(started_at)
+                    .decided(Utc::now());
+                self.transition(|s| s.block(Failure::new(verify_reason(&e), reason.clone()), Utc::now())).await?;
+                self.publish(&desired.config, &status).await;
+                self.notify(NotificationKind::Error, &id, verify_reason(&e), &reason, None, None).await;
+                return Ok(Outcome::Refused { release: id, reason });
+            }
+        };
+        self.update(|s| {
+            s.record_tag_pins(&pins);
+            Ok(())
+        })
+        .await?;
+
+        let from_text = from.as_deref().unwrap_or("nothing");
+        let pending = Status::new(&cluster, &id, &commit, State::Pending, format!("applying {id} (from {from_text})"))
+            .started(started_at);
+        self.publish(&desired.config, &pending).await;
+
+        // Pre-apply gates: requirements, CRD compatibility, live CRs, admission, dry run.
+        let policy = self.admission_policy(&desired.config);
+        if let Some(reason) = self.preapply(&verified, &policy).await? {
+            let status = Status::new(&cluster, &id, &commit, State::Failure, format!("blocked before apply: {reason}"))
+                .started(started_at)
+                .decided(Utc::now());
+            self.transition(|s| s.block(Failure::new("PreApplyGateFailed", reason.clone()), Utc::now())).await?;
+            self.publish(&desired.config, &status).await;
+            self.notify(NotificationKind::Blocked, &id, "PreApplyGateFailed", &reason, None, None).await;
+            return Ok(Outcome::Blocked { release: id, reason });
+        }
+
+        let gate_policy = gate_policy(&desired.config);
+        let target = operator_target(&desired.config);
+        let baseline = gates::sample_baseline(&gate_policy, &self.services.client, &target).await?;
+        let snapshot = self.engine.snapshot().await?;
+        let rollback_to = verified.release().spec.rollback_to.clone();
+        self.transition(|s| s.start_apply(rollback_to.as_deref(), snapshot.as_ref().map(|s| s.id.as_str()))).await?;
+        let operation = self.operation().await?;
+        self.apply_and_bake(checkout, &desired.config, &verified, operation, baseline).await
+    }
+
+    /// Applying → Baking → Idle, or a rollback. Also the path an agent restarted mid-apply takes.
+    async fn apply_and_bake(
+        &mut self,
+        checkout: &Checkout,
+        config: &FleetConfig,
+        verified: &VerifiedRelease,
+        operation: Operation,
+        baseline: gates::Baseline,
+    ) -> Result<Outcome, ReconcileError> {
+        let policy = self.admission_policy(config);
+        let applied = match self.engine.apply(verified, &policy).await {
+            Ok(changes) => {
+                tracing::info!(release = verified.id(), changes = %changes.summary(), "applied");
+                self.engine.prune().await.map(|_| ())
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = applied {
+            if e.class() == ErrorClass::Retryable && matches!(e, ApplyError::Kube { .. }) {
+                // The API server is unreachable: nothing can be rolled back either. Stay in
+                // Applying; the next pass applies again.
+                return Err(e.into());
+            }
+            let failure = Failure::new(e.reason(), e.to_string());
+            return self.roll_back(checkout, config, &operation, failure, Vec::new()).await;
+        }
+        let applied_at = Utc::now();
+        self.transition(|s| s.applied(applied_at)).await?;
+        let operation = self.operation().await?;
+        self.bake(checkout, config, operation, baseline).await
+    }
+
+    /// Bakes the applied release (until `applied_at + bakeTime`, also after a restart).
+    async fn bake(
+        &mut self,
+        checkout: &Checkout,
+        config: &FleetConfig,
+        operation: Operation,
+        baseline: gates::Baseline,
+    ) -> Result<Outcome, ReconcileError> {
+        let cluster = self.services.config.cluster.clone();
+        let policy = gate_policy(config);
+        let applied_at = operation.applied_at.unwrap_or_else(Utc::now);
+        let bake_text = humantime::format_duration(policy.bake_time).to_string();
+        let baking = Status::new(&cluster, &operation.release, &operation.commit, State::Pending, format!("baking for {bake_text}"))
+            .started(operation.started_at)
+            .applied(applied_at);
+        self.publish(config, &baking).await;
+
+        let runner = GateRunner::new(policy, self.services.client.clone(), operator_target(config), applied_at, baseline)?;
+        let metrics = self.services.metrics.clone();
+        let verdict = runner
+            .run(|round| {
+                for e in &round.evaluations {
+                    metrics.record_gate_evaluation(&e.gate, verdict_text(&e.verdict));
+                }
+                tracing::info!(round = round.number, gates = %summary(&round.evaluations), "gate round");
+            })
+            .await;
+        match verdict {
+            BakeVerdict::Passed { ref evaluations, .. } => {
+                self.transition(|s| s.bake_passed()).await?;
+                let status = Status::new(&cluster, &operation.release, &operation.commit, State::Success, format!("all gates passed for {bake_text}"))
+                    .with_gates(figures(evaluations))
+                    .started(operation.started_at)
+                    .applied(applied_at)
+                    .decided(Utc::now());
+                self.publish(config, &status).await;
+                Ok(Outcome::Succeeded(operation.release))
+            }
+            BakeVerdict::Failed { ref gate, ref evaluations, .. } => {
+                let failure = Failure::new("GateFailed", gate.to_string());
+                let figures = figures(evaluations);
+                self.roll_back(checkout, config, &operation, failure, figures).await
+            }
+        }
+    }
+
+    /// Picks up an operation a previous run of the agent left unfinished.
+    async fn resume(&mut self, checkout: &Checkout, phase: Phase, operation: Operation) -> Result<Outcome, ReconcileError> {
+        tracing::warn!(release = %operation.release, %phase, "resuming an unfinished operation");
+        let config = self.config_at_tip(checkout)?;
+        match phase {
+            Phase::Idle => Ok(Outcome::UpToDate),
+            Phase::Verifying => {
+                // Nothing was applied yet: start over from the current Git state.
+                self.transition(|s| s.abort("the agent restarted while verifying")).await?;
+                Ok(Outcome::UpToDate)
+            }
+            Phase::Applying | Phase::Baking => {
+                let verified = match self.verify_known(checkout, &operation.release).await {
+                    Ok(v) => v,
+                    Err(e) => {
+                        let failure = Failure::new("VerificationFailed", e.to_string());
+                        return self.roll_back(checkout, &config, &operation, failure, Vec::new()).await;
+                    }
+                };
+                let target = operator_target(&config);
+                let baseline = gates::sample_baseline(&gate_policy(&config), &self.services.client, &target).await?;
+                if phase == Phase::Applying {
+                    self.apply_and_bake(checkout, &config, &verified, operation, baseline).await
+                } else {
+                    self.bake(checkout, &config, operation, baseline).await
+                }
+            }
+            Phase::RollingBack => {
+                let failure = operation.failure.clone().unwrap_or_else(|| Failure::new("Unknown", "restarted during rollback"));
+                self.finish_rollback(checkout, &config, &operation, failure, Vec::new()).await
+            }
+        }
+    }
+
+    pub(super) fn config_at_tip(&self, checkout: &Checkout) -> Result<FleetConfig, ReconcileError> {
+        let tree = checkout.tip_tree()?;
+        FleetConfig::load(&tree).map_err(|source| {
+            release::ResolveError::Config { commit: crate::source::short(checkout.tip()), source }.into()
+        })
+    }
+
+    /// Resolves and verifies a release this agent already accepted once (resume, rollback
+    /// target), against the tag pins it recorded then.
+    pub(super) async fn verify_known(&self, checkout: &Checkout, id: &str) -> Result<VerifiedRelease, ReconcileError> {
+        let mut pins = self.services.store.load().await?.tag_pins().clone();
+        tokio::task::block_in_place(|| {
+            let desired = release::resolve_release(checkout, &self.services.config.cluster, id)?;
+            release::verify(checkout, &desired, &self.trust, &mut pins).map_err(ReconcileError::Verify)
+        })
+    }
+
+    pub(super) fn admission_policy(&self, config: &FleetConfig) -> AdmissionPolicy {
+        config
+            .admission_policies
+            .iter()
+            .fold(AdmissionPolicy::baseline(self.admission_baseline.clone()), |p, repo| p.narrowed_by(repo))
+    }
+
+    /// Runs the pre-apply gates; `Some(reason)` refuses the release.
+    async fn preapply(&self, verified: &VerifiedRelease, policy: &AdmissionPolicy) -> Result<Option<String>, ReconcileError> {
+        let set = match self.engine.manifests(verified).await {
+            Ok(set) => set,
+            Err(e) if e.class() == ErrorClass::Stalling => return Ok(Some(e.to_string())),
+            Err(e) => return Err(e.into()),
+        };
+        let crds: Vec<CustomResourceDefinition> = set
+            .iter()
+            .filter(|m| m.key.is("apiextensions.k8s.io", "CustomResourceDefinition"))
+            .filter_map(|m| serde_json::to_value(&m.object).ok().and_then(|v| serde_json::from_value(v).ok()))
+            .collect();
+        let report = gates::preapply(
+            &self.services.client,
+            &crds,
+            verified.release().spec.requires.as_ref(),
+            PREAPPLY_CALL_TIMEOUT,
+        )
+        .await?;
+        if !report.passed() {
+            return Ok(Some(report.problems().join("; ")));
+        }
+        match self.engine.dry_run(verified, policy).await {
+            Ok(_) => Ok(None),
+            Err(e) if e.class() == ErrorClass::Stalling => Ok(Some(e.to_string())),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub(super) async fn operation(&self) -> Result<Operation, ReconcileError> {
+        let state = self.services.store.load().await?;
+        state.operation().cloned().ok_or_else(|| {
+            super::state::TransitionError::WrongPhase { action: "continue", phase: state.phase(), needs: "an operation" }.into()
+        })
+    }
+
+    /// Changes the persisted state (optimistic concurrency in the store).
+    pub(super) async fn update(
+        &self,
+        change: impl FnMut(&mut AgentState) -> Result<(), super::state::TransitionError>,
+    ) -> Result<AgentState, ReconcileError> {
+        let (state, ()) = self.services.store.update(change).await?;
+        self.services.metrics.observe_state(&state);
+        Ok(state)
+    }
+
+    /// A state transition: persisted first, then told (log, Event, metrics).
+    pub(super) async fn transition(
+        &self,
+        mut change: impl FnMut(&mut AgentState) -> Result<Transition, super::state::TransitionError>,
+    ) -> Result<Transition, ReconcileError> {
+        let (state, t) = self.services.store.update(|s| change(s)).await?;
+        self.services.metrics.observe_state(&state);
+        tracing::info!(release = %t.release, from = %t.from, to = %t.to, reason = t.reason, "{}", t.message);
+        match self.services.store.object_ref().await {
+            Ok(regarding) => {
+                if let Err(e) = self.services.events.transition(&regarding, &t).await {
+                    tracing::warn!(error = %e, "could not record an Event");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "could not reference the state ConfigMap for an Event"),
+        }
+        Ok(t)
+    }
+
+    /// Writes a status to Git (and the forge). A status that cannot be written is logged, not
+    /// fatal: the cluster's state is already decided and persisted; the next pass does not
+    /// repeat the release, so the failure is also recorded as an Event.
+    pub(super) async fn publish(&self, config: &FleetConfig, status: &Status) {
+        let publisher = self.publisher(config);
+        match publisher.publish(status).await {
+            Ok(()) => tracing::info!(release = %status.release, state = status.state.as_str(), "{}", status.description),
+            Err(e) => {
+                tracing::error!(release = %status.release, error = %e, "could not write the status");
+                self.record_error(&ReconcileError::Status(e)).await;
+            }
+        }
+    }
+
+    fn publisher(&self, config: &FleetConfig) -> Publisher {
+        let remote = GitRemote::new(self.source.url());
+        let remote = match self.services.config.git_credentials.to_source() {
+            Ok(creds) => remote.with_credentials(move |_url, user, allowed| creds.cred(user, allowed)),
+            Err(_) => remote,
+        };
+        let git = GitNotesBackend::new(self.source.state_dir().join("mirror.git"), remote);
+        let forge = config.fleet.spec.status.forge.as_ref().and_then(|f| match status::ForgeBackend::from_settings(f) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                tracing::warn!(error = %e, "forge statuses disabled");
+                None
+            }
+        });
+        Publisher::new(git, forge)
+    }
+
+    pub(super) async fn notify(
+        &self,
+        kind: NotificationKind,
+        release: &str,
+        reason: &str,
+        message: &str,
+        rolled_back_to: Option<&str>,
+        gate: Option<&GateEvaluation>,
+    ) {
+        let Some(notifier) = &self.services.notifier else { return };
+        let n = Notification {
+            kind,
+            release: release.to_string(),
+            reason: reason.to_string(),
+            message: message.to_string(),
+            rolled_back_to: rolled_back_to.map(str::to_string),
+            gate: gate.map(|g| g.gate.clone()),
+            figure: gate.map(observed_text),
+            threshold: gate.map(|g| g.threshold.to_string()),
+        };
+        if let Err(e) = notifier.send(&n).await {
+            tracing::warn!(error = %e, "notification failed");
+        }
+    }
+
+    async fn record_error(&self, e: &ReconcileError) {
+        if let Ok(regarding) = self.services.store.object_ref().await
+            && let Err(err) = self.services.events.error(&regarding, e.reason(), "Reconcile", e).await
+        {
+            tracing::warn!(error = %err, "could not record an Event");
+        }
+    }
+}
+
+/// Errors that stop the agent from starting at all.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentStartError {
+    #[error("opening the fleet repo: {0}")]
+    Source(#[from] SourceError),
+    #[error("reading the trusted keys: {0} (check --trusted-keys)")]
+    Trust(#[from] release::TrustError),
+    #[error(transparent)]
+    Config(#[from] super::config::ConfigError),
+}
+
+/// The Event/metrics reason of a refused release.
+fn verify_reason(e: &VerifyError) -> &'static str {
+    match e {
+        VerifyError::Lightweight { .. } | VerifyError::Unsigned { .. } => "ReleaseUnsigned",
+        VerifyError::TagNameMismatch { .. } | VerifyError::MovedTag { .. } => "TagMoved",
+        VerifyError::UnsupportedSignature { .. }
+        | VerifyError::UntrustedKey { .. }
+        | VerifyError::BadSignature { .. }
+        | VerifyError::InvalidSignature { .. }
+        | VerifyError::CommitSignature { .. } => "SignatureInvalid",
+        VerifyError::NotTargeted { .. } => "NotTargeted",
+        VerifyError::MappingMismatch { .. } => "MappingMismatch",
+        VerifyError::Pins(_) | VerifyError::Source(_) | VerifyError::Tree(_) => "VerifyFailed",
+    }
+}
+
+/// Gates of a fleet repo without a `GatePolicy`: the seed's Kubernetes-side gates.
+const DEFAULT_GATE_POLICY: &str = "
+bakeTime: 5m
+interval: 10s
+gates:
+  - name: operator-available
+    deploymentAvailable: {}
+  - name: pod-restarts
+    podRestarts: { max: 3 }
+";
+
+/// The fleet's gate policy: the first `GatePolicy` in `policies/`, else [`DEFAULT_GATE_POLICY`].
+pub(super) fn gate_policy(config: &FleetConfig) -> GatePolicySpec {
+    match config.gate_policies.first() {
+        Some(p) => p.spec.clone(),
+        None => serde_yaml_ng::from_str(DEFAULT_GATE_POLICY).expect("the built-in gate policy parses"),
+    }
+}
+
+/// The Operator's namespace from `fleet.yaml`; its gates look at everything there.
+pub(super) fn operator_target(config: &FleetConfig) -> OperatorTarget {
+    OperatorTarget { namespace: config.fleet.spec.operator.namespace.clone(), selector: String::new() }
+}
+
+pub(super) fn figures(evaluations: &[GateEvaluation]) -> Vec<GateFigure> {
+    evaluations
+        .iter()
+        .map(|e| GateFigure {
+            name: e.gate.clone(),
+            observed: observed_text(e),
+            threshold: e.threshold.to_string(),
+            verdict: verdict_text(&e.verdict).to_string(),
+        })
+        .collect()
+}
+
+fn observed_text(e: &GateEvaluation) -> String {
+    match (&e.observed, &e.verdict) {
+        (Some(q), _) => q.to_string(),
+        (None, Verdict::Unknown { reason }) => format!("unknown ({reason})"),
+        (None, _) => String::new(),
+    }
+}
+
+fn verdict_text(v: &Verdict) -> &'static str {
+    match v {
+        Verdict::Pass => "pass",
+        Verdict::Fail => "fail",
+        Verdict::Unknown { .. } => "unknown",
+    }
+}
+
+fn summary(evaluations: &[GateEvaluation]) -> String {
+    evaluations.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+}

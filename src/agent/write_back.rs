@@ -1,0 +1,120 @@
+//! Write-back (`--write-back`): after a rollback, push a commit to the tracked branch that pins this
+//! cluster to the release it was rolled back to, so Git again says what runs. The message says why,
+//! with trailers a pipeline can read (`Fleetgate-Release`, `Fleetgate-Reason`, `Fleetgate-Rolled-Back-To`).
+//!
+//! The commit is built in the agent's bare mirror on top of the freshly fetched tip and pushed from
+//! a private ref; a non-fast-forward (someone pushed meanwhile) fetches and tries again, bounded.
+//! The edit is the same line edit `fleetgate rollback` makes ([`crate::releng::FleetState`]).
+
+use super::reconcile::Agent;
+use super::state::Failure;
+use crate::releng::FleetState;
+use crate::source::Credentials;
+use git2::{Oid, Repository};
+use std::collections::BTreeMap;
+
+const ATTEMPTS: u32 = 4;
+/// Where the commit waits in the mirror while it is pushed.
+const PUSH_REF: &str = "refs/fleetgate/write-back";
+
+#[derive(Debug, thiserror::Error)]
+pub enum WriteBackError {
+    #[error("fleet repo: {0}")]
+    Source(#[from] crate::source::SourceError),
+    #[error("reading the fleet configuration at the tip: {0}")]
+    Config(#[from] crate::releng::RelengError),
+    #[error("git: {0}")]
+    Git(#[from] git2::Error),
+    #[error("the remote refused the write-back commit on {branch}: {message}")]
+    Rejected { branch: String, message: String },
+    #[error("gave up after {ATTEMPTS} attempts: the branch kept moving")]
+    KeptMoving,
+}
+
+impl Agent {
+    /// Pushes the write-back commit; failures are logged (the rollback itself already happened).
+    pub(super) async fn write_back(&mut self, failed: &str, target: &str, failure: &Failure) {
+        match tokio::task::block_in_place(|| self.try_write_back(failed, target, failure)) {
+            Ok(Some(commit)) => tracing::info!(%commit, release = target, "wrote the rollback back to Git"),
+            Ok(None) => tracing::info!(release = target, "Git already asks for the rolled-back-to release"),
+            Err(e) => tracing::error!(error = %e, "write-back failed; Git still asks for {failed}"),
+        }
+    }
+
+    fn try_write_back(&mut self, failed: &str, target: &str, failure: &Failure) -> Result<Option<Oid>, WriteBackError> {
+        let cluster = self.services.config.cluster.clone();
+        let branch = self.source.branch().to_string();
+        let credentials = self.services.config.git_credentials.to_source().unwrap_or_default();
+        for _ in 0..ATTEMPTS {
+            self.source.sync()?;
+            let checkout = self.source.checkout()?;
+            let tree = checkout.tip_tree()?;
+            let state = FleetState::load(&tree)?;
+            let change = state.plan(&BTreeMap::from([(cluster.clone(), target.to_string())]), None);
+            if change.is_empty() {
+                return Ok(None);
+            }
+            let files = state.render(&change)?;
+            let repo = checkout.repo();
+            let message = format!(
+                "fleetgate: roll {cluster} back to {target}\n\n\
+                 The agent of {cluster} rolled {failed} back to {target}: {}\n\n\
+                 Fleetgate-Release: {failed}\nFleetgate-Reason: {}\nFleetgate-Rolled-Back-To: {target}\n",
+                failure.message, failure.reason
+            );
+            let commit = commit_files(repo, checkout.tip(), &files, &message)?;
+            match push(repo, self.source.url(), &credentials, commit, &branch) {
+                Ok(()) => return Ok(Some(commit)),
+                Err(PushOutcome::NotFastForward) => continue,
+                Err(PushOutcome::Failed(e)) => return Err(e),
+            }
+        }
+        Err(WriteBackError::KeptMoving)
+    }
+}
+
+fn commit_files(repo: &Repository, parent: Oid, files: &BTreeMap<String, String>, message: &str) -> Result<Oid, git2::Error> {
+    let parent = repo.find_commit(parent)?;
+    let mut update = git2::build::TreeUpdateBuilder::new();
+    for (path, text) in files {
+        update.upsert(path, repo.blob(text.as_bytes())?, git2::FileMode::Blob);
+    }
+    let tree = repo.find_tree(update.create_updated(repo, &parent.tree()?)?)?;
+    let signature = git2::Signature::now("fleetgate agent", "agent@fleetgate.invalid")?;
+    repo.commit(None, &signature, &signature, message, &tree, &[&parent])
+}
+
+enum PushOutcome {
+    NotFastForward,
+    Failed(WriteBackError),
+}
+
+fn push(repo: &Repository, url: &str, credentials: &Credentials, commit: Oid, branch: &str) -> Result<(), PushOutcome> {
+    let failed = |e: git2::Error| PushOutcome::Failed(e.into());
+    repo.reference(PUSH_REF, commit, true, "fleetgate write-back").map_err(failed)?;
+    let mut remote = repo.remote_anonymous(url).map_err(failed)?;
+    let mut rejection: Option<String> = None;
+    let mut callbacks = git2::RemoteCallbacks::new();
+    let creds = credentials.clone();
+    callbacks.credentials(move |_url, user, allowed| creds.cred(user, allowed));
+    // A refused ref is reported only here, not as an error of push().
+    callbacks.push_update_reference(|_refname, status| {
+        rejection = status.map(str::to_string);
+        Ok(())
+    });
+    let mut options = git2::PushOptions::new();
+    options.remote_callbacks(callbacks);
+    let result = remote.push(&[format!("{PUSH_REF}:refs/heads/{branch}")], Some(&mut options));
+    drop(options);
+    match (result, rejection) {
+        (Err(e), _) if e.code() == git2::ErrorCode::NotFastForward => Err(PushOutcome::NotFastForward),
+        (Err(e), _) => Err(failed(e)),
+        (Ok(()), Some(message)) if message.contains("fast-forward") || message.contains("fetch first") => {
+            Err(PushOutcome::NotFastForward)
+        }
+        (Ok(()), Some(message)) => {
+            Err(PushOutcome::Failed(WriteBackError::Rejected { branch: branch.to_string(), message }))
+        }
+        (Ok(()), None) => Ok(()),
+    }
+}
