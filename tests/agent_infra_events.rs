@@ -42,12 +42,14 @@ async fn transitions_and_errors_become_events_on_the_state_configmap() {
                 s.begin("rel-1", "c1", Utc::now())
             })
             .await
-            .unwrap(),
-        store.update(|s| s.start_apply(None, None)).await.unwrap(),
+            .unwrap()
+            .1,
+        store.update(|s| s.start_apply(None, None)).await.unwrap().1,
         store
             .update(|s| s.start_rollback(Failure::new("ApplyFailed", "CRD not established in 60s"), Utc::now()))
             .await
-            .unwrap(),
+            .unwrap()
+            .1,
     ];
     for t in &steps {
         recorder.transition(&regarding, t).await.expect("event recorded");

@@ -141,12 +141,15 @@ async fn concurrent_writers_conflict_and_the_loser_reapplies_or_refuses() {
         })
         .await
         .unwrap();
-        b.update(|s| {
-            s.record_tag_pins(&pins("rel-2", "c2"));
-            Ok(())
-        })
-        .await
-        .unwrap();
+        let (saved, ()) = b
+            .update(|s| {
+                s.record_tag_pins(&pins("rel-2", "c2"));
+                Ok(())
+            })
+            .await
+            .unwrap();
+        // update returns what it saved: both pins.
+        assert_eq!(saved.tag_pins().iter().collect::<Vec<_>>(), [("rel-1", "c1"), ("rel-2", "c2")]);
     })
     .await;
     let merged = within("reload", a.load()).await.unwrap();

@@ -520,13 +520,14 @@ impl StateStore {
         self.cache.lock().await.as_ref().map(|p| p.state.clone())
     }
 
-    /// Applies `change` to the state and saves it. If `change` fails, nothing is written and its
-    /// error is returned; if it changes nothing, nothing is written. On a write conflict the store
-    /// reloads and calls `change` again on the fresh state, up to 5 times.
+    /// Applies `change` to the state and saves it; returns the saved state and what `change`
+    /// returned. If `change` fails, nothing is written and its error is returned; if it changes
+    /// nothing, nothing is written. On a write conflict the store reloads and calls `change` again
+    /// on the fresh state, up to 5 times.
     pub async fn update<T>(
         &self,
         mut change: impl FnMut(&mut AgentState) -> Result<T, TransitionError>,
-    ) -> Result<T, StateError> {
+    ) -> Result<(AgentState, T), StateError> {
         let mut cache = self.cache.lock().await;
         let mut base = match cache.take() {
             Some(p) => p,
@@ -543,14 +544,14 @@ impl StateStore {
             };
             if next == base.state {
                 *cache = Some(base);
-                return Ok(out);
+                return Ok((next, out));
             }
             let mut object = base.object.clone();
             object.data = Some(next.to_data());
             match self.api.replace(&self.name, &PostParams::default(), &object).await {
                 Ok(saved) => {
-                    *cache = Some(Persisted { state: next, object: saved });
-                    return Ok(out);
+                    *cache = Some(Persisted { state: next.clone(), object: saved });
+                    return Ok((next, out));
                 }
                 Err(kube::Error::Api(s)) if s.is_conflict() => {
                     tracing::debug!(configmap = %self.name, "state write conflict; reloading");
