@@ -1,9 +1,10 @@
 //! `fleetgate agent` as a process against a real API server: it validates its flags (exit 2 with
-//! what to fix), creates its state ConfigMap, takes its Lease, serves its endpoints, wakes on a push
-//! to a local repo and on the webhook, and on SIGTERM releases the Lease and exits 0.
+//! what to fix), creates its state ConfigMap, takes its Lease, serves its endpoints (ready after its
+//! first sync of a fleet repo that desires no release yet), wakes on a push to a local repo and on
+//! the webhook, and on SIGTERM releases the Lease and exits 0.
 
 use fleetgate_testenv::process::{Guarded, free_port, wait_for_port};
-use fleetgate_testenv::{ClusterOptions, TestCluster};
+use fleetgate_testenv::{ClusterOptions, GpgHome, TestCluster};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, PostParams};
@@ -69,18 +70,17 @@ async fn the_agent_process_runs_its_services_and_hands_over_on_sigterm() {
     };
     Api::<Namespace>::all(cluster.client()).create(&PostParams::default(), &ns).await.unwrap();
 
+    // A fleet repo from the built-in template (it desires no release yet), served from a bare repo.
     let dir = tempfile::tempdir().unwrap();
     let bare = dir.path().join("fleet.git");
     let work = dir.path().join("work");
-    std::fs::create_dir_all(&work).unwrap();
+    let init = agent_command().arg("init").arg(&work).output().unwrap();
+    assert!(init.status.success(), "fleetgate init: {}", String::from_utf8_lossy(&init.stderr));
     git(dir.path(), &["init", "-q", "--bare", "fleet.git"]);
-    git(&work, &["init", "-q"]);
-    std::fs::write(work.join("fleet.yaml"), "kind: Fleet\n").unwrap();
-    git(&work, &["add", "."]);
-    git(&work, &["commit", "-q", "-m", "first"]);
     git(&work, &["push", "-q", bare.to_str().unwrap(), "main"]);
-    let key = dir.path().join("signer.asc");
-    std::fs::write(&key, "placeholder: the trust stage reads it, this test does not").unwrap();
+    let gpg = GpgHome::new().unwrap();
+    let fingerprint = gpg.generate_key("Release Signer", "release@example.com").unwrap();
+    let key = gpg.write_public_key(&fingerprint, &dir.path().join("signer.asc")).unwrap();
 
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
@@ -93,7 +93,7 @@ async fn the_agent_process_runs_its_services_and_hands_over_on_sigterm() {
         "--repo",
         bare.to_str().unwrap(),
         "--cluster",
-        "canary",
+        "cluster-a",
         "--trusted-keys",
         key.to_str().unwrap(),
         "--listen",
@@ -116,33 +116,39 @@ async fn the_agent_process_runs_its_services_and_hands_over_on_sigterm() {
     let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
     assert_eq!(http.get(format!("{base}/healthz")).send().await.unwrap().status(), 200);
 
-    // It leads (the Lease names it), created its state, and woke once at start-up.
+    // It leads (the Lease names it), created its state, woke once at start-up and, its first sync
+    // done, is ready.
     wait_for_metric(&http, &base, "fleetgate_leader{", "1", Duration::from_secs(10)).await;
-    wait_for_metric(
-        &http,
-        &base,
-        "fleetgate_triggers_total{cluster=\"canary\",source=\"startup\"}",
-        "1",
-        Duration::from_secs(5),
-    )
-    .await;
+    let startup = "fleetgate_triggers_total{cluster=\"cluster-a\",source=\"startup\"}";
+    wait_for_metric(&http, &base, startup, "1", Duration::from_secs(5)).await;
     let leases: Api<Lease> = Api::namespaced(cluster.client(), "fleetgate-system");
-    let holder = leases.get("fleetgate-agent-canary").await.unwrap().spec.unwrap().holder_identity.unwrap();
+    let holder = leases.get("fleetgate-agent-cluster-a").await.unwrap().spec.unwrap().holder_identity.unwrap();
     assert!(holder.starts_with("agent-under-test_"), "{holder}");
     let configmaps: Api<ConfigMap> = Api::namespaced(cluster.client(), "fleetgate-system");
-    assert_eq!(configmaps.get("fleetgate-state-canary").await.unwrap().data.unwrap()["phase"], "Idle");
+    assert_eq!(configmaps.get("fleetgate-state-cluster-a").await.unwrap().data.unwrap()["phase"], "Idle");
+    let ready = Instant::now();
+    loop {
+        let r = http.get(format!("{base}/readyz")).send().await.unwrap();
+        if r.status() == 200 {
+            break;
+        }
+        assert!(ready.elapsed() < Duration::from_secs(30), "not ready: {}", r.text().await.unwrap());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     // A push to the local repo wakes it (the file-system watcher), as does the webhook.
-    std::fs::write(work.join("fleet.yaml"), "kind: Fleet\nmetadata: {}\n").unwrap();
+    let mut readme = std::fs::read_to_string(work.join("README.md")).unwrap();
+    readme.push_str("\nA line added by the test.\n");
+    std::fs::write(work.join("README.md"), readme).unwrap();
     git(&work, &["commit", "-q", "-am", "second"]);
     let pushed = Instant::now();
     git(&work, &["push", "-q", bare.to_str().unwrap(), "main"]);
-    let series = "fleetgate_triggers_total{cluster=\"canary\",source=\"git-refs\"}";
+    let series = "fleetgate_triggers_total{cluster=\"cluster-a\",source=\"git-refs\"}";
     wait_for_metric(&http, &base, series, "1", Duration::from_secs(3)).await;
     println!("push to local repo → agent woken: {:?}", pushed.elapsed());
     let answer = http.post(format!("{base}/hooks/git")).send().await.unwrap();
     assert_eq!(answer.status(), 202);
-    let series = "fleetgate_triggers_total{cluster=\"canary\",source=\"webhook\"}";
+    let series = "fleetgate_triggers_total{cluster=\"cluster-a\",source=\"webhook\"}";
     wait_for_metric(&http, &base, series, "1", Duration::from_secs(3)).await;
     println!("agent RSS while idle: {} KiB", rss_kib(agent.pid()));
 
@@ -158,6 +164,6 @@ async fn the_agent_process_runs_its_services_and_hands_over_on_sigterm() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert!(status.success(), "{status}: {}", std::fs::read_to_string(dir.path().join("agent.log")).unwrap());
-    let spec = leases.get("fleetgate-agent-canary").await.unwrap().spec.unwrap();
+    let spec = leases.get("fleetgate-agent-cluster-a").await.unwrap().spec.unwrap();
     assert_eq!(spec.holder_identity, None, "{spec:?}");
 }
