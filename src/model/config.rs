@@ -309,7 +309,7 @@ mod tests {
     #[case::duplicate_name("clusters/cluster-b.yaml", "name: cluster-b", "name: cluster-a", vec![(Rule::Naming, Some(5)), (Rule::Duplicate, Some(5))])]
     #[case::fleet_typo("fleet.yaml", "  rollout:", "  rolout:", vec![(Rule::Schema, Some(23))])]
     #[case::duplicate_wave("fleet.yaml", "[canary, wave-1, wave-2]", "[canary, wave-1, wave-1]", vec![(Rule::Duplicate, Some(22)), (Rule::Reference, Some(10))])]
-    #[case::gate_typo("policies/gates.yaml", "bakeTime: 10m", "bakeTim: 10m", vec![(Rule::Schema, Some(10))])]
+    #[case::gate_typo("policies/gates.yaml", "bakeTime: 10m", "bakeTim: 10m", vec![(Rule::Schema, Some(11))])]
     #[case::gate_unusable("policies/gates.yaml", "interval: 15s", "interval: 1h", vec![(Rule::Schema, None)])]
     #[case::admission_typo("policies/admission.yaml", "allowedNamespaces", "allowedNamespace", vec![(Rule::Schema, Some(9))])]
     #[case::wrong_kind_in_policies("policies/admission.yaml", "kind: ReleaseAdmissionPolicy", "kind: NetworkPolicy", vec![(Rule::Schema, Some(4))])]
@@ -317,7 +317,7 @@ mod tests {
         #[case] file: &str,
         #[case] from: &str,
         #[case] to: &str,
-        #[case] expected: Vec<(Rule, Option<usize>)>,
+        #[case] expected: Vec<(Rule, Option<u32>)>,
     ) {
         let dir = template();
         let path = dir.path().join(file);
@@ -325,7 +325,7 @@ mod tests {
         assert!(text.contains(from), "{file} lacks {from:?}");
         std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
         let err = FleetConfig::load(&DirTree::new(dir.path())).unwrap_err();
-        let got: Vec<(Rule, Option<usize>)> = err.findings().iter().map(|f| (f.rule, f.at.line)).collect();
+        let got: Vec<(Rule, Option<u32>)> = err.findings().iter().map(|f| (f.rule, f.at.line)).collect();
         assert_eq!(got, expected, "{err}");
         assert!(err.findings().iter().all(|f| f.at.file == file || expected.len() > 1), "{err}");
     }

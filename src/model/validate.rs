@@ -348,7 +348,7 @@ spec:
   manifests: operator/
 ";
 
-    fn findings(text: &str) -> Vec<(Rule, Option<usize>)> {
+    fn findings(text: &str) -> Vec<(Rule, Option<u32>)> {
         let r = parse_release("release.yaml", text, None).unwrap();
         check_release(&r, "release.yaml", text).into_iter().map(|f| (f.rule, f.at.line)).collect()
     }
@@ -367,7 +367,7 @@ spec:
     #[case::escaping_manifests("manifests: operator/", "manifests: ../operator/", vec![(Rule::ManifestPath, Some(16))])]
     #[case::absolute_manifests("manifests: operator/", "manifests: /etc", vec![(Rule::ManifestPath, Some(16))])]
     #[case::several_at_once("chartVersion: 1.2.3\n  crdVersion: v1alpha2", "chartVersion: x\n  crdVersion: y", vec![(Rule::Schema, Some(10)), (Rule::CrdVersion, Some(11))])]
-    fn release_rules(#[case] from: &str, #[case] to: &str, #[case] expected: Vec<(Rule, Option<usize>)>) {
+    fn release_rules(#[case] from: &str, #[case] to: &str, #[case] expected: Vec<(Rule, Option<u32>)>) {
         let text = if from.is_empty() { BASE.to_string() } else { BASE.replacen(from, to, 1) };
         assert_eq!(findings(&text), expected);
     }

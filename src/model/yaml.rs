@@ -14,10 +14,11 @@ const MAX_ALIASES: usize = 64;
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Location {
     pub file: String,
+    /// 1-based.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub line: Option<usize>,
+    pub line: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub column: Option<usize>,
+    pub column: Option<u32>,
 }
 
 impl Location {
@@ -36,14 +37,19 @@ impl Location {
             let l = l.strip_prefix("- ").map(str::trim_start).unwrap_or(l);
             l.starts_with(&pattern) || l.starts_with(&format!("\"{key}\":"))
         });
-        Location { file: file.to_string(), line: line.map(|i| i + 1), column: None }
+        Location { file: file.to_string(), line: line.map(line_number), column: None }
     }
 
     /// The first line of `text` containing `needle`; the whole file when none does.
     pub fn of_text(file: &str, text: &str, needle: &str) -> Location {
         let line = text.lines().position(|l| l.contains(needle));
-        Location { file: file.to_string(), line: line.map(|i| i + 1), column: None }
+        Location { file: file.to_string(), line: line.map(line_number), column: None }
     }
+}
+
+/// A 0-based line index as a 1-based line number (files are far below 4 G lines).
+fn line_number(index: usize) -> u32 {
+    u32::try_from(index + 1).unwrap_or(u32::MAX)
 }
 
 impl fmt::Display for Location {
@@ -110,7 +116,7 @@ pub fn check_limits(file: &str, text: &str) -> Result<(), ParseError> {
 
 fn syntax(file: &str, e: serde_yaml_ng::Error) -> ParseError {
     let (line, column) = match e.location() {
-        Some(l) => (Some(l.line()), Some(l.column())),
+        Some(l) => (u32::try_from(l.line()).ok(), u32::try_from(l.column()).ok()),
         None => (None, None),
     };
     // The location is carried separately; drop the parser's own " at line L column C".

@@ -31,9 +31,12 @@ pub fn is_manifest_file(name: &str) -> bool {
     name.ends_with(".yaml") || name.ends_with(".yml") || name.ends_with(".json")
 }
 
-/// The manifest files under `dir` (path relative to the repo root → bytes), and findings for
-/// what could not be taken. Errors only when the tree itself cannot be read.
-pub fn read_manifests(tree: &dyn RepoTree, dir: &str) -> Result<(BTreeMap<String, Vec<u8>>, Vec<Finding>), TreeError> {
+/// Manifest files: path relative to the repo root → bytes.
+pub type ManifestFiles = BTreeMap<String, Vec<u8>>;
+
+/// The manifest files under `dir`, and findings for what could not be taken. Errors only when
+/// the tree itself cannot be read.
+pub fn read_manifests(tree: &dyn RepoTree, dir: &str) -> Result<(ManifestFiles, Vec<Finding>), TreeError> {
     let mut files = BTreeMap::new();
     let mut findings = Vec::new();
     let dir = match safe_relative_path(dir) {

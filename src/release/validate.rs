@@ -361,11 +361,17 @@ fn crd_findings(prev_id: &str, prev: &ReleaseContent, next_files: &BTreeMap<Stri
     crd_compat::check_all(&old, &new_crds)
         .into_iter()
         .map(|f| {
-            let file = new
-                .iter()
-                .find(|(_, c)| c.metadata.name.as_deref() == Some(f.crd.as_str()))
-                .map_or_else(|| format!("{prefix}{}", prev.release.spec.manifests), |(p, _)| format!("{prefix}{p}"));
-            Finding::in_file(Rule::CrdCompatibility, &file, format!("against {prev_id}: {f}"))
+            let message = format!("against {prev_id}: {f}");
+            let Some((path, _)) = new.iter().find(|(_, c)| c.metadata.name.as_deref() == Some(f.crd.as_str())) else {
+                let at = format!("{prefix}{}", prev.release.spec.manifests);
+                return Finding::in_file(Rule::CrdCompatibility, &at, message);
+            };
+            // Point at the version the finding is about, else at the CRD's name.
+            let text = String::from_utf8_lossy(&next_files[path]);
+            let needle = f.version.as_ref().map_or_else(|| f.crd.clone(), |v| format!("name: {v}"));
+            let mut at = Location::of_text(path, &text, &needle);
+            at.file = format!("{prefix}{path}");
+            Finding::new(Rule::CrdCompatibility, at, message)
         })
         .collect()
 }

@@ -189,3 +189,113 @@ pub fn verify_commit(checkout: &Checkout, commit: git2::Oid, keyring: &Keyring) 
     };
     keyring.verify_detached(&payload, &signature).map_err(fail)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Rule, seed_keys};
+    use crate::source::{Checkout, DirTree, init_fleet_repo, write_template};
+
+    fn template() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        write_template(dir.path()).unwrap();
+        dir
+    }
+
+    fn rules(dir: &std::path::Path) -> Vec<(Rule, String)> {
+        let (_, findings) = read_release(&DirTree::new(dir), Some("rel-20250315-001")).unwrap();
+        findings.into_iter().map(|f| (f.rule, f.at.file)).collect()
+    }
+
+    #[test]
+    fn the_template_release_is_consistent() {
+        let dir = template();
+        // Files that are not manifests are not part of the release.
+        std::fs::write(dir.path().join("operator/README.md"), "notes").unwrap();
+        let (content, findings) = read_release(&DirTree::new(dir.path()), Some("rel-20250315-001")).unwrap();
+        assert_eq!(findings, []);
+        let content = content.unwrap();
+        assert_eq!(content.files.len(), 9, "{:?}", content.files.keys());
+        assert!(!content.files.contains_key("operator/README.md"));
+    }
+
+    #[test]
+    fn the_seeds_configmap_form_takes_its_repository_from_fleet_yaml() {
+        let dir = template();
+        let data: String = [
+            (seed_keys::RELEASE_ID, "rel-20250315-001"),
+            (seed_keys::GIT_COMMIT, "a1b2c3d4e5f6"),
+            (seed_keys::IMAGE_TAG, "v1.2.3-build.456"),
+            (seed_keys::CHART_VERSION, "1.2.3"),
+            (seed_keys::CRD_VERSION, "v1alpha2"),
+            (seed_keys::TARGET_CLUSTERS, "cluster-a,cluster-b,cluster-c"),
+        ]
+        .iter()
+        .map(|(k, v)| format!("  {k}: \"{v}\"\n"))
+        .collect();
+        let cm = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: release-manifest-20250315\ndata:\n{data}");
+        std::fs::write(dir.path().join("release.yaml"), cm).unwrap();
+        assert_eq!(rules(dir.path()), []);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn links_out_of_the_repo_oversized_files_and_alias_bombs_are_findings() {
+        let dir = template();
+        let op = dir.path().join("operator");
+        std::os::unix::fs::symlink("/etc/passwd", op.join("abs.yaml")).unwrap();
+        std::os::unix::fs::symlink("../../outside.yaml", op.join("rel.yaml")).unwrap();
+        std::os::unix::fs::symlink("../release.yaml", op.join("inside.yaml")).unwrap();
+        std::fs::write(op.join("big.yaml"), "#".repeat(crate::model::MAX_YAML_BYTES + 1)).unwrap();
+        let mut bomb = String::from("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: b}\ndata: &a [x, x]\n");
+        for i in 0..100 {
+            bomb.push_str(&format!("x{i}: [*a, *a]\n"));
+        }
+        std::fs::write(op.join("bomb.yaml"), bomb).unwrap();
+        assert_eq!(
+            rules(dir.path()),
+            [
+                (Rule::ManifestPath, "operator/abs.yaml".to_string()),
+                (Rule::Limit, "operator/big.yaml".to_string()),
+                (Rule::ManifestPath, "operator/rel.yaml".to_string()),
+                (Rule::Limit, "operator/bomb.yaml".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_manifests_path_that_leaves_the_repo_is_refused_before_reading() {
+        let dir = template();
+        let path = dir.path().join("release.yaml");
+        let text = std::fs::read_to_string(&path).unwrap().replace("manifests: operator/", "manifests: ../operator/");
+        std::fs::write(&path, text).unwrap();
+        let found = rules(dir.path());
+        assert!(found.iter().all(|(r, _)| *r == Rule::ManifestPath || *r == Rule::Image || *r == Rule::CrdVersion), "{found:?}");
+        assert_eq!(found.iter().filter(|(r, _)| *r == Rule::ManifestPath).count(), 2, "{found:?}");
+    }
+
+    #[test]
+    fn git_symlinks_pointing_out_of_the_repo_are_findings() {
+        let dir = tempfile::tempdir().unwrap();
+        init_fleet_repo(dir.path()).unwrap();
+        let repo = git2::Repository::open(dir.path()).unwrap();
+        // Add operator/evil.yaml as a symlink blob to ../../../etc/passwd in a new commit.
+        let head = repo.head().unwrap().peel_to_commit().unwrap();
+        let link = repo.blob(b"../../../etc/passwd").unwrap();
+        let op = head.tree().unwrap().get_path(std::path::Path::new("operator")).unwrap();
+        let mut op_tree = repo.treebuilder(Some(&repo.find_tree(op.id()).unwrap())).unwrap();
+        op_tree.insert("evil.yaml", link, 0o120000).unwrap();
+        let op_id = op_tree.write().unwrap();
+        let mut root = repo.treebuilder(Some(&head.tree().unwrap())).unwrap();
+        root.insert("operator", op_id, 0o040000).unwrap();
+        let tree = repo.find_tree(root.write().unwrap()).unwrap();
+        let sig = git2::Signature::now("t", "t@x").unwrap();
+        repo.commit(Some("HEAD"), &sig, &sig, "evil link", &tree, &[&head]).unwrap();
+
+        let checkout = Checkout::open_local(dir.path(), Some("main")).unwrap();
+        let (content, findings) = read_release(&checkout.tip_tree().unwrap(), None).unwrap();
+        assert_eq!(findings.len(), 1, "{findings:?}");
+        assert_eq!((findings[0].rule, findings[0].at.file.as_str()), (Rule::ManifestPath, "operator/evil.yaml"));
+        assert!(!content.unwrap().files.contains_key("operator/evil.yaml"));
+    }
+}
