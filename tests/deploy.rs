@@ -5,6 +5,8 @@
 //! what the agent must not do (delete Namespaces, read other namespaces' Secrets, grant
 //! `cluster-admin`) is denied.
 
+use fleetgate::agent::AgentSettings;
+use fleetgate::model::{RELEASE_ADMISSION_POLICY_KIND, ReleaseAdmissionPolicy, parse_document};
 use fleetgate_testenv::{ClusterOptions, TestCluster};
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -62,6 +64,45 @@ fn api_for(client: kube::Client, discovery: &Discovery, obj: &DynamicObject) -> 
         }
         Scope::Cluster => Api::all_with(client, &resource),
     }
+}
+
+/// The settings the Deployment gives the agent agree with the rest of deploy/: `agent.yaml` and
+/// the baseline admission policy parse (unknown keys are errors), and every path they name lies on
+/// a volume the Deployment mounts.
+#[test]
+fn the_agent_configuration_matches_the_deployment() {
+    let config = documents(&repo().join("deploy/config.yaml")).remove(0).1;
+    let data = config.data["data"].as_object().expect("ConfigMap data");
+    let agent_yaml = data["agent.yaml"].as_str().unwrap();
+    let settings: AgentSettings = serde_yaml_ng::from_str(agent_yaml).expect("agent.yaml is valid agent configuration");
+
+    let deployment =
+        documents(&repo().join("deploy/deployment.yaml")).into_iter().find(|(_, o)| gvk(o).kind == "Deployment");
+    let container = deployment.unwrap().1.data["spec"]["template"]["spec"]["containers"][0].clone();
+    let mounts: Vec<String> = container["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["mountPath"].as_str().unwrap().to_string())
+        .collect();
+    let mounted = |p: &Path| mounts.iter().any(|m| p.starts_with(m));
+    let config_arg = container["args"].as_array().unwrap().iter().find_map(|a| a.as_str()?.strip_prefix("--config="));
+    let config_path = Path::new(config_arg.expect("--config= in the Deployment's args"));
+    assert!(mounted(config_path), "{config_path:?} is not on a mounted volume");
+    assert!(data.contains_key(config_path.file_name().unwrap().to_str().unwrap()));
+
+    let policy_path = settings.admission_policy.expect("an admission baseline");
+    let mut paths = vec![policy_path.clone(), settings.state_dir.expect("stateDir")];
+    paths.extend(settings.trusted_keys);
+    for p in &paths {
+        assert!(mounted(p), "{p:?} is not on a volume the Deployment mounts ({mounts:?})");
+    }
+    let policy_key = policy_path.file_name().unwrap().to_str().unwrap();
+    let policy_text = data[policy_key].as_str().expect("the admission policy is in the same ConfigMap");
+    let policy: ReleaseAdmissionPolicy =
+        parse_document(policy_key, policy_text, RELEASE_ADMISSION_POLICY_KIND).unwrap();
+    assert!(!policy.spec.allow_cluster_admin_bindings);
+    assert_eq!(settings.listen.unwrap().to_string(), "0.0.0.0:8080", "probes and the Service reach the agent");
 }
 
 #[tokio::test]
