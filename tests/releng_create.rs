@@ -107,7 +107,12 @@ fn re_running_is_idempotent_and_an_id_is_never_reused_for_other_content() {
         Err(RelengError::Refused(Refusal::IdReused { id, differences })) => {
             assert_eq!(id, "rel-1");
             assert!(differences.contains("operator/ manifests differ"), "{differences}");
-            assert!(differences.contains("image registry.example.com/redis-operator:v1.0.0 vs registry.example.com/redis-operator:v9.9.9"), "{differences}");
+            assert!(
+                differences.contains(
+                    "image registry.example.com/redis-operator:v1.0.0 vs registry.example.com/redis-operator:v9.9.9"
+                ),
+                "{differences}"
+            );
         }
         other => panic!("expected id-reused, got {other:?}"),
     }
@@ -141,7 +146,10 @@ fn incompatible_crds_are_refused_unless_the_reason_is_given() {
     let r = f.create(&allowed).unwrap();
     assert!(!r.crd_compatibility.compatible);
     let message = f.git(&["cat-file", "-p", "rel-2"]);
-    assert!(message.contains("Incompatible CRDs allowed: replicas was never read; shards has a webhook default"), "{message}");
+    assert!(
+        message.contains("Incompatible CRDs allowed: replicas was never read; shards has a webhook default"),
+        "{message}"
+    );
 }
 
 #[test]
@@ -172,9 +180,19 @@ fn the_command_line_reports_for_people_and_pipelines_with_exit_codes() {
     let m = f.manifests("render", "v1.0.0", "v1alpha2", &["size"], &[]);
     let m = m.to_str().unwrap();
     let base = ["release", "create", "--repo", "fleet", "--id", "rel-1", "--manifests", m, "--chart-version", "1.2.3"];
-    let rest = ["--crd-version", "v1alpha2", "--git-commit", "a1b2c3d4e5f6", "--targets", "cluster-a,cluster-b", "--sign-key", &f.fpr];
+    let rest = [
+        "--crd-version",
+        "v1alpha2",
+        "--git-commit",
+        "a1b2c3d4e5f6",
+        "--targets",
+        "cluster-a,cluster-b",
+        "--sign-key",
+        &f.fpr,
+    ];
     let run = |image: &str, extra: &[&str]| {
-        let args: Vec<&str> = base.iter().chain(["--image", image].iter()).chain(rest.iter()).chain(extra.iter()).copied().collect();
+        let args: Vec<&str> =
+            base.iter().chain(["--image", image].iter()).chain(rest.iter()).chain(extra.iter()).copied().collect();
         f.fleetgate(&args)
     };
     let image = format!("{IMAGE_REPO}:v1.0.0");
@@ -185,7 +203,10 @@ fn the_command_line_reports_for_people_and_pipelines_with_exit_codes() {
     assert!(text.starts_with("Released rel-1 on branch main"), "{text}");
     assert!(text.contains("targets    cluster-a, cluster-b"), "{text}");
     assert!(text.contains("CRDs       nothing to compare with (first release)"), "{text}");
-    assert!(text.contains("Next: fleetgate promote rel-1 --wave canary --repo fleet --trusted-keys KEYS.asc\n"), "{text}");
+    assert!(
+        text.contains("Next: fleetgate promote rel-1 --wave canary --repo fleet --trusted-keys KEYS.asc\n"),
+        "{text}"
+    );
 
     let out = run(&image, &["-o", "json"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -203,7 +224,11 @@ fn the_command_line_reports_for_people_and_pipelines_with_exit_codes() {
 
     let out = run(&format!("{IMAGE_REPO}:v1.0.1"), &[]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).starts_with("refused: release id rel-1 is already tagged with different content"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with("refused: release id rel-1 is already tagged with different content"),
+        "{}",
+        stderr(&out)
+    );
 
     let out = run("no-tag-here", &[]);
     assert_eq!(out.status.code(), Some(2), "a usage error exits 2");
@@ -222,9 +247,26 @@ fn push_sends_the_branch_and_the_signed_tag() {
     f.git(&["push", "-q", "origin", "main"]);
     let m = f.manifests("render", "v1.0.0", "v1alpha2", &["size"], &[]);
     let out = f.fleetgate(&[
-        "release", "create", "--repo", "fleet", "--id", "rel-1", "--manifests", m.to_str().unwrap(),
-        "--image", &format!("{IMAGE_REPO}:v1.0.0"), "--chart-version", "1.2.3", "--crd-version", "v1alpha2",
-        "--git-commit", "a1b2c3d4e5f6", "--all", "--sign-key", &f.fpr, "--push",
+        "release",
+        "create",
+        "--repo",
+        "fleet",
+        "--id",
+        "rel-1",
+        "--manifests",
+        m.to_str().unwrap(),
+        "--image",
+        &format!("{IMAGE_REPO}:v1.0.0"),
+        "--chart-version",
+        "1.2.3",
+        "--crd-version",
+        "v1alpha2",
+        "--git-commit",
+        "a1b2c3d4e5f6",
+        "--all",
+        "--sign-key",
+        &f.fpr,
+        "--push",
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stdout(&out).contains("pushed     refs/heads/main, refs/tags/rel-1 to origin"), "{}", stdout(&out));

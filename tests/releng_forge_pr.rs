@@ -49,7 +49,8 @@ fn shape_problems(kind: ForgeKind, r: &Recorded) -> Vec<String> {
         got.sort();
         let mut want = want.to_vec();
         want.sort();
-        (got != want || obj.values().any(|v| !v.is_string())).then(|| format!("body keys {got:?}, want {want:?} (strings)"))
+        (got != want || obj.values().any(|v| !v.is_string()))
+            .then(|| format!("body keys {got:?}, want {want:?} (strings)"))
     };
     match kind {
         ForgeKind::Github => {
@@ -100,9 +101,8 @@ async fn handle(
     let kind = match rec.path.as_str() {
         "/repos/acme/fleet/pulls" | "/repos/acme/taken/pulls" => ForgeKind::Github,
         "/api/v1/repos/acme/fleet/pulls" => ForgeKind::Gitea,
-        "/api/v4/projects/platform%2Fredis%2Ffleet/merge_requests" | "/api/v4/projects/platform%2Ftaken/merge_requests" => {
-            ForgeKind::Gitlab
-        }
+        "/api/v4/projects/platform%2Fredis%2Ffleet/merge_requests"
+        | "/api/v4/projects/platform%2Ftaken/merge_requests" => ForgeKind::Gitlab,
         other => return (StatusCode::NOT_FOUND, axum::Json(json!({"message": format!("Not Found: {other}")}))),
     };
     let problems = shape_problems(kind, &rec);
@@ -114,7 +114,9 @@ async fn handle(
         return match kind {
             ForgeKind::Gitlab => (
                 StatusCode::CONFLICT,
-                axum::Json(json!({"message": ["Another open merge request already exists for this source branch: !12"]})),
+                axum::Json(
+                    json!({"message": ["Another open merge request already exists for this source branch: !12"]}),
+                ),
             ),
             _ => (
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -128,7 +130,9 @@ async fn handle(
         };
     }
     let answer = match kind {
-        ForgeKind::Gitlab => json!({"id": 901, "iid": 12, "web_url": "https://gitlab.example.com/platform/redis/fleet/-/merge_requests/12"}),
+        ForgeKind::Gitlab => {
+            json!({"id": 901, "iid": 12, "web_url": "https://gitlab.example.com/platform/redis/fleet/-/merge_requests/12"})
+        }
         ForgeKind::Gitea => json!({"id": 55, "number": 7, "html_url": "https://gitea.example.com/acme/fleet/pulls/7"}),
         ForgeKind::Github => json!({"id": 1, "number": 42, "html_url": "https://github.com/acme/fleet/pull/42"}),
     };
@@ -146,7 +150,13 @@ async fn start_forge() -> (String, Forge) {
 }
 
 fn settings(kind: ForgeKind, url: &str, repository: &str) -> ForgeSettings {
-    ForgeSettings { kind, url: url.to_string(), repository: repository.to_string(), token_env: Some("FORGE_TOKEN".into()), token_file: None }
+    ForgeSettings {
+        kind,
+        url: url.to_string(),
+        repository: repository.to_string(),
+        token_env: Some("FORGE_TOKEN".into()),
+        token_file: None,
+    }
 }
 
 fn spec() -> PullRequestSpec {
@@ -166,17 +176,26 @@ async fn each_forge_gets_the_request_its_api_documents() {
     let gt = forge_pr::open(&settings(ForgeKind::Gitea, &url, "acme/fleet"), TOKEN, &spec()).await.unwrap();
     assert_eq!((gt.number, gt.url.as_str()), (7, "https://gitea.example.com/acme/fleet/pulls/7"));
     let gl = forge_pr::open(&settings(ForgeKind::Gitlab, &url, "platform/redis/fleet"), TOKEN, &spec()).await.unwrap();
-    assert_eq!((gl.number, gl.url.as_str()), (12, "https://gitlab.example.com/platform/redis/fleet/-/merge_requests/12"));
+    assert_eq!(
+        (gl.number, gl.url.as_str()),
+        (12, "https://gitlab.example.com/platform/redis/fleet/-/merge_requests/12")
+    );
 
     let reqs = forge.requests.lock().unwrap().clone();
     assert_eq!(reqs.len(), 3);
-    assert_eq!(reqs[0].body, json!({"title": "Promote rel-2 to wave canary", "head": "promote/rel-2-wave-canary", "base": "main", "body": "| cluster | wave | from | to |"}));
+    assert_eq!(
+        reqs[0].body,
+        json!({"title": "Promote rel-2 to wave canary", "head": "promote/rel-2-wave-canary", "base": "main", "body": "| cluster | wave | from | to |"})
+    );
     assert_eq!(reqs[1].body, reqs[0].body, "Gitea takes GitHub's fields");
     assert_eq!(
         reqs[2].body,
         json!({"source_branch": "promote/rel-2-wave-canary", "target_branch": "main", "title": "Promote rel-2 to wave canary", "description": "| cluster | wave | from | to |"})
     );
-    assert_eq!(reqs[2].path, "/api/v4/projects/platform%2Fredis%2Ffleet/merge_requests", "the project path is one encoded segment");
+    assert_eq!(
+        reqs[2].path, "/api/v4/projects/platform%2Fredis%2Ffleet/merge_requests",
+        "the project path is one encoded segment"
+    );
 }
 
 #[tokio::test]
@@ -198,9 +217,18 @@ async fn forge_errors_are_shown_with_status_message_and_what_to_do() {
         "{err}"
     );
     let err = forge_pr::open(&settings(ForgeKind::Gitea, &url, "acme/missing"), TOKEN, &spec()).await.unwrap_err();
-    assert!(err.to_string().contains("(HTTP 404): Not Found: /api/v1/repos/acme/missing/pulls; check spec.status.forge.url"), "{err}");
-    let err = forge_pr::open(&settings(ForgeKind::Gitea, "http://127.0.0.1:9", "acme/fleet"), TOKEN, &spec()).await.unwrap_err();
-    assert!(err.to_string().starts_with("cannot reach Gitea at http://127.0.0.1:9/api/v1/repos/acme/fleet/pulls"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("(HTTP 404): Not Found: /api/v1/repos/acme/missing/pulls; check spec.status.forge.url"),
+        "{err}"
+    );
+    let err = forge_pr::open(&settings(ForgeKind::Gitea, "http://127.0.0.1:9", "acme/fleet"), TOKEN, &spec())
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().starts_with("cannot reach Gitea at http://127.0.0.1:9/api/v1/repos/acme/fleet/pulls"),
+        "{err}"
+    );
 }
 
 /// A fixture whose fleet.yaml names the fake forge, with a `git daemon` remote as origin.
@@ -224,14 +252,19 @@ fn promote_cli(f: &Fixture, args: &[&str]) -> std::process::Output {
     let mut all: Vec<&str> = args.to_vec();
     all.extend(["--repo", "fleet", "--trusted-keys", &keys]);
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_fleetgate"));
-    cmd.args(&all).env("GNUPGHOME", f.gpg.path()).env("NO_COLOR", "1").env("FORGE_TOKEN", TOKEN).current_dir(f.dir.path());
+    cmd.args(&all)
+        .env("GNUPGHOME", f.gpg.path())
+        .env("NO_COLOR", "1")
+        .env("FORGE_TOKEN", TOKEN)
+        .current_dir(f.dir.path());
     cmd.output().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promote_open_pr_pushes_the_branch_and_opens_a_pr_showing_mapping_crds_and_waves() {
     let (url, forge) = start_forge().await;
-    let (f, daemon) = tokio::task::spawn_blocking(move || fixture_with_forge("gitea", &url, "acme/fleet")).await.unwrap();
+    let (f, daemon) =
+        tokio::task::spawn_blocking(move || fixture_with_forge("gitea", &url, "acme/fleet")).await.unwrap();
     let f = Arc::new(f);
     let g = f.clone();
     let out = tokio::task::spawn_blocking(move || {
@@ -246,7 +279,10 @@ async fn promote_open_pr_pushes_the_branch_and_opens_a_pr_showing_mapping_crds_a
     assert!(text.contains("pushed     refs/heads/promote/rel-1-wave-prod to origin"), "{text}");
     assert!(text.contains("PR         #7 https://gitea.example.com/acme/fleet/pulls/7"), "{text}");
     let remote = daemon.path("fleet.git");
-    assert_eq!(git_in(&remote, &["rev-parse", "promote/rel-1-wave-prod"]), f.git(&["rev-parse", "promote/rel-1-wave-prod"]));
+    assert_eq!(
+        git_in(&remote, &["rev-parse", "promote/rel-1-wave-prod"]),
+        f.git(&["rev-parse", "promote/rel-1-wave-prod"])
+    );
 
     let reqs = forge.requests.lock().unwrap().clone();
     assert_eq!(reqs.len(), 1);
@@ -265,7 +301,8 @@ async fn promote_open_pr_pushes_the_branch_and_opens_a_pr_showing_mapping_crds_a
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forge_refusal_is_shown_clearly_and_exits_2() {
     let (url, _forge) = start_forge().await;
-    let (f, _daemon) = tokio::task::spawn_blocking(move || fixture_with_forge("github", &url, "acme/taken")).await.unwrap();
+    let (f, _daemon) =
+        tokio::task::spawn_blocking(move || fixture_with_forge("github", &url, "acme/taken")).await.unwrap();
     let out = tokio::task::spawn_blocking(move || {
         f.release("rel-1", "v1.0.0");
         let out = promote_cli(&f, &["promote", "rel-1", "--cluster", "cluster-a", "--open-pr", "--offline"]);
@@ -284,7 +321,11 @@ async fn a_forge_refusal_is_shown_clearly_and_exits_2() {
     .unwrap();
     let (out, no_token, fleet_branch) = out;
     assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
-    assert!(stdout(&out).contains("pushed     refs/heads/promote/rel-1-cluster-a to origin"), "what was done is still shown: {}", stdout(&out));
+    assert!(
+        stdout(&out).contains("pushed     refs/heads/promote/rel-1-cluster-a to origin"),
+        "what was done is still shown: {}",
+        stdout(&out)
+    );
     let err = stderr(&out);
     assert!(
         err.starts_with("error: GitHub refused to open the pull request (HTTP 422): Validation Failed; A pull request already exists for acme:promote/rel-1-cluster-a."),
@@ -298,26 +339,46 @@ async fn a_forge_refusal_is_shown_clearly_and_exits_2() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollback_open_pr_opens_a_gitlab_merge_request_from_a_new_branch() {
     let (url, forge) = start_forge().await;
-    let (f, daemon) = tokio::task::spawn_blocking(move || fixture_with_forge("gitlab", &url, "platform/redis/fleet")).await.unwrap();
+    let (f, daemon) =
+        tokio::task::spawn_blocking(move || fixture_with_forge("gitlab", &url, "platform/redis/fleet")).await.unwrap();
     let (out, f) = tokio::task::spawn_blocking(move || {
         for (id, tag) in [("rel-1", "v1.0.0"), ("rel-2", "v1.1.0")] {
             f.release(id, tag);
             let out = promote_cli(&f, &["promote", id, "--wave", "canary"]);
             assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-            f.git(&["merge", "-q", "--no-ff", "-m", &format!("Merge promote/{id}-wave-canary"), &format!("promote/{id}-wave-canary")]);
+            f.git(&[
+                "merge",
+                "-q",
+                "--no-ff",
+                "-m",
+                &format!("Merge promote/{id}-wave-canary"),
+                &format!("promote/{id}-wave-canary"),
+            ]);
         }
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_fleetgate"));
-        cmd.args(["rollback", "--wave", "canary", "--repo", "fleet", "--open-pr", "--reason", "reconcile latency +35 %"])
-            .env("NO_COLOR", "1")
-            .env("FORGE_TOKEN", TOKEN)
-            .current_dir(f.dir.path());
+        cmd.args([
+            "rollback",
+            "--wave",
+            "canary",
+            "--repo",
+            "fleet",
+            "--open-pr",
+            "--reason",
+            "reconcile latency +35 %",
+        ])
+        .env("NO_COLOR", "1")
+        .env("FORGE_TOKEN", TOKEN)
+        .current_dir(f.dir.path());
         (cmd.output().unwrap(), f)
     })
     .await
     .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let text = stdout(&out);
-    assert!(text.contains("PR         #12 https://gitlab.example.com/platform/redis/fleet/-/merge_requests/12"), "{text}");
+    assert!(
+        text.contains("PR         #12 https://gitlab.example.com/platform/redis/fleet/-/merge_requests/12"),
+        "{text}"
+    );
     assert!(f.show("main", "clusters/cluster-a.yaml").contains("  release: rel-2"), "main waits for the merge request");
 
     let reqs = forge.requests.lock().unwrap().clone();

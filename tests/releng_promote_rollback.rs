@@ -19,7 +19,13 @@ fn run_promote(f: &Fixture, req: &PromoteRequest) -> Result<PromoteReport, Relen
 }
 
 fn rollback_req(target: Target) -> RollbackRequest {
-    RollbackRequest { target, to: None, reason: Some("error rate 7 % on canary".into()), base: "main".into(), branch: None }
+    RollbackRequest {
+        target,
+        to: None,
+        reason: Some("error rate 7 % on canary".into()),
+        base: "main".into(),
+        branch: None,
+    }
 }
 
 /// Desired release of each cluster on `main`, as `name=release` (or `name=-`).
@@ -73,7 +79,10 @@ fn promote_then_rollback_leaves_main_as_expected() {
     let message = f.git(&["log", "-1", "--format=%B", "promote/rel-2-wave-canary"]);
     assert!(message.starts_with("promote rel-2 to wave canary\n"), "{message}");
     assert!(message.contains("cluster-a (wave canary): rel-1 -> rel-2"), "{message}");
-    assert!(message.contains("image:         registry.example.com/redis-operator:v1.1.0"), "lists the mapping: {message}");
+    assert!(
+        message.contains("image:         registry.example.com/redis-operator:v1.1.0"),
+        "lists the mapping: {message}"
+    );
     // Re-running finds the branch prepared.
     let again = run_promote(&f, &promote_req("rel-2", Target::Wave("canary".into()))).unwrap();
     assert_eq!(again.outcome, PromoteOutcome::AlreadyPrepared);
@@ -88,7 +97,11 @@ fn promote_then_rollback_leaves_main_as_expected() {
     assert_eq!(rb.branch, "main");
     assert_eq!(f.git(&["rev-parse", "main"]), rb.commit);
     assert_eq!(desired(&f), "cluster-a=rel-1 cluster-b=rel-1 cluster-c=rel-1");
-    assert_eq!(f.show("main", "clusters/cluster-a.yaml"), cluster_yaml("cluster-a", "canary").trim_end(), "byte for byte back");
+    assert_eq!(
+        f.show("main", "clusters/cluster-a.yaml"),
+        cluster_yaml("cluster-a", "canary").trim_end(),
+        "byte for byte back"
+    );
     let message = f.git(&["log", "-1", "--format=%B", "main"]);
     assert!(message.starts_with("Revert \"Merge promote/rel-2-wave-canary\"\n\nThis reverts commit "), "{message}");
     assert!(message.contains("cluster-a (wave canary): rel-2 -> rel-1"), "{message}");
@@ -112,8 +125,13 @@ fn rolling_back_part_of_a_promotion_is_an_explicit_change() {
     merge(&f, &run_promote(&f, &promote_req("rel-1", Target::Fleet)).unwrap().branch);
     f.release("rel-2", "v1.1.0");
     // prod holds two clusters; promote both, roll back one.
-    let r = promote::promote(&f.open(), &PromoteRequest { force: true, ..promote_req("rel-2", Target::Wave("prod".into())) }, Some(&f.trust()), None)
-        .unwrap();
+    let r = promote::promote(
+        &f.open(),
+        &PromoteRequest { force: true, ..promote_req("rel-2", Target::Wave("prod".into())) },
+        Some(&f.trust()),
+        None,
+    )
+    .unwrap();
     assert_eq!(r.clusters.len(), 2);
     merge(&f, &r.branch);
     assert_eq!(desired(&f), "cluster-a=rel-1 cluster-b=rel-2 cluster-c=rel-2");
@@ -127,7 +145,11 @@ fn rolling_back_part_of_a_promotion_is_an_explicit_change() {
 
     // --to on a branch for a PR: main stays, the branch carries the change.
     let before = f.git(&["rev-parse", "main"]);
-    let req = RollbackRequest { to: Some("rel-1".into()), branch: Some("rollback/prod".into()), ..rollback_req(Target::Wave("prod".into())) };
+    let req = RollbackRequest {
+        to: Some("rel-1".into()),
+        branch: Some("rollback/prod".into()),
+        ..rollback_req(Target::Wave("prod".into()))
+    };
     let rb = rollback::rollback(&f.open(), &req, None).unwrap();
     assert_eq!(rb.branch, "rollback/prod");
     assert_eq!(rb.clusters.len(), 1, "only cluster-c still runs rel-2");
@@ -163,7 +185,10 @@ fn promotion_refuses_unsigned_untargeted_and_failed_releases() {
     match run_promote(&f, &promote_req("rel-3", Target::Cluster("cluster-a".into()))) {
         Err(e @ RelengError::Refused(Refusal::Unsigned { .. })) => {
             let text = e.to_string();
-            assert!(text.contains(&format!("signed by key {other_fpr}, which is not among the trusted keys")), "{text}");
+            assert!(
+                text.contains(&format!("signed by key {other_fpr}, which is not among the trusted keys")),
+                "{text}"
+            );
         }
         other => panic!("expected unsigned, got {other:?}"),
     }
@@ -197,7 +222,8 @@ fn promotion_refuses_unsigned_untargeted_and_failed_releases() {
     let tag_commit = f.git(&["rev-parse", "rel-4^{commit}"]);
     let remote = f.dir.path().join("statuses.git");
     git_in(f.dir.path(), &["init", "-q", "--bare", remote.to_str().unwrap()]);
-    let failure = Status::new("cluster-a", "rel-4", &tag_commit, State::Failure, "rolled back to rel-1: error-rate 7.3 % > 5 %");
+    let failure =
+        Status::new("cluster-a", "rel-4", &tag_commit, State::Failure, "rolled back to rel-1: error-rate 7.3 % > 5 %");
     status::write(f.open().git(), &GitRemote::new(remote.to_str().unwrap()), &failure).unwrap();
     match run_promote(&f, &promote_req("rel-4", Target::Cluster("cluster-b".into()))) {
         Err(e @ RelengError::Refused(Refusal::FailedEarlierWave { .. })) => {
@@ -232,22 +258,36 @@ fn fleet_promotion_drops_pins_and_the_command_line_prints_and_exits() {
     let text = stdout(&out);
     assert!(text.starts_with("Prepared the promotion of rel-2 to the fleet on branch promote/rel-2-fleet"), "{text}");
     assert!(text.contains("cluster-b            wave prod       rel-1 -> rel-2"), "{text}");
-    assert!(!text.contains("-> rel-2\n    cluster-a") && !text.contains("cluster-a            wave canary     rel-"), "cluster-a already runs rel-2: {text}");
-    assert!(text.contains("statuses of rel-2 on earlier waves\n    cluster-a            wave canary     no status\n"), "{text}");
-    assert!(text.contains("Next: review and merge it into main: git -C fleet merge --ff-only promote/rel-2-fleet"), "{text}");
+    assert!(
+        !text.contains("-> rel-2\n    cluster-a") && !text.contains("cluster-a            wave canary     rel-"),
+        "cluster-a already runs rel-2: {text}"
+    );
+    assert!(
+        text.contains("statuses of rel-2 on earlier waves\n    cluster-a            wave canary     no status\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Next: review and merge it into main: git -C fleet merge --ff-only promote/rel-2-fleet"),
+        "{text}"
+    );
     f.git(&["merge", "-q", "--ff-only", "promote/rel-2-fleet"]);
     assert_eq!(desired(&f), "cluster-a=rel-2 cluster-b=rel-2 cluster-c=rel-2");
     assert!(!f.show("main", "clusters/cluster-a.yaml").contains("\n  release:"), "the pin is gone");
 
     // Nothing left to do: exit 0 and say so.
-    let out = f.fleetgate(&["promote", "rel-2", "--wave", "prod", "--repo", "fleet", "--trusted-keys", &keys, "-o", "json"]);
+    let out =
+        f.fleetgate(&["promote", "rel-2", "--wave", "prod", "--repo", "fleet", "--trusted-keys", &keys, "-o", "json"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(json(&out)["outcome"], "already-promoted");
 
     // Refusal: exit 1 with the code; usage errors: exit 2.
     let out = f.fleetgate(&["promote", "rel-2", "--cluster", "nope", "--repo", "fleet", "--trusted-keys", &keys]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("unknown cluster nope; the fleet has: cluster-a, cluster-b, cluster-c"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("unknown cluster nope; the fleet has: cluster-a, cluster-b, cluster-c"),
+        "{}",
+        stderr(&out)
+    );
     let out = f.fleetgate(&["promote", "rel-2", "--cluster", "cluster-a", "--wave", "prod", "--repo", "fleet"]);
     assert_eq!(out.status.code(), Some(2), "two targets is a usage error");
     let out = f.fleetgate(&["promote", "rel-9", "--fleet", "--repo", "fleet", "--trusted-keys", &keys, "-o", "json"]);

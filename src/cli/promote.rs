@@ -4,11 +4,11 @@
 use super::output::OutputFormat;
 use super::release::{Done, crd_line, fail, has_remote, heading, next, signer};
 use crate::model::ForgeSettings;
+use crate::release::{Keyring, TrustConfig};
 use crate::releng::forge_pr::{self, OpenedPullRequest, PullRequestSpec};
 use crate::releng::promote::{self, PromoteOutcome, PromoteReport, PromoteRequest};
 use crate::releng::push::{self, Pushed};
 use crate::releng::{FleetRepo, RelengError, Target};
-use crate::release::{Keyring, TrustConfig};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -133,7 +133,12 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let mut pr = None;
     if let Some((forge, token)) = forge.filter(|_| report.outcome != PromoteOutcome::AlreadyPromoted) {
-        let spec = PullRequestSpec { title: report.title(), body: report.pr_body(), head: report.branch.clone(), base: report.base.clone() };
+        let spec = PullRequestSpec {
+            title: report.title(),
+            body: report.pr_body(),
+            head: report.branch.clone(),
+            base: report.base.clone(),
+        };
         match forge_pr::open(&forge, &token, &spec).await {
             Ok(opened) => pr = Some(opened),
             Err(e) => {
@@ -156,7 +161,8 @@ fn prepare(repo: &FleetRepo, args: &Args) -> Result<(PromoteReport, Forge), Rele
     let keyring = if args.trusted_keys.is_empty() {
         None
     } else {
-        let keys = Keyring::from_files(&args.trusted_keys).map_err(|e| RelengError::Usage(format!("--trusted-keys: {e}")))?;
+        let keys =
+            Keyring::from_files(&args.trusted_keys).map_err(|e| RelengError::Usage(format!("--trusted-keys: {e}")))?;
         Some(TrustConfig::new(keys))
     };
     let mut signer = match &args.sign_key {
@@ -187,8 +193,12 @@ fn print_report(
         return Ok(());
     }
     match r.outcome {
-        PromoteOutcome::Prepared => heading(&format!("Prepared the promotion of {} to {} on branch {}", r.id, r.target, r.branch)),
-        PromoteOutcome::AlreadyPrepared => heading(&format!("Branch {} already holds this promotion of {}", r.branch, r.id)),
+        PromoteOutcome::Prepared => {
+            heading(&format!("Prepared the promotion of {} to {} on branch {}", r.id, r.target, r.branch))
+        }
+        PromoteOutcome::AlreadyPrepared => {
+            heading(&format!("Branch {} already holds this promotion of {}", r.branch, r.id))
+        }
         PromoteOutcome::AlreadyPromoted => {
             heading(&format!("Nothing to do: {} already runs {} on {}", r.target, r.id, r.base));
             return Ok(());
@@ -231,7 +241,9 @@ fn print_report(
             println!("  PR         #{} {}", pr.number, pr.url);
             next("review and merge the PR; then watch the clusters with `fleetgate status`");
         }
-        None if pushed.is_some() => next(&format!("open a PR from {} into {}, or re-run with --open-pr", r.branch, r.base)),
+        None if pushed.is_some() => {
+            next(&format!("open a PR from {} into {}, or re-run with --open-pr", r.branch, r.base))
+        }
         None if has_remote(repo, &args.remote) => next(&format!(
             "git -C {} push {} {} and open a PR into {} (or re-run with --open-pr)",
             args.repo.display(),

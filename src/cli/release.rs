@@ -106,12 +106,8 @@ pub(super) fn fail(format: OutputFormat, err: &RelengError) -> anyhow::Result<Ex
         #[serde(skip_serializing_if = "Option::is_none")]
         details: Option<&'a crate::releng::Refusal>,
     }
-    let failed = Failed {
-        result,
-        code: err.refusal().map(|r| r.code()),
-        message: err.to_string(),
-        details: err.refusal(),
-    };
+    let failed =
+        Failed { result, code: err.refusal().map(|r| r.code()), message: err.to_string(), details: err.refusal() };
     if !format.print_machine(&failed)? {
         let label = if code == 1 { "refused" } else { "error" };
         let text = err.to_string();
@@ -204,10 +200,8 @@ fn create_and_push(args: &CreateArgs) -> Result<Created, RelengError> {
         None
     };
     let tip = repo.branch_tip(&report.branch)?;
-    let first_wave = repo
-        .fleet_state(&tip.tree()?, &report.branch)
-        .ok()
-        .and_then(|s| s.config.fleet.spec.waves.first().cloned());
+    let first_wave =
+        repo.fleet_state(&tip.tree()?, &report.branch).ok().and_then(|s| s.config.fleet.spec.waves.first().cloned());
     Ok(Created { report, pushed, first_wave, has_remote: has_remote(&repo, &args.remote) })
 }
 
@@ -258,7 +252,10 @@ fn print_human(args: &CreateArgs, c: &Created) {
     let promote = format!("fleetgate promote {} {wave} --repo {repo} --trusted-keys KEYS.asc", r.id);
     match (pushed, c.has_remote) {
         (Some(_), _) => next(&format!("{promote} --open-pr")),
-        (None, true) => next(&format!("git -C {repo} push {} {} {} (or re-run with --push), then {promote} --open-pr", args.remote, r.branch, r.id)),
+        (None, true) => next(&format!(
+            "git -C {repo} push {} {} {} (or re-run with --push), then {promote} --open-pr",
+            args.remote, r.branch, r.id
+        )),
         (None, false) => next(&promote),
     }
 }

@@ -68,7 +68,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let branch = args.branch.clone().or_else(|| {
         args.open_pr.then(|| format!("rollback/{}-{}", target.slug(), chrono::Utc::now().format("%Y%m%d-%H%M%S")))
     });
-    let req = RollbackRequest { target, to: args.to.clone(), reason: args.reason.clone(), base: args.base.clone(), branch };
+    let req =
+        RollbackRequest { target, to: args.to.clone(), reason: args.reason.clone(), base: args.base.clone(), branch };
     let report = match sign_and_roll_back(&repo, &args, &req) {
         Ok(r) => r,
         Err(e) => return fail(format, &e),
@@ -86,7 +87,12 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let mut pr = None;
     if let Some((forge, token)) = forge {
-        let spec = PullRequestSpec { title: report.title(), body: report.pr_body(), head: report.branch.clone(), base: report.base.clone() };
+        let spec = PullRequestSpec {
+            title: report.title(),
+            body: report.pr_body(),
+            head: report.branch.clone(),
+            base: report.base.clone(),
+        };
         match forge_pr::open(&forge, &token, &spec).await {
             Ok(opened) => pr = Some(opened),
             Err(e) => {
@@ -121,7 +127,9 @@ fn print_report(
     }
     heading(&format!("Rolled back {} on branch {}", r.target, r.branch));
     match (&r.method, &r.reverted) {
-        (RollbackMethod::Revert, Some(c)) => println!("  commit     {} reverts promotion {}", &r.commit[..10], &c[..10]),
+        (RollbackMethod::Revert, Some(c)) => {
+            println!("  commit     {} reverts promotion {}", &r.commit[..10], &c[..10])
+        }
         _ => println!("  commit     {} (explicit change of spec.release)", &r.commit[..10]),
     }
     println!("  clusters");
@@ -144,9 +152,11 @@ fn print_report(
             args.remote,
             r.base
         )),
-        (None, None) if r.branch == r.base => {
-            next(&format!("the agents follow {}; watch them go back with `fleetgate status --repo {}`", r.base, args.repo.display()))
-        }
+        (None, None) if r.branch == r.base => next(&format!(
+            "the agents follow {}; watch them go back with `fleetgate status --repo {}`",
+            r.base,
+            args.repo.display()
+        )),
         (None, None) => next(&format!("push {} and open a PR into {} (or re-run with --open-pr)", r.branch, r.base)),
     }
     Ok(())

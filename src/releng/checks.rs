@@ -76,7 +76,13 @@ pub fn mapping_findings(release: &Release, release_text: &str, files: &BTreeMap<
 ///
 /// Signature problems become [`Refusal::Unsigned`], mapping problems
 /// [`Refusal::MappingInconsistent`]; failures to read the repo are errors.
-pub fn verify_release(repo: &FleetRepo, base: &str, id: &str, cluster: &str, trust: &TrustConfig) -> Result<String, RelengError> {
+pub fn verify_release(
+    repo: &FleetRepo,
+    base: &str,
+    id: &str,
+    cluster: &str,
+    trust: &TrustConfig,
+) -> Result<String, RelengError> {
     let env = |e: &dyn std::fmt::Display| RelengError::Usage(format!("verifying release {id}: {e}"));
     let checkout = Checkout::open_local(repo.path(), Some(base)).map_err(|e| env(&e))?;
     let mut desired = resolve_release(&checkout, cluster, id).map_err(|e| env(&e))?;

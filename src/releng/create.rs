@@ -11,7 +11,7 @@ use super::checks::{self, CrdVerdict};
 use super::repo::{FleetRepo, ReleaseTag, TreeEdit};
 use super::sign::{self, Signer};
 use super::{Refusal, RelengError, check_release_id};
-use crate::model::{self, Document, RELEASE_FILE, ImageRef, Release, ReleaseSpec, Requirements, default_manifests};
+use crate::model::{self, Document, ImageRef, RELEASE_FILE, Release, ReleaseSpec, Requirements, default_manifests};
 use crate::release::mapping;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -92,7 +92,11 @@ pub fn parse_image(s: &str) -> Result<ImageRef, RelengError> {
     {
         return Err(bad("the digest is not sha256:<64 hex> or sha512:<128 hex>"));
     }
-    Ok(ImageRef { repository: parts.repository.to_string(), tag: tag.to_string(), digest: parts.digest.map(str::to_string) })
+    Ok(ImageRef {
+        repository: parts.repository.to_string(),
+        tag: tag.to_string(),
+        digest: parts.digest.map(str::to_string),
+    })
 }
 
 /// Reads every regular file under `dir` as `operator/<relative path>` → bytes (with executable
@@ -113,7 +117,10 @@ pub fn read_manifests(dir: &Path) -> Result<BTreeMap<String, (Vec<u8>, bool)>, R
                 .ok_or_else(|| RelengError::Usage(format!("{}: file names must be UTF-8", path.display())))?
                 .replace(std::path::MAIN_SEPARATOR, "/");
             if ft.is_symlink() {
-                return Err(RelengError::Usage(format!("{}: symbolic links are not allowed in manifests", path.display())));
+                return Err(RelengError::Usage(format!(
+                    "{}: symbolic links are not allowed in manifests",
+                    path.display()
+                )));
             } else if ft.is_dir() {
                 if rel == ".git" {
                     continue;
@@ -223,7 +230,9 @@ fn plan(
         }
     };
     if targets.is_empty() {
-        return Err(RelengError::Usage("the release targets no cluster; pass --targets a,b or --all (with clusters/*.yaml present)".into()));
+        return Err(RelengError::Usage(
+            "the release targets no cluster; pass --targets a,b or --all (with clusters/*.yaml present)".into(),
+        ));
     }
     let rollback_to = match &req.rollback_to {
         Some(r) => {
@@ -302,15 +311,11 @@ pub fn create(repo: &FleetRepo, req: &CreateRequest, signer: &mut Signer) -> Res
     let commit = if tip_is_release {
         tip.id()
     } else {
-        let message = format!(
-            "release {}: {}\n\n{}\n",
-            req.id,
-            plan.release.spec.image.reference(),
-            lines.join("\n")
-        );
+        let message = format!("release {}: {}\n\n{}\n", req.id, plan.release.spec.image.reference(), lines.join("\n"));
         repo.commit(Some(signer), &who, &message, plan.tree, &[&tip])?
     };
-    let tag_message = tag_message(&req.id, &lines, &verdict, plan.previous.as_ref(), req.allow_incompatible_crds.as_deref());
+    let tag_message =
+        tag_message(&req.id, &lines, &verdict, plan.previous.as_ref(), req.allow_incompatible_crds.as_deref());
     let tag = sign::write_signed_tag(repo.git(), signer, commit, &req.id, &who, &tag_message)?;
     if !tip_is_release {
         repo.set_branch(&branch, commit, Some(tip.id()), &format!("fleetgate release create {}", req.id))?;
@@ -400,7 +405,11 @@ fn already_released(
             }
         }
         if a.target_clusters != b.target_clusters {
-            fields.push(format!("targetClusters [{}] vs [{}]", a.target_clusters.join(", "), b.target_clusters.join(", ")));
+            fields.push(format!(
+                "targetClusters [{}] vs [{}]",
+                a.target_clusters.join(", "),
+                b.target_clusters.join(", ")
+            ));
         }
         if a.rollback_to != b.rollback_to {
             fields.push(format!("rollbackTo {:?} vs {:?}", a.rollback_to, b.rollback_to));

@@ -22,8 +22,10 @@ impl FleetState {
     /// finding (as `fleetgate validate` would).
     pub fn load(tree: &dyn RepoTree) -> Result<FleetState, RelengError> {
         let config = FleetConfig::load(tree).map_err(|e| match e {
-            ConfigError::Invalid { .. } => RelengError::Usage(format!("{e}
-fix these (`fleetgate validate` shows them) and run again")),
+            ConfigError::Invalid { .. } => RelengError::Usage(format!(
+                "{e}
+fix these (`fleetgate validate` shows them) and run again"
+            )),
             ConfigError::Read(r) => RelengError::Usage(r.to_string()),
         })?;
         let text = |path: &str| -> Result<Option<String>, RelengError> {
@@ -85,7 +87,9 @@ fix these (`fleetgate validate` shows them) and run again")),
                 }
                 let names: Vec<String> = self.config.clusters_in_wave(w).map(|c| c.name().to_string()).collect();
                 if names.is_empty() {
-                    return Err(RelengError::Usage(format!("wave {w} has no clusters; add clusters/<name>.yaml with `wave: {w}`")));
+                    return Err(RelengError::Usage(format!(
+                        "wave {w} has no clusters; add clusters/<name>.yaml with `wave: {w}`"
+                    )));
                 }
                 names
             }
@@ -187,7 +191,12 @@ impl DesiredChange {
 /// Sets (or removes) `spec.release` in a document's text, keeping everything else byte for byte.
 /// The result must parse to `expected`; when a line edit cannot guarantee that (flow-style
 /// `spec: {…}`, multi-line values), the document is written out whole instead.
-fn edit_spec_release<S>(text: &str, expected: &model::Document<S>, value: Option<&str>, file: &str) -> Result<String, RelengError>
+fn edit_spec_release<S>(
+    text: &str,
+    expected: &model::Document<S>,
+    value: Option<&str>,
+    file: &str,
+) -> Result<String, RelengError>
 where
     S: serde::Serialize + serde::de::DeserializeOwned + PartialEq,
 {
@@ -197,7 +206,8 @@ where
             return Ok(edited);
         }
     }
-    serde_yaml_ng::to_string(expected).map_err(|e| RelengError::Usage(format!("{file}: cannot write the document: {e}")))
+    serde_yaml_ng::to_string(expected)
+        .map_err(|e| RelengError::Usage(format!("{file}: cannot write the document: {e}")))
 }
 
 /// The YAML scalar for `value`, quoted when a plain scalar would read as something else.
@@ -248,10 +258,12 @@ fn line_edit(text: &str, value: Option<&str>) -> Option<String> {
     match (found, value) {
         (Some(i), _) => {
             // A value continued on more-indented lines is beyond a line edit.
-            if let Some(next) = lines.get(i + 1) {
-                if !is_blank_or_comment(next) && indent_of(next) > indent && i + 1 < end {
-                    return None;
-                }
+            if let Some(next) = lines.get(i + 1)
+                && !is_blank_or_comment(next)
+                && indent_of(next) > indent
+                && i + 1 < end
+            {
+                return None;
             }
             let rest = lines[i].trim_start()["release:".len()..].trim_end();
             let comment = rest.find(" #").map(|p| rest[p..].to_string()).unwrap_or_default();
@@ -266,7 +278,8 @@ fn line_edit(text: &str, value: Option<&str>) -> Option<String> {
             let line = format!("{}release: {}{newline}", " ".repeat(indent), scalar(v));
             // Next to a commented-out example (`# release: …`, as the template has), else first.
             let example = (spec + 1..end).find(|&i| {
-                indent_of(lines[i]) == indent && lines[i].trim_start().trim_start_matches('#').trim_start().starts_with("release:")
+                indent_of(lines[i]) == indent
+                    && lines[i].trim_start().trim_start_matches('#').trim_start().starts_with("release:")
             });
             let at = example.unwrap_or(spec);
             if !out[at].ends_with('\n') {
@@ -290,7 +303,9 @@ mod tests {
 
     fn cluster(name: &str, wave: &str, pin: Option<&str>) -> String {
         let pin = pin.map(|p| format!("  release: {p}\n")).unwrap_or_default();
-        format!("apiVersion: fleetgate.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: {name}\nspec:\n  wave: {wave}\n{pin}")
+        format!(
+            "apiVersion: fleetgate.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: {name}\nspec:\n  wave: {wave}\n{pin}"
+        )
     }
 
     fn write_repo(dir: &std::path::Path, clusters: &[(&str, &str, Option<&str>)], flow: Option<(&str, &str)>) {
@@ -355,7 +370,10 @@ mod tests {
         let want: BTreeMap<_, _> = ["a", "b", "c"].iter().map(|n| (n.to_string(), "rel-2".to_string())).collect();
         let change = st.plan(&want, None);
         assert_eq!(change.fleet_release, None);
-        assert_eq!(change.pins, [("a".to_string(), Some("rel-2".to_string())), ("c".to_string(), Some("rel-2".to_string()))].into());
+        assert_eq!(
+            change.pins,
+            [("a".to_string(), Some("rel-2".to_string())), ("c".to_string(), Some("rel-2".to_string()))].into()
+        );
         // Going back to the fleet's release drops pins instead of pinning.
         let back: BTreeMap<_, _> = [("b".to_string(), "rel-1".to_string())].into();
         assert_eq!(st.plan(&back, None).pins, [("b".to_string(), None)].into());

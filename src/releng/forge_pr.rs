@@ -73,14 +73,16 @@ fn what(kind: ForgeKind) -> &'static str {
 /// The API token `forge` names: the content of `tokenFile` (trimmed), else the variable `tokenEnv`.
 pub fn token(forge: &ForgeSettings) -> Result<String, ForgeError> {
     if let Some(path) = &forge.token_file {
-        let t = std::fs::read_to_string(path)
-            .map_err(|e| ForgeError::Config(format!("tokenFile {path}: {e}")))?;
+        let t = std::fs::read_to_string(path).map_err(|e| ForgeError::Config(format!("tokenFile {path}: {e}")))?;
         return Ok(t.trim().to_string());
     }
     if let Some(var) = &forge.token_env {
         return match std::env::var(var) {
             Ok(t) if !t.trim().is_empty() => Ok(t.trim().to_string()),
-            _ => Err(ForgeError::Config(format!("tokenEnv says ${var}, which is not set; export the {} API token in it", forge_name(forge.kind)))),
+            _ => Err(ForgeError::Config(format!(
+                "tokenEnv says ${var}, which is not set; export the {} API token in it",
+                forge_name(forge.kind)
+            ))),
         };
     }
     Err(ForgeError::Config("neither tokenEnv nor tokenFile is set; name where the API token is".to_string()))
@@ -154,9 +156,17 @@ pub async fn open(forge: &ForgeSettings, token: &str, pr: &PullRequestSpec) -> R
         ForgeKind::Gitea => req.header("Accept", "application/json").header("Authorization", format!("token {token}")),
         ForgeKind::Gitlab => req.header("Accept", "application/json").header("PRIVATE-TOKEN", token),
     };
-    let resp = req.send().await.map_err(|source| ForgeError::Transport { forge: name.clone(), url: url.to_string(), source })?;
+    let resp = req.send().await.map_err(|source| ForgeError::Transport {
+        forge: name.clone(),
+        url: url.to_string(),
+        source,
+    })?;
     let status = resp.status();
-    let text = resp.text().await.map_err(|source| ForgeError::Transport { forge: name.clone(), url: url.to_string(), source })?;
+    let text = resp.text().await.map_err(|source| ForgeError::Transport {
+        forge: name.clone(),
+        url: url.to_string(),
+        source,
+    })?;
     if !status.is_success() {
         return Err(ForgeError::Rejected {
             forge: name,
@@ -257,9 +267,24 @@ mod tests {
 
     #[rstest]
     #[case(ForgeKind::Github, "https://api.github.com", "acme/fleet", "https://api.github.com/repos/acme/fleet/pulls")]
-    #[case(ForgeKind::Github, "https://ghe.example.com/api/v3/", "acme/fleet", "https://ghe.example.com/api/v3/repos/acme/fleet/pulls")]
-    #[case(ForgeKind::Gitea, "https://git.example.com", "acme/fleet", "https://git.example.com/api/v1/repos/acme/fleet/pulls")]
-    #[case(ForgeKind::Gitlab, "https://gitlab.com", "group/sub/fleet", "https://gitlab.com/api/v4/projects/group%2Fsub%2Ffleet/merge_requests")]
+    #[case(
+        ForgeKind::Github,
+        "https://ghe.example.com/api/v3/",
+        "acme/fleet",
+        "https://ghe.example.com/api/v3/repos/acme/fleet/pulls"
+    )]
+    #[case(
+        ForgeKind::Gitea,
+        "https://git.example.com",
+        "acme/fleet",
+        "https://git.example.com/api/v1/repos/acme/fleet/pulls"
+    )]
+    #[case(
+        ForgeKind::Gitlab,
+        "https://gitlab.com",
+        "group/sub/fleet",
+        "https://gitlab.com/api/v4/projects/group%2Fsub%2Ffleet/merge_requests"
+    )]
     #[case(ForgeKind::Gitlab, "https://gitlab.com", "42", "https://gitlab.com/api/v4/projects/42/merge_requests")]
     fn endpoints_follow_each_api(#[case] kind: ForgeKind, #[case] url: &str, #[case] repo: &str, #[case] want: &str) {
         assert_eq!(endpoint(&settings(kind, url, repo)).unwrap().as_str(), want);
@@ -267,17 +292,24 @@ mod tests {
 
     #[test]
     fn github_repository_must_be_owner_repo() {
-        assert!(matches!(endpoint(&settings(ForgeKind::Github, "https://api.github.com", "fleet")), Err(ForgeError::Config(_))));
+        assert!(matches!(
+            endpoint(&settings(ForgeKind::Github, "https://api.github.com", "fleet")),
+            Err(ForgeError::Config(_))
+        ));
     }
 
     #[rstest]
     #[case(r#"{"message":"Validation Failed","errors":[{"resource":"PullRequest","code":"custom","message":"A pull request already exists for acme:promote/x."}]}"#,
            "Validation Failed; A pull request already exists for acme:promote/x.")]
-    #[case(r#"{"message":["Another open merge request already exists for this source branch: !7"]}"#,
-           "Another open merge request already exists for this source branch: !7")]
+    #[case(
+        r#"{"message":["Another open merge request already exists for this source branch: !7"]}"#,
+        "Another open merge request already exists for this source branch: !7"
+    )]
     #[case(r#"{"message":{"source_branch":["is invalid"]}}"#, "source_branch is invalid")]
-    #[case(r#"{"error":"insufficient_scope","error_description":"The request requires higher privileges."}"#,
-           "insufficient_scope; The request requires higher privileges.")]
+    #[case(
+        r#"{"error":"insufficient_scope","error_description":"The request requires higher privileges."}"#,
+        "insufficient_scope; The request requires higher privileges."
+    )]
     #[case("<html>bad gateway</html>", "<html>bad gateway</html>")]
     #[case("", "(empty response body)")]
     fn forge_error_messages_are_extracted(#[case] body: &str, #[case] want: &str) {

@@ -63,19 +63,31 @@ impl fmt::Display for Target {
 #[derive(Debug, Clone, PartialEq, Serialize, thiserror::Error)]
 #[serde(tag = "code", rename_all = "kebab-case")]
 pub enum Refusal {
-    #[error("release id {id} is already tagged with different content ({differences}); pick a new id — a release id names one content forever")]
+    #[error(
+        "release id {id} is already tagged with different content ({differences}); pick a new id — a release id names one content forever"
+    )]
     IdReused { id: String, differences: String },
     #[error("the mapping in release.yaml disagrees with the manifests:\n{}", bullet(findings))]
     MappingInconsistent { findings: Vec<String> },
-    #[error("CRDs are incompatible with the previous release {previous}:\n{}\nfix the CRDs, or pass --allow-incompatible-crds \"<why this is safe>\"", bullet(findings))]
+    #[error(
+        "CRDs are incompatible with the previous release {previous}:\n{}\nfix the CRDs, or pass --allow-incompatible-crds \"<why this is safe>\"",
+        bullet(findings)
+    )]
     IncompatibleCrds { previous: String, findings: Vec<String> },
-    #[error("release {id} is not signed by a trusted key: {reason}; re-cut it with `fleetgate release create --sign-key …`, or pass --force")]
+    #[error(
+        "release {id} is not signed by a trusted key: {reason}; re-cut it with `fleetgate release create --sign-key …`, or pass --force"
+    )]
     Unsigned { id: String, reason: String },
     #[error("release {id} does not target {}; its targetClusters are [{}] — cut a release that names them, or pass --force", clusters.join(", "), targets.join(", "))]
     NotTargeted { id: String, clusters: Vec<String>, targets: Vec<String> },
-    #[error("release {id} already failed on an earlier wave:\n{}\nroll those clusters back and cut a fixed release, or pass --force", bullet(failures))]
+    #[error(
+        "release {id} already failed on an earlier wave:\n{}\nroll those clusters back and cut a fixed release, or pass --force",
+        bullet(failures)
+    )]
     FailedEarlierWave { id: String, failures: Vec<String> },
-    #[error("branch {branch} already exists with other content; delete it (`git branch -D {branch}`) or pass --branch NAME")]
+    #[error(
+        "branch {branch} already exists with other content; delete it (`git branch -D {branch}`) or pass --branch NAME"
+    )]
     BranchExists { branch: String },
     #[error("{0}")]
     NothingToRollBack(String),

@@ -99,15 +99,30 @@ impl PromoteReport {
 
     /// A Markdown body: the moves, the mapping, the CRD verdict, earlier waves' statuses.
     pub fn pr_body(&self) -> String {
-        let mut b = format!("Promotes release `{}` to {} (branch `{}` into `{}`).\n\n", self.id, self.target, self.branch, self.base);
+        let mut b = format!(
+            "Promotes release `{}` to {} (branch `{}` into `{}`).\n\n",
+            self.id, self.target, self.branch, self.base
+        );
         b.push_str("### Clusters\n\n| cluster | wave | from | to |\n|---|---|---|---|\n");
         for m in &self.clusters {
-            b.push_str(&format!("| {} | {} | {} | {} |\n", m.cluster, m.wave, m.from.as_deref().unwrap_or("(none)"), m.to));
+            b.push_str(&format!(
+                "| {} | {} | {} | {} |\n",
+                m.cluster,
+                m.wave,
+                m.from.as_deref().unwrap_or("(none)"),
+                m.to
+            ));
         }
         b.push_str(&format!("\n### Release `{}`\n\n```\n{}\n```\n", self.id, mapping_lines(&self.mapping).join("\n")));
         match &self.signer {
-            Some(s) => b.push_str(&format!("Tag `{}` on commit `{}`, signed by trusted key `{s}`.\n", self.id, self.release_commit)),
-            None => b.push_str(&format!("Tag `{}` on commit `{}`; **signature not checked** (`--force`).\n", self.id, self.release_commit)),
+            Some(s) => b.push_str(&format!(
+                "Tag `{}` on commit `{}`, signed by trusted key `{s}`.\n",
+                self.id, self.release_commit
+            )),
+            None => b.push_str(&format!(
+                "Tag `{}` on commit `{}`; **signature not checked** (`--force`).\n",
+                self.id, self.release_commit
+            )),
         }
         b.push_str("\n### CRD compatibility\n\n");
         for c in &self.crd_compatibility {
@@ -124,7 +139,12 @@ impl PromoteReport {
             b.push_str("| wave | cluster | status | description |\n|---|---|---|---|\n");
             for w in &self.earlier_waves {
                 let state = w.state.map(|s| s.to_string()).unwrap_or_else(|| "no status".into());
-                b.push_str(&format!("| {} | {} | {state} | {} |\n", w.wave, w.cluster, w.description.replace('|', "\\|")));
+                b.push_str(&format!(
+                    "| {} | {} | {state} | {} |\n",
+                    w.wave,
+                    w.cluster,
+                    w.description.replace('|', "\\|")
+                ));
             }
         }
         if !self.overridden.is_empty() {
@@ -133,7 +153,9 @@ impl PromoteReport {
                 b.push_str(&format!("- {}\n", r.to_string().replace('\n', " ")));
             }
         }
-        b.push_str("\nMerging this PR is the promotion; each cluster's agent reports its status on the release commit.\n");
+        b.push_str(
+            "\nMerging this PR is the promotion; each cluster's agent reports its status on the release commit.\n",
+        );
         b
     }
 }
@@ -235,7 +257,12 @@ pub fn promote(
         .select(&Target::Fleet)?
         .into_iter()
         .filter(|c| before[c] != after[c])
-        .map(|c| ClusterMove { wave: state.wave_of(&c).to_string(), from: before[&c].clone(), to: req.id.clone(), cluster: c })
+        .map(|c| ClusterMove {
+            wave: state.wave_of(&c).to_string(),
+            from: before[&c].clone(),
+            to: req.id.clone(),
+            cluster: c,
+        })
         .collect();
     let crd_compatibility = crd_checks(repo, &tag, &clusters)?;
     let branch = req.branch.clone().unwrap_or_else(|| default_branch(&req.id, &req.target));
@@ -333,7 +360,13 @@ pub(super) fn release_files(repo: &FleetRepo, tag: &ReleaseTag) -> Result<BTreeM
 fn commit_message(r: &PromoteReport) -> String {
     let mut m = format!("promote {} to {}\n\nClusters:\n", r.id, r.target);
     for c in &r.clusters {
-        m.push_str(&format!("  {} (wave {}): {} -> {}\n", c.cluster, c.wave, c.from.as_deref().unwrap_or("(none)"), c.to));
+        m.push_str(&format!(
+            "  {} (wave {}): {} -> {}\n",
+            c.cluster,
+            c.wave,
+            c.from.as_deref().unwrap_or("(none)"),
+            c.to
+        ));
     }
     m.push_str(&format!("\nRelease {} (commit {}):\n", r.id, r.release_commit));
     for l in mapping_lines(&r.mapping) {

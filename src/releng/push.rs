@@ -19,11 +19,14 @@ pub struct Pushed {
 /// Credentials the way `git` finds them: the SSH agent for SSH URLs, Git's credential helpers for
 /// HTTPS, nothing for `git://` and local paths. libgit2 asks again after a rejection; the callback
 /// gives up after a few tries instead of looping.
-pub fn git_credentials() -> impl Fn(&str, Option<&str>, CredentialType) -> Result<Cred, git2::Error> + Send + Sync + 'static {
+pub fn git_credentials()
+-> impl Fn(&str, Option<&str>, CredentialType) -> Result<Cred, git2::Error> + Send + Sync + 'static {
     let tries = AtomicU32::new(0);
     move |url, user, allowed| {
         if tries.fetch_add(1, Ordering::Relaxed) >= 3 {
-            return Err(git2::Error::from_str("the remote rejected the credentials from the SSH agent / credential helper"));
+            return Err(git2::Error::from_str(
+                "the remote rejected the credentials from the SSH agent / credential helper",
+            ));
         }
         if allowed.contains(CredentialType::SSH_KEY) {
             return Cred::ssh_key_from_agent(user.unwrap_or("git"));
@@ -45,7 +48,9 @@ pub fn push(repo: &FleetRepo, remote: &str, refs: &[String]) -> Result<Pushed, R
     let git = repo.git();
     let mut r = match git.find_remote(remote) {
         Ok(r) => r,
-        Err(_) if remote.contains("://") || remote.contains('/') || remote.contains(':') => git.remote_anonymous(remote)?,
+        Err(_) if remote.contains("://") || remote.contains('/') || remote.contains(':') => {
+            git.remote_anonymous(remote)?
+        }
         Err(_) => {
             return Err(RelengError::Usage(format!(
                 "no remote named {remote}; add it (`git remote add {remote} URL`) or pass --remote NAME|URL"

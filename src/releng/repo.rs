@@ -125,8 +125,8 @@ impl FleetRepo {
     /// takes its image repository from the same tree's `fleet.yaml`).
     pub fn release_at(&self, tree: &Tree<'_>) -> Result<Option<Release>, RelengError> {
         let Some(bytes) = self.file_at(tree, RELEASE_FILE)? else { return Ok(None) };
-        let text = String::from_utf8(bytes)
-            .map_err(|_| RelengError::Usage(format!("{RELEASE_FILE} is not UTF-8 text")))?;
+        let text =
+            String::from_utf8(bytes).map_err(|_| RelengError::Usage(format!("{RELEASE_FILE} is not UTF-8 text")))?;
         // Only the seed's ConfigMap form needs it: the image repository from fleet.yaml.
         let default_repository = self
             .file_at(tree, FLEET_FILE)?
@@ -195,13 +195,17 @@ impl FleetRepo {
         match old {
             Some(old) => {
                 self.git.reference_matching(&refname, new, true, old, log).map_err(|e| {
-                    RelengError::Usage(format!("branch {name} moved while fleetgate worked ({e}); run the command again"))
+                    RelengError::Usage(format!(
+                        "branch {name} moved while fleetgate worked ({e}); run the command again"
+                    ))
                 })?;
             }
             None => {
                 self.git.reference(&refname, new, false, log).map_err(|e| {
                     if e.code() == git2::ErrorCode::Exists {
-                        RelengError::Usage(format!("branch {name} appeared while fleetgate worked; run the command again"))
+                        RelengError::Usage(format!(
+                            "branch {name} appeared while fleetgate worked; run the command again"
+                        ))
                     } else {
                         e.into()
                     }

@@ -72,7 +72,13 @@ impl RollbackReport {
         let mut b = format!("Rolls back {} (branch `{}` into `{}`).\n\n", self.target, self.branch, self.base);
         b.push_str("| cluster | wave | from | to |\n|---|---|---|---|\n");
         for m in &self.clusters {
-            b.push_str(&format!("| {} | {} | {} | {} |\n", m.cluster, m.wave, m.from.as_deref().unwrap_or("(none)"), m.to));
+            b.push_str(&format!(
+                "| {} | {} | {} | {} |\n",
+                m.cluster,
+                m.wave,
+                m.from.as_deref().unwrap_or("(none)"),
+                m.to
+            ));
         }
         if let Some(r) = &self.reason {
             b.push_str(&format!("\n**Reason:** {r}\n"));
@@ -116,17 +122,15 @@ fn assignments_at(repo: &FleetRepo, commit: &Commit<'_>) -> Option<BTreeMap<Stri
     // Commits whose configuration does not load (older layouts, broken states) are skipped.
     let tree = commit.tree().ok()?;
     let config = FleetConfig::load(&GitTree::new(repo.git(), tree, commit.id().to_string())).ok()?;
-    Some(
-        config
-            .clusters
-            .keys()
-            .map(|n| (n.clone(), config.desired_release(n).map(|(r, _)| r.to_string())))
-            .collect(),
-    )
+    Some(config.clusters.keys().map(|n| (n.clone(), config.desired_release(n).map(|(r, _)| r.to_string()))).collect())
 }
 
 /// For every cluster of `wanted`, the most recent first-parent commit that changed its desired release.
-fn last_changes(repo: &FleetRepo, tip: &Commit<'_>, wanted: &[String]) -> Result<BTreeMap<String, Change>, RelengError> {
+fn last_changes(
+    repo: &FleetRepo,
+    tip: &Commit<'_>,
+    wanted: &[String],
+) -> Result<BTreeMap<String, Change>, RelengError> {
     let mut out: BTreeMap<String, Change> = BTreeMap::new();
     let mut commit = tip.clone();
     let mut after = assignments_at(repo, &commit);
@@ -161,7 +165,11 @@ fn last_changes(repo: &FleetRepo, tip: &Commit<'_>, wanted: &[String]) -> Result
 ///
 /// Refusals: the clusters' last change was a rollback already (pass `to`), no earlier release is
 /// known for a cluster, the `to` release does not target a cluster, nothing would change.
-pub fn rollback(repo: &FleetRepo, req: &RollbackRequest, signer: Option<&mut Signer>) -> Result<RollbackReport, RelengError> {
+pub fn rollback(
+    repo: &FleetRepo,
+    req: &RollbackRequest,
+    signer: Option<&mut Signer>,
+) -> Result<RollbackReport, RelengError> {
     let tip = repo.branch_tip(&req.base)?;
     let state = repo.fleet_state(&tip.tree()?, &format!("branch {}", req.base))?;
     let selected = state.select(&req.target)?;
@@ -293,9 +301,15 @@ pub fn rollback(repo: &FleetRepo, req: &RollbackRequest, signer: Option<&mut Sig
             report.method = RollbackMethod::Revert;
             report.reverted = Some(promotion.id().to_string());
             let subject = promotion.summary().ok().flatten().unwrap_or_default().to_string();
-            (tree, format!("Revert \"{subject}\"\n\nThis reverts commit {}.\n\n{}", promotion.id(), message_body(&report)))
+            (
+                tree,
+                format!("Revert \"{subject}\"\n\nThis reverts commit {}.\n\n{}", promotion.id(), message_body(&report)),
+            )
         }
-        None => (explicit_tree, format!("rollback {}: {}\n\n{}", req.target, summary(&report.clusters), message_body(&report))),
+        None => (
+            explicit_tree,
+            format!("rollback {}: {}\n\n{}", req.target, summary(&report.clusters), message_body(&report)),
+        ),
     };
 
     if req.branch.is_none() {
@@ -317,7 +331,13 @@ pub fn rollback(repo: &FleetRepo, req: &RollbackRequest, signer: Option<&mut Sig
 fn message_body(r: &RollbackReport) -> String {
     let mut m = format!("Roll back {}:\n", r.target);
     for c in &r.clusters {
-        m.push_str(&format!("  {} (wave {}): {} -> {}\n", c.cluster, c.wave, c.from.as_deref().unwrap_or("(none)"), c.to));
+        m.push_str(&format!(
+            "  {} (wave {}): {} -> {}\n",
+            c.cluster,
+            c.wave,
+            c.from.as_deref().unwrap_or("(none)"),
+            c.to
+        ));
     }
     m.push_str(&format!("\nReason: {}\n", r.reason.as_deref().unwrap_or("(none given)")));
     m.push_str(&format!("\n{ROLLBACK_TRAILER} {}\n", r.target));

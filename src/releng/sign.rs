@@ -10,11 +10,15 @@ use std::path::Path;
 /// A signing problem: the key, the GnuPG engine, or writing the signed object.
 #[derive(Debug, thiserror::Error)]
 pub enum SignError {
-    #[error("no secret key {fingerprint} in the GnuPG home ({home}): {source}; import it (`gpg --import`) or pass the fingerprint of a key `gpg --list-secret-keys` shows")]
+    #[error(
+        "no secret key {fingerprint} in the GnuPG home ({home}): {source}; import it (`gpg --import`) or pass the fingerprint of a key `gpg --list-secret-keys` shows"
+    )]
     KeyNotFound { fingerprint: String, home: String, source: gpgme::Error },
     #[error("key {fingerprint} cannot sign ({why}); use a valid signing key")]
     KeyUnusable { fingerprint: String, why: &'static str },
-    #[error("GnuPG could not sign with {fingerprint}: {source} (a passphrase-protected key needs a running gpg-agent with the passphrase cached)")]
+    #[error(
+        "GnuPG could not sign with {fingerprint}: {source} (a passphrase-protected key needs a running gpg-agent with the passphrase cached)"
+    )]
     Sign { fingerprint: String, source: gpgme::Error },
     #[error("GnuPG engine: {0}")]
     Engine(gpgme::Error),
@@ -54,12 +58,14 @@ impl Signer {
             ctx.set_engine_home_dir(h.to_string_lossy().as_bytes()).map_err(SignError::Engine)?;
         }
         ctx.set_armor(true);
-        let home_desc = home.map(|h| h.display().to_string()).unwrap_or_else(|| {
-            std::env::var("GNUPGHOME").unwrap_or_else(|_| "~/.gnupg".to_string())
-        });
-        let key = ctx
-            .get_secret_key(fingerprint.as_str())
-            .map_err(|source| SignError::KeyNotFound { fingerprint: fingerprint.clone(), home: home_desc, source })?;
+        let home_desc = home
+            .map(|h| h.display().to_string())
+            .unwrap_or_else(|| std::env::var("GNUPGHOME").unwrap_or_else(|_| "~/.gnupg".to_string()));
+        let key = ctx.get_secret_key(fingerprint.as_str()).map_err(|source| SignError::KeyNotFound {
+            fingerprint: fingerprint.clone(),
+            home: home_desc,
+            source,
+        })?;
         let why = if key.is_revoked() {
             Some("revoked")
         } else if key.is_expired() {
