@@ -62,7 +62,11 @@ mkdir -p "$DIR/clusters"
 "$TESTENV" up --clusters "$(IFS=,; echo "${CLUSTERS[*]}")" --workloads --dir "$DIR/clusters" >"$DIR/clusters/up.log" 2>&1 &
 pids+=($!)
 wait_for "$STEP_TIMEOUT" "the clusters to start" test -f "$DIR/clusters/ready"
-for c in "${CLUSTERS[@]}"; do ok "$c is up: kubectl --kubeconfig $DIR/clusters/$c.kubeconfig get nodes"; done
+for c in "${CLUSTERS[@]}"; do
+  # What deploy/ would create in a real spoke: the agent's namespace (state, inventory, snapshots).
+  kubectl --kubeconfig "$DIR/clusters/$c.kubeconfig" create namespace fleetgate-system >/dev/null
+  ok "$c is up: kubectl --kubeconfig $DIR/clusters/$c.kubeconfig get nodes"
+done
 
 say "Serving a fleet repo over git:// and making a release-signing key"
 mkdir -p "$DIR/git"
@@ -75,7 +79,7 @@ REPO_URL="git://127.0.0.1:$GIT_PORT/fleet.git"
 export GNUPGHOME=$DIR/gnupg
 mkdir -p -m 700 "$GNUPGHOME"
 gpg --batch --quiet --passphrase '' --quick-gen-key "fleetgate demo releaser <releaser@demo.invalid>" ed25519 sign never 2>/dev/null
-FPR=$(gpg --batch --with-colons --list-secret-keys | awk -F: '/^fpr/ {print $10; exit}')
+FPR=$(gpg --batch --with-colons --list-secret-keys 2>/dev/null | awk -F: '/^fpr/ {print $10; exit}')
 gpg --batch --armor --export "$FPR" >"$DIR/trusted.asc"
 ok "repo $REPO_URL, signing key $FPR"
 
@@ -152,7 +156,8 @@ poke() { # what a forge's push webhook does: wake every agent now instead of at 
 }
 
 cell() { # cell CLUSTER RELEASE FIELD → that cluster's latest state (or description) for the release
-  "$FG" status "$2" --repo "$REPO_URL" -o json 2>/dev/null | python3 -c '
+  # (`fleetgate status REL` exits 1 once a cluster reports failure; the JSON is what matters here)
+  { "$FG" status "$2" --repo "$REPO_URL" -o json 2>/dev/null || true; } | python3 -c '
 import json, sys
 cluster, release, field = sys.argv[1:4]
 for wave in json.load(sys.stdin).get("waves", []):
@@ -227,5 +232,5 @@ ok "rel-3 runs everywhere"
 
 say "fleetgate status --repo $REPO_URL"
 "$FG" status --repo "$REPO_URL" | sed 's/^/    /'
-"$FG" status --repo "$REPO_URL" -o json >"$DIR/status.json"
+"$FG" status --repo "$REPO_URL" -o json >"$DIR/status.json" || true
 say "Done. Everything ran on this machine; $( [[ -n "${DEMO_DIR:-}${DEMO_KEEP:-}" ]] && echo "files are in $DIR" || echo "cleaning up")."
