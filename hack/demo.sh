@@ -12,7 +12,9 @@
 #
 # Environment: DEMO_DIR (keep everything there; default a temp dir, removed at the end unless
 # DEMO_KEEP=1), FLEETGATE_BIN / TESTENV_BIN (binaries; default target/debug), DEMO_TIMEOUT (seconds
-# each step may take, default 240). tests/e2e.rs runs this script and checks what it leaves behind.
+# each step may take, default 240), DEMO_CHAOS=1 (kill -9 the canary's agent in the middle of
+# applying rel-1 and again in the middle of rolling back rel-2, and start it again: the story must
+# end the same). tests/e2e.rs runs this script with DEMO_CHAOS=1 and checks what it leaves behind.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -132,9 +134,10 @@ PY
   echo "$out"
 }
 
-release() { # release ID TAG [bad]
-  local dir; dir=$(render "$@")
-  "$FG" release create --repo "$WORK" --id "$1" --manifests "$dir" \
+release() { # release ID TAG [bad] [release-create flags...]
+  local dir; dir=$(render "$1" "$2" "${3:-}")
+  local -a extra=("${@:3}"); [[ "${extra[0]:-}" == bad ]] && extra=("${extra[@]:1}")
+  "$FG" release create "${extra[@]}" --repo "$WORK" --id "$1" --manifests "$dir" \
     --image "registry.example.com/redis-operator:$2" --chart-version "${2#v}" --crd-version v1alpha2 \
     --git-commit "$(printf '%s' "$1" | sha1sum | cut -c1-12)" --all --sign-key "$FPR" --push | sed 's/^/    /'
 }
@@ -202,30 +205,70 @@ say "Cutting rel-1 (good) and promoting it fleet-wide"
 release rel-1 v1.0.0
 promote rel-1
 
+start_agent() { # start_agent CLUSTER: one agent process; its pid in AGENT_PID[CLUSTER]
+  local c=$1
+  "$FG" agent --repo "$REPO_URL" --cluster "$c" --kubeconfig "$DIR/clusters/$c.kubeconfig" \
+    --trusted-keys "$DIR/trusted.asc" --state-dir "$DIR/agents/$c" --interval 5s --lease-duration 5s \
+    --listen "127.0.0.1:${AGENT_PORT[$c]}" --log-format json >>"$DIR/agent-$c.log" 2>&1 &
+  AGENT_PID[$c]=$!
+  pids+=($!)
+}
+
+declare -A AGENT_PID
+chaos() { # chaos CLUSTER PHASE: in the background, kill -9 the agent when its state enters PHASE, then restart it
+  [[ -n "${DEMO_CHAOS:-}" ]] || return 0
+  local c=$1 phase=$2
+  (
+    kubectl --kubeconfig "$DIR/clusters/$c.kubeconfig" -n fleetgate-system get configmaps \
+      --field-selector "metadata.name=fleetgate-state-$c" --watch -o 'jsonpath={.data.phase}{"\n"}' 2>/dev/null |
+      while read -r p; do
+        if [[ "$p" == "$phase" ]]; then
+          kill -9 "${AGENT_PID[$c]}"
+          echo "$phase" >"$DIR/chaos-$c-$phase"
+          break
+        fi
+      done
+  ) &
+  CHAOS_PID=$!
+  pids+=($CHAOS_PID)
+}
+recover() { # recover CLUSTER PHASE: once chaos struck, say so and start the agent again
+  [[ -n "${DEMO_CHAOS:-}" ]] || return 0
+  local c=$1 phase=$2
+  wait_for "$STEP_TIMEOUT" "the agent of $c to reach $phase" test -f "$DIR/chaos-$c-$phase"
+  bad "kill -9 of the $c agent while $phase (pid ${AGENT_PID[$c]}); starting it again"
+  start_agent "$c"
+  kill "$CHAOS_PID" 2>/dev/null || true
+}
+
 say "Starting one fleetgate agent per cluster"
+chaos cluster-a Applying
 for c in "${CLUSTERS[@]}"; do
   AGENT_PORT[$c]=$(free_port)
-  "$FG" agent --repo "$REPO_URL" --cluster "$c" --kubeconfig "$DIR/clusters/$c.kubeconfig" \
-    --trusted-keys "$DIR/trusted.asc" --state-dir "$DIR/agents/$c" --interval 5s \
-    --listen "127.0.0.1:${AGENT_PORT[$c]}" --log-format json >"$DIR/agent-$c.log" 2>&1 &
-  pids+=($!)
+  start_agent "$c"
   ok "agent for $c (http://127.0.0.1:${AGENT_PORT[$c]}/metrics, log $DIR/agent-$c.log)"
 done
-
 say "rel-1 rolls out wave by wave (canary → wave-1 → wave-2)"
+recover cluster-a Applying
 follow rel-1 success success success
 ok "rel-1 runs everywhere"
 
 say "Cutting rel-2 — its pods crash-loop — and promoting it fleet-wide"
 release rel-2 v1.1.0 bad
+chaos cluster-a RollingBack
 promote rel-2
+recover cluster-a RollingBack
 follow rel-2 failure none none
 ok "the canary caught it: $(cell cluster-a rel-2 description)"
 wait_for 60 "cluster-a to run rel-1 again" bash -c "[[ \$(kubectl --kubeconfig '$DIR/clusters/cluster-a.kubeconfig' -n redis-system get deployment redis-operator -o jsonpath='{.metadata.labels.fleetgate\.io/release}') == rel-1 ]]"
-ok "cluster-a runs rel-1 again; cluster-b and cluster-c never applied rel-2 (they run $(running cluster-b), $(running cluster-c))"
+for c in cluster-b cluster-c; do
+  [[ "$(running "$c")" == rel-1 ]] || die "$c runs $(running "$c"), not rel-1"
+done
+ok "cluster-a runs rel-1 again; cluster-b and cluster-c never applied rel-2 (they run rel-1)"
 
 say "Cutting rel-3 (good) and promoting it fleet-wide"
-release rel-3 v1.2.0
+# rel-2's tag is the newest, but it failed: name the release to fall back to explicitly.
+release rel-3 v1.2.0 --rollback-to rel-1
 promote rel-3
 follow rel-3 success success success
 ok "rel-3 runs everywhere"

@@ -1,0 +1,94 @@
+//! The end-to-end story (ARCHITECTURE.md §3, issue 7) with real processes: `hack/demo.sh` — the
+//! README's `make demo` — run with `DEMO_CHAOS=1`. Three control planes with kwok workloads, a fleet
+//! repo behind `git daemon`, gpg-signed releases cut with `fleetgate release create`, promotions
+//! merged into `main`, and one `fleetgate agent` process per cluster. The canary's agent is killed
+//! with SIGKILL while applying rel-1 and again while rolling back rel-2, and restarted.
+//!
+//! The script itself fails when a step does not happen in time (rel-1 success everywhere; rel-2
+//! failure on the canary, which runs rel-1 again, while the later waves never leave rel-1; rel-3
+//! success everywhere). This test then checks what the fleet's statuses say in Git.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn bin(name: &str) -> PathBuf {
+    let fleetgate = PathBuf::from(env!("CARGO_BIN_EXE_fleetgate"));
+    let path = fleetgate.with_file_name(name);
+    assert!(path.exists(), "{} is missing: build the workspace's binaries first (make test does)", path.display());
+    path
+}
+
+/// The latest status of `cluster` for `release` in `fleetgate status -o json`.
+fn cell<'a>(status: &'a Value, cluster: &str, release: &str) -> Option<&'a Value> {
+    status["waves"]
+        .as_array()?
+        .iter()
+        .flat_map(|w| w["clusters"].as_array().into_iter().flatten())
+        .find(|row| row["name"] == cluster)?["cells"]
+        .as_array()?
+        .iter()
+        .find(|c| c["release"] == release)
+}
+
+fn state(status: &Value, cluster: &str, release: &str) -> Option<String> {
+    cell(status, cluster, release).and_then(|c| c["state"].as_str()).map(str::to_string)
+}
+
+fn log_lines(dir: &Path, cluster: &str, needle: &str) -> usize {
+    std::fs::read_to_string(dir.join(format!("agent-{cluster}.log"))).unwrap_or_default().matches(needle).count()
+}
+
+#[test]
+fn three_releases_through_three_waves_with_the_canary_agent_killed_twice() {
+    let dir = tempfile::Builder::new().prefix("fg-e2e").tempdir().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("bash")
+        .arg(root.join("hack/demo.sh"))
+        .env("DEMO_DIR", dir.path())
+        .env("DEMO_CHAOS", "1")
+        .env("DEMO_TIMEOUT", "300")
+        .env("FLEETGATE_BIN", bin("fleetgate"))
+        .env("TESTENV_BIN", bin("fleetgate-testenv"))
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run hack/demo.sh");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        for c in ["cluster-a", "cluster-b", "cluster-c"] {
+            let log = std::fs::read_to_string(dir.path().join(format!("agent-{c}.log"))).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!("--- agent-{c}.log (last 40 lines, newest first)\n{}", tail.join("\n"));
+        }
+        panic!("the demo failed ({}):\n{stdout}\n{stderr}", out.status);
+    }
+    println!("{stdout}");
+
+    // Both kills happened, and the agent said it resumed each time.
+    assert!(dir.path().join("chaos-cluster-a-Applying").exists(), "the agent was not killed while applying:\n{stdout}");
+    assert!(dir.path().join("chaos-cluster-a-RollingBack").exists(), "the agent was not killed while rolling back");
+    assert!(
+        log_lines(dir.path(), "cluster-a", "resuming an unfinished operation") >= 2,
+        "the restarted agent did not resume both operations"
+    );
+
+    let status: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("status.json")).unwrap()).unwrap();
+    for c in ["cluster-a", "cluster-b", "cluster-c"] {
+        assert_eq!(state(&status, c, "rel-1").as_deref(), Some("success"), "{c} rel-1");
+        assert_eq!(state(&status, c, "rel-3").as_deref(), Some("success"), "{c} rel-3");
+    }
+    let failed = cell(&status, "cluster-a", "rel-2").expect("cluster-a reported on rel-2");
+    assert_eq!(failed["state"], "failure");
+    assert_eq!(failed["status"]["rollbackTo"], "rel-1");
+    let description = failed["status"]["description"].as_str().unwrap();
+    assert!(description.starts_with("rolled back to rel-1: pod-restarts"), "{description}");
+    assert!(
+        failed["status"]["gates"].as_array().is_some_and(|g| g.iter().any(|g| g["name"] == "pod-restarts" && g["verdict"] == "fail")),
+        "the failing gate's figure is in the status: {failed}"
+    );
+    for c in ["cluster-b", "cluster-c"] {
+        assert_eq!(state(&status, c, "rel-2"), None, "{c} must never start rel-2");
+    }
+}
