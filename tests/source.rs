@@ -118,3 +118,43 @@ fn network_errors_are_retried_with_backoff_and_leave_the_mirror_intact() {
     assert_eq!(checkout.tip(), tip);
     assert!(fleetgate::model::FleetConfig::load(&checkout.tip_tree().unwrap()).is_ok());
 }
+
+#[test]
+fn status_notes_fast_forward_and_unpushed_local_notes_survive_a_sync() {
+    let remote = FleetRemote::new();
+    remote.signed_tag(RELEASE);
+    let note = |cluster: &str, text: &str| {
+        remote.git(&["notes", &format!("--ref=fleetgate/{cluster}"), "append", "-m", text, &format!("{RELEASE}^{{commit}}")]);
+        remote.git(&["push", "-q", "origin", &format!("refs/notes/fleetgate/{cluster}")]);
+    };
+    note("cluster-a", "remote 1");
+    let state = tempfile::tempdir().unwrap();
+    let (mut source, checkout) = remote.checkout(state.path());
+    let repo = checkout.repo();
+    let tagged = checkout.tag(RELEASE).unwrap().unwrap().commit;
+    let read = |source: &Source, cluster: &str| -> String {
+        let repo = source.checkout().unwrap();
+        let n = repo.repo().find_note(Some(&format!("refs/notes/fleetgate/{cluster}")), tagged).unwrap();
+        n.message().unwrap().to_string()
+    };
+    assert_eq!(read(&source, "cluster-a").trim(), "remote 1");
+
+    // The agent of cluster-a writes a note into the mirror and has not pushed it yet.
+    let sig = git2::Signature::now("agent", "agent@x").unwrap();
+    repo.note(&sig, &sig, Some("refs/notes/fleetgate/cluster-a"), tagged, "local, unpushed", true).unwrap();
+    // An unpushed local note is not a remote change.
+    assert!(!source.sync().unwrap().fetched);
+
+    // Meanwhile the remote's cluster-a notes move on (another writer) and cluster-b reports.
+    note("cluster-a", "remote 2");
+    note("cluster-b", "b reports");
+    assert!(source.sync().unwrap().fetched);
+    assert_eq!(read(&source, "cluster-a"), "local, unpushed", "a fetch overwrote an unpushed note");
+    assert_eq!(read(&source, "cluster-b").trim(), "b reports");
+    assert!(!source.sync().unwrap().fetched);
+
+    // A local ref that is merely behind fast-forwards.
+    note("cluster-b", "b again");
+    assert!(source.sync().unwrap().fetched);
+    assert!(read(&source, "cluster-b").contains("b again"));
+}

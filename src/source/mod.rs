@@ -2,7 +2,7 @@
 //! fetching, and reading trees into a [`Checkout`].
 //!
 //! [`Source`] keeps a **bare** mirror (`<state dir>/mirror.git`) of the tracked branch, every tag
-//! and `refs/notes/fleetgate/*`. [`Source::sync`] first lists the remote's refs (one
+//! and the status notes `refs/notes/fleetgate/*` (fast-forward only, see [`NOTES_TRACKING_PREFIX`]). [`Source::sync`] first lists the remote's refs (one
 //! `ls-remote`-style connection) and fetches only when they differ from the mirror, so an
 //! unchanged remote costs one round trip. Fetching only writes objects and then moves refs —
 //! there is no work tree to reset — so an interrupted fetch leaves the previous state intact.
@@ -28,6 +28,11 @@ use std::time::Duration;
 
 /// Where status notes live; the source mirrors them so wave gating can read them.
 pub const NOTES_PREFIX: &str = "refs/notes/fleetgate/";
+/// Where the mirror keeps the remote's notes refs as they are on the remote (force-updated,
+/// pruned). The local `refs/notes/fleetgate/*` only ever fast-forward to them, so a status note
+/// written locally and not pushed yet is never lost to a fetch; the status module merges
+/// diverged notes when it publishes.
+pub const NOTES_TRACKING_PREFIX: &str = "refs/fleetgate/notes-remote/";
 
 /// How to authenticate to the remote. Debug output never shows the token.
 #[derive(Clone, Default)]
@@ -295,36 +300,66 @@ impl Source {
         })
     }
 
-    /// The mirror's refs in the same namespaces as [`Source::ls_remote`].
+    /// The mirror's view of the remote, named like [`Source::ls_remote`] names them (the
+    /// remote's notes refs are kept under [`NOTES_TRACKING_PREFIX`]).
     pub fn local_refs(&self) -> Result<RemoteRefs, SourceError> {
         let mut refs = BTreeMap::new();
         for r in self.mirror.references()? {
             let r = r?;
-            if let (Ok(name), Some(oid)) = (r.name(), r.target())
-                && self.wanted(name)
-            {
+            let (Ok(name), Some(oid)) = (r.name(), r.target()) else { continue };
+            if let Some(cluster) = name.strip_prefix(NOTES_TRACKING_PREFIX) {
+                refs.insert(format!("{NOTES_PREFIX}{cluster}"), oid);
+            } else if self.wanted(name) && !name.starts_with(NOTES_PREFIX) {
                 refs.insert(name.to_string(), oid);
             }
         }
         Ok(RemoteRefs { refs })
     }
 
-    /// Fetches the branch, every tag and the status notes into the mirror (force-updating refs
-    /// and pruning deleted ones, so the mirror says what the remote says; moved tags are caught
-    /// by verification's pins, not here).
+    /// Fetches the branch, every tag and the status notes into the mirror. The branch and tags
+    /// are force-updated and pruned, so the mirror says what the remote says (a moved tag is
+    /// caught by verification's pins, not here); notes go to [`NOTES_TRACKING_PREFIX`] and the
+    /// local notes refs are fast-forwarded where they are behind.
     pub fn fetch(&mut self) -> Result<(), SourceError> {
         let specs = [
             format!("+{0}:{0}", self.branch_ref()),
             "+refs/tags/*:refs/tags/*".to_string(),
-            format!("+{NOTES_PREFIX}*:{NOTES_PREFIX}*"),
+            format!("+{NOTES_PREFIX}*:{NOTES_TRACKING_PREFIX}*"),
         ];
         self.with_retries(|s| {
             s.stats.fetches += 1;
             let mut remote = s.mirror.remote_anonymous(&s.url)?;
             let mut opts = FetchOptions::new();
-            opts.remote_callbacks(s.callbacks()).prune(FetchPrune::On).download_tags(AutotagOption::None);
+            opts.remote_callbacks(s.callbacks())
+                .prune(FetchPrune::On)
+                .download_tags(AutotagOption::None)
+                .update_fetchhead(false);
             remote.fetch(&specs, Some(&mut opts), Some("fleetgate fetch"))
-        })
+        })?;
+        self.fast_forward_notes()
+    }
+
+    /// Moves each local notes ref to the remote's when it is absent or an ancestor of it; a local
+    /// ref that is ahead or diverged keeps its unpushed notes.
+    fn fast_forward_notes(&self) -> Result<(), SourceError> {
+        let tracking: Vec<(String, Oid)> = self
+            .mirror
+            .references_glob(&format!("{NOTES_TRACKING_PREFIX}*"))?
+            .filter_map(Result::ok)
+            .filter_map(|r| Some((r.name().ok()?.to_string(), r.target()?)))
+            .collect();
+        for (name, theirs) in tracking {
+            let local = format!("{NOTES_PREFIX}{}", &name[NOTES_TRACKING_PREFIX.len()..]);
+            let behind = match self.mirror.refname_to_id(&local) {
+                Ok(ours) => ours != theirs && self.mirror.graph_descendant_of(theirs, ours)?,
+                Err(e) if e.code() == git2::ErrorCode::NotFound => true,
+                Err(e) => return Err(e.into()),
+            };
+            if behind {
+                self.mirror.reference(&local, theirs, true, "fleetgate: fast-forward status notes")?;
+            }
+        }
+        Ok(())
     }
 
     /// Lists the remote and fetches only when it differs from the mirror.
