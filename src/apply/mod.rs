@@ -101,6 +101,13 @@ impl ApplyOptions {
             release_manifest_history: 10,
         }
     }
+
+    /// The options of the agent of `cluster`: inventory id `fleetgate-<cluster>`. Every tool
+    /// looking at that cluster (the agent, `fleetgate diff`) must use the same id, since it is
+    /// part of the labels an applied object carries.
+    pub fn for_cluster(agent_namespace: impl Into<String>, cluster: &str) -> Self {
+        ApplyOptions { inventory: format!("{}-{cluster}", crate::FIELD_MANAGER), ..ApplyOptions::new(agent_namespace) }
+    }
 }
 
 /// Why an apply, prune, snapshot, restore or drift check failed.

@@ -103,7 +103,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         (path, context) => KubeAccess::Kubeconfig { path: path.clone(), context: context.clone() },
     };
     let client = access.client().await.context("connecting to the cluster (check --kubeconfig and --context)")?;
-    let mut options = ApplyOptions::new(&args.namespace);
+    let mut options = ApplyOptions::for_cluster(&args.namespace, &args.cluster);
     options.default_namespace = Some(desired.operator_namespace.clone());
     let engine = Engine::new(client, options);
     let report = engine.drift(&desired.release).await.context("comparing the release with the cluster")?;

@@ -14,6 +14,8 @@
 
 pub mod admission;
 
+pub use admission::{AdmissionError, AdmissionPolicy, Violation};
+
 use crate::model::{Location, ParseError, parse_multi};
 use crate::release::VerifiedRelease;
 use kube::api::DynamicObject;

@@ -18,6 +18,8 @@ use std::path::Path;
 
 pub const AGENT_NS: &str = "fleetgate-system";
 pub const OPERATOR_NS: &str = "redis-system";
+/// The fleet's name of the test cluster (the agent's inventory id derives from it).
+pub const CLUSTER: &str = "cluster-a";
 
 /// Starts a cluster (API server only) and returns it with an engine whose agent namespace exists.
 pub async fn start(name: &str) -> (TestCluster, Engine) {
@@ -25,7 +27,7 @@ pub async fn start(name: &str) -> (TestCluster, Engine) {
     let client = cluster.client();
     let ns = Namespace { metadata: ObjectMeta { name: Some(AGENT_NS.into()), ..Default::default() }, ..Default::default() };
     Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.expect("agent namespace");
-    let mut options = ApplyOptions::new(AGENT_NS);
+    let mut options = ApplyOptions::for_cluster(AGENT_NS, CLUSTER);
     options.default_namespace = Some(OPERATOR_NS.to_string());
     (cluster, Engine::new(client, options))
 }
