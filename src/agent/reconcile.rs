@@ -155,9 +155,15 @@ impl Agent {
                 continue;
             }
             let started = Instant::now();
+            let mut leadership = self.services.leader.subscribe();
             let result = tokio::select! {
                 r = self.reconcile() => r,
                 () = &mut shutdown => break,
+                // Another agent leads now: stop at once; the state says where it resumes.
+                Ok(_) = leadership.wait_for(|l| !l.is_leading()) => {
+                    tracing::warn!("lost the leadership mid-pass; stopping work");
+                    continue;
+                }
             };
             let took = started.elapsed();
             match &result {
@@ -279,11 +285,31 @@ impl Agent {
         let gate_policy = gate_policy(&desired.config);
         let target = operator_target(&desired.config);
         let baseline = gates::sample_baseline(&gate_policy, &self.services.client, &target).await?;
+        let saved = serde_json::to_value(&baseline).expect("a baseline serializes");
+        self.update(|s| s.record_baseline(saved.clone())).await?;
         let snapshot = self.engine.snapshot().await?;
-        let rollback_to = verified.release().spec.rollback_to.clone();
+        let rollback_to = self.rollback_target(checkout, &verified)?;
         self.transition(|s| s.start_apply(rollback_to.as_deref(), snapshot.as_ref().map(|s| s.id.as_str()))).await?;
         let operation = self.operation().await?;
         self.apply_and_bake(checkout, &desired.config, &verified, operation, baseline).await
+    }
+
+    /// The release's `rollbackTo` — unless this cluster already reported `failure` for it, in
+    /// which case None (the state machine then takes the last-known-good release): a rollback
+    /// must never return to a release this cluster rejected.
+    fn rollback_target(&self, checkout: &Checkout, verified: &VerifiedRelease) -> Result<Option<String>, ReconcileError> {
+        let Some(target) = verified.release().spec.rollback_to.clone() else { return Ok(None) };
+        let Some(tag) = checkout.tag(&target)? else { return Ok(Some(target)) };
+        let statuses = tokio::task::block_in_place(|| status::read_all(checkout.repo(), &[tag.commit]))
+            .map_err(status::StatusError::from)?;
+        let failed_here = statuses
+            .latest(&self.services.config.cluster, &target)
+            .is_some_and(|s| s.state == State::Failure);
+        if failed_here {
+            tracing::warn!(release = verified.id(), rollback_to = %target, "rollbackTo names a release that failed here; using the last-known-good release instead");
+            return Ok(None);
+        }
+        Ok(Some(target))
     }
 
     /// Applying → Baking → Idle, or a rollback. Also the path an agent restarted mid-apply takes.
@@ -383,8 +409,15 @@ impl Agent {
                         return self.roll_back(checkout, &config, &operation, failure, Vec::new()).await;
                     }
                 };
-                let target = operator_target(&config);
-                let baseline = gates::sample_baseline(&gate_policy(&config), &self.services.client, &target).await?;
+                let baseline = match operation.baseline.clone().map(serde_json::from_value) {
+                    Some(Ok(b)) => b,
+                    // An operation persisted without one (or by a newer agent): sample now, the
+                    // best that is left.
+                    _ => {
+                        let target = operator_target(&config);
+                        gates::sample_baseline(&gate_policy(&config), &self.services.client, &target).await?
+                    }
+                };
                 if phase == Phase::Applying {
                     self.apply_and_bake(checkout, &config, &verified, operation, baseline).await
                 } else {
@@ -393,7 +426,8 @@ impl Agent {
             }
             Phase::RollingBack => {
                 let failure = operation.failure.clone().unwrap_or_else(|| Failure::new("Unknown", "restarted during rollback"));
-                self.finish_rollback(checkout, &config, &operation, failure, Vec::new()).await
+                let evidence = operation.evidence.clone();
+                self.finish_rollback(checkout, &config, &operation, failure, evidence).await
             }
         }
     }

@@ -29,6 +29,7 @@ impl Agent {
         self.services.metrics.record_rollback(&failure.reason);
         let f = failure.clone();
         self.transition(|s| s.start_rollback(f.clone(), Utc::now())).await?;
+        self.update(|s| s.record_evidence(figures.clone())).await?;
         let operation = self.operation().await?;
         self.finish_rollback(checkout, config, &operation, failure, figures).await
     }

@@ -112,6 +112,13 @@ pub struct Operation {
     /// Set when rolling back: what failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<Failure>,
+    /// The gates' baseline sampled just before the apply (a `gates::Baseline`, opaque here), so
+    /// an agent restarted mid-bake still counts restarts and compares metrics from before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<serde_json::Value>,
+    /// The gate figures that failed the release, for the failure status of a restarted rollback.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<crate::status::GateFigure>,
 }
 
 /// A release the agent will not start again while Git keeps desiring it.
@@ -261,6 +268,8 @@ impl AgentState {
             snapshot: None,
             applied_at: None,
             failure: None,
+            baseline: None,
+            evidence: Vec::new(),
         });
         let from = self.current.as_deref().unwrap_or("nothing");
         Ok(self.go(Phase::Verifying, "ReleaseStarted", Severity::Normal, format!("verifying {release} (from {from})")))
@@ -352,6 +361,20 @@ impl AgentState {
         self.current = target.clone();
         let message = format!("rolled back from {release} to {}{why}", target.as_deref().unwrap_or("nothing"));
         Ok(self.finish(Phase::Idle, "RolledBack", Severity::Warning, message))
+    }
+
+    /// Keeps the gates' baseline with the operation (sampled while verifying, before the apply).
+    pub fn record_baseline(&mut self, baseline: serde_json::Value) -> Result<(), TransitionError> {
+        self.expect("record a baseline", Phase::Verifying, "Verifying")?;
+        self.operation.as_mut().expect("Verifying has an operation").baseline = Some(baseline);
+        Ok(())
+    }
+
+    /// Keeps the failing gate figures with a rollback in progress.
+    pub fn record_evidence(&mut self, evidence: Vec<crate::status::GateFigure>) -> Result<(), TransitionError> {
+        self.expect("record gate figures", Phase::RollingBack, "RollingBack")?;
+        self.operation.as_mut().expect("RollingBack has an operation").evidence = evidence;
+        Ok(())
     }
 
     fn op(&self) -> &Operation {
