@@ -15,7 +15,8 @@ use std::process::ExitCode;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The fleet repo: a local path or a Git URL (file://, git://, ssh://, https://).
+    /// The fleet repo: a local path (its committed state is checked, not the work tree) or a
+    /// Git URL (file://, git://, ssh://, https://).
     #[arg(long, default_value = ".")]
     pub repo: String,
     /// Armored public key of a trusted release signer (repeatable). Without it, signatures are
