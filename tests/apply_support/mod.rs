@@ -56,6 +56,14 @@ pub fn release(dir: &str, id: &str, extra: &[(&str, &str)]) -> VerifiedRelease {
     VerifiedRelease::assume_verified(release, "0123456789abcdef", files)
 }
 
+/// `release` without the files `drop` (paths as in [`release`]), under id `id`.
+pub fn without(release: &VerifiedRelease, id: &str, drop: &[&str]) -> VerifiedRelease {
+    let files = release.files().iter().filter(|(p, _)| !drop.contains(&p.as_str())).map(|(p, b)| (p.clone(), b.clone()));
+    let mut doc = release.release().clone();
+    doc.metadata.name = id.to_string();
+    VerifiedRelease::assume_verified(doc, release.commit(), files.collect())
+}
+
 fn read_dir(root: &Path, dir: &Path, files: &mut BTreeMap<String, Vec<u8>>) {
     for entry in std::fs::read_dir(dir).expect("fixture dir") {
         let path = entry.expect("dir entry").path();
