@@ -19,10 +19,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Prefix of every cluster's notes ref.
-pub const NOTES_PREFIX: &str = "refs/notes/fleetgate/";
-/// Where readers keep the remote's notes refs before folding them into [`NOTES_PREFIX`].
-const TRACKING_PREFIX: &str = "refs/fleetgate/notes-remote/";
+/// Prefix of every cluster's notes ref; the remote's copies are kept under
+/// [`NOTES_TRACKING_PREFIX`] (the same layout the source mirror uses).
+pub use crate::source::{NOTES_PREFIX, NOTES_TRACKING_PREFIX};
 /// Pushes of one write before giving up on a ref someone else keeps rewriting.
 pub const MAX_PUSH_ATTEMPTS: u32 = 6;
 
@@ -230,14 +229,14 @@ pub fn sync(repo: &Repository, remote: &GitRemote) -> Result<(), NotesError> {
     opts.update_fetchhead(false);
     // The tracking refs mirror the remote exactly; refs deleted there are dropped here too.
     opts.prune(git2::FetchPrune::On);
-    r.fetch(&[format!("+{NOTES_PREFIX}*:{TRACKING_PREFIX}*")], Some(&mut opts), None).map_err(fetch_err)?;
+    r.fetch(&[format!("+{NOTES_PREFIX}*:{NOTES_TRACKING_PREFIX}*")], Some(&mut opts), None).map_err(fetch_err)?;
     let tracking: Vec<(String, Oid)> = repo
-        .references_glob(&format!("{TRACKING_PREFIX}*"))?
+        .references_glob(&format!("{NOTES_TRACKING_PREFIX}*"))?
         .filter_map(|r| r.ok())
         .filter_map(|r| Some((r.name().ok()?.to_string(), r.target()?)))
         .collect();
     for (tracking_ref, theirs) in tracking {
-        let cluster = &tracking_ref[TRACKING_PREFIX.len()..];
+        let cluster = &tracking_ref[NOTES_TRACKING_PREFIX.len()..];
         if check_cluster(cluster).is_err() {
             continue;
         }
