@@ -275,3 +275,30 @@ fn push_sends_the_branch_and_the_signed_tag() {
     assert_eq!(git_in(&remote, &["cat-file", "-t", "rel-1"]), "tag");
     assert_eq!(git_in(&remote, &["rev-parse", "rel-1"]), f.git(&["rev-parse", "rel-1"]));
 }
+
+#[test]
+fn local_changes_stop_the_release_except_manifests_rendered_into_the_repo() {
+    let f = Fixture::new();
+    std::fs::write(f.repo.join("fleet.yaml"), format!("{FLEET}# local edit\n")).unwrap();
+    let m = f.manifests("render", "v1.0.0", "v1alpha2", &["size"], &[]);
+    match f.create(&f.request("rel-1", &m, "v1.0.0")) {
+        Err(e @ RelengError::DirtyWorktree { .. }) => {
+            assert_eq!(e.to_string(), "the work tree has uncommitted changes to fleet.yaml; commit or stash them first")
+        }
+        other => panic!("expected a dirty work tree, got {other:?}"),
+    }
+    f.git(&["checkout", "--", "fleet.yaml"]);
+
+    // A pipeline that renders straight into the repo's operator/ folder.
+    let inside = f.repo.join("operator");
+    std::fs::create_dir_all(inside.join("crds")).unwrap();
+    std::fs::write(inside.join("crds/rediscluster.yaml"), crd_yaml("v1alpha2", &["size"], &[])).unwrap();
+    std::fs::write(inside.join("deployment.yaml"), deployment_yaml(&format!("{IMAGE_REPO}:v1.0.0"))).unwrap();
+    let r = f.create(&f.request("rel-1", &inside, "v1.0.0")).unwrap();
+    assert_eq!(r.manifest_files, 2);
+    assert_eq!(f.git(&["status", "--porcelain"]), "", "the rendered files are now committed");
+    assert_eq!(
+        f.show("rel-1", "operator/deployment.yaml"),
+        deployment_yaml(&format!("{IMAGE_REPO}:v1.0.0")).trim_end()
+    );
+}

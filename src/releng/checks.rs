@@ -1,15 +1,14 @@
 //! The checks the release commands borrow from the rest of fleetgate, adapted to what they need:
-//! mapping consistency ([`crate::release::mapping`], the same rules `validate` and the agent run),
+//! release and mapping rules ([`crate::release::read_release`], what `validate` and the agent run),
 //! CRD compatibility between releases ([`crate::gates::crd_compat`]), and tag signature
 //! verification (the agent's own [`crate::release::verify`]). No rule lives here.
 
 use super::repo::FleetRepo;
 use super::{Refusal, RelengError};
 use crate::gates::crd_compat;
-use crate::model::{RELEASE_FILE, Release, parse_multi};
-use crate::release::mapping::check_mapping;
-use crate::release::{TagPins, TrustConfig, VerifyError, resolve_release, verify};
-use crate::source::Checkout;
+use crate::model::parse_multi;
+use crate::release::{TagPins, TrustConfig, VerifyError, read_release, resolve_release, verify};
+use crate::source::{Checkout, GitTree};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -61,12 +60,13 @@ pub fn crd_compatibility(old: &BTreeMap<String, Vec<u8>>, new: &BTreeMap<String,
     CrdVerdict { compatible: findings.is_empty(), compared: true, findings }
 }
 
-/// The mapping findings of a release about to be tagged `release.metadata.name`.
-pub fn mapping_findings(release: &Release, release_text: &str, files: &BTreeMap<String, Vec<u8>>) -> Vec<String> {
-    check_mapping(Some(release.name()), release, RELEASE_FILE, release_text, files)
-        .iter()
-        .map(|f| f.to_string())
-        .collect()
+/// Every finding `validate` and the agent would report about the release in `tree` once it is
+/// tagged `id`: `release.yaml`'s own rules, the manifests' path and size rules, and the mapping
+/// ([`crate::release::read_release`]).
+pub fn release_findings(repo: &FleetRepo, tree: git2::Oid, id: &str) -> Result<Vec<String>, RelengError> {
+    let tree = GitTree::new(repo.git(), repo.git().find_tree(tree)?, format!("release {id}"));
+    let (_, findings) = read_release(&tree, Some(id)).map_err(|e| RelengError::Usage(e.to_string()))?;
+    Ok(findings.iter().map(|f| f.to_string()).collect())
 }
 
 /// Runs the agent's own verification ([`crate::release::verify`]) of release `id` for `cluster`

@@ -293,7 +293,7 @@ pub fn create(repo: &FleetRepo, req: &CreateRequest, signer: &mut Signer) -> Res
 
     let tip = repo.branch_tip(&branch)?;
     let plan = plan(repo, req, &tip, &manifests)?;
-    check_mapping(&plan)?;
+    check_mapping(repo, &plan)?;
     let verdict = crd_verdict(repo, &plan)?;
     if !verdict.compatible && req.allow_incompatible_crds.is_none() {
         return Err(Refusal::IncompatibleCrds {
@@ -358,8 +358,8 @@ fn tag_message(
     m
 }
 
-fn check_mapping(plan: &Plan) -> Result<(), RelengError> {
-    let findings = checks::mapping_findings(&plan.release, &plan.release_text, &plan.files);
+fn check_mapping(repo: &FleetRepo, plan: &Plan) -> Result<(), RelengError> {
+    let findings = checks::release_findings(repo, plan.tree, plan.release.name())?;
     if findings.is_empty() { Ok(()) } else { Err(Refusal::MappingInconsistent { findings }.into()) }
 }
 

@@ -213,9 +213,9 @@ impl FleetRepo {
             }
         }
         if !self.git.is_bare() && self.head_branch().ok().as_deref() == Some(name) {
-            let mut co = git2::build::CheckoutBuilder::new();
-            co.force();
-            self.git.checkout_head(Some(&mut co))?;
+            // A hard reset to the new tip rewrites index and work tree together (a forced
+            // checkout alone leaves the index behind for files already present untracked).
+            self.git.reset(self.git.find_commit(new)?.as_object(), git2::ResetType::Hard, None)?;
         }
         Ok(())
     }
