@@ -26,7 +26,10 @@ fn a_signed_tag_by_a_trusted_key_is_accepted() {
     let desired = resolve(&checkout, "cluster-b").unwrap();
     assert_eq!(desired.id, RELEASE);
     let mut pins = TagPins::load(source.pins_path()).unwrap();
-    let verified = verify(&checkout, &desired, &trust(&remote), &mut pins).unwrap();
+    let trust = trust(&remote);
+    let verified = verify(&checkout, &desired, &trust, &mut pins).unwrap();
+    // Verification starts no gpg-agent that could outlive a killed process.
+    assert!(!trust.keyring.home().join("S.gpg-agent").exists());
 
     assert_eq!(verified.id(), RELEASE);
     assert_eq!(verified.signer(), Some(remote.fpr.as_str()));
@@ -37,7 +40,7 @@ fn a_signed_tag_by_a_trusted_key_is_accepted() {
     // The tag is pinned on first sight, on disk.
     assert_eq!(TagPins::load(source.pins_path()).unwrap().get(RELEASE), Some(verified.commit()));
     // Verifying again with the pin in place still passes.
-    verify(&checkout, &desired, &trust(&remote), &mut pins).unwrap();
+    verify(&checkout, &desired, &trust, &mut pins).unwrap();
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -4,7 +4,8 @@
 //! configuration, `--trusted-keys` files) — never from the repo being verified. It lives in a
 //! private GnuPG home of its own (a short path under `/tmp`: gpg's socket paths are limited to
 //! about 108 bytes), where every imported key is marked trusted through `trusted-key` lines in its
-//! `gpg.conf`; the user's own `~/.gnupg` is never consulted.
+//! `gpg.conf`; the user's own `~/.gnupg` is never consulted, and no gpg-agent is started
+//! (`no-autostart`), so a killed process leaves no daemon behind.
 //!
 //! gpgme's `verify` returns Ok even when the signing key is unknown, so a signature is accepted
 //! only when its status is OK, its summary says VALID (not expired, not revoked), and the primary
@@ -104,6 +105,10 @@ impl Keyring {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o700)).map_err(|e| setup(&e))?;
         }
+        // No gpg-agent, dirmngr or network: verifying with public keys needs none of them, and an
+        // agent started here would outlive a process that is killed before this keyring drops.
+        const BASE_CONF: &str = "no-autostart\nno-auto-key-retrieve\ntrust-model pgp\n";
+        std::fs::write(home.path().join("gpg.conf"), BASE_CONF).map_err(|e| setup(&e))?;
         let mut ring = Keyring { home, trusted: BTreeSet::new() };
         let mut ctx = ring.context().map_err(|e| setup(&e))?;
         for (origin, bytes) in keys {
@@ -125,9 +130,8 @@ impl Keyring {
                 return Err(TrustError::NoKey { origin: origin.clone() });
             }
         }
-        // Every imported key is an anchor: mark it ultimately trusted for this home only, and
-        // keep gpg from fetching keys over the network.
-        let mut conf = String::from("no-auto-key-retrieve\ntrust-model pgp\n");
+        // Every imported key is an anchor: mark it ultimately trusted for this home only.
+        let mut conf = String::from(BASE_CONF);
         for f in &ring.trusted {
             conf.push_str(&format!("trusted-key {f}\n"));
         }
