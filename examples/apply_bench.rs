@@ -67,7 +67,10 @@ async fn main() -> anyhow::Result<()> {
     let n: usize = std::env::args().nth(1).map(|a| a.parse()).transpose()?.unwrap_or(200);
     let cluster = TestCluster::start(ClusterOptions::new("apply-bench")).await?;
     let client = cluster.client();
-    let agent = Namespace { metadata: ObjectMeta { name: Some("fleetgate-system".into()), ..Default::default() }, ..Default::default() };
+    let agent = Namespace {
+        metadata: ObjectMeta { name: Some("fleetgate-system".into()), ..Default::default() },
+        ..Default::default()
+    };
     Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &agent).await?;
 
     let policy = AdmissionPolicy::baseline(ReleaseAdmissionPolicySpec {
@@ -106,8 +109,23 @@ async fn main() -> anyhow::Result<()> {
 
     println!("objects: {} ({n} ConfigMaps + 1 Namespace); engine: {}", n + 1, first.summary());
     println!("{:<40} {:>10} {:>10}", "", "create", "no-op");
-    println!("{:<40} {:>9.2}s {:>9.2}s", "fleetgate Engine::apply", engine_first.as_secs_f64(), engine_second.as_secs_f64());
-    println!("{:<40} {:>9.2}s {:>9.2}s", "fleetgate Engine::apply, concurrency 1", serial_first.as_secs_f64(), serial_second.as_secs_f64());
-    println!("{:<40} {:>9.2}s {:>9.2}s", "kubectl apply --server-side", kubectl_first.as_secs_f64(), kubectl_second.as_secs_f64());
+    println!(
+        "{:<40} {:>9.2}s {:>9.2}s",
+        "fleetgate Engine::apply",
+        engine_first.as_secs_f64(),
+        engine_second.as_secs_f64()
+    );
+    println!(
+        "{:<40} {:>9.2}s {:>9.2}s",
+        "fleetgate Engine::apply, concurrency 1",
+        serial_first.as_secs_f64(),
+        serial_second.as_secs_f64()
+    );
+    println!(
+        "{:<40} {:>9.2}s {:>9.2}s",
+        "kubectl apply --server-side",
+        kubectl_first.as_secs_f64(),
+        kubectl_second.as_secs_f64()
+    );
     Ok(())
 }

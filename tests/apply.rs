@@ -31,8 +31,14 @@ async fn upgrade_prunes_dropped_objects_and_records_the_release() {
         assert!(v1.changes.iter().all(|c| c.action == Action::Created), "{v1:#?}");
         let deferred: Vec<(String, Phase)> =
             v1.dry_run_deferred.iter().map(|d| (d.object.to_string(), d.after)).collect();
-        assert!(deferred.contains(&("RedisCluster.cache.example.com redis-system/sample".into(), Phase::Crds)), "{deferred:?}");
-        assert!(deferred.contains(&("Deployment.apps redis-system/redis-operator".into(), Phase::Namespaces)), "{deferred:?}");
+        assert!(
+            deferred.contains(&("RedisCluster.cache.example.com redis-system/sample".into(), Phase::Crds)),
+            "{deferred:?}"
+        );
+        assert!(
+            deferred.contains(&("Deployment.apps redis-system/redis-operator".into(), Phase::Namespaces)),
+            "{deferred:?}"
+        );
         let sample = get(&client, "cache.example.com/v1alpha2", "RedisCluster", Some(OPERATOR_NS), "sample").await;
         assert_eq!(sample.expect("custom resource exists").data["spec"]["replicas"], 1);
         let order: Vec<String> = v1.changes.iter().map(|c| c.object.kind.clone()).collect();

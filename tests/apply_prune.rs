@@ -21,7 +21,8 @@ async fn crds_are_pruned_only_when_allowed_and_used_namespaces_never() {
         let (cluster, engine) = start("prune-crd").await;
         let client = cluster.client();
         let v1 = release("v1", "rel-v1", &[]);
-        let dropped = ["operator/crds/redisclusters.cache.example.com.yaml", "operator/sample.yaml", "operator/namespace.yaml"];
+        let dropped =
+            ["operator/crds/redisclusters.cache.example.com.yaml", "operator/sample.yaml", "operator/namespace.yaml"];
         let slim = without(&v1, "rel-slim", &dropped);
         engine.apply(&v1, &policy()).await.expect("v1 applies");
 
@@ -31,7 +32,9 @@ async fn crds_are_pruned_only_when_allowed_and_used_namespaces_never() {
         let pruned = engine.prune().await.expect("prune");
         assert_eq!(pruned.len(), 3, "{pruned:#?}");
         assert!(matches!(outcome(&pruned, CRD), Action::Retained(why) if why.contains("CRD pruning is off")));
-        assert!(matches!(outcome(&pruned, OPERATOR_NS), Action::Retained(why) if why.contains("rel-slim still has objects")));
+        assert!(
+            matches!(outcome(&pruned, OPERATOR_NS), Action::Retained(why) if why.contains("rel-slim still has objects"))
+        );
         assert_eq!(outcome(&pruned, "sample"), Action::Pruned);
         assert!(get(&client, "apiextensions.k8s.io/v1", "CustomResourceDefinition", None, CRD).await.is_some());
         assert!(get(&client, "v1", "Namespace", None, OPERATOR_NS).await.is_some());

@@ -87,11 +87,8 @@ async fn dry_run_failures_are_all_reported_and_leave_the_cluster_untouched() {
         // v2 changes the Deployment and adds and drops objects, but three of its objects are
         // refused: the Deployment and Service by validation, the custom resource by its CRD's
         // schema (the CRD does not change, so it is checked up front too).
-        let bad = release(
-            "v2",
-            "rel-v2",
-            &[("operator/broken.yaml", BROKEN), ("operator/sample.yaml", SAMPLE_OVER_SCHEMA)],
-        );
+        let bad =
+            release("v2", "rel-v2", &[("operator/broken.yaml", BROKEN), ("operator/sample.yaml", SAMPLE_OVER_SCHEMA)]);
         let err = engine.apply(&bad, &policy()).await.expect_err("the dry run refuses the release");
         let ApplyError::DryRun(failures) = &err else { panic!("expected a dry-run refusal, got {err}") };
         let named: Vec<String> = failures.iter().map(|f| f.object.to_string()).collect();

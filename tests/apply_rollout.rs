@@ -31,9 +31,13 @@ spec:
 #[tokio::test]
 async fn apply_waits_for_rollouts_with_a_timeout() {
     tokio::time::timeout(TIMEOUT, async {
-        let cluster = TestCluster::start(ClusterOptions::new("apply-rollout").with_workloads(true)).await.expect("cluster");
+        let cluster =
+            TestCluster::start(ClusterOptions::new("apply-rollout").with_workloads(true)).await.expect("cluster");
         let client = cluster.client();
-        let ns = Namespace { metadata: ObjectMeta { name: Some(AGENT_NS.into()), ..Default::default() }, ..Default::default() };
+        let ns = Namespace {
+            metadata: ObjectMeta { name: Some(AGENT_NS.into()), ..Default::default() },
+            ..Default::default()
+        };
         Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
         let mut options = ApplyOptions::for_cluster(AGENT_NS, CLUSTER);
         options.rollout_timeout = Some(Duration::from_secs(90));
@@ -41,13 +45,19 @@ async fn apply_waits_for_rollouts_with_a_timeout() {
 
         engine.apply(&release("v1", "rel-v1", &[]), &policy()).await.expect("v1 rolls out");
         let d = Api::<Deployment>::namespaced(client.clone(), OPERATOR_NS).get("redis-operator").await.unwrap();
-        assert_eq!(d.status.and_then(|s| s.available_replicas), Some(2), "apply returned only once both replicas were available");
+        assert_eq!(
+            d.status.and_then(|s| s.available_replicas),
+            Some(2),
+            "apply returned only once both replicas were available"
+        );
 
         options.rollout_timeout = Some(Duration::from_secs(3));
         let impatient = Engine::new(client.clone(), options);
         let stuck = release("v1", "rel-stuck", &[("operator/deployment.yaml", UNSCHEDULABLE)]);
         let err = impatient.apply(&stuck, &policy()).await.expect_err("the rollout cannot finish");
-        let ApplyError::RolloutTimeout { object, state, .. } = &err else { panic!("expected a rollout timeout, got {err}") };
+        let ApplyError::RolloutTimeout { object, state, .. } = &err else {
+            panic!("expected a rollout timeout, got {err}")
+        };
         assert_eq!(object.to_string(), "Deployment.apps redis-system/redis-operator");
         assert!(state.contains("replicas"), "{state}");
     })

@@ -61,7 +61,10 @@ async fn restore_brings_back_custom_resources_and_release_objects() {
             "registry.example.com/redis-operator:v1.2.3-build.456"
         );
         let configured: Vec<String> = restored.with(&Action::Configured).iter().map(|k| k.name.clone()).collect();
-        assert!(configured.contains(&"sample".to_string()) && configured.contains(&"users".to_string()), "{restored:#?}");
+        assert!(
+            configured.contains(&"sample".to_string()) && configured.contains(&"users".to_string()),
+            "{restored:#?}"
+        );
         let legacy = get(&client, "v1", "ConfigMap", Some(OPERATOR_NS), "redis-operator-legacy").await;
         assert!(legacy.is_some(), "v2 applied without prune: the object v1 had is still there");
 
@@ -74,7 +77,8 @@ async fn restore_brings_back_custom_resources_and_release_objects() {
         let kept: Vec<String> = engine.snapshots().await.unwrap().into_iter().map(|s| s.id).collect();
         assert_eq!(kept, [ids[3].clone(), ids[2].clone(), ids[1].clone()]);
         let secrets: Api<Secret> = Api::namespaced(client.clone(), AGENT_NS);
-        let oldest = secrets.list(&ListParams::default().labels(&format!("{LABEL_SNAPSHOT}={}", snap.id))).await.unwrap();
+        let oldest =
+            secrets.list(&ListParams::default().labels(&format!("{LABEL_SNAPSHOT}={}", snap.id))).await.unwrap();
         assert!(oldest.items.is_empty(), "the oldest snapshot's index and chunks are deleted");
         assert!(engine.restore(&snap.id).await.is_err());
     })

@@ -110,7 +110,12 @@ mod tests {
 
     fn change(name: &str, action: Action) -> ObjectChange {
         ObjectChange {
-            object: ObjectKey { group: String::new(), kind: "ConfigMap".into(), namespace: Some("n".into()), name: name.into() },
+            object: ObjectKey {
+                group: String::new(),
+                kind: "ConfigMap".into(),
+                namespace: Some("n".into()),
+                name: name.into(),
+            },
             phase: Phase::Config,
             action,
         }

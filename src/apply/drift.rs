@@ -18,7 +18,9 @@ pub enum DriftState {
     /// The object does not exist (or its kind is not served).
     Missing,
     /// Fields differ; `diff` is a unified diff from desired to live, over the release's fields.
-    Drifted { diff: String },
+    Drifted {
+        diff: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -72,7 +74,8 @@ impl Engine {
     /// cluster. Changes nothing; [`apply`](Self::apply) the release again to correct drift.
     pub async fn drift(&self, release: &VerifiedRelease) -> Result<DriftReport, ApplyError> {
         let resolver = Resolver::new(self.client.clone()).await?;
-        let mut set = ManifestSet::from_release(release, self.options.default_namespace.as_deref(), resolver.discovery())?;
+        let mut set =
+            ManifestSet::from_release(release, self.options.default_namespace.as_deref(), resolver.discovery())?;
         set.add_labels(&self.labels(release.id()));
         let results: Vec<Result<ObjectDrift, ApplyError>> = stream::iter(set.iter())
             .map(|m| {
@@ -127,8 +130,10 @@ mod tests {
             "data": {"level": "debug", "mode": "fast"}
         });
         let DriftState::Drifted { diff } = compare(&desired(), Some(&live)) else { panic!("expected drift") };
-        let changed: Vec<&str> =
-            diff.lines().filter(|l| (l.starts_with('-') || l.starts_with('+')) && !l.starts_with("---") && !l.starts_with("+++")).collect();
+        let changed: Vec<&str> = diff
+            .lines()
+            .filter(|l| (l.starts_with('-') || l.starts_with('+')) && !l.starts_with("---") && !l.starts_with("+++"))
+            .collect();
         assert_eq!(changed, ["-  level: info", "+  level: debug"], "{diff}");
         assert!(diff.starts_with("--- desired ConfigMap n/c\n+++ live ConfigMap n/c\n"), "{diff}");
     }

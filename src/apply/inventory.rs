@@ -151,7 +151,12 @@ fn next_inventory(release: &str, mut objects: Vec<InventoryEntry>, previous: Opt
         Some(p) => p.previous_release.clone(),
         None => None,
     };
-    Inventory { release: release.to_string(), previous_release, objects, pending_prune: pending.into_values().collect() }
+    Inventory {
+        release: release.to_string(),
+        previous_release,
+        objects,
+        pending_prune: pending.into_values().collect(),
+    }
 }
 
 /// Writes `inventory` (server-side apply, so an unchanged inventory changes nothing).
@@ -199,9 +204,7 @@ pub(crate) async fn write_release_manifest(
     let api = configmaps(client, options);
     let name = release_manifest_name(release.id());
     let existing = api.get_opt(&name).await.map_err(kube_err(format!("reading {name}")))?;
-    let recorded = existing
-        .as_ref()
-        .and_then(|cm| cm.data.as_ref()?.get(crate::model::seed_keys::RELEASE_ID).cloned());
+    let recorded = existing.as_ref().and_then(|cm| cm.data.as_ref()?.get(crate::model::seed_keys::RELEASE_ID).cloned());
     if recorded.as_deref() == Some(release.id()) {
         // Re-applying a release keeps its first deploy time and changes nothing.
         return Ok(());
@@ -227,7 +230,8 @@ pub(crate) async fn write_release_manifest(
         .map_err(kube_err(format!("writing {}/{name}", options.agent_namespace)))?;
 
     let selector = format!("{LABEL_INVENTORY}={},{LABEL_RELEASE_MANIFEST}=true", options.inventory);
-    let mut all = api.list(&ListParams::default().labels(&selector)).await.map_err(kube_err("listing release manifests"))?.items;
+    let mut all =
+        api.list(&ListParams::default().labels(&selector)).await.map_err(kube_err("listing release manifests"))?.items;
     all.sort_by(|a, b| b.metadata.creation_timestamp.cmp(&a.metadata.creation_timestamp));
     for old in all.iter().skip(options.release_manifest_history.max(1)) {
         let old_name = old.metadata.name.clone().unwrap_or_default();
@@ -246,7 +250,13 @@ mod tests {
     use super::*;
 
     fn entry(kind: &str, name: &str) -> InventoryEntry {
-        InventoryEntry { group: String::new(), version: "v1".into(), kind: kind.into(), namespace: Some("n".into()), name: name.into() }
+        InventoryEntry {
+            group: String::new(),
+            version: "v1".into(),
+            kind: kind.into(),
+            namespace: Some("n".into()),
+            name: name.into(),
+        }
     }
 
     #[test]

@@ -128,7 +128,7 @@ pub enum ApplyError {
     #[error("the API server does not serve {kinds} within {timeout:?} of its CRD being Established")]
     KindsNotServed { kinds: String, timeout: Duration },
     #[error("{object} did not roll out within {timeout:?}: {state}")]
-    RolloutTimeout { object: ObjectKey, timeout: Duration, state: String },
+    RolloutTimeout { object: Box<ObjectKey>, timeout: Duration, state: String },
     #[error("prune could not delete {} object(s) (they stay pending):\n  {}", .failures.len(), prune::describe(.failures))]
     Prune { failures: Vec<(ObjectKey, String)>, pruned: Vec<ObjectChange> },
     #[error("waiting for {what}: {reason}")]
@@ -151,9 +151,10 @@ impl ApplyError {
     /// transient.
     pub fn class(&self) -> ErrorClass {
         match self {
-            ApplyError::Manifests(_) | ApplyError::Admission(_) | ApplyError::InvalidReleaseId(_) | ApplyError::DryRun(_) => {
-                ErrorClass::Stalling
-            }
+            ApplyError::Manifests(_)
+            | ApplyError::Admission(_)
+            | ApplyError::InvalidReleaseId(_)
+            | ApplyError::DryRun(_) => ErrorClass::Stalling,
             _ => ErrorClass::Retryable,
         }
     }
@@ -359,11 +360,8 @@ impl Engine {
                 phases::crds_established(&self.client, &objects, &self.options).await?;
                 resolver.refresh_until_served(set, self.options.crd_timeout).await?;
             }
-            let waiting: Vec<_> = deferred
-                .iter()
-                .filter(|d| d.after == phase)
-                .filter_map(|d| set.get(&d.object))
-                .collect();
+            let waiting: Vec<_> =
+                deferred.iter().filter(|d| d.after == phase).filter_map(|d| set.get(&d.object)).collect();
             if !waiting.is_empty() {
                 before.extend(phases::dry_run(resolver, &waiting, &self.options).await?);
             }

@@ -47,7 +47,11 @@ impl Resolver {
 
     /// Re-runs discovery until every kind of `set` resolves: the API server serves a new CRD's
     /// kinds a moment after the CRD is Established, and discovery lags behind it.
-    pub(crate) async fn refresh_until_served(&mut self, set: &ManifestSet, timeout: Duration) -> Result<(), ApplyError> {
+    pub(crate) async fn refresh_until_served(
+        &mut self,
+        set: &ManifestSet,
+        timeout: Duration,
+    ) -> Result<(), ApplyError> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             self.discovery = run_discovery(&self.client).await?;
@@ -131,8 +135,10 @@ pub(crate) async fn apply_phase(
                 let fail = |message: String| ObjectFailure { object: m.key.clone(), source: m.source.clone(), message };
                 let result = async {
                     let api = resolver.api(m).map_err(fail)?;
-                    let out =
-                        api.patch(&m.key.name, &pp, &Patch::Apply(&m.object)).await.map_err(|e| fail(api_message(&e)))?;
+                    let out = api
+                        .patch(&m.key.name, &pp, &Patch::Apply(&m.object))
+                        .await
+                        .map_err(|e| fail(api_message(&e)))?;
                     let rv_before = before.get(&m.key).and_then(|d| d.resource_version()).filter(|rv| !rv.is_empty());
                     Ok(match rv_before {
                         None => Action::Created,
@@ -152,11 +158,9 @@ pub(crate) async fn apply_phase(
     let mut failures = Vec::new();
     for (i, r) in results {
         match r {
-            Ok(action) => changes.changes.push(ObjectChange {
-                object: objects[i].key.clone(),
-                phase: objects[i].phase,
-                action,
-            }),
+            Ok(action) => {
+                changes.changes.push(ObjectChange { object: objects[i].key.clone(), phase: objects[i].phase, action })
+            }
             Err(f) => failures.push(f),
         }
     }
@@ -179,9 +183,13 @@ pub(crate) async fn crds_established(
         .map(|name| {
             let api = api.clone();
             async move {
-                match tokio::time::timeout(timeout, await_condition(api, &name, conditions::is_crd_established())).await {
+                match tokio::time::timeout(timeout, await_condition(api, &name, conditions::is_crd_established())).await
+                {
                     Ok(Ok(_)) => Ok(()),
-                    Ok(Err(e)) => Err(ApplyError::Wait { what: format!("CustomResourceDefinition {name}"), reason: e.to_string() }),
+                    Ok(Err(e)) => Err(ApplyError::Wait {
+                        what: format!("CustomResourceDefinition {name}"),
+                        reason: e.to_string(),
+                    }),
                     Err(_) => Err(ApplyError::CrdNotEstablished { name, timeout }),
                 }
             }

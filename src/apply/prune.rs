@@ -2,7 +2,9 @@
 //! pending list), newest phase first (webhooks before the services they call, namespaces last).
 
 use super::phases::Resolver;
-use super::{Action, ApplyError, Engine, InventoryEntry, LABEL_INVENTORY, ObjectChange, api_message, inventory, is_not_found};
+use super::{
+    Action, ApplyError, Engine, InventoryEntry, LABEL_INVENTORY, ObjectChange, api_message, inventory, is_not_found,
+};
 use crate::manifests::{CRD_GROUP, ObjectKey};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, DynamicObject};
@@ -46,7 +48,7 @@ impl Engine {
         let resolver = Resolver::new(self.client.clone()).await?;
         let in_use: BTreeSet<String> = inv.objects.iter().filter_map(|e| e.namespace.clone()).collect();
         let mut pending = inv.pending_prune.clone();
-        pending.sort_by(|a, b| (b.phase(), b.key()).cmp(&(a.phase(), a.key())));
+        pending.sort_by_key(|e| std::cmp::Reverse((e.phase(), e.key())));
 
         let mut changes = Vec::new();
         let mut failed = Vec::new();
@@ -118,7 +120,13 @@ mod tests {
     use super::*;
 
     fn entry(group: &str, kind: &str, name: &str) -> InventoryEntry {
-        InventoryEntry { group: group.into(), version: "v1".into(), kind: kind.into(), namespace: None, name: name.into() }
+        InventoryEntry {
+            group: group.into(),
+            version: "v1".into(),
+            kind: kind.into(),
+            namespace: None,
+            name: name.into(),
+        }
     }
 
     #[test]

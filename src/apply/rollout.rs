@@ -58,7 +58,7 @@ async fn wait_one(resolver: &Resolver, m: &Manifest, timeout: Duration) -> Resul
         match rollout_state(&m.key.kind, generation, &obj.data) {
             Ok(()) => return Ok(()),
             Err(state) if tokio::time::Instant::now() >= deadline => {
-                return Err(ApplyError::RolloutTimeout { object: m.key.clone(), timeout, state });
+                return Err(ApplyError::RolloutTimeout { object: Box::new(m.key.clone()), timeout, state });
             }
             Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
         }
@@ -83,6 +83,11 @@ mod tests {
     #[case::statefulset_ready("StatefulSet", Some(1), json!({"spec": {"replicas": 3}, "status": {"observedGeneration": 1, "replicas": 3, "updatedReplicas": 3, "readyReplicas": 3}}), true)]
     #[case::daemonset_partial("DaemonSet", Some(1), json!({"status": {"observedGeneration": 1, "desiredNumberScheduled": 3, "updatedNumberScheduled": 2, "numberAvailable": 2}}), false)]
     fn states(#[case] kind: &str, #[case] generation: Option<i64>, #[case] data: Value, #[case] done: bool) {
-        assert_eq!(rollout_state(kind, generation, &data).is_ok(), done, "{:?}", rollout_state(kind, generation, &data));
+        assert_eq!(
+            rollout_state(kind, generation, &data).is_ok(),
+            done,
+            "{:?}",
+            rollout_state(kind, generation, &data)
+        );
     }
 }

@@ -94,8 +94,7 @@ impl Engine {
             out.push(fields::managed_fields(&value, crate::FIELD_MANAGER));
         }
         for crd in crds {
-            let Some((ar, _)) = resolver.discovery().get(&crd.group).and_then(|g| g.recommended_kind(&crd.kind))
-            else {
+            let Some((ar, _)) = resolver.discovery().get(&crd.group).and_then(|g| g.recommended_kind(&crd.kind)) else {
                 continue;
             };
             let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
@@ -193,7 +192,7 @@ impl Engine {
                 })
             })
             .collect();
-        out.sort_by(|a, b| snapshot_order(&b.id).cmp(&snapshot_order(&a.id)));
+        out.sort_by_key(|s| std::cmp::Reverse(snapshot_order(&s.id)));
         Ok(out)
     }
 
@@ -221,7 +220,8 @@ impl Engine {
             .map_err(kube_err(format!("reading snapshot {id}")))?
             .ok_or_else(|| bad("no such snapshot (see Engine::snapshots for the stored ones)".into()))?;
         let ann = index.metadata.annotations.unwrap_or_default();
-        let chunks: usize = ann.get(ANN_CHUNKS).and_then(|c| c.parse().ok()).ok_or_else(|| bad("index has no chunk count".into()))?;
+        let chunks: usize =
+            ann.get(ANN_CHUNKS).and_then(|c| c.parse().ok()).ok_or_else(|| bad("index has no chunk count".into()))?;
         let mut json = Vec::new();
         for i in 1..=chunks {
             let name = format!("{}-{i}", self.index_name(id));

@@ -8,9 +8,7 @@
 use super::output::{OutputFormat, colours};
 use crate::agent::config::{DEFAULT_STATE_NAMESPACE, KubeAccess};
 use crate::apply::{ApplyOptions, DriftReport, DriftState, Engine};
-use crate::release::{
-    Keyring, TagPins, TrustConfig, VerifiedRelease, read_release, resolve, resolve_release, verify,
-};
+use crate::release::{Keyring, TagPins, TrustConfig, VerifiedRelease, read_release, resolve, resolve_release, verify};
 use crate::source::{Checkout, Credentials, Source};
 use anyhow::Context;
 use owo_colors::OwoColorize;
@@ -68,11 +66,13 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         Some(Keyring::from_files(&args.trusted_keys).context("loading --trusted-keys")?)
     };
-    let (repo, branch, cluster, release) = (args.repo.clone(), args.branch.clone(), args.cluster.clone(), args.release.clone());
+    let (repo, branch, cluster, release) =
+        (args.repo.clone(), args.branch.clone(), args.cluster.clone(), args.release.clone());
     let (ssh_key, token) = (args.ssh_key.clone(), std::env::var(&args.token_env).ok());
     // git2 and gpgme block; keep them off the async runtime.
     let desired = tokio::task::spawn_blocking(move || -> anyhow::Result<Desired> {
-        let (checkout, _state) = open_repo(&repo, branch.as_deref(), Credentials { ssh_key, token, ..Default::default() })?;
+        let (checkout, _state) =
+            open_repo(&repo, branch.as_deref(), Credentials { ssh_key, token, ..Default::default() })?;
         let desired = match &release {
             Some(id) => resolve_release(&checkout, &cluster, id)?,
             None => resolve(&checkout, &cluster)?,
@@ -89,9 +89,13 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
                 for f in &findings {
                     eprintln!("warning: release {}: {f}", desired.id);
                 }
-                let content = content.with_context(|| format!("release {} has no readable release.yaml", desired.id))?;
+                let content =
+                    content.with_context(|| format!("release {} has no readable release.yaml", desired.id))?;
                 // Read-only: nothing is applied, so an unverified tag only affects what is shown.
-                (VerifiedRelease::assume_verified(content.release, desired.tag.commit.to_string(), content.files), false)
+                (
+                    VerifiedRelease::assume_verified(content.release, desired.tag.commit.to_string(), content.files),
+                    false,
+                )
             }
         };
         Ok(Desired { release, operator_namespace, verified })

@@ -174,7 +174,12 @@ mod tests {
     #[rstest]
     // The repo lists a namespace the baseline does not: still refused, by the baseline.
     #[case::repo_cannot_widen_namespaces(OTHER_NS, spec(Some(&["redis-*"]), None, false), spec(Some(&["*"]), None, false), Some("agent baseline"))]
-    #[case::repo_cannot_allow_cluster_admin(ADMIN_CRB, spec(None, None, false), spec(None, None, true), Some("agent baseline"))]
+    #[case::repo_cannot_allow_cluster_admin(
+        ADMIN_CRB,
+        spec(None, None, false),
+        spec(None, None, true),
+        Some("agent baseline")
+    )]
     #[case::repo_narrows_namespaces(CONFIGMAP, spec(Some(&["*"]), None, false), spec(Some(&["other"]), None, false), Some("ReleaseAdmissionPolicy repo"))]
     #[case::repo_narrows_kinds(CLUSTER_ROLE, spec(None, None, false), spec(None, Some(&[CRB]), false), Some("ReleaseAdmissionPolicy repo"))]
     #[case::repo_silent_on_field_keeps_baseline(CLUSTER_ROLE, spec(None, Some(&[CR]), false), spec(Some(&["redis-system"]), None, false), None)]

@@ -109,10 +109,7 @@ impl Phase {
             | ("rbac.authorization.k8s.io", "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding") => {
                 Phase::Rbac
             }
-            (
-                "",
-                "ConfigMap" | "Secret" | "Service" | "PersistentVolumeClaim" | "ResourceQuota" | "LimitRange",
-            )
+            ("", "ConfigMap" | "Secret" | "Service" | "PersistentVolumeClaim" | "ResourceQuota" | "LimitRange")
             | ("scheduling.k8s.io", "PriorityClass")
             | ("networking.k8s.io", "NetworkPolicy")
             | ("policy", "PodDisruptionBudget") => Phase::Config,
@@ -164,10 +161,7 @@ impl<F: Fn(&str, &str) -> Option<Scope>> KindScopes for F {
 impl KindScopes for kube::Discovery {
     fn scope_of(&self, group: &str, kind: &str) -> Option<Scope> {
         let g = self.get(group)?;
-        g.versions()
-            .flat_map(|v| g.versioned_resources(v))
-            .find(|(ar, _)| ar.kind == kind)
-            .map(|(_, caps)| caps.scope)
+        g.versions().flat_map(|v| g.versioned_resources(v)).find(|(ar, _)| ar.kind == kind).map(|(_, caps)| caps.scope)
     }
 }
 
@@ -248,9 +242,9 @@ pub enum ManifestError {
     #[error("{at}: not a Kubernetes object: {reason}")]
     NotAnObject { at: Source, reason: String },
     #[error("{at}: {key} is defined twice; first at {first}")]
-    Duplicate { at: Source, key: ObjectKey, first: Source },
+    Duplicate { at: Source, key: Box<ObjectKey>, first: Source },
     #[error("{at}: {key} is namespaced but has no metadata.namespace, and no default namespace applies")]
-    MissingNamespace { at: Source, key: ObjectKey },
+    MissingNamespace { at: Source, key: Box<ObjectKey> },
     #[error(
         "{at}: {kind} ({api_version}) is not served by the cluster and no CustomResourceDefinition in the release defines it"
     )]
@@ -350,7 +344,6 @@ impl ManifestSet {
         default_namespace: Option<&str>,
         scopes: &dyn KindScopes,
     ) -> Result<ManifestSet, ManifestError> {
-
         // The release's own CRDs define the scope of their kinds, whatever the cluster serves now.
         let release_crds: HashMap<(String, String), Scope> = parsed
             .iter()
@@ -386,13 +379,14 @@ impl ManifestSet {
                     .filter(|ns| !ns.is_empty())
                     .or_else(|| default_namespace.map(str::to_string)),
             };
-            let key = ObjectKey { group: gvk.group.clone(), kind: gvk.kind.clone(), namespace: namespace.clone(), name };
+            let key =
+                ObjectKey { group: gvk.group.clone(), kind: gvk.kind.clone(), namespace: namespace.clone(), name };
             if scope == Scope::Namespaced && namespace.is_none() {
-                errors.push(ManifestError::MissingNamespace { at, key });
+                errors.push(ManifestError::MissingNamespace { at, key: Box::new(key) });
                 continue;
             }
             if let Some(first) = seen.get(&key) {
-                errors.push(ManifestError::Duplicate { at, key, first: first.clone() });
+                errors.push(ManifestError::Duplicate { at, key: Box::new(key), first: first.clone() });
                 continue;
             }
             object.metadata.namespace = namespace;
@@ -529,10 +523,16 @@ spec:
     #[test]
     fn orders_by_phase_and_resolves_namespaces() {
         let r = release(&[
-            ("operator/b.yaml", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: op}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: ns1, namespace: ignored}\n"),
+            (
+                "operator/b.yaml",
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: op}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: ns1, namespace: ignored}\n",
+            ),
             ("operator/a.yaml", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w, namespace: ns1}\n---\n"),
             ("operator/crd.yaml", CRD),
-            ("operator/webhook.yaml", "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {name: vw}\n"),
+            (
+                "operator/webhook.yaml",
+                "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {name: vw}\n",
+            ),
             ("operator/README.md", "not yaml: ["),
         ]);
         let set = ManifestSet::from_release(&r, Some("dflt"), &scopes).unwrap();
@@ -555,8 +555,14 @@ spec:
     #[test]
     fn reports_every_problem_at_once() {
         let r = release(&[
-            ("operator/a.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: x}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: x}\n"),
-            ("operator/b.yaml", "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n---\napiVersion: nope.io/v1\nkind: Thing\nmetadata: {name: t}\n---\n- a list\n"),
+            (
+                "operator/a.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: x}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: x}\n",
+            ),
+            (
+                "operator/b.yaml",
+                "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n---\napiVersion: nope.io/v1\nkind: Thing\nmetadata: {name: t}\n---\n- a list\n",
+            ),
             ("operator/c.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {generateName: x-}\n"),
         ]);
         let err = ManifestSet::from_release(&r, None, &scopes).unwrap_err();
@@ -573,7 +579,12 @@ spec:
             .collect();
         assert_eq!(kinds, ["not-an-object", "not-an-object", "duplicate", "missing-namespace", "unknown-kind"]);
         let text = ManifestError::Many(all).to_string();
-        assert!(text.contains("operator/a.yaml (document 2): ConfigMap x/c is defined twice; first at operator/a.yaml (document 1)"), "{text}");
+        assert!(
+            text.contains(
+                "operator/a.yaml (document 2): ConfigMap x/c is defined twice; first at operator/a.yaml (document 1)"
+            ),
+            "{text}"
+        );
         assert!(text.contains("operator/b.yaml (document 1): Secret s is namespaced"), "{text}");
     }
 

@@ -104,8 +104,8 @@ mod tests {
     #[test]
     fn unknown_fields_are_errors() {
         let text = "apiVersion: fleetgate.io/v1alpha1\nkind: ReleaseAdmissionPolicy\nmetadata: {name: p}\nspec: {allowedNamespace: [a]}\n";
-        let err = parse_document::<ReleaseAdmissionPolicySpec>("p.yaml", text, RELEASE_ADMISSION_POLICY_KIND)
-            .unwrap_err();
+        let err =
+            parse_document::<ReleaseAdmissionPolicySpec>("p.yaml", text, RELEASE_ADMISSION_POLICY_KIND).unwrap_err();
         assert!(err.to_string().contains("allowedNamespace"), "{err}");
     }
 }

@@ -25,7 +25,8 @@ pub const CLUSTER: &str = "cluster-a";
 pub async fn start(name: &str) -> (TestCluster, Engine) {
     let cluster = TestCluster::start(ClusterOptions::new(name)).await.expect("test cluster starts");
     let client = cluster.client();
-    let ns = Namespace { metadata: ObjectMeta { name: Some(AGENT_NS.into()), ..Default::default() }, ..Default::default() };
+    let ns =
+        Namespace { metadata: ObjectMeta { name: Some(AGENT_NS.into()), ..Default::default() }, ..Default::default() };
     Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.expect("agent namespace");
     let mut options = ApplyOptions::for_cluster(AGENT_NS, CLUSTER);
     options.default_namespace = Some(OPERATOR_NS.to_string());
@@ -43,7 +44,11 @@ pub fn release(dir: &str, id: &str, extra: &[(&str, &str)]) -> VerifiedRelease {
     }
     let spec = ReleaseSpec {
         git_commit: "a1b2c3d4e5f6".into(),
-        image: ImageRef { repository: "registry.example.com/redis-operator".into(), tag: format!("{id}-tag"), digest: None },
+        image: ImageRef {
+            repository: "registry.example.com/redis-operator".into(),
+            tag: format!("{id}-tag"),
+            digest: None,
+        },
         chart_version: "1.2.3".into(),
         crd_version: "v1alpha2".into(),
         target_clusters: vec!["cluster-a".into(), "cluster-b".into()],
@@ -58,7 +63,8 @@ pub fn release(dir: &str, id: &str, extra: &[(&str, &str)]) -> VerifiedRelease {
 
 /// `release` without the files `drop` (paths as in [`release`]), under id `id`.
 pub fn without(release: &VerifiedRelease, id: &str, drop: &[&str]) -> VerifiedRelease {
-    let files = release.files().iter().filter(|(p, _)| !drop.contains(&p.as_str())).map(|(p, b)| (p.clone(), b.clone()));
+    let files =
+        release.files().iter().filter(|(p, _)| !drop.contains(&p.as_str())).map(|(p, b)| (p.clone(), b.clone()));
     let mut doc = release.release().clone();
     doc.metadata.name = id.to_string();
     VerifiedRelease::assume_verified(doc, release.commit(), files.collect())
@@ -102,7 +108,13 @@ pub async fn api(client: &kube::Client, api_version: &str, kind: &str, ns: Optio
 }
 
 /// Reads one object, or None.
-pub async fn get(client: &kube::Client, api_version: &str, kind: &str, ns: Option<&str>, name: &str) -> Option<DynamicObject> {
+pub async fn get(
+    client: &kube::Client,
+    api_version: &str,
+    kind: &str,
+    ns: Option<&str>,
+    name: &str,
+) -> Option<DynamicObject> {
     api(client, api_version, kind, ns).await.get_opt(name).await.expect("get")
 }
 
