@@ -88,33 +88,60 @@ fn params() -> PatchParams {
 
 /// Server-side dry run of `objects`; every refusal is reported at once. The results tell
 /// created, configured and unchanged apart after the real apply.
+///
+/// A refusal (validation, schema, admission, a version not served) is [`ApplyError::DryRun`];
+/// an error that says nothing about the object (network, 429, 5xx — an unreachable admission
+/// webhook included) is [`ApplyError::Kube`], which may pass on a retry.
 pub(crate) async fn dry_run(
     resolver: &Resolver,
     objects: &[&Manifest],
     options: &ApplyOptions,
 ) -> Result<DryRuns, ApplyError> {
     let pp = params().dry_run();
-    let results: Vec<Result<(ObjectKey, DynamicObject), ObjectFailure>> = stream::iter(objects.iter().copied())
-        .map(|m| {
-            let pp = pp.clone();
-            async move {
-                let fail = |message: String| ObjectFailure { object: m.key.clone(), source: m.source.clone(), message };
-                let api = resolver.api(m).map_err(fail)?;
-                let name = m.key.name.as_str();
-                let out = api.patch(name, &pp, &Patch::Apply(&m.object)).await.map_err(|e| fail(api_message(&e)))?;
-                Ok((m.key.clone(), out))
+    let results: Vec<Result<(ObjectKey, DynamicObject), (ObjectFailure, Option<kube::Error>)>> =
+        stream::iter(objects.iter().copied())
+            .map(|m| {
+                let pp = pp.clone();
+                async move {
+                    let fail =
+                        |message: String| ObjectFailure { object: m.key.clone(), source: m.source.clone(), message };
+                    let api = resolver.api(m).map_err(|message| (fail(message), None))?;
+                    match api.patch(&m.key.name, &pp, &Patch::Apply(&m.object)).await {
+                        Ok(out) => Ok((m.key.clone(), out)),
+                        Err(e) if is_transient(&e) => Err((fail(api_message(&e)), Some(e))),
+                        Err(e) => Err((fail(api_message(&e)), None)),
+                    }
+                }
+            })
+            .buffer_unordered(options.concurrency.max(1))
+            .collect()
+            .await;
+    let mut out = DryRuns::new();
+    let mut failures = Vec::new();
+    for r in results {
+        match r {
+            Ok((key, obj)) => {
+                out.insert(key, obj);
             }
-        })
-        .buffer_unordered(options.concurrency.max(1))
-        .collect()
-        .await;
-    let (ok, failed): (Vec<_>, Vec<_>) = results.into_iter().partition(Result::is_ok);
-    if !failed.is_empty() {
-        let mut failures: Vec<ObjectFailure> = failed.into_iter().filter_map(Result::err).collect();
+            Err((failure, Some(source))) => {
+                return Err(ApplyError::Kube { action: format!("dry run of {}", failure.object), source });
+            }
+            Err((failure, None)) => failures.push(failure),
+        }
+    }
+    if !failures.is_empty() {
         failures.sort_by(|a, b| a.object.cmp(&b.object));
         return Err(ApplyError::DryRun(failures));
     }
-    Ok(ok.into_iter().filter_map(Result::ok).collect())
+    Ok(out)
+}
+
+/// Errors that say nothing about the object sent: the connection, throttling, the server.
+fn is_transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+        _ => true,
+    }
 }
 
 /// Server-side applies every object of one phase, `options.concurrency` at a time, and records
