@@ -205,16 +205,15 @@ say "Cutting rel-1 (good) and promoting it fleet-wide"
 release rel-1 v1.0.0
 promote rel-1
 
-start_agent() { # start_agent CLUSTER: one agent process; its pid in AGENT_PID[CLUSTER]
+start_agent() { # start_agent CLUSTER: one agent process; its pid in $DIR/agent-CLUSTER.pid
   local c=$1
   "$FG" agent --repo "$REPO_URL" --cluster "$c" --kubeconfig "$DIR/clusters/$c.kubeconfig" \
     --trusted-keys "$DIR/trusted.asc" --state-dir "$DIR/agents/$c" --interval 5s --lease-duration 5s \
     --listen "127.0.0.1:${AGENT_PORT[$c]}" --log-format json >>"$DIR/agent-$c.log" 2>&1 &
-  AGENT_PID[$c]=$!
+  echo $! >"$DIR/agent-$c.pid"
   pids+=($!)
 }
 
-declare -A AGENT_PID
 chaos() { # chaos CLUSTER PHASE: in the background, kill -9 the agent when its state enters PHASE, then restart it
   [[ -n "${DEMO_CHAOS:-}" ]] || return 0
   local c=$1 phase=$2
@@ -223,7 +222,7 @@ chaos() { # chaos CLUSTER PHASE: in the background, kill -9 the agent when its s
       --field-selector "metadata.name=fleetgate-state-$c" --watch -o 'jsonpath={.data.phase}{"\n"}' 2>/dev/null |
       while read -r p; do
         if [[ "$p" == "$phase" ]]; then
-          kill -9 "${AGENT_PID[$c]}"
+          kill -9 "$(cat "$DIR/agent-$c.pid")"
           echo "$phase" >"$DIR/chaos-$c-$phase"
           break
         fi
@@ -236,7 +235,7 @@ recover() { # recover CLUSTER PHASE: once chaos struck, say so and start the age
   [[ -n "${DEMO_CHAOS:-}" ]] || return 0
   local c=$1 phase=$2
   wait_for "$STEP_TIMEOUT" "the agent of $c to reach $phase" test -f "$DIR/chaos-$c-$phase"
-  bad "kill -9 of the $c agent while $phase (pid ${AGENT_PID[$c]}); starting it again"
+  bad "kill -9 of the $c agent while $phase (pid $(cat "$DIR/agent-$c.pid")); starting it again"
   start_agent "$c"
   kill "$CHAOS_PID" 2>/dev/null || true
 }
