@@ -124,8 +124,7 @@ impl Agent {
             .with_branch(config.branch.clone());
         let keyring = Keyring::from_files(&config.trusted_keys)?;
         let trust = TrustConfig { keyring, require_signed_commits: config.require_signed_commits };
-        let mut options = ApplyOptions::new(config.state_namespace.clone());
-        options.inventory = format!("fleetgate-{}", config.cluster);
+        let mut options = ApplyOptions::for_cluster(config.state_namespace.clone(), &config.cluster);
         let engine = Engine::new(services.client.clone(), options.clone());
         options.rollout_timeout = Some(ROLLBACK_ROLLOUT_TIMEOUT);
         let rollback_engine = Engine::new(services.client.clone(), options);

@@ -28,8 +28,13 @@ impl Agent {
         tracing::warn!(release = %operation.release, reason = %failure.reason, "{}", failure.message);
         self.services.metrics.record_rollback(&failure.reason);
         let f = failure.clone();
-        self.transition(|s| s.start_rollback(f.clone(), Utc::now())).await?;
-        self.update(|s| s.record_evidence(figures.clone())).await?;
+        // One write: an agent killed right after it must still know what failed and why.
+        self.transition(|s| {
+            let t = s.start_rollback(f.clone(), Utc::now())?;
+            s.record_evidence(figures.clone())?;
+            Ok(t)
+        })
+        .await?;
         let operation = self.operation().await?;
         self.finish_rollback(checkout, config, &operation, failure, figures).await
     }
