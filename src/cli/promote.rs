@@ -9,6 +9,7 @@ use crate::releng::forge_pr::{self, OpenedPullRequest, PullRequestSpec};
 use crate::releng::promote::{self, PromoteOutcome, PromoteReport, PromoteRequest};
 use crate::releng::push::{self, Pushed};
 use crate::releng::{FleetRepo, RelengError, Target};
+use crate::status::Token;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -81,7 +82,7 @@ pub struct Args {
 }
 
 /// The forge and its token when `--open-pr` was asked for, checked before anything is written.
-pub(super) fn forge_for_pr(repo: &FleetRepo, base: &str) -> Result<(ForgeSettings, String), RelengError> {
+pub(super) fn forge_for_pr(repo: &FleetRepo, base: &str) -> Result<(ForgeSettings, Token), RelengError> {
     let tip = repo.branch_tip(base)?;
     let state = repo.fleet_state(&tip.tree()?, base)?;
     let forge = state.config.fleet.spec.status.forge.clone().ok_or_else(|| {
@@ -90,7 +91,7 @@ pub(super) fn forge_for_pr(repo: &FleetRepo, base: &str) -> Result<(ForgeSetting
                 .into(),
         )
     })?;
-    let token = forge_pr::token(&forge)?;
+    let token = Token::from_settings(&forge).map_err(forge_pr::ForgeError::from)?;
     Ok((forge, token))
 }
 
@@ -139,7 +140,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             head: report.branch.clone(),
             base: report.base.clone(),
         };
-        match forge_pr::open(&forge, &token, &spec).await {
+        match forge_pr::open(&forge, token.secret(), &spec).await {
             Ok(opened) => pr = Some(opened),
             Err(e) => {
                 print_report(format, &repo, &args, &report, pushed.as_ref(), None)?;
@@ -151,7 +152,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-type Forge = Option<(ForgeSettings, String)>;
+type Forge = Option<(ForgeSettings, Token)>;
 
 fn prepare(repo: &FleetRepo, args: &Args) -> Result<(PromoteReport, Forge), RelengError> {
     let forge = if args.open_pr { Some(forge_for_pr(repo, &args.base)?) } else { None };

@@ -93,7 +93,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             head: report.branch.clone(),
             base: report.base.clone(),
         };
-        match forge_pr::open(&forge, &token, &spec).await {
+        match forge_pr::open(&forge, token.secret(), &spec).await {
             Ok(opened) => pr = Some(opened),
             Err(e) => {
                 print_report(format, &repo, &args, &report, pushed.as_ref(), None)?;

@@ -12,15 +12,15 @@
 //!   `iid`, `web_url`.
 //!
 //! A refusal by the forge is shown with its HTTP status, the forge's own message(s), and what to
-//! do about it.
+//! do about it. The token, the forge's name and the reading of its error bodies are
+//! [`crate::status::forge`]'s, shared with the commit-status mirror.
 
 use crate::model::{ForgeKind, ForgeSettings};
+use crate::status::forge::{GITHUB_API_VERSION, error_message, forge_name};
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::time::Duration;
 
-/// The GitHub REST API version every request pins.
-pub const GITHUB_API_VERSION: &str = "2022-11-28";
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What to open.
@@ -53,14 +53,9 @@ pub enum ForgeError {
     BadResponse { forge: String, what: &'static str, status: u16, body: String },
     #[error("spec.status.forge: {0}")]
     Config(String),
-}
-
-fn forge_name(kind: ForgeKind) -> &'static str {
-    match kind {
-        ForgeKind::Github => "GitHub",
-        ForgeKind::Gitea => "Gitea",
-        ForgeKind::Gitlab => "GitLab",
-    }
+    /// The token `spec.status.forge` names cannot be read ([`crate::status::Token::from_settings`]).
+    #[error(transparent)]
+    Token(#[from] crate::status::ForgeError),
 }
 
 fn what(kind: ForgeKind) -> &'static str {
@@ -68,24 +63,6 @@ fn what(kind: ForgeKind) -> &'static str {
         ForgeKind::Gitlab => "merge request",
         _ => "pull request",
     }
-}
-
-/// The API token `forge` names: the content of `tokenFile` (trimmed), else the variable `tokenEnv`.
-pub fn token(forge: &ForgeSettings) -> Result<String, ForgeError> {
-    if let Some(path) = &forge.token_file {
-        let t = std::fs::read_to_string(path).map_err(|e| ForgeError::Config(format!("tokenFile {path}: {e}")))?;
-        return Ok(t.trim().to_string());
-    }
-    if let Some(var) = &forge.token_env {
-        return match std::env::var(var) {
-            Ok(t) if !t.trim().is_empty() => Ok(t.trim().to_string()),
-            _ => Err(ForgeError::Config(format!(
-                "tokenEnv says ${var}, which is not set; export the {} API token in it",
-                forge_name(forge.kind)
-            ))),
-        };
-    }
-    Err(ForgeError::Config("neither tokenEnv nor tokenFile is set; name where the API token is".to_string()))
 }
 
 /// The endpoint URL for `forge`: base URL + the API's path, each segment percent-encoded (a
@@ -193,47 +170,6 @@ pub async fn open(forge: &ForgeSettings, token: &str, pr: &PullRequestSpec) -> R
     }
 }
 
-/// The forge's own words from an error body: GitHub's `message` + `errors[].message`, Gitea's
-/// `message`, GitLab's `message` (a string, a list, or field → list) or `error`; else the raw text.
-pub fn error_message(body: &str) -> String {
-    fn flatten(v: &Value, out: &mut Vec<String>) {
-        match v {
-            Value::String(s) if !s.is_empty() => out.push(s.clone()),
-            Value::Array(a) => a.iter().for_each(|x| flatten(x, out)),
-            Value::Object(o) => {
-                if let Some(m) = o.get("message") {
-                    flatten(m, out);
-                } else {
-                    for (k, x) in o {
-                        let mut inner = Vec::new();
-                        flatten(x, &mut inner);
-                        out.extend(inner.into_iter().map(|s| format!("{k} {s}")));
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    let mut parts = Vec::new();
-    if let Ok(v) = serde_json::from_str::<Value>(body) {
-        for key in ["message", "error", "error_description"] {
-            if let Some(x) = v.get(key) {
-                flatten(x, &mut parts);
-            }
-        }
-        if let Some(errors) = v.get("errors") {
-            flatten(errors, &mut parts);
-        }
-    }
-    parts.dedup();
-    if parts.is_empty() {
-        let raw = body.trim();
-        if raw.is_empty() { "(empty response body)".to_string() } else { crate::status::truncate(raw, 300) }
-    } else {
-        parts.join("; ")
-    }
-}
-
 fn hint(forge: &ForgeSettings, status: u16, pr: &PullRequestSpec) -> String {
     let token = match (&forge.token_file, &forge.token_env) {
         (Some(f), _) => format!("the token in {f}"),
@@ -296,23 +232,5 @@ mod tests {
             endpoint(&settings(ForgeKind::Github, "https://api.github.com", "fleet")),
             Err(ForgeError::Config(_))
         ));
-    }
-
-    #[rstest]
-    #[case(r#"{"message":"Validation Failed","errors":[{"resource":"PullRequest","code":"custom","message":"A pull request already exists for acme:promote/x."}]}"#,
-           "Validation Failed; A pull request already exists for acme:promote/x.")]
-    #[case(
-        r#"{"message":["Another open merge request already exists for this source branch: !7"]}"#,
-        "Another open merge request already exists for this source branch: !7"
-    )]
-    #[case(r#"{"message":{"source_branch":["is invalid"]}}"#, "source_branch is invalid")]
-    #[case(
-        r#"{"error":"insufficient_scope","error_description":"The request requires higher privileges."}"#,
-        "insufficient_scope; The request requires higher privileges."
-    )]
-    #[case("<html>bad gateway</html>", "<html>bad gateway</html>")]
-    #[case("", "(empty response body)")]
-    fn forge_error_messages_are_extracted(#[case] body: &str, #[case] want: &str) {
-        assert_eq!(error_message(body), want);
     }
 }

@@ -29,7 +29,8 @@ pub const MAX_DESCRIPTION: usize = 140;
 pub const GITHUB_API_VERSION: &str = "2022-11-28";
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-fn forge_name(kind: ForgeKind) -> &'static str {
+/// The forge's name as people know it, for messages.
+pub(crate) fn forge_name(kind: ForgeKind) -> &'static str {
     match kind {
         ForgeKind::Github => "GitHub",
         ForgeKind::Gitea => "Gitea",
@@ -73,6 +74,11 @@ impl Token {
         Token { secret: secret.into(), source: TokenSource::Given }
     }
 
+    /// The secret itself, for the request that carries it.
+    pub(crate) fn secret(&self) -> &str {
+        &self.secret
+    }
+
     /// Reads the token `settings` point at: `tokenFile` if set (it takes precedence), else `tokenEnv`.
     pub fn from_settings(settings: &ForgeSettings) -> Result<Token, ForgeError> {
         let forge = forge_name(settings.kind);
@@ -85,10 +91,13 @@ impl Token {
             })?;
             Token { secret: text.trim().to_string(), source: TokenSource::File(path) }
         } else if let Some(var) = &settings.token_env {
-            let value = std::env::var(var).map_err(|e| ForgeError::TokenUnreadable {
-                forge,
-                source_name: TokenSource::Env(var.clone()).to_string(),
-                reason: e.to_string(),
+            let value = std::env::var(var).map_err(|e| match e {
+                std::env::VarError::NotPresent => ForgeError::TokenEnvUnset { forge, var: var.clone() },
+                e => ForgeError::TokenUnreadable {
+                    forge,
+                    source_name: TokenSource::Env(var.clone()).to_string(),
+                    reason: e.to_string(),
+                },
             })?;
             Token { secret: value.trim().to_string(), source: TokenSource::Env(var.clone()) }
         } else {
@@ -107,8 +116,12 @@ impl Token {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ForgeError {
-    #[error("{forge} status backend has no token: set tokenFile or tokenEnv under spec.status.forge in fleet.yaml")]
+    #[error("{forge} has no API token: set tokenFile or tokenEnv under spec.status.forge in fleet.yaml")]
     TokenNotConfigured { forge: &'static str },
+    #[error(
+        "{forge} token: tokenEnv says ${var}, which is not set; export the {forge} API token in environment variable {var}"
+    )]
+    TokenEnvUnset { forge: &'static str, var: String },
     #[error("{forge} token: cannot read {source_name}: {reason}")]
     TokenUnreadable { forge: &'static str, source_name: String, reason: String },
     #[error("{forge} repository {repository:?} must be {expected}")]
@@ -334,39 +347,46 @@ fn encode_path_segment(s: &str) -> String {
     out
 }
 
-/// The forge's own words from an error body: GitHub/Gitea `message` (+ GitHub's `errors[].message`
-/// or Gitea's `errors[]`), GitLab `message` (a string or an object of field errors) or `error`.
-fn error_message(body: &str) -> String {
-    let Ok(v) = serde_json::from_str::<Value>(body) else {
-        let text = body.trim();
-        return if text.is_empty() { "no message".to_string() } else { truncate(text, 200) };
-    };
-    let mut parts: Vec<String> = Vec::new();
-    match v.get("message") {
-        Some(Value::String(s)) => parts.push(s.clone()),
-        Some(other @ (Value::Object(_) | Value::Array(_))) => parts.push(other.to_string()),
-        _ => {}
-    }
-    if let Some(Value::String(s)) = v.get("error") {
-        parts.push(s.clone());
-    }
-    if let Some(Value::Array(errors)) = v.get("errors") {
-        for e in errors {
-            match e {
-                Value::String(s) => parts.push(s.clone()),
-                Value::Object(o) => {
-                    let text = o.get("message").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| {
-                        let field = o.get("field").and_then(Value::as_str).unwrap_or("?");
-                        let code = o.get("code").and_then(Value::as_str).unwrap_or("invalid");
-                        format!("{field} {code}")
-                    });
-                    parts.push(text);
+/// The forge's own words from an error body: `message` (a string, a list, or GitLab's field →
+/// list), `error` / `error_description` (GitLab, OAuth), and `errors[]` (GitHub's objects — their
+/// `message`, else `field code` — or Gitea's strings), joined with "; "; else the raw text.
+pub(crate) fn error_message(body: &str) -> String {
+    fn flatten(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::String(s) if !s.is_empty() => out.push(s.clone()),
+            Value::Array(a) => a.iter().for_each(|x| flatten(x, out)),
+            Value::Object(o) => {
+                if let Some(m) = o.get("message") {
+                    flatten(m, out);
+                } else if let Some(code) = o.get("code").and_then(Value::as_str) {
+                    let field = o.get("field").and_then(Value::as_str).unwrap_or("?");
+                    out.push(format!("{field} {code}"));
+                } else {
+                    for (k, x) in o {
+                        let mut inner = Vec::new();
+                        flatten(x, &mut inner);
+                        out.extend(inner.into_iter().map(|s| format!("{k} {s}")));
+                    }
                 }
-                _ => {}
+            }
+            _ => {}
+        }
+    }
+    let mut parts = Vec::new();
+    if let Ok(v) = serde_json::from_str::<Value>(body) {
+        for key in ["message", "error", "error_description", "errors"] {
+            if let Some(x) = v.get(key) {
+                flatten(x, &mut parts);
             }
         }
     }
-    if parts.is_empty() { truncate(body.trim(), 200) } else { parts.join(": ") }
+    parts.dedup();
+    if parts.is_empty() {
+        let raw = body.trim();
+        if raw.is_empty() { "(empty response body)".to_string() } else { truncate(raw, 300) }
+    } else {
+        parts.join("; ")
+    }
 }
 
 #[cfg(test)]
@@ -398,13 +418,25 @@ mod tests {
 
     #[rstest]
     #[case(r#"{"message":"Bad credentials","documentation_url":"https://docs"}"#, "Bad credentials")]
-    #[case(r#"{"message":"Validation Failed","errors":[{"resource":"Status","field":"state","code":"invalid"}]}"#, "Validation Failed: state invalid")]
-    #[case(r#"{"message":"Validation Failed","errors":[{"resource":"Status","code":"custom","message":"This SHA and context has reached the maximum number of statuses."}]}"#, "Validation Failed: This SHA and context has reached the maximum number of statuses.")]
+    #[case(r#"{"message":"Validation Failed","errors":[{"resource":"Status","field":"state","code":"invalid"}]}"#, "Validation Failed; state invalid")]
+    #[case(r#"{"message":"Validation Failed","errors":[{"resource":"Status","code":"custom","message":"This SHA and context has reached the maximum number of statuses."}]}"#, "Validation Failed; This SHA and context has reached the maximum number of statuses.")]
+    #[case(r#"{"message":"Validation Failed","errors":[{"resource":"PullRequest","code":"custom","message":"A pull request already exists for acme:promote/x."}]}"#,
+           "Validation Failed; A pull request already exists for acme:promote/x.")]
+    #[case(r#"{"errors":["repository does not exist"],"message":"The target couldn't be found."}"#, "The target couldn't be found.; repository does not exist")]
     #[case(r#"{"message":"[State]: Required","url":"https://gitea/api/swagger"}"#, "[State]: Required")]
     #[case(r#"{"error":"state does not have a valid value"}"#, "state does not have a valid value")]
-    #[case(r#"{"message":{"name":["is too long"]}}"#, r#"{"name":["is too long"]}"#)]
+    #[case(
+        r#"{"message":["Another open merge request already exists for this source branch: !7"]}"#,
+        "Another open merge request already exists for this source branch: !7"
+    )]
+    #[case(r#"{"message":{"name":["is too long"]}}"#, "name is too long")]
+    #[case(
+        r#"{"error":"insufficient_scope","error_description":"The request requires higher privileges."}"#,
+        "insufficient_scope; The request requires higher privileges."
+    )]
+    #[case("<html>bad gateway</html>", "<html>bad gateway</html>")]
     #[case("Retry later\n", "Retry later")]
-    #[case("", "no message")]
+    #[case("", "(empty response body)")]
     fn error_messages_come_from_the_forge(#[case] body: &str, #[case] expected: &str) {
         assert_eq!(error_message(body), expected);
     }
