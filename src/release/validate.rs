@@ -334,8 +334,9 @@ fn reference_findings(
     Ok(out)
 }
 
-/// The CRDs among a release's files.
-fn crds(files: &BTreeMap<String, Vec<u8>>) -> Vec<(String, CustomResourceDefinition)> {
+/// The CRDs among a release's files, each with the path of its file (files that do not parse are
+/// the mapping check's findings and are skipped here).
+pub(crate) fn crds(files: &BTreeMap<String, Vec<u8>>) -> Vec<(String, CustomResourceDefinition)> {
     let mut out = Vec::new();
     for (path, bytes) in files {
         let Ok(text) = std::str::from_utf8(bytes) else { continue };

@@ -1,15 +1,14 @@
 //! The checks the release commands borrow from the rest of fleetgate, adapted to what they need:
 //! release and mapping rules ([`crate::release::read_release`], what `validate` and the agent run),
-//! CRD compatibility between releases ([`crate::gates::crd_compat`]), and tag signature
+//! CRD compatibility between releases ([`crate::gates::crd_compat`] over the CRDs
+//! `crate::release::crds` finds, as `validate` does), and tag signature
 //! verification (the agent's own [`crate::release::verify`]). No rule lives here.
 
 use super::repo::FleetRepo;
 use super::{Refusal, RelengError};
 use crate::gates::crd_compat;
-use crate::model::parse_multi;
-use crate::release::{TagPins, TrustConfig, VerifyError, read_release, resolve_release, verify};
+use crate::release::{TagPins, TrustConfig, VerifyError, crds, read_release, resolve_release, verify};
 use crate::source::{Checkout, GitTree};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -37,25 +36,9 @@ impl CrdVerdict {
     }
 }
 
-/// Every CustomResourceDefinition among manifest `files` (files that do not parse are the mapping
-/// check's business and are skipped here).
-fn crds(files: &BTreeMap<String, Vec<u8>>) -> Vec<CustomResourceDefinition> {
-    let mut out = Vec::new();
-    for (path, bytes) in files {
-        let Ok(text) = std::str::from_utf8(bytes) else { continue };
-        for doc in parse_multi(path, text).unwrap_or_default() {
-            let is_crd = doc.get("kind").and_then(|k| k.as_str()) == Some("CustomResourceDefinition")
-                && doc.get("apiVersion").and_then(|a| a.as_str()) == Some("apiextensions.k8s.io/v1");
-            if is_crd && let Ok(crd) = serde_yaml_ng::from_value::<CustomResourceDefinition>(doc) {
-                out.push(crd);
-            }
-        }
-    }
-    out
-}
-
 /// Is replacing the CRDs in `old` with those in `new` safe for objects that exist?
 pub fn crd_compatibility(old: &BTreeMap<String, Vec<u8>>, new: &BTreeMap<String, Vec<u8>>) -> CrdVerdict {
+    let crds = |files| crds(files).into_iter().map(|(_, crd)| crd).collect::<Vec<_>>();
     let findings: Vec<String> = crd_compat::check_all(&crds(old), &crds(new)).iter().map(|f| f.to_string()).collect();
     CrdVerdict { compatible: findings.is_empty(), compared: true, findings }
 }
