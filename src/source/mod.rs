@@ -34,6 +34,36 @@ pub const NOTES_PREFIX: &str = "refs/notes/fleetgate/";
 /// diverged notes when it publishes.
 pub const NOTES_TRACKING_PREFIX: &str = "refs/fleetgate/notes-remote/";
 
+/// The remote's notes refs as `repo` tracks them: each cluster under [`NOTES_TRACKING_PREFIX`]
+/// with its tip.
+pub(crate) fn tracked_notes(repo: &Repository) -> Result<Vec<(String, Oid)>, git2::Error> {
+    Ok(repo
+        .references_glob(&format!("{NOTES_TRACKING_PREFIX}*"))?
+        .filter_map(Result::ok)
+        .filter_map(|r| Some((r.name().ok()?.strip_prefix(NOTES_TRACKING_PREFIX)?.to_string(), r.target()?)))
+        .collect())
+}
+
+/// Moves `cluster`'s local notes ref to the remote's tip `theirs` when it is absent or an ancestor
+/// of it; a local ref that is ahead is left as it is. Returns the local tip when the two have
+/// diverged, for the caller to keep (the mirror) or merge (the status module).
+pub(crate) fn fast_forward_notes_ref(
+    repo: &Repository,
+    cluster: &str,
+    theirs: Oid,
+) -> Result<Option<Oid>, git2::Error> {
+    let local = format!("{NOTES_PREFIX}{cluster}");
+    match repo.refname_to_id(&local) {
+        Ok(ours) if ours == theirs || repo.graph_descendant_of(ours, theirs)? => return Ok(None),
+        Ok(ours) if !repo.graph_descendant_of(theirs, ours)? => return Ok(Some(ours)),
+        Ok(_) => {}
+        Err(e) if e.code() == git2::ErrorCode::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    repo.reference(&local, theirs, true, "fleetgate: fast-forward status notes")?;
+    Ok(None)
+}
+
 /// How to authenticate to the remote. Debug output never shows the token.
 #[derive(Clone, Default)]
 pub struct Credentials {
@@ -342,22 +372,8 @@ impl Source {
     /// Moves each local notes ref to the remote's when it is absent or an ancestor of it; a local
     /// ref that is ahead or diverged keeps its unpushed notes.
     fn fast_forward_notes(&self) -> Result<(), SourceError> {
-        let tracking: Vec<(String, Oid)> = self
-            .mirror
-            .references_glob(&format!("{NOTES_TRACKING_PREFIX}*"))?
-            .filter_map(Result::ok)
-            .filter_map(|r| Some((r.name().ok()?.to_string(), r.target()?)))
-            .collect();
-        for (name, theirs) in tracking {
-            let local = format!("{NOTES_PREFIX}{}", &name[NOTES_TRACKING_PREFIX.len()..]);
-            let behind = match self.mirror.refname_to_id(&local) {
-                Ok(ours) => ours != theirs && self.mirror.graph_descendant_of(theirs, ours)?,
-                Err(e) if e.code() == git2::ErrorCode::NotFound => true,
-                Err(e) => return Err(e.into()),
-            };
-            if behind {
-                self.mirror.reference(&local, theirs, true, "fleetgate: fast-forward status notes")?;
-            }
+        for (cluster, theirs) in tracked_notes(&self.mirror)? {
+            fast_forward_notes_ref(&self.mirror, &cluster, theirs)?;
         }
         Ok(())
     }

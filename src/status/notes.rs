@@ -22,6 +22,7 @@ use std::time::Duration;
 /// Prefix of every cluster's notes ref; the remote's copies are kept under
 /// [`NOTES_TRACKING_PREFIX`] (the same layout the source mirror uses).
 pub use crate::source::{NOTES_PREFIX, NOTES_TRACKING_PREFIX};
+use crate::source::{fast_forward_notes_ref, tracked_notes};
 /// Pushes of one write before giving up on a ref someone else keeps rewriting.
 pub const MAX_PUSH_ATTEMPTS: u32 = 6;
 
@@ -230,40 +231,23 @@ pub fn sync(repo: &Repository, remote: &GitRemote) -> Result<(), NotesError> {
     // The tracking refs mirror the remote exactly; refs deleted there are dropped here too.
     opts.prune(git2::FetchPrune::On);
     r.fetch(&[format!("+{NOTES_PREFIX}*:{NOTES_TRACKING_PREFIX}*")], Some(&mut opts), None).map_err(fetch_err)?;
-    let tracking: Vec<(String, Oid)> = repo
-        .references_glob(&format!("{NOTES_TRACKING_PREFIX}*"))?
-        .filter_map(|r| r.ok())
-        .filter_map(|r| Some((r.name().ok()?.to_string(), r.target()?)))
-        .collect();
-    for (tracking_ref, theirs) in tracking {
-        let cluster = &tracking_ref[NOTES_TRACKING_PREFIX.len()..];
-        if check_cluster(cluster).is_err() {
+    for (cluster, theirs) in tracked_notes(repo)? {
+        if check_cluster(&cluster).is_err() {
             continue;
         }
-        integrate(repo, cluster, &tracking_ref, theirs)?;
+        integrate(repo, &cluster, &format!("{NOTES_TRACKING_PREFIX}{cluster}"), theirs)?;
     }
     Ok(())
 }
 
+/// Folds the remote's notes of `cluster` (`tracking_ref`, tip `theirs`) into the local ref: the
+/// mirror's fast-forward where one side is behind, a merge of both histories where they diverged.
 fn integrate(repo: &Repository, cluster: &str, tracking_ref: &str, theirs: Oid) -> Result<(), NotesError> {
-    let local_ref = notes_ref(cluster);
-    let ours = match repo.refname_to_id(&local_ref) {
-        Ok(id) => id,
-        Err(e) if e.code() == ErrorCode::NotFound => {
-            repo.reference(&local_ref, theirs, true, "fleetgate: status notes fetched")?;
-            return Ok(());
-        }
-        Err(e) => return Err(e.into()),
-    };
-    if ours == theirs || repo.graph_descendant_of(ours, theirs)? {
-        return Ok(());
+    if let Some(ours) = fast_forward_notes_ref(repo, cluster, theirs)? {
+        let local_ref = notes_ref(cluster);
+        let merged = merge_notes(repo, cluster, &local_ref, ours, tracking_ref, theirs)?;
+        repo.reference(&local_ref, merged, true, "fleetgate: status notes merged")?;
     }
-    if repo.graph_descendant_of(theirs, ours)? {
-        repo.reference(&local_ref, theirs, true, "fleetgate: status notes fast-forward")?;
-        return Ok(());
-    }
-    let merged = merge_notes(repo, cluster, &local_ref, ours, tracking_ref, theirs)?;
-    repo.reference(&local_ref, merged, true, "fleetgate: status notes merged")?;
     Ok(())
 }
 
