@@ -40,6 +40,27 @@ pub struct ClusterMove {
     pub to: String,
 }
 
+impl ClusterMove {
+    /// The release the cluster ran before, `(none)` when it ran none.
+    pub fn from_or_none(&self) -> &str {
+        self.from.as_deref().unwrap_or("(none)")
+    }
+}
+
+/// The moves as a Markdown table, for pull request bodies.
+pub(super) fn moves_table(moves: &[ClusterMove]) -> String {
+    let mut t = "| cluster | wave | from | to |\n|---|---|---|---|\n".to_string();
+    for m in moves {
+        t.push_str(&format!("| {} | {} | {} | {} |\n", m.cluster, m.wave, m.from_or_none(), m.to));
+    }
+    t
+}
+
+/// The moves as commit message lines: `  cluster-a (wave canary): rel-1 -> rel-2`.
+pub(super) fn moves_lines(moves: &[ClusterMove]) -> String {
+    moves.iter().map(|m| format!("  {} (wave {}): {} -> {}\n", m.cluster, m.wave, m.from_or_none(), m.to)).collect()
+}
+
 /// The latest status of a cluster of an earlier wave for the release.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct WaveStatus {
@@ -103,16 +124,8 @@ impl PromoteReport {
             "Promotes release `{}` to {} (branch `{}` into `{}`).\n\n",
             self.id, self.target, self.branch, self.base
         );
-        b.push_str("### Clusters\n\n| cluster | wave | from | to |\n|---|---|---|---|\n");
-        for m in &self.clusters {
-            b.push_str(&format!(
-                "| {} | {} | {} | {} |\n",
-                m.cluster,
-                m.wave,
-                m.from.as_deref().unwrap_or("(none)"),
-                m.to
-            ));
-        }
+        b.push_str("### Clusters\n\n");
+        b.push_str(&moves_table(&self.clusters));
         b.push_str(&format!("\n### Release `{}`\n\n```\n{}\n```\n", self.id, mapping_lines(&self.mapping).join("\n")));
         match &self.signer {
             Some(s) => b.push_str(&format!(
@@ -359,15 +372,7 @@ pub(super) fn release_files(repo: &FleetRepo, tag: &ReleaseTag) -> Result<BTreeM
 
 fn commit_message(r: &PromoteReport) -> String {
     let mut m = format!("promote {} to {}\n\nClusters:\n", r.id, r.target);
-    for c in &r.clusters {
-        m.push_str(&format!(
-            "  {} (wave {}): {} -> {}\n",
-            c.cluster,
-            c.wave,
-            c.from.as_deref().unwrap_or("(none)"),
-            c.to
-        ));
-    }
+    m.push_str(&moves_lines(&r.clusters));
     m.push_str(&format!("\nRelease {} (commit {}):\n", r.id, r.release_commit));
     for l in mapping_lines(&r.mapping) {
         m.push_str(&format!("  {l}\n"));

@@ -10,7 +10,7 @@
 //! Rolling back clusters whose last change was itself a rollback is refused: "back" would then mean
 //! forward to the release that was just abandoned. `--to` names a release explicitly instead.
 
-use super::promote::ClusterMove;
+use super::promote::{ClusterMove, moves_lines, moves_table};
 use super::repo::{FleetRepo, TreeEdit};
 use super::sign::Signer;
 use super::{Refusal, RelengError, Target};
@@ -70,16 +70,7 @@ impl RollbackReport {
     /// A Markdown body for the pull/merge request.
     pub fn pr_body(&self) -> String {
         let mut b = format!("Rolls back {} (branch `{}` into `{}`).\n\n", self.target, self.branch, self.base);
-        b.push_str("| cluster | wave | from | to |\n|---|---|---|---|\n");
-        for m in &self.clusters {
-            b.push_str(&format!(
-                "| {} | {} | {} | {} |\n",
-                m.cluster,
-                m.wave,
-                m.from.as_deref().unwrap_or("(none)"),
-                m.to
-            ));
-        }
+        b.push_str(&moves_table(&self.clusters));
         if let Some(r) = &self.reason {
             b.push_str(&format!("\n**Reason:** {r}\n"));
         }
@@ -330,15 +321,7 @@ pub fn rollback(
 
 fn message_body(r: &RollbackReport) -> String {
     let mut m = format!("Roll back {}:\n", r.target);
-    for c in &r.clusters {
-        m.push_str(&format!(
-            "  {} (wave {}): {} -> {}\n",
-            c.cluster,
-            c.wave,
-            c.from.as_deref().unwrap_or("(none)"),
-            c.to
-        ));
-    }
+    m.push_str(&moves_lines(&r.clusters));
     m.push_str(&format!("\nReason: {}\n", r.reason.as_deref().unwrap_or("(none given)")));
     m.push_str(&format!("\n{ROLLBACK_TRAILER} {}\n", r.target));
     m
