@@ -45,6 +45,13 @@ impl Guarded {
 
 impl Drop for Guarded {
     fn drop(&mut self) {
+        // The whole process group: some servers run their work in a child (`git daemon` forks
+        // `git-daemon`), which would outlive a kill of the direct child alone.
+        #[cfg(unix)]
+        if let Ok(pgid) = i32::try_from(self.child.id()) {
+            // SAFETY: kill(2) with a negative pid signals the group we created in `spawn`.
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
