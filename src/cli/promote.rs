@@ -2,7 +2,7 @@
 //! promotion branch ([`fleetgate::releng::promote::promote`]), push it, open the PR.
 
 use super::output::OutputFormat;
-use super::release::{Done, crd_line, fail, has_remote, heading, next, signer};
+use super::release::{Done, crd_line, fail, has_remote, heading, next, print_moves, signer};
 use crate::model::ForgeSettings;
 use crate::release::{Keyring, TrustConfig};
 use crate::releng::forge_pr::{self, OpenedPullRequest, PullRequestSpec};
@@ -95,6 +95,41 @@ pub(super) fn forge_for_pr(repo: &FleetRepo, base: &str) -> Result<(ForgeSetting
     Ok((forge, token))
 }
 
+/// What `--push` and `--open-pr` did with the new branch, and the error that stopped them.
+pub(super) struct Published {
+    pub pushed: Option<Pushed>,
+    pub pr: Option<OpenedPullRequest>,
+    pub error: Option<RelengError>,
+}
+
+/// Pushes branch `spec.head` to `remote` when `push`, then opens `spec` on `forge` when one is
+/// given. Stops at the first failure and keeps what was done, so the report can still show it.
+pub(super) async fn publish(
+    repo: &FleetRepo,
+    remote: &str,
+    push: bool,
+    forge: Forge,
+    spec: PullRequestSpec,
+) -> Published {
+    let mut done = Published { pushed: None, pr: None, error: None };
+    if push {
+        match push::push(repo, remote, &[format!("refs/heads/{}", spec.head)]) {
+            Ok(p) => done.pushed = Some(p),
+            Err(e) => {
+                done.error = Some(e);
+                return done;
+            }
+        }
+    }
+    if let Some((forge, token)) = forge {
+        match forge_pr::open(&forge, token.secret(), &spec).await {
+            Ok(opened) => done.pr = Some(opened),
+            Err(e) => done.error = Some(RelengError::Forge(e)),
+        }
+    }
+    done
+}
+
 /// Folds the remote's status notes into the local clone, when the remote exists.
 pub(super) fn fetch_statuses(repo: &FleetRepo, remote: &str) -> Result<bool, RelengError> {
     let url = match repo.git().find_remote(remote) {
@@ -121,38 +156,24 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Ok(v) => v,
         Err(e) => return fail(format, &e),
     };
-    let pushed = if (args.push || args.open_pr) && report.outcome != PromoteOutcome::AlreadyPromoted {
-        match push::push(&repo, &args.remote, &[format!("refs/heads/{}", report.branch)]) {
-            Ok(p) => Some(p),
-            Err(e) => {
-                print_report(format, &repo, &args, &report, None, None)?;
-                return fail(format, &e);
-            }
-        }
-    } else {
-        None
+    let changed = report.outcome != PromoteOutcome::AlreadyPromoted;
+    let spec = PullRequestSpec {
+        title: report.title(),
+        body: report.pr_body(),
+        head: report.branch.clone(),
+        base: report.base.clone(),
     };
-    let mut pr = None;
-    if let Some((forge, token)) = forge.filter(|_| report.outcome != PromoteOutcome::AlreadyPromoted) {
-        let spec = PullRequestSpec {
-            title: report.title(),
-            body: report.pr_body(),
-            head: report.branch.clone(),
-            base: report.base.clone(),
-        };
-        match forge_pr::open(&forge, token.secret(), &spec).await {
-            Ok(opened) => pr = Some(opened),
-            Err(e) => {
-                print_report(format, &repo, &args, &report, pushed.as_ref(), None)?;
-                return fail(format, &RelengError::Forge(e));
-            }
-        }
+    let done =
+        publish(&repo, &args.remote, (args.push || args.open_pr) && changed, forge.filter(|_| changed), spec).await;
+    print_report(format, &repo, &args, &report, done.pushed.as_ref(), done.pr.as_ref())?;
+    match &done.error {
+        Some(e) => fail(format, e),
+        None => Ok(ExitCode::SUCCESS),
     }
-    print_report(format, &repo, &args, &report, pushed.as_ref(), pr.as_ref())?;
-    Ok(ExitCode::SUCCESS)
 }
 
-type Forge = Option<(ForgeSettings, Token)>;
+/// The forge and its token, when `--open-pr` asked for one.
+pub(super) type Forge = Option<(ForgeSettings, Token)>;
 
 fn prepare(repo: &FleetRepo, args: &Args) -> Result<(PromoteReport, Forge), RelengError> {
     let forge = if args.open_pr { Some(forge_for_pr(repo, &args.base)?) } else { None };
@@ -212,10 +233,7 @@ fn print_report(
         Some(s) => println!("  release    {} on commit {}, signed by trusted key {s}", r.id, &r.release_commit[..10]),
         None => println!("  release    {} on commit {} (signature NOT checked)", r.id, &r.release_commit[..10]),
     }
-    println!("  clusters");
-    for m in &r.clusters {
-        println!("    {:<20} wave {:<10} {} -> {}", m.cluster, m.wave, m.from.as_deref().unwrap_or("(none)"), m.to);
-    }
+    print_moves(&r.clusters);
     for c in &r.crd_compatibility {
         println!("  CRDs       {}", crd_line(&c.verdict, Some(c.from.as_deref().unwrap_or("(nothing installed)"))));
         for f in &c.verdict.findings {

@@ -130,6 +130,14 @@ pub(super) fn heading(text: &str) {
     }
 }
 
+/// The `clusters` lines of a promotion or rollback: each cluster's wave and move.
+pub(super) fn print_moves(moves: &[crate::releng::promote::ClusterMove]) {
+    println!("  clusters");
+    for m in moves {
+        println!("    {:<20} wave {:<10} {} -> {}", m.cluster, m.wave, m.from_or_none(), m.to);
+    }
+}
+
 /// A "Next:" hint line.
 pub(super) fn next(text: &str) {
     if colours() {

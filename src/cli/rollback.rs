@@ -3,10 +3,10 @@
 //! then push and PR.
 
 use super::output::OutputFormat;
-use super::promote::{TargetArgs, forge_for_pr};
-use super::release::{Done, fail, has_remote, heading, next, signer};
-use crate::releng::forge_pr::{self, OpenedPullRequest, PullRequestSpec};
-use crate::releng::push::{self, Pushed};
+use super::promote::{TargetArgs, forge_for_pr, publish};
+use super::release::{Done, fail, has_remote, heading, next, print_moves, signer};
+use crate::releng::forge_pr::{OpenedPullRequest, PullRequestSpec};
+use crate::releng::push::Pushed;
 use crate::releng::rollback::{self, RollbackMethod, RollbackReport, RollbackRequest};
 use crate::releng::{FleetRepo, RelengError};
 use std::path::PathBuf;
@@ -74,35 +74,18 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Ok(r) => r,
         Err(e) => return fail(format, &e),
     };
-    let pushed = if args.push || args.open_pr {
-        match push::push(&repo, &args.remote, &[format!("refs/heads/{}", report.branch)]) {
-            Ok(p) => Some(p),
-            Err(e) => {
-                print_report(format, &repo, &args, &report, None, None)?;
-                return fail(format, &e);
-            }
-        }
-    } else {
-        None
+    let spec = PullRequestSpec {
+        title: report.title(),
+        body: report.pr_body(),
+        head: report.branch.clone(),
+        base: report.base.clone(),
     };
-    let mut pr = None;
-    if let Some((forge, token)) = forge {
-        let spec = PullRequestSpec {
-            title: report.title(),
-            body: report.pr_body(),
-            head: report.branch.clone(),
-            base: report.base.clone(),
-        };
-        match forge_pr::open(&forge, token.secret(), &spec).await {
-            Ok(opened) => pr = Some(opened),
-            Err(e) => {
-                print_report(format, &repo, &args, &report, pushed.as_ref(), None)?;
-                return fail(format, &RelengError::Forge(e));
-            }
-        }
+    let done = publish(&repo, &args.remote, args.push || args.open_pr, forge, spec).await;
+    print_report(format, &repo, &args, &report, done.pushed.as_ref(), done.pr.as_ref())?;
+    match &done.error {
+        Some(e) => fail(format, e),
+        None => Ok(ExitCode::SUCCESS),
     }
-    print_report(format, &repo, &args, &report, pushed.as_ref(), pr.as_ref())?;
-    Ok(ExitCode::SUCCESS)
 }
 
 fn sign_and_roll_back(repo: &FleetRepo, args: &Args, req: &RollbackRequest) -> Result<RollbackReport, RelengError> {
@@ -132,10 +115,7 @@ fn print_report(
         }
         _ => println!("  commit     {} (explicit change of spec.release)", &r.commit[..10]),
     }
-    println!("  clusters");
-    for m in &r.clusters {
-        println!("    {:<20} wave {:<10} {} -> {}", m.cluster, m.wave, m.from.as_deref().unwrap_or("(none)"), m.to);
-    }
+    print_moves(&r.clusters);
     println!("  reason     {}", r.reason.as_deref().unwrap_or("(none given; pass --reason)"));
     if let Some(p) = &pushed {
         println!("  pushed     {} to {}", p.refs.join(", "), p.remote);
