@@ -6,13 +6,14 @@
 //! error. Changes nothing; the agent (or `fleetgate agent`'s next apply) corrects drift.
 
 use super::output::{OutputFormat, colours};
+use super::validate::{open_repo, trusted_keys};
 use crate::agent::config::{DEFAULT_STATE_NAMESPACE, KubeAccess};
 use crate::apply::{ApplyOptions, DriftReport, DriftState, Engine};
-use crate::release::{Keyring, TagPins, TrustConfig, VerifiedRelease, read_release, resolve, resolve_release, verify};
-use crate::source::{Checkout, Credentials, Source};
+use crate::release::{TagPins, TrustConfig, VerifiedRelease, read_release, resolve, resolve_release, verify};
+use crate::source::Credentials;
 use anyhow::Context;
 use owo_colors::OwoColorize;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Debug, clap::Args)]
@@ -61,11 +62,7 @@ struct Desired {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let keyring = if args.trusted_keys.is_empty() {
-        None
-    } else {
-        Some(Keyring::from_files(&args.trusted_keys).context("loading --trusted-keys")?)
-    };
+    let keyring = trusted_keys(&args.trusted_keys)?;
     let (repo, branch, cluster, release) =
         (args.repo.clone(), args.branch.clone(), args.cluster.clone(), args.release.clone());
     let (ssh_key, token) = (args.ssh_key.clone(), std::env::var(&args.token_env).ok());
@@ -117,25 +114,6 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         print_human(&args.cluster, &desired, applied.as_deref(), &report);
     }
     Ok(if report.has_drift() { ExitCode::from(1) } else { ExitCode::SUCCESS })
-}
-
-/// A local repository as it is, or a URL fetched into a temporary mirror (kept alive by the
-/// returned directory).
-fn open_repo(
-    repo: &str,
-    branch: Option<&str>,
-    credentials: Credentials,
-) -> anyhow::Result<(Checkout, Option<tempfile::TempDir>)> {
-    let path = Path::new(repo);
-    if !repo.contains("://") && path.exists() {
-        let checkout =
-            Checkout::open_local(path, branch).with_context(|| format!("{repo} is not a readable Git repository"))?;
-        return Ok((checkout, None));
-    }
-    let state = tempfile::tempdir()?;
-    let mut source = Source::open(repo, state.path(), credentials)?.with_branch(branch.unwrap_or("main"));
-    source.sync().with_context(|| format!("fetching {repo}"))?;
-    Ok((source.checkout()?, Some(state)))
 }
 
 fn print_human(cluster: &str, desired: &Desired, applied: Option<&str>, report: &DriftReport) {

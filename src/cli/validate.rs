@@ -41,30 +41,15 @@ pub struct Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let keyring = if args.trusted_keys.is_empty() {
-        None
-    } else {
-        Some(Keyring::from_files(&args.trusted_keys).context("loading --trusted-keys")?)
-    };
+    let keyring = trusted_keys(&args.trusted_keys)?;
     // git2 and gpgme block; keep them off the async runtime.
     let report = tokio::task::spawn_blocking(move || -> anyhow::Result<ValidationReport> {
-        let path = Path::new(&args.repo);
-        let (checkout, _state) = if !args.repo.contains("://") && path.exists() {
-            let checkout = Checkout::open_local(path, args.branch.as_deref())
-                .with_context(|| format!("{} is not a readable Git repository", args.repo))?;
-            (checkout, None)
-        } else {
-            let state = tempfile::tempdir()?;
-            let credentials = Credentials {
-                ssh_key: args.ssh_key.clone(),
-                token: std::env::var(&args.token_env).ok(),
-                ..Default::default()
-            };
-            let mut source = Source::open(&args.repo, state.path(), credentials)?
-                .with_branch(args.branch.clone().unwrap_or_else(|| "main".to_string()));
-            source.sync().with_context(|| format!("fetching {}", args.repo))?;
-            (source.checkout()?, Some(state))
+        let credentials = Credentials {
+            ssh_key: args.ssh_key.clone(),
+            token: std::env::var(&args.token_env).ok(),
+            ..Default::default()
         };
+        let (checkout, _state) = open_repo(&args.repo, args.branch.as_deref(), credentials)?;
         Ok(validate_repo(&checkout, keyring.as_ref(), args.release.as_deref())?)
     })
     .await??;
@@ -72,6 +57,33 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         print_human(&report);
     }
     Ok(if report.is_clean() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// The keys of `--trusted-keys`, or `None` when none were given.
+pub(super) fn trusted_keys(files: &[PathBuf]) -> anyhow::Result<Option<Keyring>> {
+    if files.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Keyring::from_files(files).context("loading --trusted-keys")?))
+}
+
+/// A local repository as it is, or a URL fetched into a temporary mirror (kept alive by the
+/// returned directory).
+pub(super) fn open_repo(
+    repo: &str,
+    branch: Option<&str>,
+    credentials: Credentials,
+) -> anyhow::Result<(Checkout, Option<tempfile::TempDir>)> {
+    let path = Path::new(repo);
+    if !repo.contains("://") && path.exists() {
+        let checkout =
+            Checkout::open_local(path, branch).with_context(|| format!("{repo} is not a readable Git repository"))?;
+        return Ok((checkout, None));
+    }
+    let state = tempfile::tempdir()?;
+    let mut source = Source::open(repo, state.path(), credentials)?.with_branch(branch.unwrap_or("main"));
+    source.sync().with_context(|| format!("fetching {repo}"))?;
+    Ok((source.checkout()?, Some(state)))
 }
 
 fn paint(text: &str, ok: bool) -> String {
