@@ -5,7 +5,7 @@
 //! Both live in the agent's namespace. The inventory keeps the objects as a JSON list; at about
 //! 100 bytes an entry a ConfigMap holds several thousand, far beyond an Operator's release.
 
-use super::{ApplyError, ApplyOptions, LABEL_INVENTORY, LABEL_MANAGED_BY, api_message, kube_err};
+use super::{ApplyError, ApplyOptions, LABEL_INVENTORY, api_message, kube_err};
 use crate::manifests::{ManifestSet, ObjectKey, Phase, api_version};
 use crate::model::release_seed_data;
 use crate::release::VerifiedRelease;
@@ -169,23 +169,33 @@ pub(crate) async fn store(client: &Client, options: &ApplyOptions, inventory: &I
         (KEY_OBJECTS.to_string(), json(&inventory.objects)),
         (KEY_PENDING.to_string(), json(&inventory.pending_prune)),
     ]);
+    apply_configmap(client, options, &name, &[], data, "writing inventory").await
+}
+
+/// Server-side applies ConfigMap `name` in the agent namespace with `data`, labelled as this
+/// inventory's ([`ApplyOptions::own_labels`] with `extra_labels`); `action` names it in errors.
+async fn apply_configmap(
+    client: &Client,
+    options: &ApplyOptions,
+    name: &str,
+    extra_labels: &[(&str, &str)],
+    data: BTreeMap<String, String>,
+    action: &str,
+) -> Result<(), ApplyError> {
     let cm = ConfigMap {
         metadata: ObjectMeta {
-            name: Some(name.clone()),
+            name: Some(name.to_string()),
             namespace: Some(options.agent_namespace.clone()),
-            labels: Some(BTreeMap::from([
-                (LABEL_MANAGED_BY.to_string(), crate::FIELD_MANAGER.to_string()),
-                (LABEL_INVENTORY.to_string(), options.inventory.clone()),
-            ])),
+            labels: Some(options.own_labels(extra_labels)),
             ..Default::default()
         },
         data: Some(data),
         ..Default::default()
     };
     configmaps(client, options)
-        .patch(&name, &PatchParams::apply(crate::FIELD_MANAGER).force(), &Patch::Apply(&cm))
+        .patch(name, &PatchParams::apply(crate::FIELD_MANAGER).force(), &Patch::Apply(&cm))
         .await
-        .map_err(kube_err(format!("writing inventory {}/{name}", options.agent_namespace)))?;
+        .map_err(kube_err(format!("{action} {}/{name}", options.agent_namespace)))?;
     Ok(())
 }
 
@@ -211,23 +221,8 @@ pub(crate) async fn write_release_manifest(
     }
     let mut mapping = release.release().clone();
     mapping.spec.deploy_timestamp = Some(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
-    let cm = ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            namespace: Some(options.agent_namespace.clone()),
-            labels: Some(BTreeMap::from([
-                (LABEL_MANAGED_BY.to_string(), crate::FIELD_MANAGER.to_string()),
-                (LABEL_INVENTORY.to_string(), options.inventory.clone()),
-                (LABEL_RELEASE_MANIFEST.to_string(), "true".to_string()),
-            ])),
-            ..Default::default()
-        },
-        data: Some(release_seed_data(&mapping)),
-        ..Default::default()
-    };
-    api.patch(&name, &PatchParams::apply(crate::FIELD_MANAGER).force(), &Patch::Apply(&cm))
-        .await
-        .map_err(kube_err(format!("writing {}/{name}", options.agent_namespace)))?;
+    let data = release_seed_data(&mapping);
+    apply_configmap(client, options, &name, &[(LABEL_RELEASE_MANIFEST, "true")], data, "writing").await?;
 
     let selector = format!("{LABEL_INVENTORY}={},{LABEL_RELEASE_MANIFEST}=true", options.inventory);
     let mut all =

@@ -50,7 +50,7 @@ use crate::manifests::{CrdNames, Manifest, ManifestError, ManifestSet, ObjectKey
 use crate::model::ErrorClass;
 use crate::release::VerifiedRelease;
 use kube::Client;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// The release an object was last applied by.
@@ -107,6 +107,17 @@ impl ApplyOptions {
     /// part of the labels an applied object carries.
     pub fn for_cluster(agent_namespace: impl Into<String>, cluster: &str) -> Self {
         ApplyOptions { inventory: format!("{}-{cluster}", crate::FIELD_MANAGER), ..ApplyOptions::new(agent_namespace) }
+    }
+
+    /// The labels of what the engine keeps about this inventory in the agent namespace (the
+    /// inventory, release manifests, snapshots): managed by fleetgate, this inventory, and `extra`.
+    pub(crate) fn own_labels(&self, extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+        let mut labels = BTreeMap::from([
+            (LABEL_MANAGED_BY.to_string(), crate::FIELD_MANAGER.to_string()),
+            (LABEL_INVENTORY.to_string(), self.inventory.clone()),
+        ]);
+        labels.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        labels
     }
 }
 

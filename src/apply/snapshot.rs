@@ -17,8 +17,8 @@
 use super::phases::Resolver;
 use super::prune::api_for;
 use super::{
-    ApplyError, ChangeSet, Engine, InventoryEntry, LABEL_INVENTORY, LABEL_MANAGED_BY, LABEL_RELEASE, api_message,
-    fields, inventory, kube_err,
+    ApplyError, ChangeSet, Engine, InventoryEntry, LABEL_INVENTORY, LABEL_RELEASE, api_message, fields, inventory,
+    kube_err,
 };
 use crate::manifests::{CRD_GROUP, CrdNames, ManifestSet, Source};
 use k8s_openapi::ByteString;
@@ -119,22 +119,11 @@ impl Engine {
         let chunks: Vec<&[u8]> = json.chunks(CHUNK_BYTES).collect();
         let created = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
         let api = self.secrets();
-        let labels = |extra: Option<(&str, &str)>| {
-            let mut l = BTreeMap::from([
-                (LABEL_MANAGED_BY.to_string(), crate::FIELD_MANAGER.to_string()),
-                (LABEL_INVENTORY.to_string(), self.options.inventory.clone()),
-                (LABEL_SNAPSHOT.to_string(), id.to_string()),
-            ]);
-            if let Some((k, v)) = extra {
-                l.insert(k.to_string(), v.to_string());
-            }
-            l
-        };
         for (i, chunk) in chunks.iter().enumerate() {
             let secret = Secret {
                 metadata: ObjectMeta {
                     name: Some(format!("{}-{}", self.index_name(id), i + 1)),
-                    labels: Some(labels(None)),
+                    labels: Some(self.options.own_labels(&[(LABEL_SNAPSHOT, id)])),
                     ..Default::default()
                 },
                 data: Some(BTreeMap::from([(DATA_KEY.to_string(), ByteString(chunk.to_vec()))])),
@@ -149,8 +138,8 @@ impl Engine {
             objects: objects.len(),
             chunks: chunks.len(),
         };
-        let mut index_labels = labels(Some((LABEL_INDEX, "true")));
-        index_labels.insert(LABEL_RELEASE.to_string(), release.to_string());
+        let index_labels =
+            self.options.own_labels(&[(LABEL_SNAPSHOT, id), (LABEL_INDEX, "true"), (LABEL_RELEASE, release)]);
         let index = Secret {
             metadata: ObjectMeta {
                 name: Some(self.index_name(id)),
