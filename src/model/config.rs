@@ -267,18 +267,12 @@ fn load_policies(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::{DirTree, write_template};
+    use crate::source::{DirTree, template_dir};
     use rstest::rstest;
-
-    fn template() -> tempfile::TempDir {
-        let dir = tempfile::tempdir().unwrap();
-        write_template(dir.path()).unwrap();
-        dir
-    }
 
     #[test]
     fn the_template_loads_clean() {
-        let dir = template();
+        let dir = template_dir();
         let config = FleetConfig::load(&DirTree::new(dir.path())).unwrap();
         assert_eq!(config.fleet.spec.waves, ["canary", "wave-1", "wave-2"]);
         let waves: Vec<usize> = config.clusters.keys().map(|c| config.wave_index(c).unwrap()).collect();
@@ -291,7 +285,7 @@ mod tests {
 
     #[test]
     fn pins_override_the_fleet_release() {
-        let dir = template();
+        let dir = template_dir();
         let fleet = dir.path().join("fleet.yaml");
         let text = std::fs::read_to_string(&fleet).unwrap().replace("# release: rel-20250315-001", "release: rel-1");
         std::fs::write(&fleet, text).unwrap();
@@ -319,7 +313,7 @@ mod tests {
         #[case] to: &str,
         #[case] expected: Vec<(Rule, Option<u32>)>,
     ) {
-        let dir = template();
+        let dir = template_dir();
         let path = dir.path().join(file);
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.contains(from), "{file} lacks {from:?}");
@@ -332,7 +326,7 @@ mod tests {
 
     #[test]
     fn every_problem_is_reported_at_once() {
-        let dir = template();
+        let dir = template_dir();
         std::fs::remove_file(dir.path().join("fleet.yaml")).unwrap();
         std::fs::write(dir.path().join("clusters/bad.yaml"), "kind: [").unwrap();
         std::fs::create_dir(dir.path().join("clusters/old")).unwrap();

@@ -194,13 +194,7 @@ pub fn verify_commit(checkout: &Checkout, commit: git2::Oid, keyring: &Keyring) 
 mod tests {
     use super::*;
     use crate::model::{Rule, seed_keys};
-    use crate::source::{Checkout, DirTree, init_fleet_repo, write_template};
-
-    fn template() -> tempfile::TempDir {
-        let dir = tempfile::tempdir().unwrap();
-        write_template(dir.path()).unwrap();
-        dir
-    }
+    use crate::source::{Checkout, DirTree, init_fleet_repo, template_dir};
 
     fn rules(dir: &std::path::Path) -> Vec<(Rule, String)> {
         let (_, findings) = read_release(&DirTree::new(dir), Some("rel-20250315-001")).unwrap();
@@ -209,7 +203,7 @@ mod tests {
 
     #[test]
     fn the_template_release_is_consistent() {
-        let dir = template();
+        let dir = template_dir();
         // Files that are not manifests are not part of the release.
         std::fs::write(dir.path().join("operator/README.md"), "notes").unwrap();
         let (content, findings) = read_release(&DirTree::new(dir.path()), Some("rel-20250315-001")).unwrap();
@@ -221,7 +215,7 @@ mod tests {
 
     #[test]
     fn the_seeds_configmap_form_takes_its_repository_from_fleet_yaml() {
-        let dir = template();
+        let dir = template_dir();
         let data: String = [
             (seed_keys::RELEASE_ID, "rel-20250315-001"),
             (seed_keys::GIT_COMMIT, "a1b2c3d4e5f6"),
@@ -241,7 +235,7 @@ mod tests {
     #[cfg(unix)]
     #[test]
     fn links_out_of_the_repo_oversized_files_and_alias_bombs_are_findings() {
-        let dir = template();
+        let dir = template_dir();
         let op = dir.path().join("operator");
         std::os::unix::fs::symlink("/etc/passwd", op.join("abs.yaml")).unwrap();
         std::os::unix::fs::symlink("../../outside.yaml", op.join("rel.yaml")).unwrap();
@@ -265,7 +259,7 @@ mod tests {
 
     #[test]
     fn a_manifests_path_that_leaves_the_repo_is_refused_before_reading() {
-        let dir = template();
+        let dir = template_dir();
         let path = dir.path().join("release.yaml");
         let text = std::fs::read_to_string(&path).unwrap().replace("manifests: operator/", "manifests: ../operator/");
         std::fs::write(&path, text).unwrap();

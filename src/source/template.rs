@@ -72,6 +72,14 @@ pub fn init_fleet_repo(dir: &Path) -> Result<Oid, InitError> {
     Ok(commit)
 }
 
+/// For unit tests: the template's files in a fresh temporary directory (no Git repo).
+#[cfg(test)]
+pub(crate) fn template_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    write_template(dir.path()).unwrap();
+    dir
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
