@@ -26,7 +26,7 @@ pub mod server;
 pub mod services;
 pub mod state;
 pub mod triggers;
-mod write_back;
+pub mod write_back;
 
 pub use config::{AgentConfig, AgentSettings};
 pub use reconcile::{Agent, AgentStartError, Outcome, ReconcileError};

@@ -9,7 +9,7 @@
 use super::reconcile::Agent;
 use super::state::Failure;
 use crate::releng::FleetState;
-use crate::source::Credentials;
+use crate::source::{Credentials, Source};
 use git2::{Oid, Repository};
 use std::collections::BTreeMap;
 
@@ -34,43 +34,57 @@ pub enum WriteBackError {
 impl Agent {
     /// Pushes the write-back commit; failures are logged (the rollback itself already happened).
     pub(super) async fn write_back(&mut self, failed: &str, target: &str, failure: &Failure) {
-        match tokio::task::block_in_place(|| self.try_write_back(failed, target, failure)) {
+        let cluster = self.services.config.cluster.clone();
+        let credentials = self.services.config.git_credentials.to_source().unwrap_or_default();
+        let result =
+            tokio::task::block_in_place(|| write_back(&mut self.source, &credentials, &cluster, failed, target, failure));
+        match result {
             Ok(Some(commit)) => tracing::info!(%commit, release = target, "wrote the rollback back to Git"),
             Ok(None) => tracing::info!(release = target, "Git already asks for the rolled-back-to release"),
             Err(e) => tracing::error!(error = %e, "write-back failed; Git still asks for {failed}"),
         }
     }
+}
 
-    fn try_write_back(&mut self, failed: &str, target: &str, failure: &Failure) -> Result<Option<Oid>, WriteBackError> {
-        let cluster = self.services.config.cluster.clone();
-        let branch = self.source.branch().to_string();
-        let credentials = self.services.config.git_credentials.to_source().unwrap_or_default();
-        for _ in 0..ATTEMPTS {
-            self.source.sync()?;
-            let checkout = self.source.checkout()?;
-            let tree = checkout.tip_tree()?;
-            let state = FleetState::load(&tree)?;
-            let change = state.plan(&BTreeMap::from([(cluster.clone(), target.to_string())]), None);
-            if change.is_empty() {
-                return Ok(None);
-            }
-            let files = state.render(&change)?;
-            let repo = checkout.repo();
-            let message = format!(
-                "fleetgate: roll {cluster} back to {target}\n\n\
-                 The agent of {cluster} rolled {failed} back to {target}: {}\n\n\
-                 Fleetgate-Release: {failed}\nFleetgate-Reason: {}\nFleetgate-Rolled-Back-To: {target}\n",
-                failure.message, failure.reason
-            );
-            let commit = commit_files(repo, checkout.tip(), &files, &message)?;
-            match push(repo, self.source.url(), &credentials, commit, &branch) {
-                Ok(()) => return Ok(Some(commit)),
-                Err(PushOutcome::NotFastForward) => continue,
-                Err(PushOutcome::Failed(e)) => return Err(e),
-            }
+/// Pins `cluster` to `target` on the source's tracked branch, on top of its freshly fetched tip;
+/// returns the pushed commit, or None when Git already asks for `target`.
+///
+/// # Errors
+/// [`WriteBackError::KeptMoving`] after [`ATTEMPTS`] non-fast-forward refusals; the others as named.
+pub fn write_back(
+    source: &mut Source,
+    credentials: &Credentials,
+    cluster: &str,
+    failed: &str,
+    target: &str,
+    failure: &Failure,
+) -> Result<Option<Oid>, WriteBackError> {
+    let branch = source.branch().to_string();
+    for _ in 0..ATTEMPTS {
+        source.sync()?;
+        let checkout = source.checkout()?;
+        let tree = checkout.tip_tree()?;
+        let state = FleetState::load(&tree)?;
+        let change = state.plan(&BTreeMap::from([(cluster.to_string(), target.to_string())]), None);
+        if change.is_empty() {
+            return Ok(None);
         }
-        Err(WriteBackError::KeptMoving)
+        let files = state.render(&change)?;
+        let repo = checkout.repo();
+        let message = format!(
+            "fleetgate: roll {cluster} back to {target}\n\n\
+             The agent of {cluster} rolled {failed} back to {target}: {}\n\n\
+             Fleetgate-Release: {failed}\nFleetgate-Reason: {}\nFleetgate-Rolled-Back-To: {target}\n",
+            failure.message, failure.reason
+        );
+        let commit = commit_files(repo, checkout.tip(), &files, &message)?;
+        match push(repo, source.url(), credentials, commit, &branch) {
+            Ok(()) => return Ok(Some(commit)),
+            Err(PushOutcome::NotFastForward) => continue,
+            Err(PushOutcome::Failed(e)) => return Err(e),
+        }
     }
+    Err(WriteBackError::KeptMoving)
 }
 
 fn commit_files(repo: &Repository, parent: Oid, files: &BTreeMap<String, String>, message: &str) -> Result<Oid, git2::Error> {
