@@ -11,7 +11,7 @@ use super::checks::{self, CrdVerdict};
 use super::create::mapping_lines;
 use super::repo::{FleetRepo, ReleaseTag, TreeEdit};
 use super::sign::Signer;
-use super::{FleetState, Refusal, RelengError, Target, check_release_id};
+use super::{DesiredChange, FleetState, Refusal, RelengError, Target, check_release_id};
 use crate::model::ReleaseSpec;
 use crate::release::TrustConfig;
 use crate::status::{self, State, StatusSet};
@@ -45,6 +45,23 @@ impl ClusterMove {
     pub fn from_or_none(&self) -> &str {
         self.from.as_deref().unwrap_or("(none)")
     }
+}
+
+/// The clusters `change` moves (in wave order), each with its release before and after.
+pub(super) fn moves(state: &FleetState, change: &DesiredChange) -> Result<Vec<ClusterMove>, RelengError> {
+    let before = state.assignments();
+    let after = state.assignments_after(change);
+    Ok(state
+        .select(&Target::Fleet)?
+        .into_iter()
+        .filter(|c| before[c] != after[c])
+        .map(|c| ClusterMove {
+            wave: state.wave_of(&c).to_string(),
+            from: before[&c].clone(),
+            to: after[&c].clone().unwrap_or_default(),
+            cluster: c,
+        })
+        .collect())
 }
 
 /// The moves as a Markdown table, for pull request bodies.
@@ -264,19 +281,7 @@ pub fn promote(
     let want: BTreeMap<String, String> = selected.iter().map(|c| (c.clone(), req.id.clone())).collect();
     let fleet_wide = matches!(req.target, Target::Fleet).then_some(req.id.as_str());
     let change = state.plan(&want, fleet_wide);
-    let after = state.assignments_after(&change);
-    let before = state.assignments();
-    let clusters: Vec<ClusterMove> = state
-        .select(&Target::Fleet)?
-        .into_iter()
-        .filter(|c| before[c] != after[c])
-        .map(|c| ClusterMove {
-            wave: state.wave_of(&c).to_string(),
-            from: before[&c].clone(),
-            to: req.id.clone(),
-            cluster: c,
-        })
-        .collect();
+    let clusters = moves(&state, &change)?;
     let crd_compatibility = crd_checks(repo, &tag, &clusters)?;
     let branch = req.branch.clone().unwrap_or_else(|| default_branch(&req.id, &req.target));
     let mut report = PromoteReport {

@@ -10,7 +10,7 @@
 //! Rolling back clusters whose last change was itself a rollback is refused: "back" would then mean
 //! forward to the release that was just abandoned. `--to` names a release explicitly instead.
 
-use super::promote::{ClusterMove, moves_lines, moves_table};
+use super::promote::{ClusterMove, moves, moves_lines, moves_table};
 use super::repo::{FleetRepo, TreeEdit};
 use super::sign::Signer;
 use super::{Refusal, RelengError, Target};
@@ -246,19 +246,8 @@ pub fn rollback(
         ))
         .into());
     }
-    let before = state.assignments();
     let after = state.assignments_after(&change);
-    let clusters: Vec<ClusterMove> = state
-        .select(&Target::Fleet)?
-        .into_iter()
-        .filter(|c| before[c] != after[c])
-        .map(|c| ClusterMove {
-            wave: state.wave_of(&c).to_string(),
-            from: before[&c].clone(),
-            to: after[&c].clone().unwrap_or_default(),
-            cluster: c,
-        })
-        .collect();
+    let clusters = moves(&state, &change)?;
 
     let mut edit = TreeEdit::new(repo.git(), Some(&tip.tree()?))?;
     for (path, text) in state.render(&change)? {
