@@ -54,7 +54,10 @@ fn a_rollback_is_written_back_as_a_pin_of_this_cluster_only() {
     assert_eq!(git(&repo, &["rev-parse", "HEAD"]).trim(), commit.to_string());
     let message = git(&repo, &["log", "-1", "--format=%B"]);
     assert!(message.starts_with("fleetgate: roll cluster-a back to rel-1"), "{message}");
-    assert!(message.contains("Fleetgate-Release: rel-2\nFleetgate-Reason: GateFailed\nFleetgate-Rolled-Back-To: rel-1"), "{message}");
+    assert!(
+        message.contains("Fleetgate-Release: rel-2\nFleetgate-Reason: GateFailed\nFleetgate-Rolled-Back-To: rel-1"),
+        "{message}"
+    );
     assert!(repo.join("NOTES.md").exists(), "the concurrent commit was kept");
     let cluster_a = std::fs::read_to_string(repo.join("clusters/cluster-a.yaml")).unwrap();
     assert!(cluster_a.lines().any(|l| l.trim() == "release: rel-1"), "{cluster_a}");

@@ -85,7 +85,9 @@ fn three_releases_through_three_waves_with_the_canary_agent_killed_twice() {
     let description = failed["status"]["description"].as_str().unwrap();
     assert!(description.starts_with("rolled back to rel-1: pod-restarts"), "{description}");
     assert!(
-        failed["status"]["gates"].as_array().is_some_and(|g| g.iter().any(|g| g["name"] == "pod-restarts" && g["verdict"] == "fail")),
+        failed["status"]["gates"]
+            .as_array()
+            .is_some_and(|g| g.iter().any(|g| g["name"] == "pod-restarts" && g["verdict"] == "fail")),
         "the failing gate's figure is in the status: {failed}"
     );
     for c in ["cluster-b", "cluster-c"] {

@@ -94,13 +94,25 @@ pub enum Outcome {
     /// The desired release was rejected earlier; waiting for Git to ask for another.
     Rejected(String),
     /// An earlier wave has not finished (or failed) the release.
-    Waiting { release: String, reason: String },
+    Waiting {
+        release: String,
+        reason: String,
+    },
     Succeeded(String),
     /// Refused before anything was applied.
-    Blocked { release: String, reason: String },
+    Blocked {
+        release: String,
+        reason: String,
+    },
     /// The release cannot be used (signature, mapping); nothing applied, status `error`.
-    Refused { release: String, reason: String },
-    RolledBack { release: String, to: Option<String> },
+    Refused {
+        release: String,
+        reason: String,
+    },
+    RolledBack {
+        release: String,
+        to: Option<String>,
+    },
 }
 
 /// The agent: services plus the pipeline's long-lived parts.
@@ -199,11 +211,12 @@ impl Agent {
             Err(release::ResolveError::NoDesiredRelease { .. }) => return Ok(Outcome::UpToDate),
             Err(e) => return Err(e.into()),
         };
-        let state = self.update(|s| {
-            s.observe_desired(Some(&desired.id));
-            Ok(())
-        })
-        .await?;
+        let state = self
+            .update(|s| {
+                s.observe_desired(Some(&desired.id));
+                Ok(())
+            })
+            .await?;
         match state.next() {
             Next::Nothing => Ok(Outcome::UpToDate),
             Next::Rejected { release, .. } => Ok(Outcome::Rejected(release.to_string())),
@@ -238,7 +251,8 @@ impl Agent {
 
         // Verify: a release that cannot be trusted or read is refused without touching anything.
         let mut pins = self.services.store.load().await?.tag_pins().clone();
-        let verified = match tokio::task::block_in_place(|| release::verify(checkout, &desired, &self.trust, &mut pins)) {
+        let verified = match tokio::task::block_in_place(|| release::verify(checkout, &desired, &self.trust, &mut pins))
+        {
             Ok(v) => v,
             Err(e) if e.class() == ErrorClass::Retryable => {
                 self.transition(|s| s.abort(&e.to_string())).await?;
@@ -249,12 +263,13 @@ impl Agent {
             }
             Err(e) => {
                 let reason = e.to_string();
-                let status = Status::new(&cluster, &id, &commit, State::Error, format!("refused, nothing applied: {reason}"))
-                    .started(started_at)
-                    .decided(Utc::now());
+                let status =
+                    Status::new(&cluster, &id, &commit, State::Error, format!("refused, nothing applied: {reason}"))
+                        .started(started_at)
+                        .decided(Utc::now());
                 self.transition(|s| s.block(Failure::new(verify_reason(&e), reason.clone()), Utc::now())).await?;
                 self.publish(&desired.config, &status).await;
-                self.notify(NotificationKind::Error, &id, verify_reason(&e), &reason, None, None).await;
+                self.notify(NotificationKind::Error, &id, verify_reason(&e), &reason, None, &[]).await;
                 return Ok(Outcome::Refused { release: id, reason });
             }
         };
@@ -277,7 +292,7 @@ impl Agent {
                 .decided(Utc::now());
             self.transition(|s| s.block(Failure::new("PreApplyGateFailed", reason.clone()), Utc::now())).await?;
             self.publish(&desired.config, &status).await;
-            self.notify(NotificationKind::Blocked, &id, "PreApplyGateFailed", &reason, None, None).await;
+            self.notify(NotificationKind::Blocked, &id, "PreApplyGateFailed", &reason, None, &[]).await;
             return Ok(Outcome::Blocked { release: id, reason });
         }
 
@@ -296,14 +311,17 @@ impl Agent {
     /// The release's `rollbackTo` — unless this cluster already reported `failure` for it, in
     /// which case None (the state machine then takes the last-known-good release): a rollback
     /// must never return to a release this cluster rejected.
-    fn rollback_target(&self, checkout: &Checkout, verified: &VerifiedRelease) -> Result<Option<String>, ReconcileError> {
+    fn rollback_target(
+        &self,
+        checkout: &Checkout,
+        verified: &VerifiedRelease,
+    ) -> Result<Option<String>, ReconcileError> {
         let Some(target) = verified.release().spec.rollback_to.clone() else { return Ok(None) };
         let Some(tag) = checkout.tag(&target)? else { return Ok(Some(target)) };
         let statuses = tokio::task::block_in_place(|| status::read_all(checkout.repo(), &[tag.commit]))
             .map_err(status::StatusError::from)?;
-        let failed_here = statuses
-            .latest(&self.services.config.cluster, &target)
-            .is_some_and(|s| s.state == State::Failure);
+        let failed_here =
+            statuses.latest(&self.services.config.cluster, &target).is_some_and(|s| s.state == State::Failure);
         if failed_here {
             tracing::warn!(release = verified.id(), rollback_to = %target, "rollbackTo names a release that failed here; using the last-known-good release instead");
             return Ok(None);
@@ -355,12 +373,19 @@ impl Agent {
         let policy = gate_policy(config);
         let applied_at = operation.applied_at.unwrap_or_else(Utc::now);
         let bake_text = humantime::format_duration(policy.bake_time).to_string();
-        let baking = Status::new(&cluster, &operation.release, &operation.commit, State::Pending, format!("baking for {bake_text}"))
-            .started(operation.started_at)
-            .applied(applied_at);
+        let baking = Status::new(
+            &cluster,
+            &operation.release,
+            &operation.commit,
+            State::Pending,
+            format!("baking for {bake_text}"),
+        )
+        .started(operation.started_at)
+        .applied(applied_at);
         self.publish(config, &baking).await;
 
-        let runner = GateRunner::new(policy, self.services.client.clone(), operator_target(config), applied_at, baseline)?;
+        let runner =
+            GateRunner::new(policy, self.services.client.clone(), operator_target(config), applied_at, baseline)?;
         let metrics = self.services.metrics.clone();
         let verdict = runner
             .run(|round| {
@@ -373,11 +398,17 @@ impl Agent {
         match verdict {
             BakeVerdict::Passed { ref evaluations, .. } => {
                 self.transition(|s| s.bake_passed()).await?;
-                let status = Status::new(&cluster, &operation.release, &operation.commit, State::Success, format!("all gates passed for {bake_text}"))
-                    .with_gates(figures(evaluations))
-                    .started(operation.started_at)
-                    .applied(applied_at)
-                    .decided(Utc::now());
+                let status = Status::new(
+                    &cluster,
+                    &operation.release,
+                    &operation.commit,
+                    State::Success,
+                    format!("all gates passed for {bake_text}"),
+                )
+                .with_gates(figures(evaluations))
+                .started(operation.started_at)
+                .applied(applied_at)
+                .decided(Utc::now());
                 self.publish(config, &status).await;
                 Ok(Outcome::Succeeded(operation.release))
             }
@@ -390,7 +421,12 @@ impl Agent {
     }
 
     /// Picks up an operation a previous run of the agent left unfinished.
-    async fn resume(&mut self, checkout: &Checkout, phase: Phase, operation: Operation) -> Result<Outcome, ReconcileError> {
+    async fn resume(
+        &mut self,
+        checkout: &Checkout,
+        phase: Phase,
+        operation: Operation,
+    ) -> Result<Outcome, ReconcileError> {
         tracing::warn!(release = %operation.release, %phase, "resuming an unfinished operation");
         let config = self.config_at_tip(checkout)?;
         match phase {
@@ -424,7 +460,8 @@ impl Agent {
                 }
             }
             Phase::RollingBack => {
-                let failure = operation.failure.clone().unwrap_or_else(|| Failure::new("Unknown", "restarted during rollback"));
+                let failure =
+                    operation.failure.clone().unwrap_or_else(|| Failure::new("Unknown", "restarted during rollback"));
                 let evidence = operation.evidence.clone();
                 self.finish_rollback(checkout, &config, &operation, failure, evidence).await
             }
@@ -456,7 +493,11 @@ impl Agent {
     }
 
     /// Runs the pre-apply gates; `Some(reason)` refuses the release.
-    async fn preapply(&self, verified: &VerifiedRelease, policy: &AdmissionPolicy) -> Result<Option<String>, ReconcileError> {
+    async fn preapply(
+        &self,
+        verified: &VerifiedRelease,
+        policy: &AdmissionPolicy,
+    ) -> Result<Option<String>, ReconcileError> {
         let set = match self.engine.manifests(verified).await {
             Ok(set) => set,
             Err(e) if e.class() == ErrorClass::Stalling => return Ok(Some(e.to_string())),
@@ -487,7 +528,12 @@ impl Agent {
     pub(super) async fn operation(&self) -> Result<Operation, ReconcileError> {
         let state = self.services.store.load().await?;
         state.operation().cloned().ok_or_else(|| {
-            super::state::TransitionError::WrongPhase { action: "continue", phase: state.phase(), needs: "an operation" }.into()
+            super::state::TransitionError::WrongPhase {
+                action: "continue",
+                phase: state.phase(),
+                needs: "an operation",
+            }
+            .into()
         })
     }
 
@@ -526,7 +572,9 @@ impl Agent {
     pub(super) async fn publish(&self, config: &FleetConfig, status: &Status) {
         let publisher = self.publisher(config);
         match publisher.publish(status).await {
-            Ok(()) => tracing::info!(release = %status.release, state = status.state.as_str(), "{}", status.description),
+            Ok(()) => {
+                tracing::info!(release = %status.release, state = status.state.as_str(), "{}", status.description)
+            }
             Err(e) => {
                 tracing::error!(release = %status.release, error = %e, "could not write the status");
                 self.record_error(&ReconcileError::Status(e)).await;
@@ -541,16 +589,18 @@ impl Agent {
             Err(_) => remote,
         };
         let git = GitNotesBackend::new(self.source.state_dir().join("mirror.git"), remote);
-        let forge = config.fleet.spec.status.forge.as_ref().and_then(|f| match status::ForgeBackend::from_settings(f) {
-            Ok(b) => Some(b),
-            Err(e) => {
-                tracing::warn!(error = %e, "forge statuses disabled");
-                None
-            }
-        });
+        let forge =
+            config.fleet.spec.status.forge.as_ref().and_then(|f| match status::ForgeBackend::from_settings(f) {
+                Ok(b) => Some(b),
+                Err(e) => {
+                    tracing::warn!(error = %e, "forge statuses disabled");
+                    None
+                }
+            });
         Publisher::new(git, forge)
     }
 
+    /// Sends the optional notification; `evidence` names the failing gate, its figure and threshold.
     pub(super) async fn notify(
         &self,
         kind: NotificationKind,
@@ -558,18 +608,20 @@ impl Agent {
         reason: &str,
         message: &str,
         rolled_back_to: Option<&str>,
-        gate: Option<&GateEvaluation>,
+        evidence: &[GateFigure],
     ) {
         let Some(notifier) = &self.services.notifier else { return };
+        let failing =
+            evidence.iter().find(|g| g.verdict == "fail").or_else(|| evidence.iter().find(|g| g.verdict != "pass"));
         let n = Notification {
             kind,
             release: release.to_string(),
             reason: reason.to_string(),
             message: message.to_string(),
             rolled_back_to: rolled_back_to.map(str::to_string),
-            gate: gate.map(|g| g.gate.clone()),
-            figure: gate.map(observed_text),
-            threshold: gate.map(|g| g.threshold.to_string()),
+            gate: failing.map(|g| g.name.clone()),
+            figure: failing.map(|g| g.observed.clone()),
+            threshold: failing.map(|g| g.threshold.clone()),
         };
         if let Err(e) = notifier.send(&n).await {
             tracing::warn!(error = %e, "notification failed");

@@ -71,7 +71,7 @@ impl Agent {
         let to = target.as_deref().unwrap_or("nothing (no earlier release)");
         let description = format!("rolled back to {to}: {}", failure.message);
         let mut status = Status::new(&cluster, &operation.release, &operation.commit, State::Failure, description)
-            .with_gates(figures)
+            .with_gates(figures.clone())
             .started(operation.started_at)
             .decided(Utc::now());
         if let Some(at) = operation.applied_at {
@@ -81,8 +81,15 @@ impl Agent {
             status = status.rolled_back_to(t.clone());
         }
         self.publish(config, &status).await;
-        self.notify(NotificationKind::Rollback, &operation.release, &failure.reason, &failure.message, target.as_deref(), None)
-            .await;
+        self.notify(
+            NotificationKind::Rollback,
+            &operation.release,
+            &failure.reason,
+            &failure.message,
+            target.as_deref(),
+            &figures,
+        )
+        .await;
         if self.services.config.write_back
             && let Some(t) = &target
         {

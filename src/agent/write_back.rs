@@ -36,8 +36,9 @@ impl Agent {
     pub(super) async fn write_back(&mut self, failed: &str, target: &str, failure: &Failure) {
         let cluster = self.services.config.cluster.clone();
         let credentials = self.services.config.git_credentials.to_source().unwrap_or_default();
-        let result =
-            tokio::task::block_in_place(|| write_back(&mut self.source, &credentials, &cluster, failed, target, failure));
+        let result = tokio::task::block_in_place(|| {
+            write_back(&mut self.source, &credentials, &cluster, failed, target, failure)
+        });
         match result {
             Ok(Some(commit)) => tracing::info!(%commit, release = target, "wrote the rollback back to Git"),
             Ok(None) => tracing::info!(release = target, "Git already asks for the rolled-back-to release"),
@@ -87,7 +88,12 @@ pub fn write_back(
     Err(WriteBackError::KeptMoving)
 }
 
-fn commit_files(repo: &Repository, parent: Oid, files: &BTreeMap<String, String>, message: &str) -> Result<Oid, git2::Error> {
+fn commit_files(
+    repo: &Repository,
+    parent: Oid,
+    files: &BTreeMap<String, String>,
+    message: &str,
+) -> Result<Oid, git2::Error> {
     let parent = repo.find_commit(parent)?;
     let mut update = git2::build::TreeUpdateBuilder::new();
     for (path, text) in files {
