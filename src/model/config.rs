@@ -4,9 +4,9 @@
 //! Loading reports every finding at once; a config with any finding is not returned.
 
 use super::{
-    Cluster, ClusterSpec, Finding, Fleet, FleetSpec, GatePolicy, GatePolicySpec, Location, MAX_YAML_BYTES,
-    RELEASE_ADMISSION_POLICY_KIND, ReleaseAdmissionPolicy, ReleaseAdmissionPolicySpec, Rule, check_cluster,
-    check_fleet, join_findings, parse_document, parse_yaml,
+    Cluster, ClusterSpec, DocumentHead, Finding, Fleet, FleetSpec, GatePolicy, GatePolicySpec, Location,
+    MAX_YAML_BYTES, RELEASE_ADMISSION_POLICY_KIND, ReleaseAdmissionPolicy, ReleaseAdmissionPolicySpec, Rule,
+    check_cluster, check_fleet, join_findings, parse_document, parse_yaml,
 };
 use crate::source::{EntryKind, RepoTree, TreeError};
 use serde::Serialize;
@@ -219,15 +219,10 @@ fn load_policies(
     tree: &dyn RepoTree,
     findings: &mut Vec<Finding>,
 ) -> Result<(Vec<GatePolicy>, Vec<ReleaseAdmissionPolicy>), TreeError> {
-    #[derive(serde::Deserialize)]
-    struct Head {
-        #[serde(default)]
-        kind: String,
-    }
     let (mut gates, mut admission) = (Vec::new(), Vec::new());
     for path in yaml_files(tree, POLICIES_DIR, findings)? {
         let Some(text) = read(tree, &path, findings)? else { continue };
-        let kind = match parse_yaml::<Head>(&path, &text) {
+        let kind = match parse_yaml::<DocumentHead>(&path, &text) {
             Ok(h) => h.kind,
             Err(e) => {
                 findings.push(e.into());

@@ -1,6 +1,6 @@
 //! `release.yaml` (kind `Release`): the artifact mapping of the release a tagged commit carries.
 
-use super::{Document, Location, ParseError, parse_document, parse_yaml};
+use super::{Document, DocumentHead, Location, ParseError, parse_document, parse_yaml};
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -112,15 +112,7 @@ pub mod seed_keys {
 /// neither, the release is refused because no image could be checked against the manifests.
 /// Unknown `data` keys are errors, like unknown fields of the typed form.
 pub fn parse_release(file: &str, text: &str, default_repository: Option<&str>) -> Result<Release, ParseError> {
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Head {
-        #[serde(default)]
-        api_version: String,
-        #[serde(default)]
-        kind: String,
-    }
-    let head: Head = parse_yaml(file, text)?;
+    let head: DocumentHead = parse_yaml(file, text)?;
     if head.api_version == "v1" && head.kind == "ConfigMap" {
         let cm: SeedConfigMap = parse_yaml(file, text)?;
         return from_seed(file, text, cm.data, default_repository);

@@ -129,6 +129,17 @@ fn syntax(file: &str, e: serde_yaml_ng::Error) -> ParseError {
     ParseError::Syntax { at: Location { file: file.to_string(), line, column }, message }
 }
 
+/// A document's `apiVersion` and `kind` alone (other fields ignored): what it is, read before
+/// parsing it whole.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct DocumentHead {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+}
+
 /// Parses one YAML document into `T` (unknown fields are errors where `T` says so).
 pub fn parse_yaml<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, ParseError> {
     check_limits(file, text)?;
@@ -138,15 +149,7 @@ pub fn parse_yaml<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, Pars
 /// Parses a fleetgate document and checks its `apiVersion` and `kind`.
 pub fn parse_document<S: DeserializeOwned>(file: &str, text: &str, kind: &str) -> Result<Document<S>, ParseError> {
     check_limits(file, text)?;
-    #[derive(serde::Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Head {
-        #[serde(default)]
-        api_version: String,
-        #[serde(default)]
-        kind: String,
-    }
-    let head: Head = serde_yaml_ng::from_str(text).map_err(|e| syntax(file, e))?;
+    let head: DocumentHead = serde_yaml_ng::from_str(text).map_err(|e| syntax(file, e))?;
     if head.api_version != API_VERSION || head.kind != kind {
         return Err(ParseError::WrongKind {
             at: at(file),
