@@ -6,12 +6,15 @@
 //! * [`GitDaemon`] — `git daemon` serving bare repos over `git://`, push enabled ([`git`]).
 //! * [`GpgHome`] — a throw-away `GNUPGHOME` with generated keys ([`gpg`]).
 //! * [`Prometheus`] — Debian's Prometheus scraping an endpoint the test serves ([`prometheus`]).
+//!
+//! [`wait`] has the bounded waits tests use around them.
 
 pub mod cluster;
 pub mod git;
 pub mod gpg;
 pub mod process;
 pub mod prometheus;
+pub mod wait;
 
 pub use cluster::*;
 pub use git::*;

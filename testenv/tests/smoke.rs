@@ -1,6 +1,7 @@
 //! Smoke tests of the test-cluster harness against real processes: etcd, kube-apiserver and, with
 //! workloads, kube-controller-manager, kube-scheduler and kwok. Every wait has a timeout.
 
+use fleetgate_testenv::wait::{eventually, within};
 use fleetgate_testenv::{ClusterOptions, TEST_FAIL_LABEL, TestCluster};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -8,32 +9,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use serde_json::json;
-use std::future::Future;
 use std::path::Path;
-use std::time::Duration;
-
-async fn within<T>(what: &str, secs: u64, fut: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(secs), fut)
-        .await
-        .unwrap_or_else(|_| panic!("timed out after {secs}s: {what}"))
-}
-
-/// Polls `check` every 500 ms until it returns `Some`, panicking with `what` after `secs`.
-async fn eventually<T, F, Fut>(what: &str, secs: u64, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    within(what, secs, async {
-        loop {
-            if let Some(v) = check().await {
-                return v;
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    })
-    .await
-}
 
 async fn start(opts: ClusterOptions) -> TestCluster {
     TestCluster::start(opts).await.unwrap_or_else(|e| panic!("{e:#}"))

@@ -4,39 +4,14 @@
 
 use fleetgate::gates::{Baseline, GateRunner, OperatorTarget};
 use fleetgate::model::{GatePolicy, GatePolicySpec, parse_document};
+pub use fleetgate_testenv::wait::{eventually, within};
 use fleetgate_testenv::{ClusterOptions, TestCluster};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
-use std::future::Future;
-use std::time::Duration;
 
 pub const OPERATOR_NS: &str = "redis-operator";
-
-/// Fails the test with `what` when `fut` takes longer than `secs`.
-pub async fn within<T>(what: &str, secs: u64, fut: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(secs), fut)
-        .await
-        .unwrap_or_else(|_| panic!("timed out after {secs}s: {what}"))
-}
-
-/// Polls `check` every 500 ms until it returns `Some`, failing the test after `secs`.
-pub async fn eventually<T, F, Fut>(what: &str, secs: u64, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    within(what, secs, async {
-        loop {
-            if let Some(v) = check().await {
-                return v;
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    })
-    .await
-}
 
 /// Starts a cluster with the operator namespace created.
 pub async fn start(opts: ClusterOptions) -> TestCluster {
