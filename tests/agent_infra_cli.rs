@@ -4,25 +4,14 @@
 //! the webhook, and on SIGTERM releases the Lease and exits 0.
 
 use fleetgate_testenv::process::{Guarded, free_port, wait_for_port};
-use fleetgate_testenv::{ClusterOptions, GpgHome, TestCluster};
+use fleetgate_testenv::{ClusterOptions, GpgHome, TestCluster, git_in};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, PostParams};
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_fleetgate");
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "init.defaultBranch=main"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("git runs");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
 
 fn agent_command() -> Command {
     let mut cmd = Command::new(BIN);
@@ -76,8 +65,8 @@ async fn the_agent_process_runs_its_services_and_hands_over_on_sigterm() {
     let work = dir.path().join("work");
     let init = agent_command().arg("init").arg(&work).output().unwrap();
     assert!(init.status.success(), "fleetgate init: {}", String::from_utf8_lossy(&init.stderr));
-    git(dir.path(), &["init", "-q", "--bare", "fleet.git"]);
-    git(&work, &["push", "-q", bare.to_str().unwrap(), "main"]);
+    git_in(dir.path(), &["init", "-q", "--bare", "fleet.git"]);
+    git_in(&work, &["push", "-q", bare.to_str().unwrap(), "main"]);
     let gpg = GpgHome::new().unwrap();
     let fingerprint = gpg.generate_key("Release Signer", "release@example.com").unwrap();
     let key = gpg.write_public_key(&fingerprint, &dir.path().join("signer.asc")).unwrap();
@@ -140,9 +129,9 @@ async fn the_agent_process_runs_its_services_and_hands_over_on_sigterm() {
     let mut readme = std::fs::read_to_string(work.join("README.md")).unwrap();
     readme.push_str("\nA line added by the test.\n");
     std::fs::write(work.join("README.md"), readme).unwrap();
-    git(&work, &["commit", "-q", "-am", "second"]);
+    git_in(&work, &["commit", "-q", "-am", "second"]);
     let pushed = Instant::now();
-    git(&work, &["push", "-q", bare.to_str().unwrap(), "main"]);
+    git_in(&work, &["push", "-q", bare.to_str().unwrap(), "main"]);
     let series = "fleetgate_triggers_total{cluster=\"cluster-a\",source=\"git-refs\"}";
     wait_for_metric(&http, &base, series, "1", Duration::from_secs(3)).await;
     println!("push to local repo → agent woken: {:?}", pushed.elapsed());

@@ -3,20 +3,9 @@
 //! updates and object writes do not.
 
 use fleetgate::agent::triggers::{RefWatcher, TriggerSource, Triggers};
+use fleetgate_testenv::git_in;
 use std::collections::BTreeSet;
-use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "init.defaultBranch=main"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("git runs");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
 
 /// A wake from the watcher within `limit`, with its latency measured from just before the Git command.
 async fn expect_wake(triggers: &mut Triggers, started: Instant, limit: Duration) -> Duration {
@@ -37,12 +26,12 @@ async fn pushes_commits_and_tags_wake_the_loop_within_a_second() {
     let bare = dir.path().join("fleet.git");
     let work = dir.path().join("work");
     std::fs::create_dir_all(&work).unwrap();
-    git(dir.path(), &["init", "-q", "--bare", "fleet.git"]);
-    git(&work, &["init", "-q"]);
+    git_in(dir.path(), &["init", "-q", "--bare", "fleet.git"]);
+    git_in(&work, &["init", "-q"]);
     std::fs::write(work.join("fleet.yaml"), "kind: Fleet\n").unwrap();
-    git(&work, &["add", "."]);
-    git(&work, &["commit", "-q", "-m", "first"]);
-    git(&work, &["remote", "add", "origin", bare.to_str().unwrap()]);
+    git_in(&work, &["add", "."]);
+    git_in(&work, &["commit", "-q", "-m", "first"]);
+    git_in(&work, &["remote", "add", "origin", bare.to_str().unwrap()]);
 
     // The agent watches the bare repo (what a Git server holds) ...
     let (mut triggers, sender) = Triggers::new(Duration::from_secs(3600));
@@ -52,13 +41,13 @@ async fn pushes_commits_and_tags_wake_the_loop_within_a_second() {
 
     let mut latencies = Vec::new();
     let t = Instant::now();
-    git(&work, &["push", "-q", "origin", "main"]);
+    git_in(&work, &["push", "-q", "origin", "main"]);
     latencies.push(("push to bare repo", expect_wake(&mut triggers, t, Duration::from_secs(2)).await));
     expect_quiet(&mut triggers).await;
 
     let t = Instant::now();
-    git(&work, &["tag", "-a", "-m", "release", "rel-1"]);
-    git(&work, &["push", "-q", "origin", "rel-1"]);
+    git_in(&work, &["tag", "-a", "-m", "release", "rel-1"]);
+    git_in(&work, &["push", "-q", "origin", "rel-1"]);
     latencies.push(("tag push", expect_wake(&mut triggers, t, Duration::from_secs(2)).await));
 
     // ... or a work tree (a local checkout used as the fleet repo).
@@ -67,14 +56,14 @@ async fn pushes_commits_and_tags_wake_the_loop_within_a_second() {
     expect_quiet(&mut triggers).await;
     // Editing and staging files changes the work tree and index, not refs.
     std::fs::write(work.join("fleet.yaml"), "kind: Fleet\nmetadata: {}\n").unwrap();
-    git(&work, &["add", "."]);
+    git_in(&work, &["add", "."]);
     expect_quiet(&mut triggers).await;
     let t = Instant::now();
-    git(&work, &["commit", "-q", "-m", "second"]);
+    git_in(&work, &["commit", "-q", "-m", "second"]);
     latencies.push(("commit in work tree", expect_wake(&mut triggers, t, Duration::from_secs(2)).await));
     // Packing refs rewrites packed-refs: a ref change as far as readers are concerned.
     let t = Instant::now();
-    git(&work, &["pack-refs", "--all"]);
+    git_in(&work, &["pack-refs", "--all"]);
     latencies.push(("pack-refs", expect_wake(&mut triggers, t, Duration::from_secs(2)).await));
 
     for (what, took) in &latencies {

@@ -6,6 +6,7 @@ mod apply_support;
 
 use apply_support::{AGENT_NS, OPERATOR_NS, api, policy, release, start};
 use fleetgate::apply::DriftState;
+use fleetgate_testenv::git_in;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use std::path::Path;
@@ -38,22 +39,10 @@ fn fleet_repo(dir: &Path) {
     for (path, bytes) in release("v1", "rel-v1", &[]).files() {
         write(path, std::str::from_utf8(bytes).unwrap());
     }
-    let git = |args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .args(args)
-            .current_dir(dir)
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@example.com")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@example.com")
-            .output()
-            .expect("git runs");
-        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    };
-    git(&["init", "-q", "-b", "main"]);
-    git(&["add", "."]);
-    git(&["commit", "-q", "-m", "release rel-v1"]);
-    git(&["tag", "-a", "rel-v1", "-m", "rel-v1"]);
+    git_in(dir, &["init", "-q", "-b", "main"]);
+    git_in(dir, &["add", "."]);
+    git_in(dir, &["commit", "-q", "-m", "release rel-v1"]);
+    git_in(dir, &["tag", "-a", "rel-v1", "-m", "rel-v1"]);
 }
 
 /// Runs `fleetgate diff` against the cluster; returns (exit code, stdout).

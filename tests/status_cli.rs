@@ -2,7 +2,7 @@
 //! statuses written by agents as Git notes, and the command's table, details, JSON and watch mode.
 
 use fleetgate::status::{self, GitRemote, Matrix, State, Status};
-use fleetgate_testenv::GitDaemon;
+use fleetgate_testenv::{GitDaemon, git_in, git_in_env};
 use std::io::BufRead;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -10,18 +10,6 @@ use std::time::Duration;
 
 const OLD: &str = "rel-20250301-001";
 const NEW: &str = "rel-20250315-001";
-
-fn git(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.name=release", "-c", "user.email=release@example.com"])
-        .args(args)
-        .envs(env.iter().copied())
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
 
 fn write(dir: &Path, file: &str, text: &str) {
     let path = dir.join(file);
@@ -48,7 +36,7 @@ fn fleet() -> Fleet {
     let url = daemon.create_bare("fleet.git").unwrap();
     let work = tempfile::tempdir().unwrap();
     let w = work.path();
-    git(w, &[], &["init", "-q", "-b", "main"]);
+    git_in(w, &["init", "-q", "-b", "main"]);
     let fleet_yaml = |release: &str| {
         format!(
             "apiVersion: fleetgate.io/v1alpha1\nkind: Fleet\nmetadata:\n  name: redis-fleet\nspec:\n  operator:\n    name: redis-operator\n    namespace: redis-system\n  release: {release}\n  waves: [canary, prod]\n  rollout:\n    maxFailedClusters: 2\n"
@@ -63,17 +51,17 @@ fn fleet() -> Fleet {
         write(w, "fleet.yaml", &fleet_yaml(id));
         write(w, "release.yaml", &format!("kind: Release\nmetadata:\n  name: {id}\n"));
         let env = [("GIT_COMMITTER_DATE", date), ("GIT_AUTHOR_DATE", date)];
-        git(w, &env, &["add", "."]);
-        git(w, &env, &["commit", "-q", "-m", &format!("release {id}")]);
-        git(w, &env, &["tag", "-a", id, "-m", id]);
-        commits.push(git(w, &[], &["rev-parse", "HEAD"]));
+        git_in_env(w, &env, &["add", "."]);
+        git_in_env(w, &env, &["commit", "-q", "-m", &format!("release {id}")]);
+        git_in_env(w, &env, &["tag", "-a", id, "-m", id]);
+        commits.push(git_in(w, &["rev-parse", "HEAD"]));
     }
     // Tags on a commit without release.yaml are not releases.
-    git(w, &[], &["rm", "-q", "release.yaml"]);
-    git(w, &[], &["commit", "-q", "-m", "tidy"]);
-    git(w, &[], &["tag", "not-a-release"]);
-    git(w, &[], &["tag", "-a", "docs-1", "-m", "docs"]);
-    git(w, &[], &["push", "-q", "--tags", &url, "main"]);
+    git_in(w, &["rm", "-q", "release.yaml"]);
+    git_in(w, &["commit", "-q", "-m", "tidy"]);
+    git_in(w, &["tag", "not-a-release"]);
+    git_in(w, &["tag", "-a", "docs-1", "-m", "docs"]);
+    git_in(w, &["push", "-q", "--tags", &url, "main"]);
     let fleet = Fleet { daemon, url, old: commits[0].clone(), new: commits[1].clone() };
 
     let agent = tempfile::tempdir().unwrap();

@@ -8,6 +8,7 @@ use fleetgate::model::{ForgeKind, ForgeSettings};
 use fleetgate::status::{
     ForgeBackend, ForgeError, GitNotesBackend, GitRemote, Publisher, State, Status, StatusBackend, StatusError, Token,
 };
+use fleetgate_testenv::git_in;
 use rstest::rstest;
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
@@ -238,24 +239,10 @@ async fn publisher_writes_git_notes_even_when_the_forge_fails() {
     let daemon = fleetgate_testenv::GitDaemon::start().unwrap();
     let url = daemon.create_bare("fleet.git").unwrap();
     let work = tempfile::tempdir().unwrap();
-    let run = |args: &[&str]| {
-        let st = std::process::Command::new("git")
-            .args(["-c", "user.name=t", "-c", "user.email=t@e"])
-            .args(args)
-            .current_dir(work.path())
-            .status()
-            .unwrap();
-        assert!(st.success(), "git {args:?}");
-    };
-    run(&["init", "-q", "-b", "main"]);
-    run(&["commit", "-q", "--allow-empty", "-m", "release"]);
-    run(&["push", "-q", &url, "main"]);
-    let sha = String::from_utf8(
-        std::process::Command::new("git").args(["rev-parse", "HEAD"]).current_dir(work.path()).output().unwrap().stdout,
-    )
-    .unwrap()
-    .trim()
-    .to_string();
+    git_in(work.path(), &["init", "-q", "-b", "main"]);
+    git_in(work.path(), &["commit", "-q", "--allow-empty", "-m", "release"]);
+    git_in(work.path(), &["push", "-q", &url, "main"]);
+    let sha = git_in(work.path(), &["rev-parse", "HEAD"]);
     let state = tempfile::tempdir().unwrap();
     let repo = git2::Repository::init_bare(state.path()).unwrap();
     repo.remote_anonymous(&url).unwrap().fetch(&["+refs/heads/main:refs/heads/main"], None, None).unwrap();

@@ -3,36 +3,23 @@
 //! `push_update_reference` callback, and plain `git log --notes` showing what agents wrote.
 
 use fleetgate::status::{self, GateFigure, GitRemote, State, Status, StatusNote};
-use fleetgate_testenv::GitDaemon;
+use fleetgate_testenv::{GitDaemon, git_in};
 use git2::{Oid, Repository};
-use std::path::Path;
-use std::process::Command;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 const RELEASE: &str = "rel-20250315-001";
 
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.name=test", "-c", "user.email=test@example.com"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("git runs");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
-}
-
 /// A served repo `fleet.git` with one commit on main; returns its URL and the commit.
 fn seeded(daemon: &GitDaemon) -> (String, Oid) {
     let url = daemon.create_bare("fleet.git").unwrap();
     let work = tempfile::tempdir().unwrap();
-    git(work.path(), &["init", "-q", "-b", "main"]);
+    git_in(work.path(), &["init", "-q", "-b", "main"]);
     std::fs::write(work.path().join("release.yaml"), "kind: Release\n").unwrap();
-    git(work.path(), &["add", "."]);
-    git(work.path(), &["commit", "-q", "-m", "release"]);
-    git(work.path(), &["push", "-q", &url, "main"]);
-    let commit = git(work.path(), &["rev-parse", "HEAD"]);
+    git_in(work.path(), &["add", "."]);
+    git_in(work.path(), &["commit", "-q", "-m", "release"]);
+    git_in(work.path(), &["push", "-q", &url, "main"]);
+    let commit = git_in(work.path(), &["rev-parse", "HEAD"]);
     (url, Oid::from_str(commit.trim()).unwrap())
 }
 
@@ -99,7 +86,7 @@ fn three_agents_write_concurrently_and_a_fourth_reader_sees_all() {
         assert_eq!(latest.gates[0].observed, "0.4 %");
         assert_eq!(latest.agent_version, fleetgate::VERSION);
     }
-    let refs = git(daemon.path("fleet.git").as_path(), &["for-each-ref", "--format=%(refname)", "refs/notes/"]);
+    let refs = git_in(daemon.path("fleet.git").as_path(), &["for-each-ref", "--format=%(refname)", "refs/notes/"]);
     assert_eq!(
         refs.lines().collect::<Vec<_>>(),
         ["refs/notes/fleetgate/cluster-a", "refs/notes/fleetgate/cluster-b", "refs/notes/fleetgate/cluster-c"]
@@ -129,7 +116,7 @@ fn a_reinstalled_agent_merges_its_history_instead_of_overwriting_it() {
     let history: Vec<State> = set.history("cluster-a", RELEASE).iter().map(|s| s.state).collect();
     assert_eq!(history, [State::Pending, State::Failure]);
     // The served ref's history contains both writers' commits.
-    let log = git(daemon.path("fleet.git").as_path(), &["log", "--format=%s", "refs/notes/fleetgate/cluster-a"]);
+    let log = git_in(daemon.path("fleet.git").as_path(), &["log", "--format=%s", "refs/notes/fleetgate/cluster-a"]);
     assert!(log.lines().next().unwrap().contains("merged"), "{log}");
 }
 
@@ -223,15 +210,15 @@ fn plain_git_log_shows_the_notes() {
 
     // What a person does: clone, fetch the notes, look at the log.
     let user = tempfile::tempdir().unwrap();
-    git(user.path(), &["clone", "-q", &url, "fleet"]);
+    git_in(user.path(), &["clone", "-q", &url, "fleet"]);
     let clone = user.path().join("fleet");
-    git(&clone, &["fetch", "-q", "origin", "refs/notes/*:refs/notes/*"]);
-    let log = git(&clone, &["log", "--notes=fleetgate/*", "-1", &commit.to_string()]);
+    git_in(&clone, &["fetch", "-q", "origin", "refs/notes/*:refs/notes/*"]);
+    let log = git_in(&clone, &["log", "--notes=fleetgate/*", "-1", &commit.to_string()]);
     assert!(log.contains("Notes (fleetgate/cluster-a):"), "{log}");
     assert!(log.contains(description), "{log}");
     assert!(log.contains("\"rollbackTo\": \"rel-20250310-002\""), "{log}");
     // And the note is the documented JSON.
-    let raw = git(&clone, &["notes", "--ref=fleetgate/cluster-a", "show", &commit.to_string()]);
+    let raw = git_in(&clone, &["notes", "--ref=fleetgate/cluster-a", "show", &commit.to_string()]);
     let note = StatusNote::parse(&raw).unwrap();
     assert_eq!((note.schema, note.context.as_str()), (1, "fleetgate/cluster-a"));
 }

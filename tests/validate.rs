@@ -5,6 +5,7 @@
 mod fleet_support;
 
 use fleet_support::{FleetRemote, RELEASE};
+use fleetgate_testenv::git_in;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -66,17 +67,7 @@ fn every_finding_is_reported_with_file_and_line() {
     edit("clusters/cluster-b.yaml", "wave: wave-1", "wave: wave-7");
     edit("policies/gates.yaml", "bakeTime: 10m", "bakeTime: 10m\n  bakeTimes: 5m");
     edit("operator/deployment.yaml", "redis-operator:v1.2.3-build.456", "redis-operator:v1.2.2");
-    let git = |args: &[&str]| {
-        let st = Command::new("git")
-            .arg("-C")
-            .arg(&repo)
-            .args(["-c", "user.name=t", "-c", "user.email=t@x"])
-            .args(args)
-            .status()
-            .unwrap();
-        assert!(st.success());
-    };
-    git(&["commit", "-q", "-a", "-m", "broken"]);
+    git_in(&repo, &["commit", "-q", "-a", "-m", "broken"]);
 
     let out = fleetgate(&["validate", "--repo", repo.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));

@@ -1,9 +1,31 @@
-//! `git daemon` on loopback over a directory of bare repos, push (receive-pack) enabled.
+//! `git daemon` on loopback over a directory of bare repos, push (receive-pack) enabled; and
+//! [`git_in`], the `git` command tests set their repos up with.
 
 use crate::process::{Guarded, free_port, wait_for_port};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
+
+/// Runs `git -C dir args` with a fixed identity and `main` as the default branch, for test set-up:
+/// returns stdout, trimmed; panics with git's stderr when it fails.
+pub fn git_in(dir: &Path, args: &[&str]) -> String {
+    git_in_env(dir, &[], args)
+}
+
+/// [`git_in`] with extra environment variables (e.g. `GIT_COMMITTER_DATE`).
+pub fn git_in_env(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=fleetgate test", "-c", "user.email=test@example.com"])
+        .args(["-c", "init.defaultBranch=main"])
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap_or_else(|e| panic!("running git {args:?}: {e}"));
+    assert!(out.status.success(), "git {args:?} in {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
 
 pub struct GitDaemon {
     _proc: Guarded,

@@ -8,6 +8,7 @@ use fleetgate::release::{Keyring, TrustConfig};
 use fleetgate::releng::create::{self, CreateReport, CreateRequest, Targets};
 use fleetgate::releng::{FleetRepo, RelengError, Signer};
 use fleetgate_testenv::GpgHome;
+pub use fleetgate_testenv::git_in;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -95,18 +96,6 @@ pub struct Fixture {
     pub fpr: String,
     /// The armored public key of `fpr`: what agents trust.
     pub keys: PathBuf,
-}
-
-pub fn git_in(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=Fixture", "-c", "user.email=fixture@example.com"])
-        .args(args)
-        .output()
-        .expect("running git");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 impl Fixture {
