@@ -6,8 +6,8 @@
 use fleetgate_testenv::process::{Guarded, free_port, wait_for_port};
 use fleetgate_testenv::{ClusterOptions, GpgHome, TestCluster, git_in};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use kube::api::{Api, PostParams};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -53,11 +53,7 @@ fn missing_settings_exit_2_and_say_what_to_pass() {
 #[tokio::test]
 async fn the_agent_process_runs_its_services_and_hands_over_on_sigterm() {
     let cluster = TestCluster::start(ClusterOptions::new("agent-cli")).await.expect("test cluster starts");
-    let ns = Namespace {
-        metadata: kube::api::ObjectMeta { name: Some("fleetgate-system".into()), ..Default::default() },
-        ..Default::default()
-    };
-    Api::<Namespace>::all(cluster.client()).create(&PostParams::default(), &ns).await.unwrap();
+    cluster.create_namespace("fleetgate-system").await.unwrap();
 
     // A fleet repo from the built-in template (it desires no release yet), served from a bare repo.
     let dir = tempfile::tempdir().unwrap();

@@ -6,9 +6,8 @@ use chrono::Utc;
 use fleetgate::agent::events::{EventRecorder, REPORTING_CONTROLLER};
 use fleetgate::agent::state::{Failure, StateStore};
 use fleetgate_testenv::{ClusterOptions, TestCluster};
-use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams};
 
 const NS: &str = "fleetgate-system";
 
@@ -23,11 +22,7 @@ struct ApplyError {
 #[tokio::test]
 async fn transitions_and_errors_become_events_on_the_state_configmap() {
     let cluster = TestCluster::start(ClusterOptions::new("events")).await.expect("test cluster starts");
-    let ns = Namespace {
-        metadata: kube::api::ObjectMeta { name: Some(NS.into()), ..Default::default() },
-        ..Default::default()
-    };
-    Api::<Namespace>::all(cluster.client()).create(&PostParams::default(), &ns).await.unwrap();
+    cluster.create_namespace(NS).await.unwrap();
 
     let store = StateStore::new(cluster.client(), NS, "canary");
     store.load().await.unwrap();

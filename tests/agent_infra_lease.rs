@@ -6,9 +6,8 @@
 use fleetgate::agent::lease::{LeaderElector, LeaderHandle, Leadership, LeaseConfig};
 use fleetgate_testenv::{ClusterOptions, TestCluster};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use std::time::{Duration, Instant};
 
 const NS: &str = "fleetgate-system";
@@ -35,11 +34,7 @@ async fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool)
 #[tokio::test]
 async fn one_leader_takeover_after_expiry_fast_handover_and_loss() {
     let cluster = TestCluster::start(ClusterOptions::new("lease")).await.expect("test cluster starts");
-    let ns = Namespace {
-        metadata: kube::api::ObjectMeta { name: Some(NS.into()), ..Default::default() },
-        ..Default::default()
-    };
-    Api::<Namespace>::all(cluster.client()).create(&PostParams::default(), &ns).await.unwrap();
+    cluster.create_namespace(NS).await.unwrap();
     let leases: Api<Lease> = Api::namespaced(cluster.client(), NS);
 
     // Two candidates: exactly one leads, the other follows it by name.

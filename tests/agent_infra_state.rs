@@ -7,19 +7,15 @@ use chrono::Utc;
 use fleetgate::agent::state::{Failure, Next, Phase, StateError, StateStore, TransitionError};
 use fleetgate::release::TagPins;
 use fleetgate_testenv::{ClusterOptions, TestCluster};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams};
 use std::time::Duration;
 
 const NS: &str = "fleetgate-system";
 
 async fn cluster_with_namespace(name: &str) -> TestCluster {
     let cluster = TestCluster::start(ClusterOptions::new(name)).await.expect("test cluster starts");
-    let ns = Namespace {
-        metadata: kube::api::ObjectMeta { name: Some(NS.into()), ..Default::default() },
-        ..Default::default()
-    };
-    Api::<Namespace>::all(cluster.client()).create(&PostParams::default(), &ns).await.expect("namespace created");
+    cluster.create_namespace(NS).await.expect("namespace created");
     cluster
 }
 

@@ -8,8 +8,7 @@ use apply_support::{AGENT_NS, CLUSTER, OPERATOR_NS, policy, release};
 use fleetgate::apply::{ApplyError, ApplyOptions, Engine};
 use fleetgate_testenv::{ClusterOptions, TestCluster};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::Api;
 use std::time::Duration;
 
 const TIMEOUT: Duration = Duration::from_secs(180);
@@ -34,11 +33,7 @@ async fn apply_waits_for_rollouts_with_a_timeout() {
         let cluster =
             TestCluster::start(ClusterOptions::new("apply-rollout").with_workloads(true)).await.expect("cluster");
         let client = cluster.client();
-        let ns = Namespace {
-            metadata: ObjectMeta { name: Some(AGENT_NS.into()), ..Default::default() },
-            ..Default::default()
-        };
-        Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
+        cluster.create_namespace(AGENT_NS).await.unwrap();
         let mut options = ApplyOptions::for_cluster(AGENT_NS, CLUSTER);
         options.rollout_timeout = Some(Duration::from_secs(90));
         let engine = Engine::new(client.clone(), options.clone());

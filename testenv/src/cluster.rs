@@ -14,8 +14,8 @@
 use crate::process::{Guarded, free_port};
 use anyhow::{Context as _, bail};
 use base64::Engine as _;
-use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, PostParams};
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use kube::api::{Api, ObjectMeta, PostParams};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -176,6 +176,17 @@ impl TestCluster {
     /// A client authenticated as the admin user (`system:masters`).
     pub fn client(&self) -> kube::Client {
         self.client.clone()
+    }
+
+    /// Creates namespace `name` (most tests need the agent's or the operator's first).
+    pub async fn create_namespace(&self, name: &str) -> anyhow::Result<()> {
+        let ns =
+            Namespace { metadata: ObjectMeta { name: Some(name.into()), ..Default::default() }, ..Default::default() };
+        Api::<Namespace>::all(self.client())
+            .create(&PostParams::default(), &ns)
+            .await
+            .with_context(|| format!("creating namespace {name}"))?;
+        Ok(())
     }
 
     /// Kubeconfig file with the certificates inline (`*-data`), context = cluster name.

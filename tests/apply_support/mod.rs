@@ -9,8 +9,7 @@ use fleetgate::model::{
 };
 use fleetgate::release::VerifiedRelease;
 use fleetgate_testenv::{ClusterOptions, TestCluster};
-use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, DynamicObject, ListParams, ObjectMeta, PostParams};
+use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{Discovery, verbs};
 use std::collections::BTreeMap;
@@ -25,9 +24,7 @@ pub const CLUSTER: &str = "cluster-a";
 pub async fn start(name: &str) -> (TestCluster, Engine) {
     let cluster = TestCluster::start(ClusterOptions::new(name)).await.expect("test cluster starts");
     let client = cluster.client();
-    let ns =
-        Namespace { metadata: ObjectMeta { name: Some(AGENT_NS.into()), ..Default::default() }, ..Default::default() };
-    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.expect("agent namespace");
+    cluster.create_namespace(AGENT_NS).await.expect("agent namespace");
     let mut options = ApplyOptions::for_cluster(AGENT_NS, CLUSTER);
     options.default_namespace = Some(OPERATOR_NS.to_string());
     (cluster, Engine::new(client, options))

@@ -6,9 +6,8 @@ use fleetgate::gates::{Baseline, GateRunner, OperatorTarget};
 use fleetgate::model::{GatePolicy, GatePolicySpec, parse_document};
 pub use fleetgate_testenv::wait::{eventually, within};
 use fleetgate_testenv::{ClusterOptions, TestCluster};
-use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::{Api, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 
 pub const OPERATOR_NS: &str = "redis-operator";
@@ -16,11 +15,7 @@ pub const OPERATOR_NS: &str = "redis-operator";
 /// Starts a cluster with the operator namespace created.
 pub async fn start(opts: ClusterOptions) -> TestCluster {
     let cluster = TestCluster::start(opts).await.unwrap_or_else(|e| panic!("{e:#}"));
-    let ns = Namespace {
-        metadata: ObjectMeta { name: Some(OPERATOR_NS.into()), ..Default::default() },
-        ..Default::default()
-    };
-    Api::<Namespace>::all(cluster.client()).create(&PostParams::default(), &ns).await.expect("operator namespace");
+    cluster.create_namespace(OPERATOR_NS).await.expect("operator namespace");
     cluster
 }
 
