@@ -6,10 +6,10 @@
 use chrono::Utc;
 use fleetgate::agent::state::{Failure, Next, Phase, StateError, StateStore, TransitionError};
 use fleetgate::release::TagPins;
+use fleetgate_testenv::wait::within;
 use fleetgate_testenv::{ClusterOptions, TestCluster};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
-use std::time::Duration;
 
 const NS: &str = "fleetgate-system";
 
@@ -24,10 +24,6 @@ fn pins(tag: &str, commit: &str) -> TagPins {
     serde_json::from_value(serde_json::json!({ "pins": { tag: commit } })).unwrap()
 }
 
-async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(30), f).await.unwrap_or_else(|_| panic!("{what} took over 30s"))
-}
-
 #[tokio::test]
 async fn state_survives_a_restart_mid_operation_and_damage_is_refused() {
     let cluster = cluster_with_namespace("state-restart").await;
@@ -36,12 +32,12 @@ async fn state_survives_a_restart_mid_operation_and_damage_is_refused() {
     // First process: loads (creating the ConfigMap), runs rel-1 to success, starts rel-2 and dies
     // while baking.
     let store = StateStore::new(cluster.client(), NS, "canary");
-    let state = within("load", store.load()).await.unwrap();
+    let state = within("load", 30, store.load()).await.unwrap();
     assert_eq!(state.phase(), Phase::Idle);
     let cm = configmaps.get("fleetgate-state-canary").await.expect("state ConfigMap created on load");
     assert_eq!(cm.metadata.labels.unwrap()["fleetgate.io/cluster"], "canary");
 
-    within("rel-1", async {
+    within("rel-1", 30, async {
         store
             .update(|s| {
                 s.observe_desired(Some("rel-1"));
@@ -79,7 +75,7 @@ async fn state_survives_a_restart_mid_operation_and_damage_is_refused() {
 
     // Second process: reads the same state and resumes the bake.
     let restarted = StateStore::new(cluster.client(), NS, "canary");
-    let state = within("reload", restarted.load()).await.unwrap();
+    let state = within("reload", 30, restarted.load()).await.unwrap();
     match state.next() {
         Next::Resume { phase: Phase::Baking, operation } => {
             assert_eq!(operation.release, "rel-2");
@@ -89,26 +85,26 @@ async fn state_survives_a_restart_mid_operation_and_damage_is_refused() {
         other => panic!("expected to resume baking rel-2, got {other:?}"),
     }
     assert_eq!(state.tag_pins().get("rel-1"), Some("c1"));
-    within("rollback", async {
+    within("rollback", 30, async {
         restarted.update(|s| s.start_rollback(Failure::new("GateFailed", "error rate 7%"), Utc::now())).await.unwrap();
         restarted.update(|s| s.rollback_finished()).await.unwrap();
     })
     .await;
     let again = StateStore::new(cluster.client(), NS, "canary");
-    let state = within("reload", again.load()).await.unwrap();
+    let state = within("reload", 30, again.load()).await.unwrap();
     assert_eq!(state.current(), Some("rel-1"));
     assert!(matches!(state.next(), Next::Rejected { release: "rel-2", .. }));
 
     // A refused transition writes nothing.
     let before = configmaps.get("fleetgate-state-canary").await.unwrap().metadata.resource_version;
-    let err = within("refused", again.update(|s| s.applied(Utc::now()))).await.unwrap_err();
+    let err = within("refused", 30, again.update(|s| s.applied(Utc::now()))).await.unwrap_err();
     assert!(matches!(err, StateError::Transition(TransitionError::WrongPhase { .. })), "{err}");
     assert_eq!(configmaps.get("fleetgate-state-canary").await.unwrap().metadata.resource_version, before);
 
     // Damage: refused with a way out, never reset to empty (that would forget rejections and pins).
     let patch = serde_json::json!({ "data": { "phase": "Dancing" } });
     configmaps.patch("fleetgate-state-canary", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-    let err = within("corrupt", StateStore::new(cluster.client(), NS, "canary").load()).await.unwrap_err();
+    let err = within("corrupt", 30, StateStore::new(cluster.client(), NS, "canary").load()).await.unwrap_err();
     let text = err.to_string();
     assert!(matches!(err, StateError::Corrupt { .. }), "{text}");
     assert!(
@@ -122,7 +118,7 @@ async fn concurrent_writers_conflict_and_the_loser_reapplies_or_refuses() {
     let cluster = cluster_with_namespace("state-conflict").await;
     let a = StateStore::new(cluster.client(), NS, "wave-1");
     let b = StateStore::new(cluster.client(), NS, "wave-1");
-    within("load", async {
+    within("load", 30, async {
         a.load().await.unwrap();
         b.load().await.unwrap();
     })
@@ -130,7 +126,7 @@ async fn concurrent_writers_conflict_and_the_loser_reapplies_or_refuses() {
 
     // Both start from the same resourceVersion. A writes first; B's write conflicts, B reloads and
     // re-applies its change (a commutative one: recording a tag pin) on top of A's.
-    within("pins", async {
+    within("pins", 30, async {
         a.update(|s| {
             s.record_tag_pins(&pins("rel-1", "c1"));
             Ok(())
@@ -148,12 +144,12 @@ async fn concurrent_writers_conflict_and_the_loser_reapplies_or_refuses() {
         assert_eq!(saved.tag_pins().iter().collect::<Vec<_>>(), [("rel-1", "c1"), ("rel-2", "c2")]);
     })
     .await;
-    let merged = within("reload", a.load()).await.unwrap();
+    let merged = within("reload", 30, a.load()).await.unwrap();
     assert_eq!(merged.tag_pins().iter().collect::<Vec<_>>(), [("rel-1", "c1"), ("rel-2", "c2")]);
 
     // Now both try to begin a release from Idle. Whoever is second sees the other's Verifying phase
     // after reloading and is refused: no lost update, no double start.
-    within("begin", async {
+    within("begin", 30, async {
         a.update(|s| {
             s.observe_desired(Some("rel-2"));
             Ok(())
