@@ -49,7 +49,7 @@ pub enum ReconcileError {
     Gates(#[from] GateError),
     #[error("apply: {0}")]
     Apply(#[from] ApplyError),
-    #[error("verifying an accepted release again: {0}")]
+    #[error("verifying a release: {0}")]
     Verify(VerifyError),
     #[error("writing the status: {0}")]
     Status(#[from] status::StatusError),
@@ -255,11 +255,9 @@ impl Agent {
         {
             Ok(v) => v,
             Err(e) if e.class() == ErrorClass::Retryable => {
+                // Reading the repo or storing a pin failed: nothing was decided; try again later.
                 self.transition(|s| s.abort(&e.to_string())).await?;
-                return Err(ReconcileError::Source(SourceError::Remote {
-                    url: self.source.url().to_string(),
-                    message: e.to_string(),
-                }));
+                return Err(ReconcileError::Verify(e));
             }
             Err(e) => {
                 let reason = e.to_string();
