@@ -2,7 +2,7 @@
 //! promotion branch ([`fleetgate::releng::promote::promote`]), push it, open the PR.
 
 use super::output::OutputFormat;
-use super::release::{Done, crd_line, fail, has_remote, heading, next, print_moves, signer};
+use super::release::{CommitSigning, Done, crd_line, fail, has_remote, heading, next, print_moves};
 use crate::model::ForgeSettings;
 use crate::release::{Keyring, TrustConfig};
 use crate::releng::forge_pr::{self, OpenedPullRequest, PullRequestSpec};
@@ -59,12 +59,8 @@ pub struct Args {
     /// Promote despite refusals (unsigned, not targeted, failed earlier wave); each is recorded.
     #[arg(long)]
     pub force: bool,
-    /// Sign the promotion commit with this key (needed when the fleet requires signed commits).
-    #[arg(long, value_name = "FINGERPRINT")]
-    pub sign_key: Option<String>,
-    /// GnuPG home holding --sign-key (default: $GNUPGHOME, else ~/.gnupg).
-    #[arg(long)]
-    pub gpg_home: Option<PathBuf>,
+    #[command(flatten)]
+    pub signing: CommitSigning,
     /// Push the branch.
     #[arg(long)]
     pub push: bool,
@@ -187,10 +183,7 @@ fn prepare(repo: &FleetRepo, args: &Args) -> Result<(PromoteReport, Forge), Rele
             Keyring::from_files(&args.trusted_keys).map_err(|e| RelengError::Usage(format!("--trusted-keys: {e}")))?;
         Some(TrustConfig::new(keys))
     };
-    let mut signer = match &args.sign_key {
-        Some(k) => Some(signer(k, args.gpg_home.as_ref())?),
-        None => None,
-    };
+    let mut signer = args.signing.signer()?;
     let req = PromoteRequest {
         id: args.id.clone(),
         target: args.target.target(),

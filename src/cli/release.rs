@@ -152,6 +152,24 @@ pub(super) fn signer(key: &str, home: Option<&PathBuf>) -> Result<Signer, Releng
     Ok(Signer::open(key, home.map(PathBuf::as_path))?)
 }
 
+/// Optional commit signing, shared by `promote` and `rollback`.
+#[derive(Debug, clap::Args)]
+pub struct CommitSigning {
+    /// Sign the commit with this key (needed when the fleet requires signed commits).
+    #[arg(long, value_name = "FINGERPRINT")]
+    pub sign_key: Option<String>,
+    /// GnuPG home holding --sign-key (default: $GNUPGHOME, else ~/.gnupg).
+    #[arg(long)]
+    pub gpg_home: Option<PathBuf>,
+}
+
+impl CommitSigning {
+    /// The signer, when `--sign-key` was given.
+    pub(super) fn signer(&self) -> Result<Option<Signer>, RelengError> {
+        self.sign_key.as_deref().map(|k| signer(k, self.gpg_home.as_ref())).transpose()
+    }
+}
+
 pub async fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     match cmd {
         Command::Create(args) => create_cmd(args),

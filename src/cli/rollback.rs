@@ -4,7 +4,7 @@
 
 use super::output::OutputFormat;
 use super::promote::{TargetArgs, forge_for_pr, publish};
-use super::release::{Done, fail, has_remote, heading, next, print_moves, signer};
+use super::release::{CommitSigning, Done, fail, has_remote, heading, next, print_moves};
 use crate::releng::forge_pr::{OpenedPullRequest, PullRequestSpec};
 use crate::releng::push::Pushed;
 use crate::releng::rollback::{self, RollbackMethod, RollbackReport, RollbackRequest};
@@ -31,12 +31,8 @@ pub struct Args {
     /// Commit on this new branch instead of on --base (default with --open-pr: rollback/<target>-<time>).
     #[arg(long)]
     pub branch: Option<String>,
-    /// Sign the commit with this key (needed when the fleet requires signed commits).
-    #[arg(long, value_name = "FINGERPRINT")]
-    pub sign_key: Option<String>,
-    /// GnuPG home holding --sign-key (default: $GNUPGHOME, else ~/.gnupg).
-    #[arg(long)]
-    pub gpg_home: Option<PathBuf>,
+    #[command(flatten)]
+    pub signing: CommitSigning,
     /// Push the commit (the base branch, or the new branch).
     #[arg(long)]
     pub push: bool,
@@ -89,10 +85,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 fn sign_and_roll_back(repo: &FleetRepo, args: &Args, req: &RollbackRequest) -> Result<RollbackReport, RelengError> {
-    let mut signer = match &args.sign_key {
-        Some(k) => Some(signer(k, args.gpg_home.as_ref())?),
-        None => None,
-    };
+    let mut signer = args.signing.signer()?;
     rollback::rollback(repo, req, signer.as_mut())
 }
 
