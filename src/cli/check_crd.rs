@@ -1,9 +1,10 @@
-//! `fleetgate check-crd OLD NEW`: offline CRD compatibility verdict.
+//! `fleetgate check-crd OLD NEW [--accept RULE[:[CRD:]PATH]]…`: offline CRD compatibility verdict.
 //!
-//! Exit 0 compatible, 1 incompatible (findings listed), 2 unreadable input or bad usage.
+//! Exit 0 compatible (warnings and accepted findings are listed, not counted), 1 incompatible
+//! (findings listed), 2 unreadable input or bad usage.
 
 use super::output::{OutputFormat, colours};
-use crate::gates::crd_compat::{self, Finding};
+use crate::gates::crd_compat::{self, Acceptance, Finding, Severity};
 use anyhow::Context;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use owo_colors::OwoColorize;
@@ -20,17 +21,25 @@ pub struct Args {
     /// file's `status.storedVersions`, else its storage version. Only with one CRD per file.
     #[arg(long, value_delimiter = ',')]
     pub stored_versions: Option<Vec<String>>,
+    /// Accept an intentional breaking change: `RULE` (e.g. `field-removed`), `RULE:PATH`
+    /// (`maximum-lowered:.spec.replicas`, that path and below) or `RULE:CRD:PATH`. Repeatable.
+    /// Accepted findings are still listed but no longer make the verdict incompatible.
+    #[arg(long = "accept", value_name = "RULE[:PATH]")]
+    pub accept: Vec<Acceptance>,
     #[arg(short = 'o', long, value_enum, default_value_t)]
     pub output: OutputFormat,
 }
 
 #[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 struct Report<'a> {
     old: &'a Path,
     new: &'a Path,
     compatible: bool,
     crds: Vec<String>,
     findings: &'a [Finding],
+    /// `--accept` values that matched no finding (a stale acceptance is worth removing).
+    unused_acceptances: Vec<String>,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -49,20 +58,29 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
                     new.len()
                 ),
             };
-            crd_compat::check(o, n, stored)
+            crd_compat::check_with(o, n, stored, &args.accept)
         }
         None if old.len() == 1 && new.len() == 1 => {
-            crd_compat::check(&old[0], &new[0], &crd_compat::stored_versions(&old[0]))
+            crd_compat::check_with(&old[0], &new[0], &crd_compat::stored_versions(&old[0]), &args.accept)
         }
-        None => crd_compat::check_all(&old, &new),
+        None => crd_compat::check_all_with(&old, &new, &args.accept),
     };
     let report = Report {
         old: &args.old,
         new: &args.new,
-        compatible: findings.is_empty(),
+        compatible: crd_compat::is_compatible(&findings),
         crds: old.iter().filter_map(|c| c.metadata.name.clone()).collect(),
         findings: &findings,
+        unused_acceptances: args
+            .accept
+            .iter()
+            .filter(|a| !findings.iter().any(|f| a.matches(f)))
+            .map(ToString::to_string)
+            .collect(),
     };
+    for a in &report.unused_acceptances {
+        eprintln!("note: --accept {a} matched no finding");
+    }
     if !args.output.print_machine(&report)? {
         print_table(&report);
     }
@@ -89,38 +107,48 @@ fn read_crds(path: &Path) -> anyhow::Result<Vec<CustomResourceDefinition>> {
 
 fn print_table(r: &Report<'_>) {
     let colour = colours();
-    if r.compatible {
-        let word = "compatible";
-        let word = if colour { word.green().bold().to_string() } else { word.to_string() };
-        println!("{word}: {} can replace {} ({})", r.new.display(), r.old.display(), r.crds.join(", "));
-        return;
-    }
-    let word = "incompatible";
-    let word = if colour { word.red().bold().to_string() } else { word.to_string() };
+    let paint = |word: &str, good: bool| match (colour, good) {
+        (false, _) => word.to_string(),
+        (true, true) => word.green().bold().to_string(),
+        (true, false) => word.red().bold().to_string(),
+    };
     let n = r.findings.len();
-    println!(
-        "{word}: {n} finding{} replacing {} with {}",
-        if n == 1 { "" } else { "s" },
-        r.old.display(),
-        r.new.display()
-    );
+    let counted = format!("{n} finding{}", if n == 1 { "" } else { "s" });
+    if r.compatible {
+        let word = paint("compatible", true);
+        println!("{word}: {} can replace {} ({})", r.new.display(), r.old.display(), r.crds.join(", "));
+        if n == 0 {
+            return;
+        }
+        println!("{counted}, none blocking:");
+    } else {
+        let word = paint("incompatible", false);
+        println!("{word}: {counted} replacing {} with {}", r.old.display(), r.new.display());
+    }
     // The CRD column only when the files hold several CRDs.
     let with_crd = r.crds.len() > 1;
     let rows: Vec<Vec<String>> = r
         .findings
         .iter()
         .map(|f| {
-            let rule =
-                serde_json::to_value(f.rule).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
-            let mut row =
-                vec![rule, f.version.clone().unwrap_or_else(|| "-".into()), f.path.clone(), f.message.clone()];
+            let severity = match (f.severity, f.accepted) {
+                (Severity::Incompatible, true) => "accepted".to_string(),
+                (s, _) => s.to_string(),
+            };
+            let mut row = vec![
+                f.rule.to_string(),
+                severity,
+                f.version.clone().unwrap_or_else(|| "-".into()),
+                f.path.clone(),
+                f.message.clone(),
+            ];
             if with_crd {
                 row.insert(0, f.crd.clone());
             }
             row
         })
         .collect();
-    let mut header: Vec<String> = ["RULE", "VERSION", "PATH", "MESSAGE"].map(str::to_string).to_vec();
+    let mut header: Vec<String> = ["RULE", "SEVERITY", "VERSION", "PATH", "MESSAGE"].map(str::to_string).to_vec();
     if with_crd {
         header.insert(0, "CRD".into());
     }
