@@ -37,8 +37,11 @@ fn release(text: String) -> VerifiedRelease {
     let spec = ReleaseSpec {
         git_commit: "bench".into(),
         image: ImageRef { repository: "example/bench".into(), tag: "v1".into(), digest: None },
+        images: Vec::new(),
         chart_version: "1.0.0".into(),
         crd_version: "v1".into(),
+        crds: Vec::new(),
+        accept_crd_changes: Vec::new(),
         target_clusters: vec!["bench".into()],
         rollback_to: None,
         requires: None,
@@ -81,10 +84,10 @@ async fn main() -> anyhow::Result<()> {
     let engine = Engine::new(client.clone(), ApplyOptions::new("fleetgate-system"));
     let rel = release(manifests("bench-engine", n));
     let start = Instant::now();
-    let first = engine.apply(&rel, &policy).await?;
+    let first = engine.apply(engine.admit(&rel, &policy).await?).await?;
     let engine_first = start.elapsed();
     let start = Instant::now();
-    let second = engine.apply(&rel, &policy).await?;
+    let second = engine.apply(engine.admit(&rel, &policy).await?).await?;
     let engine_second = start.elapsed();
     anyhow::ensure!(!second.changed_anything(), "the second apply changed something");
 
@@ -95,10 +98,10 @@ async fn main() -> anyhow::Result<()> {
     let serial = Engine::new(client.clone(), serial_options);
     let rel = release(manifests("bench-serial", n));
     let start = Instant::now();
-    serial.apply(&rel, &policy).await?;
+    serial.apply(serial.admit(&rel, &policy).await?).await?;
     let serial_first = start.elapsed();
     let start = Instant::now();
-    serial.apply(&rel, &policy).await?;
+    serial.apply(serial.admit(&rel, &policy).await?).await?;
     let serial_second = start.elapsed();
 
     let dir = tempfile::tempdir()?;

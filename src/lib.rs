@@ -24,6 +24,7 @@ pub mod release;
 pub mod releng;
 pub mod source;
 pub mod status;
+pub mod validate;
 
 /// The field manager fleetgate's server-side applies use.
 pub const FIELD_MANAGER: &str = "fleetgate";

@@ -4,7 +4,7 @@
 
 mod apply_support;
 
-use apply_support::{AGENT_NS, OPERATOR_NS, cluster_state, get, policy, release, start};
+use apply_support::{apply, AGENT_NS, OPERATOR_NS, cluster_state, get, policy, release, start};
 use fleetgate::apply::{Action, ChangeSet, release_manifest_name};
 use fleetgate::manifests::{ObjectKey, Phase};
 use std::time::Duration;
@@ -26,7 +26,7 @@ async fn upgrade_prunes_dropped_objects_and_records_the_release() {
         let client = cluster.client();
 
         // v1: the CRD and a RedisCluster of it in the same release, one pass.
-        let v1 = engine.apply(&release("v1", "rel-v1", &[]), &policy()).await.expect("v1 applies");
+        let v1 = apply(&engine, &release("v1", "rel-v1", &[]), &policy()).await.expect("v1 applies");
         assert_eq!(v1.changes.len(), 13, "{v1:#?}");
         assert!(v1.changes.iter().all(|c| c.action == Action::Created), "{v1:#?}");
         let deferred: Vec<(String, Phase)> =
@@ -48,7 +48,7 @@ async fn upgrade_prunes_dropped_objects_and_records_the_release() {
         assert!(engine.prune().await.expect("nothing to prune").is_empty());
 
         // v2: Deployment image changed, redis-operator-features added, redis-operator-legacy dropped.
-        let mut v2 = engine.apply(&release("v2", "rel-v2", &[]), &policy()).await.expect("v2 applies");
+        let mut v2 = apply(&engine, &release("v2", "rel-v2", &[]), &policy()).await.expect("v2 applies");
         assert_eq!(names(v2.with(&Action::Created)), ["ConfigMap redis-system/redis-operator-features"]);
         assert_eq!(v2.with(&Action::Configured).len(), 12, "every kept object gets the new release label: {v2:#?}");
         let legacy = get(&client, "v1", "ConfigMap", Some(OPERATOR_NS), "redis-operator-legacy").await;
@@ -93,10 +93,10 @@ async fn reapplying_a_release_changes_nothing() {
         let (cluster, engine) = start("apply-again").await;
         let client = cluster.client();
         let v1 = release("v1", "rel-v1", &[]);
-        engine.apply(&v1, &policy()).await.expect("first apply");
+        apply(&engine, &v1, &policy()).await.expect("first apply");
         let before = cluster_state(&client).await;
 
-        let again: ChangeSet = engine.apply(&v1, &policy()).await.expect("second apply");
+        let again: ChangeSet = apply(&engine, &v1, &policy()).await.expect("second apply");
         assert!(!again.changed_anything(), "{again:#?}");
         assert_eq!(again.with(&Action::Unchanged).len(), 13);
         assert!(again.dry_run_deferred.is_empty(), "namespace and CRD exist and do not change: all dry-run up front");

@@ -4,7 +4,7 @@
 
 mod apply_support;
 
-use apply_support::{OPERATOR_NS, get, policy, release, start, without};
+use apply_support::{apply, OPERATOR_NS, get, policy, release, start, without};
 use fleetgate::apply::{Action, Engine, ObjectChange};
 use std::time::Duration;
 
@@ -24,11 +24,11 @@ async fn crds_are_pruned_only_when_allowed_and_used_namespaces_never() {
         let dropped =
             ["operator/crds/redisclusters.cache.example.com.yaml", "operator/sample.yaml", "operator/namespace.yaml"];
         let slim = without(&v1, "rel-slim", &dropped);
-        engine.apply(&v1, &policy()).await.expect("v1 applies");
+        apply(&engine, &v1, &policy()).await.expect("v1 applies");
 
         // Default: the CRD stays, the namespace (still holding the Deployment) stays, the
         // custom resource of the release goes.
-        engine.apply(&slim, &policy()).await.expect("slim applies");
+        apply(&engine, &slim, &policy()).await.expect("slim applies");
         let pruned = engine.prune().await.expect("prune");
         assert_eq!(pruned.len(), 3, "{pruned:#?}");
         assert!(matches!(outcome(&pruned, CRD), Action::Retained(why) if why.contains("CRD pruning is off")));
@@ -42,11 +42,11 @@ async fn crds_are_pruned_only_when_allowed_and_used_namespaces_never() {
         assert!(inventory.pending_prune.is_empty(), "retained objects leave the pending list");
 
         // With CRD pruning on, the same step deletes the CRD.
-        engine.apply(&v1, &policy()).await.expect("v1 again");
+        apply(&engine, &v1, &policy()).await.expect("v1 again");
         let mut options = engine.options().clone();
         options.prune_crds = true;
         let pruning = Engine::new(client.clone(), options);
-        pruning.apply(&slim, &policy()).await.expect("slim again");
+        apply(&pruning, &slim, &policy()).await.expect("slim again");
         let pruned = pruning.prune().await.expect("prune with CRDs");
         assert_eq!(outcome(&pruned, CRD), Action::Pruned);
         loop {

@@ -4,7 +4,7 @@
 
 mod apply_support;
 
-use apply_support::{cluster_state, policy, release, start};
+use apply_support::{apply, cluster_state, policy, release, start};
 use fleetgate::apply::ApplyError;
 use std::time::Duration;
 
@@ -34,7 +34,7 @@ async fn admission_violation_leaves_the_cluster_untouched() {
             "rel-bad",
             &[("operator/admin.yaml", CLUSTER_ADMIN_BINDING), ("operator/extra.yaml", KUBE_SYSTEM_CONFIG)],
         );
-        let err = engine.apply(&bad, &policy()).await.expect_err("the policy refuses the release");
+        let err = apply(&engine, &bad, &policy()).await.expect_err("the policy refuses the release");
         let ApplyError::Admission(refusal) = &err else { panic!("expected an admission refusal, got {err}") };
         let named: Vec<String> = refusal.violations.iter().map(|v| v.object.to_string()).collect();
         assert_eq!(
@@ -81,7 +81,7 @@ async fn dry_run_failures_are_all_reported_and_leave_the_cluster_untouched() {
     tokio::time::timeout(TIMEOUT, async {
         let (cluster, engine) = start("refuse-dryrun").await;
         let client = cluster.client();
-        engine.apply(&release("v1", "rel-v1", &[]), &policy()).await.expect("v1 applies");
+        apply(&engine, &release("v1", "rel-v1", &[]), &policy()).await.expect("v1 applies");
         let before = cluster_state(&client).await;
 
         // v2 changes the Deployment and adds and drops objects, but three of its objects are
@@ -89,7 +89,7 @@ async fn dry_run_failures_are_all_reported_and_leave_the_cluster_untouched() {
         // schema (the CRD does not change, so it is checked up front too).
         let bad =
             release("v2", "rel-v2", &[("operator/broken.yaml", BROKEN), ("operator/sample.yaml", SAMPLE_OVER_SCHEMA)]);
-        let err = engine.apply(&bad, &policy()).await.expect_err("the dry run refuses the release");
+        let err = apply(&engine, &bad, &policy()).await.expect_err("the dry run refuses the release");
         let ApplyError::DryRun(failures) = &err else { panic!("expected a dry-run refusal, got {err}") };
         let named: Vec<String> = failures.iter().map(|f| f.object.to_string()).collect();
         assert_eq!(

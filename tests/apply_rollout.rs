@@ -4,7 +4,7 @@
 
 mod apply_support;
 
-use apply_support::{AGENT_NS, CLUSTER, OPERATOR_NS, policy, release};
+use apply_support::{apply, AGENT_NS, CLUSTER, OPERATOR_NS, policy, release};
 use fleetgate::apply::{ApplyError, ApplyOptions, Engine};
 use fleetgate_testenv::{ClusterOptions, TestCluster};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -38,7 +38,7 @@ async fn apply_waits_for_rollouts_with_a_timeout() {
         options.rollout_timeout = Some(Duration::from_secs(90));
         let engine = Engine::new(client.clone(), options.clone());
 
-        engine.apply(&release("v1", "rel-v1", &[]), &policy()).await.expect("v1 rolls out");
+        apply(&engine, &release("v1", "rel-v1", &[]), &policy()).await.expect("v1 rolls out");
         let d = Api::<Deployment>::namespaced(client.clone(), OPERATOR_NS).get("redis-operator").await.unwrap();
         assert_eq!(
             d.status.and_then(|s| s.available_replicas),
@@ -49,7 +49,7 @@ async fn apply_waits_for_rollouts_with_a_timeout() {
         options.rollout_timeout = Some(Duration::from_secs(3));
         let impatient = Engine::new(client.clone(), options);
         let stuck = release("v1", "rel-stuck", &[("operator/deployment.yaml", UNSCHEDULABLE)]);
-        let err = impatient.apply(&stuck, &policy()).await.expect_err("the rollout cannot finish");
+        let err = apply(&impatient, &stuck, &policy()).await.expect_err("the rollout cannot finish");
         let ApplyError::RolloutTimeout { object, state, .. } = &err else {
             panic!("expected a rollout timeout, got {err}")
         };

@@ -4,7 +4,7 @@
 
 mod apply_support;
 
-use apply_support::{AGENT_NS, OPERATOR_NS, api, get, policy, release, start};
+use apply_support::{apply, AGENT_NS, OPERATOR_NS, api, get, policy, release, start};
 use fleetgate::apply::{Action, LABEL_SNAPSHOT};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -29,7 +29,7 @@ async fn restore_brings_back_custom_resources_and_release_objects() {
             "x".repeat(700 * 1024)
         );
         let extra = [("operator/big.yaml", big.as_str())];
-        engine.apply(&release("v1", "rel-v1", &extra), &policy()).await.expect("v1 applies");
+        apply(&engine, &release("v1", "rel-v1", &extra), &policy()).await.expect("v1 applies");
 
         // A RedisCluster a user created, not part of any release.
         let clusters = api(&client, "cache.example.com/v1alpha2", "RedisCluster", Some(OPERATOR_NS)).await;
@@ -47,7 +47,7 @@ async fn restore_brings_back_custom_resources_and_release_objects() {
         assert_eq!(snap.chunks, 2);
 
         // N+1 changes the release's RedisCluster and the Deployment; the user changes theirs.
-        engine.apply(&release("v2", "rel-v2", &extra), &policy()).await.expect("v2 applies");
+        apply(&engine, &release("v2", "rel-v2", &extra), &policy()).await.expect("v2 applies");
         let edit = Patch::Merge(json!({"spec": {"replicas": 5}}));
         clusters.patch("users", &PatchParams::default(), &edit).await.expect("user edit");
         assert_eq!(replicas(&client, "sample").await, 3);

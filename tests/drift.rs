@@ -4,7 +4,7 @@
 
 mod apply_support;
 
-use apply_support::{AGENT_NS, OPERATOR_NS, api, policy, release, start};
+use apply_support::{apply, AGENT_NS, OPERATOR_NS, api, policy, release, start};
 use fleetgate::apply::DriftState;
 use fleetgate_testenv::git_in;
 use kube::api::{Patch, PatchParams};
@@ -77,7 +77,7 @@ async fn a_manual_edit_shows_as_exactly_that_field() {
         let repo = tempfile::tempdir().unwrap();
         fleet_repo(repo.path());
         let v1 = release("v1", "rel-v1", &[]);
-        engine.apply(&v1, &policy()).await.expect("v1 applies");
+        apply(&engine, &v1, &policy()).await.expect("v1 applies");
 
         let clean = engine.drift(&v1).await.expect("drift");
         assert!(!clean.has_drift(), "{clean:#?}");
@@ -107,7 +107,7 @@ async fn a_manual_edit_shows_as_exactly_that_field() {
         assert!(out.contains("1 of 13 objects drifted from release rel-v1"), "{out}");
 
         // Applying the release again takes the field back.
-        engine.apply(&v1, &policy()).await.expect("re-apply corrects drift");
+        apply(&engine, &v1, &policy()).await.expect("re-apply corrects drift");
         let (code, out) = fleetgate_diff(repo.path(), cluster.kubeconfig_path()).await;
         assert_eq!(code, 0, "{out}");
     })

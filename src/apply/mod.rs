@@ -6,14 +6,15 @@
 //!
 //! ```text
 //! snapshot()            store release N's live objects + every CR of N's CRDs (in-cluster Secrets)
-//! apply(N+1, policy)    manifests → admission policy → server-side dry run (all or nothing)
+//! admit(N+1, policy)    manifests (discovery, parse, CRDs typed) → admission policy → AdmittedSet
+//! apply(admitted)       server-side dry run (all or nothing)
 //!                       → phases: Namespaces → CRDs (Established, discovery refreshed)
 //!                         → RBAC → config → workloads (rollout, optional) → other/CRs → webhooks
 //!                       → inventory (N+1's objects, N's leftovers marked for prune)
 //!                       → ConfigMap release-manifest-<id>
 //! prune()               delete what N had and N+1 dropped (CRDs only when allowed)
 //! ── on failure ──
-//! apply(N) ; prune() ; restore(snapshot)      CR state back, not just the image
+//! apply(admit(N)) ; prune() ; restore(snapshot)      CR state back, not just the image
 //! ```
 //!
 //! Every object fleetgate applies carries the labels [`LABEL_RELEASE`], [`LABEL_MANAGED_BY`] and
@@ -46,7 +47,8 @@ pub use inventory::*;
 pub use snapshot::*;
 
 use crate::manifests::admission::{AdmissionError, AdmissionPolicy};
-use crate::manifests::{CrdNames, Manifest, ManifestError, ManifestSet, ObjectKey, Phase};
+use crate::manifests::{Manifest, ManifestError, ManifestSet, ObjectKey, Phase};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use crate::model::ErrorClass;
 use crate::release::VerifiedRelease;
 use kube::Client;
@@ -211,6 +213,30 @@ pub(crate) fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
+/// A release that passed the manifests stage: parsed against the cluster's discovery, admitted
+/// by the policy, labelled. Only [`Engine::admit`] makes one.
+pub struct AdmittedSet<'r> {
+    release: &'r VerifiedRelease,
+    set: ManifestSet,
+    resolver: phases::Resolver,
+}
+
+impl AdmittedSet<'_> {
+    pub fn release(&self) -> &VerifiedRelease {
+        self.release
+    }
+
+    /// The objects, labelled, in apply order.
+    pub fn manifests(&self) -> &ManifestSet {
+        &self.set
+    }
+
+    /// The release's CustomResourceDefinitions, typed.
+    pub fn crds(&self) -> &[CustomResourceDefinition] {
+        self.set.crds()
+    }
+}
+
 /// Applies releases to one cluster and keeps their record there.
 #[derive(Clone)]
 pub struct Engine {
@@ -231,53 +257,42 @@ impl Engine {
         &self.client
     }
 
-    /// Parses `release` against the cluster's discovery (scopes, default namespace).
-    pub async fn manifests(&self, release: &VerifiedRelease) -> Result<ManifestSet, ApplyError> {
-        let resolver = phases::Resolver::new(self.client.clone()).await?;
-        Ok(ManifestSet::from_release(release, self.options.default_namespace.as_deref(), resolver.discovery())?)
-    }
-
-    /// Checks `release` without changing anything: manifests, admission policy, and a
-    /// server-side dry run of every object the server can check now. Returns the objects whose
-    /// dry run must wait for an earlier phase (see the module docs).
-    pub async fn dry_run(
+    /// The manifests stage of a pass: parses `release` against the cluster's discovery (scopes,
+    /// default namespace), checks it against the admission `policy` and labels every object.
+    /// Built once per pass; [`dry_run`](Self::dry_run) and [`apply`](Self::apply) take it.
+    pub async fn admit<'r>(
         &self,
-        release: &VerifiedRelease,
+        release: &'r VerifiedRelease,
         policy: &AdmissionPolicy,
-    ) -> Result<Vec<DeferredDryRun>, ApplyError> {
-        let resolver = phases::Resolver::new(self.client.clone()).await?;
-        let mut set = self.admitted(release, policy, &resolver)?;
-        set.add_labels(&self.labels(release.id()));
-        let (_, deferred) = self.dry_run_first(&resolver, &set).await?;
-        Ok(deferred)
-    }
-
-    fn admitted(
-        &self,
-        release: &VerifiedRelease,
-        policy: &AdmissionPolicy,
-        resolver: &phases::Resolver,
-    ) -> Result<ManifestSet, ApplyError> {
+    ) -> Result<AdmittedSet<'r>, ApplyError> {
         if !is_label_value(release.id()) {
             return Err(ApplyError::InvalidReleaseId(release.id().to_string()));
         }
-        let set = ManifestSet::from_release(release, self.options.default_namespace.as_deref(), resolver.discovery())?;
+        let resolver = phases::Resolver::new(self.client.clone()).await?;
+        let mut set = ManifestSet::from_release(release, self.options.default_namespace.as_deref(), resolver.discovery())?;
         policy.check(&set)?;
-        Ok(set)
+        set.add_labels(&self.labels(release.id()));
+        Ok(AdmittedSet { release, set, resolver })
     }
 
-    /// Applies `release`: admission policy, server-side dry run of every object (nothing is
-    /// applied if any fails), the inventory (objects of the previous release that this one
-    /// dropped are marked for [`prune`](Self::prune)), server-side apply (field manager
-    /// `fleetgate`, forced) phase by phase, and ConfigMap `release-manifest-<id>`.
+    /// Checks an admitted set without changing anything: a server-side dry run of every object
+    /// the server can check now. Returns the objects whose dry run must wait for an earlier
+    /// phase (see the module docs).
+    pub async fn dry_run(&self, admitted: &AdmittedSet<'_>) -> Result<Vec<DeferredDryRun>, ApplyError> {
+        let (_, deferred) = self.dry_run_first(&admitted.resolver, &admitted.set).await?;
+        Ok(deferred)
+    }
+
+    /// Applies an admitted release: server-side dry run of every object (nothing is applied if
+    /// any fails), the inventory (objects of the previous release that this one dropped are
+    /// marked for [`prune`](Self::prune)), server-side apply (field manager `fleetgate`, forced)
+    /// phase by phase, and ConfigMap `release-manifest-<id>`.
     ///
     /// The inventory is written before the first object changes, so an apply that fails half
     /// way still records what it may have created: applying the previous release again and
     /// pruning removes it. Re-applying the release that is already applied changes nothing.
-    pub async fn apply(&self, release: &VerifiedRelease, policy: &AdmissionPolicy) -> Result<ChangeSet, ApplyError> {
-        let mut resolver = phases::Resolver::new(self.client.clone()).await?;
-        let mut set = self.admitted(release, policy, &resolver)?;
-        set.add_labels(&self.labels(release.id()));
+    pub async fn apply(&self, admitted: AdmittedSet<'_>) -> Result<ChangeSet, ApplyError> {
+        let AdmittedSet { release, set, mut resolver } = admitted;
         let previous = inventory::read(&self.client, &self.options).await?;
         let (before, deferred) = self.dry_run_first(&resolver, &set).await?;
         inventory::write(&self.client, &self.options, &set, previous.as_ref()).await?;
@@ -324,7 +339,7 @@ impl Engine {
                 _ => None,
             };
             if would_be.is_none() || live.as_ref().and_then(|l| l.data.get("spec")) != would_be {
-                changing_crds.extend(CrdNames::from_crd(&m.object));
+                changing_crds.extend(set.crd_names().into_iter().filter(|c| c.name == m.key.name));
             }
         }
         let deferred: Vec<DeferredDryRun> = set

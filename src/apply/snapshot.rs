@@ -20,7 +20,7 @@ use super::{
     ApplyError, ChangeSet, Engine, InventoryEntry, LABEL_INVENTORY, LABEL_RELEASE, api_message, fields, inventory,
     kube_err,
 };
-use crate::manifests::{CRD_GROUP, CrdNames, ManifestSet, Source};
+use crate::manifests::{CRD_GROUP, CRD_KIND, CrdNames, ManifestSet, Source, typed_crd};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, ObjectMeta, PostParams};
@@ -70,8 +70,8 @@ impl Engine {
             return Ok(None);
         };
         let resolver = Resolver::new(self.client.clone()).await?;
-        let objects = self.live_state(&resolver, &inv.objects).await?;
         let id = format!("s{}", chrono::Utc::now().timestamp_millis());
+        let objects = self.live_state(&id, &resolver, &inv.objects).await?;
         let info = self.store_snapshot(&id, &inv.release, &objects).await?;
         self.trim_snapshots().await?;
         Ok(Some(info))
@@ -79,7 +79,7 @@ impl Engine {
 
     /// The live objects of `entries` (fleetgate's fields) and every custom resource of the
     /// CRDs among them (all but status).
-    async fn live_state(&self, resolver: &Resolver, entries: &[InventoryEntry]) -> Result<Vec<Value>, ApplyError> {
+    async fn live_state(&self, id: &str, resolver: &Resolver, entries: &[InventoryEntry]) -> Result<Vec<Value>, ApplyError> {
         let mut crds = Vec::new();
         let mut out = Vec::new();
         for e in entries {
@@ -87,10 +87,12 @@ impl Engine {
             let Some(live) = api.get_opt(&e.name).await.map_err(kube_err(format!("reading {}", e.key())))? else {
                 continue;
             };
-            if e.group == CRD_GROUP && e.kind == "CustomResourceDefinition" {
-                crds.extend(CrdNames::from_crd(&live));
-            }
             let value = serde_json::to_value(&live).expect("objects serialize");
+            if e.group == CRD_GROUP && e.kind == CRD_KIND {
+                let crd = typed_crd(&value)
+                    .map_err(|reason| ApplyError::Snapshot { id: id.to_string(), reason: format!("live CRD {}: {reason}", e.name) })?;
+                crds.push(CrdNames::of(&crd));
+            }
             out.push(fields::managed_fields(&value, crate::FIELD_MANAGER));
         }
         for crd in crds {

@@ -1,6 +1,6 @@
 //! Parsing and ordering a release's rendered manifests into a [`ManifestSet`].
 //!
-//! Every manifest file of a [`VerifiedRelease`] (`.yaml`, `.yml`, `.json`; multi-document YAML)
+//! Every manifest file of a release ([`ReleaseFiles`]; `.yaml`, `.yml`, `.json`; multi-document YAML)
 //! becomes [`Manifest`]s: typed dynamic objects with their scope resolved, their namespace filled
 //! in, and the [`Phase`] they are applied in. The set is ordered by phase, then by API group,
 //! kind, namespace and name, so the same release always yields the same order.
@@ -13,11 +13,15 @@
 //! [`admission`] holds the pure `ReleaseAdmissionPolicy` check over a set.
 
 pub mod admission;
+mod crds;
 
 pub use admission::{AdmissionError, AdmissionPolicy, Violation};
+pub use crate::model::{CRD_GROUP, CRD_KIND, is_crd};
+pub use crds::*;
 
 use crate::model::{Location, ParseError, parse_multi};
-use crate::release::VerifiedRelease;
+use crate::release::ReleaseFiles;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::DynamicObject;
 use kube::core::GroupVersionKind;
 use kube::discovery::Scope;
@@ -25,8 +29,6 @@ use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
-/// The group of CustomResourceDefinitions.
-pub const CRD_GROUP: &str = "apiextensions.k8s.io";
 
 /// Identity of an object independent of API version: group, kind, namespace, name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
@@ -165,49 +167,6 @@ impl KindScopes for kube::Discovery {
     }
 }
 
-/// The names a CustomResourceDefinition of the release defines.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CrdNames {
-    /// The CRD's own name (`<plural>.<group>`).
-    pub name: String,
-    pub group: String,
-    pub kind: String,
-    pub plural: String,
-    pub scope: Scope,
-    /// Served versions, in the CRD's order.
-    pub versions: Vec<String>,
-}
-
-impl CrdNames {
-    /// Reads the names out of a CRD object (`apiextensions.k8s.io/v1` shape).
-    pub fn from_crd(obj: &DynamicObject) -> Option<CrdNames> {
-        let spec = obj.data.get("spec")?;
-        let scope = match spec.get("scope")?.as_str()? {
-            "Namespaced" => Scope::Namespaced,
-            "Cluster" => Scope::Cluster,
-            _ => return None,
-        };
-        let versions = spec
-            .get("versions")
-            .and_then(Value::as_array)
-            .map(|vs| {
-                vs.iter()
-                    .filter(|v| v.get("served").and_then(Value::as_bool).unwrap_or(true))
-                    .filter_map(|v| v.get("name")?.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
-        Some(CrdNames {
-            name: obj.metadata.name.clone()?,
-            group: spec.get("group")?.as_str()?.to_string(),
-            kind: spec.get("names")?.get("kind")?.as_str()?.to_string(),
-            plural: spec.get("names")?.get("plural")?.as_str()?.to_string(),
-            scope,
-            versions,
-        })
-    }
-}
-
 /// One object of a release, ready to apply.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Manifest {
@@ -249,12 +208,14 @@ pub enum ManifestError {
         "{at}: {kind} ({api_version}) is not served by the cluster and no CustomResourceDefinition in the release defines it"
     )]
     UnknownKind { at: Source, api_version: String, kind: String },
+    #[error("{at}: {reason}")]
+    InvalidCrd { at: Source, reason: String },
     #[error("{} problems in the release's manifests:\n  {}", .0.len(), .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n  "))]
     Many(Vec<ManifestError>),
 }
 
 impl ManifestError {
-    fn from_all(mut errors: Vec<ManifestError>) -> Option<ManifestError> {
+    pub(crate) fn from_all(mut errors: Vec<ManifestError>) -> Option<ManifestError> {
         match errors.len() {
             0 => None,
             1 => errors.pop(),
@@ -268,6 +229,8 @@ impl ManifestError {
 pub struct ManifestSet {
     release_id: String,
     manifests: Vec<Manifest>,
+    /// The set's CRDs, typed (read once, by [`typed_crd`]), in apply order.
+    crds: Vec<CustomResourceDefinition>,
 }
 
 impl ManifestSet {
@@ -280,7 +243,7 @@ impl ManifestSet {
     /// namespaced object without a namespace when `default_namespace` is None, and kind neither
     /// served nor defined by the release — all reported together.
     pub fn from_release(
-        release: &VerifiedRelease,
+        release: &dyn ReleaseFiles,
         default_namespace: Option<&str>,
         scopes: &dyn KindScopes,
     ) -> Result<ManifestSet, ManifestError> {
@@ -345,12 +308,19 @@ impl ManifestSet {
         scopes: &dyn KindScopes,
     ) -> Result<ManifestSet, ManifestError> {
         // The release's own CRDs define the scope of their kinds, whatever the cluster serves now.
-        let release_crds: HashMap<(String, String), Scope> = parsed
-            .iter()
-            .filter(|(_, _, gvk)| gvk.group == CRD_GROUP && gvk.kind == "CustomResourceDefinition")
-            .filter_map(|(_, obj, _)| CrdNames::from_crd(obj))
-            .map(|c| ((c.group, c.kind), c.scope))
-            .collect();
+        let mut release_crds: HashMap<(String, String), Scope> = HashMap::new();
+        for (at, obj, gvk) in &parsed {
+            if !is_crd(&api_version(&gvk.group, &gvk.version), &gvk.kind) {
+                continue;
+            }
+            match serde_json::to_value(obj).map_err(|e| e.to_string()).and_then(|v| typed_crd(&v)) {
+                Ok(crd) => {
+                    let names = CrdNames::of(&crd);
+                    release_crds.insert((names.group, names.kind), names.scope);
+                }
+                Err(reason) => errors.push(ManifestError::InvalidCrd { at: at.clone(), reason }),
+            }
+        }
 
         let mut seen: BTreeMap<ObjectKey, Source> = BTreeMap::new();
         let mut manifests = Vec::new();
@@ -397,7 +367,13 @@ impl ManifestSet {
             return Err(e);
         }
         manifests.sort_by(|a, b| (a.phase, &a.key).cmp(&(b.phase, &b.key)));
-        Ok(ManifestSet { release_id: id.to_string(), manifests })
+        // Converted above without error, so every CRD manifest converts again here.
+        let crds = manifests
+            .iter()
+            .filter(|m| is_crd(&m.api_version(), &m.key.kind))
+            .filter_map(|m| serde_json::to_value(&m.object).ok().and_then(|v| typed_crd(&v).ok()))
+            .collect();
+        Ok(ManifestSet { release_id: id.to_string(), manifests, crds })
     }
 
     /// The id of the release these objects belong to.
@@ -439,12 +415,17 @@ impl ManifestSet {
 
     /// Whether `group`/`kind` is defined by a CustomResourceDefinition of this set.
     pub fn defines_kind(&self, group: &str, kind: &str) -> bool {
-        self.crds().iter().any(|c| c.group == group && c.kind == kind)
+        self.crds.iter().any(|c| c.spec.group == group && c.spec.names.kind == kind)
+    }
+
+    /// Every CustomResourceDefinition in the set, typed.
+    pub fn crds(&self) -> &[CustomResourceDefinition] {
+        &self.crds
     }
 
     /// The names of every CustomResourceDefinition in the set.
-    pub fn crds(&self) -> Vec<CrdNames> {
-        self.phase(Phase::Crds).filter_map(|m| CrdNames::from_crd(&m.object)).collect()
+    pub fn crd_names(&self) -> Vec<CrdNames> {
+        self.crds.iter().map(CrdNames::of).collect()
     }
 }
 
@@ -479,13 +460,17 @@ fn to_object(value: Value) -> Result<(DynamicObject, GroupVersionKind), String> 
 pub(crate) mod tests {
     use super::*;
     use crate::model::{Document, ImageRef, Release, ReleaseSpec};
+    use crate::release::VerifiedRelease;
 
     pub(crate) fn release(files: &[(&str, &str)]) -> VerifiedRelease {
         let spec = ReleaseSpec {
             git_commit: "a1b2c3d".into(),
             image: ImageRef { repository: "example/op".into(), tag: "v1".into(), digest: None },
+            images: Vec::new(),
             chart_version: "1.0.0".into(),
             crd_version: "v1".into(),
+            crds: Vec::new(),
+            accept_crd_changes: Vec::new(),
             target_clusters: vec!["c1".into()],
             rollback_to: None,
             requires: None,
@@ -549,7 +534,7 @@ spec:
         );
         let ns = set.iter().next().unwrap();
         assert_eq!(ns.object.metadata.namespace, None, "cluster-scoped objects carry no namespace");
-        assert_eq!(set.crds()[0].plural, "widgets");
+        assert_eq!(set.crd_names()[0].plural, "widgets");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use super::{
     MAX_YAML_BYTES, RELEASE_ADMISSION_POLICY_KIND, ReleaseAdmissionPolicy, ReleaseAdmissionPolicySpec, Rule,
     check_cluster, check_fleet, join_findings, parse_document, parse_yaml,
 };
-use crate::source::{EntryKind, RepoTree, TreeError};
+use super::{EntryKind, RepoTree, TreeError};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -262,7 +262,7 @@ fn load_policies(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::{DirTree, template_dir};
+    use crate::model::{DirTree, template_dir};
     use rstest::rstest;
 
     #[test]

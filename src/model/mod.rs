@@ -5,7 +5,7 @@
 //! Unknown fields are errors: a typo must never silently disable a gate or widen a policy.
 //! Parse errors name the file and, where the parser knows it, the line and column.
 //!
-//! [`FleetConfig`] loads a whole commit's configuration from a `source::RepoTree`; the checks in
+//! [`FleetConfig`] loads a whole commit's configuration from a [`RepoTree`]; the checks in
 //! `validate` and [`FleetConfig::load`] report every [`Finding`] at once.
 
 mod admission;
@@ -16,7 +16,9 @@ mod finding;
 mod fleet;
 mod gate_policy;
 mod release;
-mod validate;
+mod template;
+mod tree;
+mod checks;
 mod yaml;
 
 pub use admission::*;
@@ -27,7 +29,9 @@ pub use finding::*;
 pub use fleet::*;
 pub use gate_policy::*;
 pub use release::*;
-pub use validate::*;
+pub use template::*;
+pub use tree::*;
+pub use checks::*;
 pub use yaml::*;
 
 use serde::{Deserialize, Serialize};
@@ -35,6 +39,16 @@ use std::collections::BTreeMap;
 
 /// The API group/version every fleetgate document carries.
 pub const API_VERSION: &str = "fleetgate.io/v1alpha1";
+
+/// The group of CustomResourceDefinitions.
+pub const CRD_GROUP: &str = "apiextensions.k8s.io";
+/// The kind every CRD document has.
+pub const CRD_KIND: &str = "CustomResourceDefinition";
+
+/// Whether a document (`apiVersion`, `kind`) is a CustomResourceDefinition.
+pub fn is_crd(api_version: &str, kind: &str) -> bool {
+    kind == CRD_KIND && api_version.split('/').next() == Some(CRD_GROUP)
+}
 
 /// `metadata` of a fleetgate document.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -12,10 +12,26 @@ pub type Release = Document<ReleaseSpec>;
 pub struct ReleaseSpec {
     /// The Operator's source commit this release was built from.
     pub git_commit: String,
+    /// The operator's own (manager) image; at least one container runs it.
     pub image: ImageRef,
+    /// Further images the release runs or passes to the manager (webhook server, sidecar,
+    /// an operand image given as an argument). Every container image must be `image` or one of
+    /// these; each of these must be run by a container or appear in a container's args or env.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<NamedImage>,
     pub chart_version: String,
-    /// The CRD version every CRD of this release must serve.
+    /// The headline API version: the one the operator's primary CRD serves (real operators
+    /// serve several versions across their CRDs; `crds` records each CRD's).
     pub crd_version: String,
+    /// Served and storage versions of every CRD of the release, recorded by `release create`.
+    /// When present, it must equal what the manifests' CRDs say.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub crds: Vec<CrdVersions>,
+    /// Intentional breaking CRD changes this release accepts: `RULE` or `RULE:PATH`, as
+    /// `fleetgate check-crd --accept` takes them. Signed with the release, so only a release
+    /// key holder can accept one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub accept_crd_changes: Vec<String>,
     /// The clusters this release may run on; any other cluster refuses it.
     pub target_clusters: Vec<String>,
     /// Explicit rollback target; default is the cluster's last-known-good release.
@@ -53,6 +69,47 @@ impl ImageRef {
     }
 }
 
+/// One further image of a release, with the name people use for it (`webhook`, `sidecar`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NamedImage {
+    pub name: String,
+    pub repository: String,
+    pub tag: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+}
+
+impl NamedImage {
+    pub fn image(&self) -> ImageRef {
+        ImageRef { repository: self.repository.clone(), tag: self.tag.clone(), digest: self.digest.clone() }
+    }
+}
+
+/// The name `spec.image` goes by among a release's images.
+pub const PRIMARY_IMAGE_NAME: &str = "operator";
+
+impl ReleaseSpec {
+    /// Every image of the release, the operator's own first, each with its name.
+    pub fn all_images(&self) -> Vec<(String, ImageRef)> {
+        std::iter::once((PRIMARY_IMAGE_NAME.to_string(), self.image.clone()))
+            .chain(self.images.iter().map(|i| (i.name.clone(), i.image())))
+            .collect()
+    }
+}
+
+/// The versions one CRD serves and stores.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct CrdVersions {
+    /// The CRD's name (`<plural>.<group>`).
+    pub name: String,
+    /// Served versions, in the CRD's order.
+    pub served: Vec<String>,
+    /// The one storage version.
+    pub storage: String,
+}
+
 /// What a cluster must offer to run the release.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -63,6 +120,19 @@ pub struct Requirements {
     /// Node architectures the images are built for; every node must be one of them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub architectures: Vec<String>,
+}
+
+/// `requires.kubernetes` that is not a version range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("requires.kubernetes {range:?} is not a version range (expected e.g. `>=1.28`, `>=1.28, <1.33`): {reason}")]
+pub struct BadVersionRange {
+    pub range: String,
+    pub reason: String,
+}
+
+/// Parses a Kubernetes version range (`>=1.28`, `~1.30`, `>=1.28, <1.33`).
+pub fn parse_version_range(range: &str) -> Result<semver::VersionReq, BadVersionRange> {
+    semver::VersionReq::parse(range).map_err(|e| BadVersionRange { range: range.to_string(), reason: e.to_string() })
 }
 
 /// The document kind of [`Release`].
@@ -181,8 +251,11 @@ fn from_seed(
     let spec = ReleaseSpec {
         git_commit: take(GIT_COMMIT).unwrap_or_default(),
         image: ImageRef { repository, tag: take(IMAGE_TAG).unwrap_or_default(), digest: take(IMAGE_DIGEST) },
+        images: Vec::new(),
         chart_version: take(CHART_VERSION).unwrap_or_default(),
         crd_version: take(CRD_VERSION).unwrap_or_default(),
+        crds: Vec::new(),
+        accept_crd_changes: Vec::new(),
         target_clusters: list(take(TARGET_CLUSTERS)),
         rollback_to: take(ROLLBACK_TO),
         requires,

@@ -1,5 +1,11 @@
 //! YAML parsing with errors that name the file and line, and limits that refuse hostile input
 //! (oversized files, alias bombs) before the parser spends memory on it.
+//!
+//! Alias bombs are found from the YAML parser's own events (`yaml-rust2`'s event parser, which
+//! never builds a tree), never by scanning text: `*emphasis*` and `&` in a CRD's markdown
+//! descriptions are text, not aliases. What is limited is what an alias costs — the nodes it
+//! would expand to — so a billion-laughs file is refused after one linear pass, while a CRD of a
+//! megabyte without anchors passes whatever its descriptions say.
 
 use super::{API_VERSION, Document};
 use serde::de::DeserializeOwned;
@@ -7,8 +13,11 @@ use std::fmt;
 
 /// Files larger than this are refused before parsing.
 pub const MAX_YAML_BYTES: usize = 4 * 1024 * 1024;
-/// More anchors/aliases than this in one file is treated as an alias bomb.
-const MAX_ALIASES: usize = 64;
+/// Nodes that aliases of one file may add when expanded; more is treated as an alias bomb.
+/// Legitimate manifests use few aliases, each expanding to a small block.
+pub const MAX_ALIAS_EXPANSION: u64 = 100_000;
+/// Aliases in one file; more is refused whatever they expand to.
+pub const MAX_ALIASES: usize = 10_000;
 
 /// Where in which file a problem is.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -70,8 +79,10 @@ impl fmt::Display for Location {
 pub enum ParseError {
     #[error("{at}: file is {size} bytes, over the {limit}-byte limit")]
     TooLarge { at: Location, size: usize, limit: usize },
-    #[error("{at}: {count} YAML anchors/aliases (limit {MAX_ALIASES}); refusing a possible alias bomb")]
-    AliasBomb { at: Location, count: usize },
+    #[error(
+        "{at}: {aliases} YAML aliases would expand to {expanded} more nodes (limits: {MAX_ALIASES} aliases, {MAX_ALIAS_EXPANSION} nodes); refusing an alias bomb"
+    )]
+    AliasBomb { at: Location, aliases: usize, expanded: u64 },
     #[error("{at}: {message}")]
     Syntax { at: Location, message: String },
     #[error("{at}: expected apiVersion {API_VERSION} kind {expected}, found apiVersion {api_version:?} kind {kind:?}")]
@@ -96,22 +107,78 @@ fn at(file: &str) -> Location {
     Location::file(file)
 }
 
-/// Refuses input that is too large or alias-heavy, before any parser sees it.
+/// Refuses input that is too large or whose aliases expand too far, before any parser builds it.
 pub fn check_limits(file: &str, text: &str) -> Result<(), ParseError> {
     if text.len() > MAX_YAML_BYTES {
         return Err(ParseError::TooLarge { at: at(file), size: text.len(), limit: MAX_YAML_BYTES });
     }
-    // Count `*alias` uses outside of quoted scalars well enough to catch billion-laughs input;
-    // legitimate manifests use few or none.
-    let count = text
-        .lines()
-        .filter(|l| !l.trim_start().starts_with('#'))
-        .map(|l| l.matches(" *").count() + l.matches("[*").count() + l.matches(",*").count())
-        .sum::<usize>();
-    if count > MAX_ALIASES {
-        return Err(ParseError::AliasBomb { at: at(file), count });
+    let cost = alias_cost(text);
+    if cost.aliases > MAX_ALIASES || cost.expanded > MAX_ALIAS_EXPANSION {
+        let at = Location { file: file.to_string(), line: cost.line, column: None };
+        return Err(ParseError::AliasBomb { at, aliases: cost.aliases, expanded: cost.expanded });
     }
     Ok(())
+}
+
+/// What the aliases of a YAML stream cost when expanded.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct AliasCost {
+    aliases: usize,
+    /// Nodes the aliases add (saturating: a bomb's true figure overflows any integer).
+    expanded: u64,
+    /// Where the expansion first went over the limit (or the last alias when it did not).
+    line: Option<u32>,
+}
+
+/// Walks the parser's events once, keeping the expanded size of every anchored node, and adds
+/// up what each alias expands to. Input the event parser cannot read costs nothing here: the
+/// document parser then reports the syntax error (and has a repetition limit of its own).
+fn alias_cost(text: &str) -> AliasCost {
+    use yaml_rust2::parser::{Event, Parser};
+    let mut cost = AliasCost::default();
+    let mut anchors: std::collections::HashMap<usize, u64> = std::collections::HashMap::new();
+    // Open collections: (anchor id, expanded node count so far).
+    let mut open: Vec<(usize, u64)> = Vec::new();
+    let mut parser = Parser::new_from_str(text);
+    let add = |open: &mut Vec<(usize, u64)>, n: u64| {
+        if let Some(top) = open.last_mut() {
+            top.1 = top.1.saturating_add(n);
+        }
+    };
+    loop {
+        let Ok((event, mark)) = parser.next_token() else { return cost };
+        match event {
+            Event::StreamEnd => return cost,
+            Event::Scalar(_, _, anchor, _) => {
+                if anchor > 0 {
+                    anchors.insert(anchor, 1);
+                }
+                add(&mut open, 1);
+            }
+            Event::SequenceStart(anchor, _) | Event::MappingStart(anchor, _) => open.push((anchor, 1)),
+            Event::SequenceEnd | Event::MappingEnd => {
+                if let Some((anchor, size)) = open.pop() {
+                    if anchor > 0 {
+                        anchors.insert(anchor, size);
+                    }
+                    add(&mut open, size);
+                }
+            }
+            Event::Alias(anchor) => {
+                let size = anchors.get(&anchor).copied().unwrap_or(1);
+                cost.aliases += 1;
+                cost.expanded = cost.expanded.saturating_add(size);
+                if cost.line.is_none() || cost.expanded <= MAX_ALIAS_EXPANSION {
+                    cost.line = u32::try_from(mark.line()).ok();
+                }
+                add(&mut open, size);
+                if cost.expanded > MAX_ALIAS_EXPANSION || cost.aliases > MAX_ALIASES {
+                    return cost;
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 fn syntax(file: &str, e: serde_yaml_ng::Error) -> ParseError {
@@ -187,13 +254,50 @@ mod tests {
         assert!(loc.line.is_some(), "{err}");
     }
 
-    #[test]
-    fn alias_bombs_are_refused() {
-        let mut text = String::from("a: &a [x, x]\n");
-        for i in 0..100 {
-            text.push_str(&format!("b{i}: [*a, *a]\n"));
+    /// Billion laughs: `levels` anchors, each a list of ten aliases of the one before.
+    fn laughs(levels: usize) -> String {
+        let mut text = String::from("l0: &l0 lol\n");
+        for i in 1..=levels {
+            let refs = vec![format!("*l{}", i - 1); 10].join(", ");
+            text.push_str(&format!("l{i}: &l{i} [{refs}]\n"));
         }
-        assert!(matches!(parse_yaml::<serde_yaml_ng::Value>("bomb.yaml", &text), Err(ParseError::AliasBomb { .. })));
+        text
+    }
+
+    #[test]
+    fn alias_bombs_are_refused_at_once() {
+        let started = std::time::Instant::now();
+        let err = parse_yaml::<serde_yaml_ng::Value>("bomb.yaml", &laughs(9)).unwrap_err();
+        assert!(matches!(err, ParseError::AliasBomb { .. }), "{err}");
+        assert!(err.to_string().starts_with("bomb.yaml:"), "{err}");
+        // One linear pass over a few hundred bytes, not an expansion to 10^9 nodes.
+        assert!(started.elapsed() < std::time::Duration::from_secs(2), "{:?}", started.elapsed());
+    }
+
+    #[test]
+    fn a_few_small_aliases_are_fine() {
+        let mut text = String::from("base: &base {a: 1, b: 2}\n");
+        for i in 0..100 {
+            text.push_str(&format!("c{i}: *base\n"));
+        }
+        // Each alias adds the mapping and its four scalars.
+        assert_eq!(alias_cost(&text), AliasCost { aliases: 100, expanded: 500, line: Some(101) });
+        assert!(parse_yaml::<serde_yaml_ng::Value>("ok.yaml", &text).is_ok());
+        // l1 = 1 + 10 × 1 nodes, l2 = 1 + 10 × 11, l3 = 1 + 10 × 111: its aliases add 10 + 110 + 1110.
+        assert_eq!(alias_cost(&laughs(3)).expanded, 10 + 110 + 1110);
+    }
+
+    #[test]
+    fn markdown_in_descriptions_is_not_an_alias() {
+        // What a real CRD's descriptions hold: emphasis, lists, ampersands, in every scalar style.
+        let mut text = String::from("spec:\n  versions:\n");
+        for i in 0..500 {
+            text.push_str(&format!(
+                "  - name: v{i}\n    description: \"*Required* & see *note*: a [*list*] & more, *x*\"\n    plain: use *this* & *that*\n    block: |\n      * item one & *two*\n      &anchor-looking text *alias-looking*\n"
+            ));
+        }
+        assert_eq!(alias_cost(&text).aliases, 0);
+        assert!(parse_yaml::<serde_yaml_ng::Value>("crd.yaml", &text).is_ok());
     }
 
     #[test]

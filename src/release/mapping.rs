@@ -4,18 +4,24 @@
 //!
 //! Rules (each breach is a [`Finding`]; all are reported, not only the first):
 //! * the release id equals its tag;
-//! * every container and init container image of every Pod template (Deployment, StatefulSet,
-//!   DaemonSet, ReplicaSet, Job, CronJob, Pod) equals `spec.image` — repository and tag, and the
-//!   digest when the release names one (a manifest must not pin a digest the release does not);
-//!   and at least one container runs it;
-//! * every CRD serves `spec.crdVersion` and has exactly one storage version;
+//! * every container, init container and ephemeral container image of every Pod template
+//!   (Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob, Pod) is one of the release's
+//!   images (`spec.image`, `spec.images`) — repository and tag, and the digest when the release
+//!   names one (a manifest must not pin a digest the release does not); at least one container
+//!   runs `spec.image`, and every image of `spec.images` is run by a container or passed in a
+//!   container's command, args or env (an operand image given to the manager);
+//! * every CRD has exactly one storage version; some CRD serves the headline `spec.crdVersion`;
+//!   `spec.crds`, when recorded, equals every CRD's served and storage versions;
 //! * the manifests folder and every file in it stay inside the repo (no `..`, no absolute path,
 //!   no symbolic link pointing out), files are under the size limit, and there are not too many.
 
-use crate::model::{Finding, Location, MAX_YAML_BYTES, Release, Rule, parse_multi, safe_relative_path};
-use crate::source::{EntryKind, RepoTree, TreeError};
+use crate::model::{
+    CrdVersions, Finding, ImageRef, Location, MAX_YAML_BYTES, PRIMARY_IMAGE_NAME, Release, Rule, is_crd, parse_multi,
+    safe_relative_path,
+};
+use crate::model::{EntryKind, RepoTree, TreeError};
 use serde_yaml_ng::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// At most this many manifest files per release.
 pub const MAX_MANIFEST_FILES: usize = 2000;
@@ -204,14 +210,28 @@ pub fn parse_image(image: &str) -> ImageParts<'_> {
     }
 }
 
-/// Why `image` does not equal the release's image, or None when it does.
-pub fn image_mismatch(release: &Release, image: &str) -> Option<String> {
-    let want = &release.spec.image;
+/// Which of the release's images `image` is (its name), or why it is none of them.
+pub fn match_image(release: &Release, image: &str) -> Result<String, String> {
+    let images = release.spec.all_images();
     let got = parse_image(image);
-    let expected = want.reference();
-    if got.repository != want.repository {
-        return Some(format!("image {image:?} is not from repository {:?} (release.yaml says {expected})", want.repository));
+    let mut why = None;
+    for (name, want) in images.iter().filter(|(_, w)| w.repository == got.repository) {
+        match image_mismatch(want, image, &got) {
+            None => return Ok(name.clone()),
+            Some(w) => {
+                why.get_or_insert(w);
+            }
+        }
     }
+    Err(why.unwrap_or_else(|| {
+        let listed: Vec<String> = images.iter().map(|(n, i)| format!("{n} {}", i.reference())).collect();
+        format!("image {image:?} is not one of the release's images ({})", listed.join(", "))
+    }))
+}
+
+/// Why `image` (of `want`'s repository) is not `want`, or None when it is.
+fn image_mismatch(want: &ImageRef, image: &str, got: &ImageParts<'_>) -> Option<String> {
+    let expected = want.reference();
     match (got.tag, got.digest) {
         (None, None) => return Some(format!("image {image:?} has no tag (that means :latest); expected {expected}")),
         (Some(t), _) if t != want.tag => {
@@ -222,11 +242,17 @@ pub fn image_mismatch(release: &Release, image: &str) -> Option<String> {
     match (&want.digest, got.digest) {
         (Some(w), Some(g)) if w != g => Some(format!("image {image:?} has digest {g}, release.yaml says {w}")),
         (Some(w), None) => Some(format!("image {image:?} is not pinned to digest {w} that release.yaml names")),
-        (None, Some(g)) => {
-            Some(format!("image {image:?} pins digest {g} but release.yaml names none; add spec.image.digest"))
-        }
+        (None, Some(g)) => Some(format!("image {image:?} pins digest {g} but release.yaml names none; add its digest")),
         _ => None,
     }
+}
+
+/// Every string a container passes to its process (command, args, env values): where operators
+/// take the images of their operands or helpers.
+fn container_strings(c: &Value) -> Vec<&str> {
+    let list = |k: &str| c.get(k).and_then(Value::as_sequence).into_iter().flatten().filter_map(Value::as_str);
+    let env = c.get("env").and_then(Value::as_sequence).into_iter().flatten().filter_map(|e| str_at(e, "value"));
+    list("command").chain(list("args")).chain(env).collect()
 }
 
 /// The pod spec inside a workload object, if it is one.
@@ -268,8 +294,10 @@ pub fn check_mapping(
             format!("release id {:?} does not equal its tag {tag:?}", release.name()),
         ));
     }
-    let mut operator_containers = 0;
-    let mut crds = 0;
+    // Names of the release's images some container runs, and every string containers pass on.
+    let mut run: BTreeSet<String> = BTreeSet::new();
+    let mut passed: Vec<String> = Vec::new();
+    let mut crds: Vec<CrdVersions> = Vec::new();
     for (path, bytes) in files {
         let Ok(text) = std::str::from_utf8(bytes) else {
             out.push(Finding::in_file(Rule::Schema, path, "not UTF-8 text"));
@@ -292,9 +320,10 @@ pub fn check_mapping(
                 continue;
             };
             if let Some(pod) = pod_spec(kind, obj) {
-                for list in ["initContainers", "containers"] {
+                for list in ["initContainers", "containers", "ephemeralContainers"] {
                     for c in pod.get(list).and_then(Value::as_sequence).into_iter().flatten() {
                         let name = str_at(c, "name").unwrap_or("?");
+                        passed.extend(container_strings(c).into_iter().map(str::to_string));
                         let Some(image) = str_at(c, "image") else {
                             out.push(Finding::at_key(
                                 Rule::Image,
@@ -305,32 +334,92 @@ pub fn check_mapping(
                             ));
                             continue;
                         };
-                        operator_containers += 1;
-                        if let Some(why) = image_mismatch(release, image) {
-                            let at = Location::of_text(path, text, image);
-                            out.push(Finding::new(Rule::Image, at, format!("{kind} container {name:?}: {why}")));
+                        match match_image(release, image) {
+                            Ok(image_name) => {
+                                run.insert(image_name);
+                            }
+                            Err(why) => {
+                                let at = Location::of_text(path, text, image);
+                                out.push(Finding::new(Rule::Image, at, format!("{kind} container {name:?}: {why}")));
+                            }
                         }
                     }
                 }
             }
-            if kind == "CustomResourceDefinition" && api.starts_with("apiextensions.k8s.io/") {
-                crds += 1;
-                out.extend(check_crd(release, path, text, obj));
+            if is_crd(api, kind) {
+                let (versions, findings) = check_crd(path, text, obj);
+                out.extend(findings);
+                crds.push(versions);
             }
         }
     }
-    if operator_containers == 0 {
+    if !run.contains(PRIMARY_IMAGE_NAME) {
         out.push(Finding::in_file(
             Rule::Image,
             &release.spec.manifests,
             format!("no container in the manifests runs the release's image {}", release.spec.image.reference()),
         ));
     }
-    if crds == 0 {
+    for named in release.spec.images.iter().filter(|i| !run.contains(&i.name)) {
+        let reference = named.image().reference();
+        if !passed.iter().any(|p| p.contains(&reference)) {
+            out.push(Finding::at_key(
+                Rule::Image,
+                release_file,
+                release_text,
+                "images",
+                format!(
+                    "image {:?} ({reference}) is run by no container and passed in no container's command, args or env",
+                    named.name
+                ),
+            ));
+        }
+    }
+    out.extend(check_crd_versions(release, release_file, release_text, &crds));
+    out
+}
+
+/// The release's CRD versions against its CRDs: some CRD serves the headline `crdVersion`, and
+/// `spec.crds`, when recorded, equals every CRD's served and storage versions.
+fn check_crd_versions(release: &Release, file: &str, text: &str, crds: &[CrdVersions]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let want = &release.spec.crd_version;
+    let shown = |list: &[CrdVersions]| {
+        list.iter().map(|c| format!("{} [{}]", c.name, c.served.join(", "))).collect::<Vec<_>>().join(", ")
+    };
+    if crds.is_empty() {
         out.push(Finding::in_file(
             Rule::CrdVersion,
             &release.spec.manifests,
-            format!("release.yaml names crdVersion {} but the manifests hold no CustomResourceDefinition", release.spec.crd_version),
+            format!("release.yaml names crdVersion {want} but the manifests hold no CustomResourceDefinition"),
+        ));
+    } else if !crds.iter().any(|c| c.served.contains(want)) {
+        out.push(Finding::at_key(
+            Rule::CrdVersion,
+            file,
+            text,
+            "crdVersion",
+            format!("no CRD serves crdVersion {want}; the CRDs serve {}", shown(crds)),
+        ));
+    }
+    if release.spec.crds.is_empty() {
+        return out;
+    }
+    let mut recorded = release.spec.crds.clone();
+    let mut actual = crds.to_vec();
+    recorded.sort_by(|a, b| a.name.cmp(&b.name));
+    actual.sort_by(|a, b| a.name.cmp(&b.name));
+    if recorded != actual {
+        out.push(Finding::at_key(
+            Rule::CrdVersion,
+            file,
+            text,
+            "crds",
+            format!(
+                "spec.crds records {} but the manifests' CRDs are {}; re-run `fleetgate release create`",
+                shown(&recorded),
+                shown(&actual)
+            ),
         ));
     }
     out
@@ -343,34 +432,42 @@ fn flatten_lists<'v>(v: &'v Value, out: &mut Vec<&'v Value>) {
     }
 }
 
-fn check_crd(release: &Release, path: &str, text: &str, crd: &Value) -> Vec<Finding> {
-    let mut out = Vec::new();
+/// One CRD's served and storage versions, and its own findings (exactly one storage version).
+fn check_crd(path: &str, text: &str, crd: &Value) -> (CrdVersions, Vec<Finding>) {
     let name = crd.get("metadata").and_then(|m| str_at(m, "name")).unwrap_or("?");
     let at = Location::of_text(path, text, name);
     let versions = crd.get("spec").and_then(|s| s.get("versions")).and_then(Value::as_sequence);
     let versions: Vec<&Value> = versions.into_iter().flatten().collect();
-    let want = &release.spec.crd_version;
-    match versions.iter().find(|v| str_at(v, "name") == Some(want)) {
-        None => {
-            let names: Vec<&str> = versions.iter().filter_map(|v| str_at(v, "name")).collect();
-            out.push(Finding::new(
-                Rule::CrdVersion,
-                at.clone(),
-                format!("CRD {name} has versions [{}] but not crdVersion {want}", names.join(", ")),
-            ));
-        }
-        Some(v) if v.get("served").and_then(Value::as_bool) != Some(true) => {
-            out.push(Finding::new(Rule::CrdVersion, at.clone(), format!("CRD {name} does not serve crdVersion {want}")));
-        }
-        Some(_) => {}
-    }
-    let storage = versions.iter().filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true)).count();
-    if storage != 1 {
-        out.push(Finding::new(
+    let flag = |v: &Value, k: &str| v.get(k).and_then(Value::as_bool) == Some(true);
+    let served: Vec<String> =
+        versions.iter().filter(|v| flag(v, "served")).filter_map(|v| str_at(v, "name")).map(str::to_string).collect();
+    let storage: Vec<&str> = versions.iter().filter(|v| flag(v, "storage")).filter_map(|v| str_at(v, "name")).collect();
+    let mut findings = Vec::new();
+    if storage.len() != 1 {
+        findings.push(Finding::new(
             Rule::CrdVersion,
             at,
-            format!("CRD {name} marks {storage} versions as storage; exactly one must be"),
+            format!("CRD {name} marks {} versions as storage; exactly one must be", storage.len()),
         ));
+    }
+    let storage = storage.first().copied().unwrap_or_default().to_string();
+    (CrdVersions { name: name.to_string(), served, storage }, findings)
+}
+
+/// The served and storage versions of every CRD among `files`, as `spec.crds` records them.
+pub fn crd_versions(files: &BTreeMap<String, Vec<u8>>) -> Vec<CrdVersions> {
+    let mut out = Vec::new();
+    for (path, bytes) in files {
+        let Ok(text) = std::str::from_utf8(bytes) else { continue };
+        for doc in parse_multi(path, text).unwrap_or_default() {
+            let mut objects = Vec::new();
+            flatten_lists(&doc, &mut objects);
+            for obj in objects {
+                if is_crd(str_at(obj, "apiVersion").unwrap_or(""), str_at(obj, "kind").unwrap_or("")) {
+                    out.push(check_crd(path, text, obj).0);
+                }
+            }
+        }
     }
     out
 }
@@ -378,7 +475,7 @@ fn check_crd(release: &Release, path: &str, text: &str, crd: &Value) -> Vec<Find
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Document, ImageRef, ReleaseSpec};
+    use crate::model::{Document, NamedImage, ReleaseSpec};
     use rstest::rstest;
 
     fn release(digest: Option<&str>) -> Release {
@@ -392,8 +489,11 @@ mod tests {
                     tag: "v1.2.3".into(),
                     digest: digest.map(str::to_string),
                 },
+                images: Vec::new(),
                 chart_version: "1.2.3".into(),
                 crd_version: "v1alpha2".into(),
+                crds: Vec::new(),
+                accept_crd_changes: Vec::new(),
                 target_clusters: vec!["a".into()],
                 rollback_to: None,
                 requires: None,
@@ -426,8 +526,8 @@ mod tests {
     #[case(Some(D), &format!("registry.example.com/redis-operator:v1.2.3@{E}"), false)]
     #[case(Some(D), "registry.example.com/redis-operator:v1.2.3", false)]
     fn image_agreement(#[case] digest: Option<&str>, #[case] image: &str, #[case] agrees: bool) {
-        let why = image_mismatch(&release(digest), image);
-        assert_eq!(why.is_none(), agrees, "{why:?}");
+        let matched = match_image(&release(digest), image);
+        assert_eq!(matched.is_ok(), agrees, "{matched:?}");
     }
 
     fn deployment(image: &str, init: Option<&str>) -> String {
@@ -463,18 +563,95 @@ mod tests {
     #[case::consistent(vec![("operator/d.yaml", deployment(GOOD, None)), ("operator/crd.yaml", crd(&[("v1alpha1", true, false), ("v1alpha2", true, true)]))], Some("rel-1"), vec![])]
     #[case::wrong_tag(vec![("operator/d.yaml", deployment(GOOD, None)), ("operator/crd.yaml", crd(&[("v1alpha2", true, true)]))], Some("rel-2"), vec![Rule::ReleaseId])]
     #[case::untagged_commit(vec![("operator/d.yaml", deployment(GOOD, None)), ("operator/crd.yaml", crd(&[("v1alpha2", true, true)]))], None, vec![])]
-    #[case::wrong_image(vec![("operator/d.yaml", deployment("registry.example.com/redis-operator:v9", None)), ("operator/crd.yaml", crd(&[("v1alpha2", true, true)]))], None, vec![Rule::Image])]
+    #[case::wrong_image(vec![("operator/d.yaml", deployment("registry.example.com/redis-operator:v9", None)), ("operator/crd.yaml", crd(&[("v1alpha2", true, true)]))], None, vec![Rule::Image, Rule::Image])]
     #[case::wrong_init_image(vec![("operator/d.yaml", deployment(GOOD, Some("busybox:1"))), ("operator/crd.yaml", crd(&[("v1alpha2", true, true)]))], None, vec![Rule::Image])]
     #[case::no_workload(vec![("operator/crd.yaml", crd(&[("v1alpha2", true, true)]))], None, vec![Rule::Image])]
     #[case::crd_lacks_version(vec![("operator/d.yaml", deployment(GOOD, None)), ("operator/crd.yaml", crd(&[("v1alpha1", true, true)]))], None, vec![Rule::CrdVersion])]
     #[case::crd_not_served(vec![("operator/d.yaml", deployment(GOOD, None)), ("operator/crd.yaml", crd(&[("v1alpha1", true, true), ("v1alpha2", false, false)]))], None, vec![Rule::CrdVersion])]
     #[case::two_storage(vec![("operator/d.yaml", deployment(GOOD, None)), ("operator/crd.yaml", crd(&[("v1alpha1", true, true), ("v1alpha2", true, true)]))], None, vec![Rule::CrdVersion])]
     #[case::no_crd(vec![("operator/d.yaml", deployment(GOOD, None))], None, vec![Rule::CrdVersion])]
-    #[case::all_at_once(vec![("operator/d.yaml", deployment("x:1", Some("y:2"))), ("operator/bad.yaml", "a: [".to_string())], Some("rel-2"), vec![Rule::Schema, Rule::ReleaseId, Rule::Image, Rule::Image, Rule::CrdVersion])]
+    #[case::all_at_once(vec![("operator/d.yaml", deployment("x:1", Some("y:2"))), ("operator/bad.yaml", "a: [".to_string())], Some("rel-2"), vec![Rule::Schema, Rule::ReleaseId, Rule::Image, Rule::Image, Rule::Image, Rule::CrdVersion])]
     fn mapping(#[case] files: Vec<(&str, String)>, #[case] tag: Option<&str>, #[case] expected: Vec<Rule>) {
         let mut expected = expected;
         expected.sort();
         assert_eq!(rules(&files, tag), expected);
+    }
+
+    const WEBHOOK: &str = "registry.example.com/redis-webhook:v1.2.3";
+    const SENTINEL: &str = "registry.example.com/redis-sentinel:7.2";
+
+    /// A real operator's shape: the manager, a webhook server, and an operand image passed to
+    /// the manager as an argument; CRDs serving different versions.
+    fn multi(images: &[(&str, &str)], crds: Vec<CrdVersions>) -> Release {
+        let mut r = release(None);
+        r.spec.images = images
+            .iter()
+            .map(|(name, reference)| {
+                let p = parse_image(reference);
+                NamedImage {
+                    name: name.to_string(),
+                    repository: p.repository.into(),
+                    tag: p.tag.unwrap().into(),
+                    digest: None,
+                }
+            })
+            .collect();
+        r.spec.crds = crds;
+        r
+    }
+
+    fn manager_with_arg(arg: &str) -> String {
+        deployment(GOOD, None) + &format!("        args: [\"--leader-elect\", \"{arg}\"]\n")
+    }
+
+    fn second_crd(name: &str, versions: &[(&str, bool, bool)]) -> String {
+        crd(versions).replace("redisclusters.cache.example.com", name)
+    }
+
+    fn versions(name: &str, served: &[&str], storage: &str) -> CrdVersions {
+        CrdVersions { name: name.into(), served: served.iter().map(|v| v.to_string()).collect(), storage: storage.into() }
+    }
+
+    #[rstest]
+    #[case::three_images(&[("webhook", WEBHOOK), ("sentinel", SENTINEL)], vec![("operator/d.yaml", manager_with_arg(&format!("--sentinel-image={SENTINEL}"))), ("operator/w.yaml", deployment(WEBHOOK, None))], vec![])]
+    #[case::unlisted_image(&[], vec![("operator/d.yaml", deployment(GOOD, None)), ("operator/w.yaml", deployment(WEBHOOK, None))], vec![Rule::Image])]
+    #[case::listed_but_unused(&[("webhook", WEBHOOK), ("sentinel", SENTINEL)], vec![("operator/d.yaml", deployment(GOOD, None)), ("operator/w.yaml", deployment(WEBHOOK, None))], vec![Rule::Image])]
+    #[case::wrong_tag_of_second_image(&[("webhook", WEBHOOK)], vec![("operator/d.yaml", deployment(GOOD, None)), ("operator/w.yaml", deployment("registry.example.com/redis-webhook:v0", None))], vec![Rule::Image, Rule::Image])]
+    #[case::only_the_webhook_runs(&[("webhook", WEBHOOK)], vec![("operator/w.yaml", deployment(WEBHOOK, None))], vec![Rule::Image])]
+    fn several_images(
+        #[case] images: &[(&str, &str)],
+        #[case] mut files: Vec<(&str, String)>,
+        #[case] expected: Vec<Rule>,
+    ) {
+        files.push(("operator/crd.yaml", crd(&[("v1alpha2", true, true)])));
+        let files: BTreeMap<String, Vec<u8>> = files.iter().map(|(p, t)| (p.to_string(), t.clone().into_bytes())).collect();
+        let got: Vec<Rule> =
+            check_mapping(None, &multi(images, vec![]), "release.yaml", "", &files).into_iter().map(|f| f.rule).collect();
+        assert_eq!(got, expected);
+    }
+
+    #[rstest]
+    // Stable kinds at v1, a newer kind at v1alpha1: the headline crdVersion (v1alpha2 here) need
+    // only be served by one of them.
+    #[case::headline_served_by_one(vec![], vec![])]
+    #[case::recorded_and_equal(vec![versions("redisclusters.cache.example.com", &["v1alpha1", "v1alpha2"], "v1alpha2"), versions("backups.cache.example.com", &["v1"], "v1")], vec![])]
+    #[case::recorded_storage_differs(vec![versions("redisclusters.cache.example.com", &["v1alpha1", "v1alpha2"], "v1alpha1"), versions("backups.cache.example.com", &["v1"], "v1")], vec![Rule::CrdVersion])]
+    #[case::recorded_crd_missing(vec![versions("redisclusters.cache.example.com", &["v1alpha1", "v1alpha2"], "v1alpha2")], vec![Rule::CrdVersion])]
+    fn crd_versions_per_crd(#[case] recorded: Vec<CrdVersions>, #[case] expected: Vec<Rule>) {
+        let files: BTreeMap<String, Vec<u8>> = [
+            ("operator/d.yaml", deployment(GOOD, None)),
+            ("operator/crd.yaml", crd(&[("v1alpha1", true, false), ("v1alpha2", true, true)])),
+            ("operator/backup.yaml", second_crd("backups.cache.example.com", &[("v1", true, true)])),
+        ]
+        .iter()
+        .map(|(p, t)| (p.to_string(), t.clone().into_bytes()))
+        .collect();
+        let got: Vec<Rule> =
+            check_mapping(None, &multi(&[], recorded), "release.yaml", "", &files).into_iter().map(|f| f.rule).collect();
+        assert_eq!(got, expected);
+        let computed = crd_versions(&files);
+        assert_eq!(computed.len(), 2);
+        assert!(check_mapping(None, &multi(&[], computed), "release.yaml", "", &files).is_empty());
     }
 
     #[test]

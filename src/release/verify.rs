@@ -18,7 +18,8 @@ use crate::model::{
     ErrorClass, FLEET_FILE, Finding, FleetSpec, MAX_YAML_BYTES, RELEASE_FILE, Release, check_release, join_findings,
     parse_document, parse_release,
 };
-use crate::source::{Checkout, RepoTree, SourceError, TreeError, short};
+use crate::source::{Checkout, SourceError, short};
+use crate::model::{RepoTree, TreeError};
 use std::collections::BTreeMap;
 
 #[derive(Debug, thiserror::Error)]
@@ -194,7 +195,8 @@ pub fn verify_commit(checkout: &Checkout, commit: git2::Oid, keyring: &Keyring) 
 mod tests {
     use super::*;
     use crate::model::{Rule, seed_keys};
-    use crate::source::{Checkout, DirTree, init_fleet_repo, template_dir};
+    use crate::source::{Checkout, init_fleet_repo};
+    use crate::model::{DirTree, template_dir};
 
     fn rules(dir: &std::path::Path) -> Vec<(Rule, String)> {
         let (_, findings) = read_release(&DirTree::new(dir), Some("rel-20250315-001")).unwrap();
@@ -241,9 +243,9 @@ mod tests {
         std::os::unix::fs::symlink("../../outside.yaml", op.join("rel.yaml")).unwrap();
         std::os::unix::fs::symlink("../release.yaml", op.join("inside.yaml")).unwrap();
         std::fs::write(op.join("big.yaml"), "#".repeat(crate::model::MAX_YAML_BYTES + 1)).unwrap();
-        let mut bomb = String::from("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: b}\ndata: &a [x, x]\n");
-        for i in 0..100 {
-            bomb.push_str(&format!("x{i}: [*a, *a]\n"));
+        let mut bomb = String::from("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: b}\nl0: &l0 lol\n");
+        for i in 1..=9 {
+            bomb.push_str(&format!("l{i}: &l{i} [{}]\n", vec![format!("*l{}", i - 1); 10].join(", ")));
         }
         std::fs::write(op.join("bomb.yaml"), bomb).unwrap();
         assert_eq!(

@@ -2,7 +2,7 @@
 //! the fixtures' releases, and ways to read the cluster's state back.
 #![allow(dead_code)] // each test binary uses a different part
 
-use fleetgate::apply::{ApplyOptions, Engine};
+use fleetgate::apply::{ApplyError, ApplyOptions, ChangeSet, Engine};
 use fleetgate::manifests::admission::AdmissionPolicy;
 use fleetgate::model::{
     Document, ImageRef, RELEASE_ADMISSION_POLICY_KIND, Release, ReleaseAdmissionPolicySpec, ReleaseSpec, parse_document,
@@ -30,6 +30,11 @@ pub async fn start(name: &str) -> (TestCluster, Engine) {
     (cluster, Engine::new(client, options))
 }
 
+/// The manifests stage and the apply, as one pass of the agent runs them.
+pub async fn apply(engine: &Engine, release: &VerifiedRelease, policy: &AdmissionPolicy) -> Result<ChangeSet, ApplyError> {
+    engine.apply(engine.admit(release, policy).await?).await
+}
+
 /// The release `id` made of the fixture directory `tests/testdata/apply/<dir>` (its files
 /// keyed by path below that directory, e.g. `operator/deployment.yaml`), plus `extra` files.
 pub fn release(dir: &str, id: &str, extra: &[(&str, &str)]) -> VerifiedRelease {
@@ -46,8 +51,11 @@ pub fn release(dir: &str, id: &str, extra: &[(&str, &str)]) -> VerifiedRelease {
             tag: format!("{id}-tag"),
             digest: None,
         },
+        images: Vec::new(),
         chart_version: "1.2.3".into(),
         crd_version: "v1alpha2".into(),
+        crds: Vec::new(),
+        accept_crd_changes: Vec::new(),
         target_clusters: vec!["cluster-a".into(), "cluster-b".into()],
         rollback_to: None,
         requires: None,

@@ -12,11 +12,12 @@
 //!
 //! Findings inside a tag's tree are located as `<tag>:<path>` (what `git show` takes).
 
-use super::trust::{Keyring, split_signed_tag};
-use super::verify::{ReleaseContent, read_release, verify_commit};
+use crate::release::{Keyring, ReleaseContent, read_release, split_signed_tag, verify_commit};
 use crate::gates::crd_compat;
-use crate::model::{ConfigError, Finding, FleetConfig, Location, RELEASE_FILE, Rule, parse_multi};
-use crate::source::{Checkout, GitTree, RepoTree, SourceError, TagRef, TreeError};
+use crate::manifests::crds_in_files;
+use crate::model::{ConfigError, Finding, FleetConfig, Location, RELEASE_FILE, Rule};
+use crate::source::{Checkout, GitTree, SourceError, TagRef};
+use crate::model::{RepoTree, TreeError};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -334,37 +335,25 @@ fn reference_findings(
     Ok(out)
 }
 
-/// The CRDs among a release's files, each with the path of its file (files that do not parse are
-/// the mapping check's findings and are skipped here).
-pub(crate) fn crds(files: &BTreeMap<String, Vec<u8>>) -> Vec<(String, CustomResourceDefinition)> {
-    let mut out = Vec::new();
-    for (path, bytes) in files {
-        let Ok(text) = std::str::from_utf8(bytes) else { continue };
-        // Unparsable files are already findings of the mapping check.
-        for doc in parse_multi(path, text).unwrap_or_default() {
-            if doc.get("kind").and_then(|k| k.as_str()) != Some("CustomResourceDefinition") {
-                continue;
-            }
-            if let Ok(crd) = serde_json::to_value(&doc).and_then(serde_json::from_value::<CustomResourceDefinition>) {
-                out.push((path.clone(), crd));
-            }
-        }
-    }
-    out
-}
-
 /// CRD compatibility of `next_files` against release `prev_id`; findings located in the new
 /// CRD's file (prefixed with `prefix`).
 fn crd_findings(prev_id: &str, prev: &ReleaseContent, next_files: &BTreeMap<String, Vec<u8>>, prefix: &str) -> Vec<Finding> {
-    let old: Vec<CustomResourceDefinition> = crds(&prev.files).into_iter().map(|(_, c)| c).collect();
-    let new = crds(next_files);
+    let at = format!("{prefix}{}", prev.release.spec.manifests);
+    let (old, new) = match (crds_in_files(&prev.files), crds_in_files(next_files)) {
+        (Ok(old), Ok(new)) => (old, new),
+        // An unreadable CRD of the new release is a finding of its own; of the old one, a reason
+        // why the comparison could not be made.
+        (_, Err(e)) => return vec![Finding::in_file(Rule::CrdCompatibility, &at, e.to_string())],
+        (Err(e), _) => return vec![Finding::in_file(Rule::CrdCompatibility, &at, format!("against {prev_id}: {e}"))],
+    };
+    let old: Vec<CustomResourceDefinition> = old.into_iter().map(|c| c.crd).collect();
+    let new: Vec<(String, CustomResourceDefinition)> = new.into_iter().map(|c| (c.file, c.crd)).collect();
     let new_crds: Vec<CustomResourceDefinition> = new.iter().map(|(_, c)| c.clone()).collect();
     crd_compat::check_all(&old, &new_crds)
         .into_iter()
         .map(|f| {
             let message = format!("against {prev_id}: {f}");
             let Some((path, _)) = new.iter().find(|(_, c)| c.metadata.name.as_deref() == Some(f.crd.as_str())) else {
-                let at = format!("{prefix}{}", prev.release.spec.manifests);
                 return Finding::in_file(Rule::CrdCompatibility, &at, message);
             };
             // Point at the version the finding is about, else at the CRD's name.

@@ -1,7 +1,7 @@
 //! `spec.requires` against a live cluster: a pure check the agent calls with the facts it read from
 //! the API server (`/version` and the nodes' `kubernetes.io/arch`), so it is tested without one.
 
-use crate::model::{ErrorClass, Requirements};
+use crate::model::{BadVersionRange, ErrorClass, Requirements, parse_version_range};
 use serde::Serialize;
 
 /// What the agent knows about its cluster.
@@ -19,8 +19,8 @@ pub enum RequirementError {
     KubernetesVersion { required: String, found: String },
     #[error("the release's images are built for [{}], but the cluster has nodes of {}", supported.join(", "), unsupported.join(", "))]
     Architecture { supported: Vec<String>, unsupported: Vec<String> },
-    #[error("requires.kubernetes {range:?} is not a version range (expected e.g. `>=1.28`, `>=1.28, <1.33`): {reason}")]
-    BadRange { range: String, reason: String },
+    #[error(transparent)]
+    BadRange(#[from] BadVersionRange),
     #[error("the API server reports version {version:?}, which is not MAJOR.MINOR[.PATCH]")]
     BadServerVersion { version: String },
 }
@@ -31,12 +31,6 @@ impl RequirementError {
     pub fn class(&self) -> ErrorClass {
         ErrorClass::Stalling
     }
-}
-
-/// Parses a Kubernetes version range (`>=1.28`, `~1.30`, `>=1.28, <1.33`).
-pub fn parse_version_range(range: &str) -> Result<semver::VersionReq, RequirementError> {
-    semver::VersionReq::parse(range)
-        .map_err(|e| RequirementError::BadRange { range: range.to_string(), reason: e.to_string() })
 }
 
 /// `v1.29.4-eks-036c24b` → 1.29.4. Vendor suffixes are dropped: they are builds of that
@@ -112,7 +106,7 @@ mod tests {
         #[case] expected: Result<(), &str>,
     ) {
         let got = check_requirements(&req(k, archs), &facts(version, nodes));
-        let variant = got.clone().map_err(|e| format!("{e:?}").split([' ', '{']).next().unwrap().to_string());
+        let variant = got.clone().map_err(|e| format!("{e:?}").split([' ', '{', '(']).next().unwrap().to_string());
         assert_eq!(variant, expected.map_err(str::to_string), "{got:?}");
     }
 

@@ -3,7 +3,7 @@
 //! checked by [`super::FleetConfig`], and the release's agreement with its manifests by
 //! `release::mapping`.
 
-use super::{Cluster, Finding, Fleet, Release, Rule};
+use super::{Cluster, Finding, Fleet, PRIMARY_IMAGE_NAME, Release, Rule};
 
 /// Node architectures Kubernetes reports (`kubernetes.io/arch`); anything else is a typo.
 pub const KNOWN_ARCHITECTURES: [&str; 7] = ["amd64", "arm64", "arm", "ppc64le", "s390x", "386", "riscv64"];
@@ -189,20 +189,43 @@ pub fn check_release(release: &Release, file: &str, text: &str) -> Vec<Finding> 
     if !hex(&s.git_commit) {
         bad(Rule::Schema, "gitCommit", format!("gitCommit {:?} is not a hex commit id (7 to 64 digits)", s.git_commit));
     }
-    if !is_image_repository(&s.image.repository) {
-        bad(
-            Rule::Image,
-            "repository",
-            format!("image repository {:?} is not a repository (no tag, no digest, no spaces)", s.image.repository),
-        );
+    for (name, image) in s.all_images() {
+        let what = if name == PRIMARY_IMAGE_NAME { "image".to_string() } else { format!("image {name:?}") };
+        if !is_image_repository(&image.repository) {
+            bad(
+                Rule::Image,
+                "repository",
+                format!("{what} repository {:?} is not a repository (no tag, no digest, no spaces)", image.repository),
+            );
+        }
+        if !is_image_tag(&image.tag) {
+            bad(Rule::Image, "tag", format!("{what} tag {:?} is not a valid tag", image.tag));
+        }
+        if let Some(d) = &image.digest
+            && !is_digest(d)
+        {
+            bad(Rule::Image, "digest", format!("{what} digest {d:?} is not sha256:<64 hex> or sha512:<128 hex>"));
+        }
     }
-    if !is_image_tag(&s.image.tag) {
-        bad(Rule::Image, "tag", format!("image tag {:?} is not a valid tag", s.image.tag));
+    for (i, named) in s.images.iter().enumerate() {
+        if !is_dns_label(&named.name) || named.name == PRIMARY_IMAGE_NAME {
+            bad(
+                Rule::Naming,
+                "images",
+                format!("image name {:?} must be a DNS-1123 label other than {PRIMARY_IMAGE_NAME:?} (spec.image's)", named.name),
+            );
+        }
+        if s.images[..i].iter().any(|o| o.name == named.name) {
+            bad(Rule::Duplicate, "images", format!("image name {:?} is listed twice", named.name));
+        }
     }
-    if let Some(d) = &s.image.digest
-        && !is_digest(d)
-    {
-        bad(Rule::Image, "digest", format!("image digest {d:?} is not sha256:<64 hex> or sha512:<128 hex>"));
+    for (i, crd) in s.crds.iter().enumerate() {
+        if s.crds[..i].iter().any(|o| o.name == crd.name) {
+            bad(Rule::Duplicate, "crds", format!("CRD {} is listed twice", crd.name));
+        }
+        if let Some(v) = crd.served.iter().chain([&crd.storage]).find(|v| !is_api_version_name(v)) {
+            bad(Rule::CrdVersion, "crds", format!("CRD {}: {v:?} is not a version name like v1alpha2", crd.name));
+        }
     }
     if semver::Version::parse(&s.chart_version).is_err() {
         bad(Rule::Schema, "chartVersion", format!("chartVersion {:?} is not a semantic version", s.chart_version));
@@ -230,7 +253,7 @@ pub fn check_release(release: &Release, file: &str, text: &str) -> Vec<Finding> 
     }
     if let Some(req) = &s.requires {
         if let Some(k) = &req.kubernetes
-            && let Err(e) = crate::release::parse_version_range(k)
+            && let Err(e) = super::parse_version_range(k)
         {
             bad(Rule::Requires, "kubernetes", e.to_string());
         }
