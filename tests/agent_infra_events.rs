@@ -41,7 +41,9 @@ async fn transitions_and_errors_become_events_on_the_state_configmap() {
             .1,
         store.update(|s| s.start_apply(None, None)).await.unwrap().1,
         store
-            .update(|s| s.start_rollback(Failure::new("ApplyFailed", "CRD not established in 60s"), Utc::now()))
+            .update(|s| {
+                s.start_rollback(Failure::new("ApplyFailed", "CRD not established in 60s"), Vec::new(), Utc::now())
+            })
             .await
             .unwrap()
             .1,

@@ -51,7 +51,7 @@ fn rollback() -> Notification {
 #[tokio::test]
 async fn a_rollback_is_posted_as_slack_compatible_json() {
     let (url, mut rx) = receiver(StatusCode::OK, Duration::ZERO).await;
-    Notifier::new(url, "canary", Duration::from_secs(5)).send(&rollback()).await.expect("delivered");
+    Notifier::new(url, "canary", Duration::from_secs(5)).unwrap().send(&rollback()).await.expect("delivered");
     let (headers, body) = rx.recv().await.unwrap();
     assert_eq!(headers["content-type"], "application/json");
     assert!(headers["user-agent"].to_str().unwrap().starts_with("fleetgate/"));
@@ -69,11 +69,11 @@ async fn a_rollback_is_posted_as_slack_compatible_json() {
 async fn slow_and_refusing_receivers_are_errors_not_hangs() {
     let (slow, _rx) = receiver(StatusCode::OK, Duration::from_secs(30)).await;
     let started = Instant::now();
-    let err = Notifier::new(slow, "canary", Duration::from_millis(300)).send(&rollback()).await.unwrap_err();
+    let err = Notifier::new(slow, "canary", Duration::from_millis(300)).unwrap().send(&rollback()).await.unwrap_err();
     assert!(matches!(err, NotifyError::Timeout { .. }), "{err}");
     assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
 
     let (refusing, _rx) = receiver(StatusCode::FORBIDDEN, Duration::ZERO).await;
-    let err = Notifier::new(refusing, "canary", Duration::from_secs(5)).send(&rollback()).await.unwrap_err();
+    let err = Notifier::new(refusing, "canary", Duration::from_secs(5)).unwrap().send(&rollback()).await.unwrap_err();
     assert!(err.to_string().contains("HTTP 403"), "{err}");
 }

@@ -4,7 +4,7 @@
 //! damaged ConfigMap is refused with a way out instead of being silently reset.
 
 use chrono::Utc;
-use fleetgate::agent::state::{Failure, Next, Phase, StateError, StateStore, TransitionError};
+use fleetgate::agent::state::{Failure, Next, Phase, Progress, StateError, StateStore, TransitionError};
 use fleetgate::release::TagPins;
 use fleetgate_testenv::wait::within;
 use fleetgate_testenv::{ClusterOptions, TestCluster};
@@ -77,7 +77,7 @@ async fn state_survives_a_restart_mid_operation_and_damage_is_refused() {
     let restarted = StateStore::new(cluster.client(), NS, "canary");
     let state = within("reload", 30, restarted.load()).await.unwrap();
     match state.next() {
-        Next::Resume { phase: Phase::Baking, operation } => {
+        Next::Resume(Progress::Baking { operation, .. }) => {
             assert_eq!(operation.release, "rel-2");
             assert_eq!(operation.rollback_target.as_deref(), Some("rel-1"));
             assert_eq!(operation.snapshot.as_deref(), Some("snapshot-rel-1"));
@@ -86,7 +86,10 @@ async fn state_survives_a_restart_mid_operation_and_damage_is_refused() {
     }
     assert_eq!(state.tag_pins().get("rel-1"), Some("c1"));
     within("rollback", 30, async {
-        restarted.update(|s| s.start_rollback(Failure::new("GateFailed", "error rate 7%"), Utc::now())).await.unwrap();
+        restarted
+            .update(|s| s.start_rollback(Failure::new("GateFailed", "error rate 7%"), Vec::new(), Utc::now()))
+            .await
+            .unwrap();
         restarted.update(|s| s.rollback_finished()).await.unwrap();
     })
     .await;

@@ -5,7 +5,7 @@
 mod gates_support;
 
 use fleetgate::gates::crd_compat::Rule;
-use fleetgate::gates::{PreApplyReport, preapply, read_cluster_facts};
+use fleetgate::gates::{PreapplyBlock, PreapplyReport, preapply, read_cluster_facts};
 use fleetgate::model::Requirements;
 use fleetgate_testenv::ClusterOptions;
 use gates_support::*;
@@ -17,7 +17,7 @@ use std::time::Duration;
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 
-async fn check(client: &kube::Client, new: &str) -> PreApplyReport {
+async fn check(client: &kube::Client, new: &str) -> PreapplyReport {
     let crds: Vec<CustomResourceDefinition> = vec![crd_fixture(new)];
     within("preapply", 30, preapply(client, &crds, None, TIMEOUT)).await.unwrap()
 }
@@ -45,13 +45,14 @@ async fn release_crds_are_checked_against_the_live_crd_and_its_objects() {
 
     // Additive: nothing to report.
     let report = check(&client, "add-optional-field").await;
-    assert!(report.passed(), "{:?}", report.problems());
+    assert!(report.passed(), "{:?}", report.blocked);
 
     // A new required field: the CRD finding, and the one live object that lacks the field.
     let report = check(&client, "required-added").await;
-    assert!(!report.passed());
+    let blocked = report.blocked.expect("blocked");
+    assert_eq!(blocked.gate(), "crd-compatibility");
     assert_eq!(
-        report.problems(),
+        blocked.problems(),
         [
             "CRD incompatible: redisclusters.cache.example.com v1alpha1 .spec.image: new required field; existing objects without it would stop validating",
             "redisclusters.cache.example.com v1alpha1 redis-operator/without-image would not validate: .spec.image: required field is missing",
@@ -60,26 +61,29 @@ async fn release_crds_are_checked_against_the_live_crd_and_its_objects() {
 
     // An enum value removed: the object that uses it is named.
     let report = check(&client, "enum-value-removed").await;
-    assert_eq!(report.crd_findings.iter().map(|f| f.rule).collect::<Vec<_>>(), [Rule::EnumValuesRemoved]);
-    assert_eq!(report.invalid_objects.len(), 1);
-    assert_eq!(report.invalid_objects[0].object, "redis-operator/with-image");
-    assert_eq!(
-        report.invalid_objects[0].violations[0].to_string(),
-        ".spec.mode: \"cluster\" is not one of \"standalone\""
-    );
+    let Some(PreapplyBlock::CrdIncompatible { findings, invalid_objects }) = report.blocked else {
+        panic!("expected a CRD incompatibility: {:?}", report.blocked)
+    };
+    assert_eq!(findings.iter().map(|f| f.rule).collect::<Vec<_>>(), [Rule::EnumValuesRemoved]);
+    assert_eq!(invalid_objects.len(), 1);
+    assert_eq!(invalid_objects[0].object, "redis-operator/with-image");
+    assert_eq!(invalid_objects[0].violations[0].to_string(), ".spec.mode: \"cluster\" is not one of \"standalone\"");
 
     // The live CRD's storedVersions ([v1alpha1], written by the server) drive the version rules.
     let live =
         Api::<CustomResourceDefinition>::all(client.clone()).get("redisclusters.cache.example.com").await.unwrap();
     assert_eq!(live.status.unwrap().stored_versions.unwrap(), ["v1alpha1"]);
     let report = check(&client, "storage-moved-none").await;
-    assert_eq!(report.crd_findings.iter().map(|f| f.rule).collect::<Vec<_>>(), [Rule::StorageVersionUnconvertible]);
+    let Some(PreapplyBlock::CrdIncompatible { findings, .. }) = report.blocked else {
+        panic!("expected a CRD incompatibility: {:?}", report.blocked)
+    };
+    assert_eq!(findings.iter().map(|f| f.rule).collect::<Vec<_>>(), [Rule::StorageVersionUnconvertible]);
     let report = check(&client, "storage-moved-webhook").await;
-    assert!(report.crd_findings.is_empty(), "{:?}", report.problems());
+    assert!(!matches!(report.blocked, Some(PreapplyBlock::CrdIncompatible { .. })), "{:?}", report.blocked);
 
     // A CRD the cluster does not have yet is new: nothing to break.
     let report = check(&client, "other-resource").await;
-    assert!(report.passed(), "{:?}", report.problems());
+    assert!(report.passed(), "{:?}", report.blocked);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -108,16 +112,19 @@ async fn release_requirements_are_checked_against_server_version_and_node_archit
         async move { preapply(&client, &[], Some(&r), TIMEOUT).await.unwrap() }
     };
     let report = run(requires(Some(">=1.30"), &["amd64", "arm64"])).await;
-    assert!(report.passed(), "{:?}", report.problems());
+    assert!(report.passed(), "{:?}", report.blocked);
 
     let report = run(requires(Some(">=1.40"), &[])).await;
+    let problems = report.blocked.as_ref().map(PreapplyBlock::problems);
     assert_eq!(
-        report.problems(),
-        [format!("the release requires Kubernetes >=1.40, the cluster runs {}", facts.server_version)]
+        problems,
+        Some(vec![format!("the release requires Kubernetes >=1.40, the cluster runs {}", facts.server_version)])
     );
 
     let report = run(requires(None, &["amd64"])).await;
-    assert_eq!(report.problems(), ["the release's images are built for [amd64], but the cluster has nodes of arm64"]);
+    let Some(PreapplyBlock::Requirement { error }) = &report.blocked else { panic!("{:?}", report.blocked) };
+    assert_eq!(error.to_string(), "the release's images are built for [amd64], but the cluster has nodes of arm64");
     let json = serde_json::to_value(&report).unwrap();
     assert_eq!(json["cluster"]["architectures"], json!(["amd64", "arm64"]));
+    assert_eq!(json["blocked"]["gate"], "requirements");
 }

@@ -4,9 +4,12 @@
 //! Infrastructure the loop is built on, each a small API of its own:
 //!
 //! * [`config`] — flags, environment and config file resolved into one validated [`AgentConfig`].
-//! * [`state`] — [`AgentState`] (phases Idle → Verifying → Applying → Baking, or → RollingBack;
-//!   current, last-known-good, rejected releases, tag pins) with pure transitions, persisted by
-//!   [`StateStore`] in the ConfigMap `fleetgate-state-<cluster>` with optimistic concurrency.
+//! * [`state`] — [`AgentState`] (phases Idle → Verifying → Applying → Baking, or → RollingBack,
+//!   each carrying its operation; current, last-known-good, rejected releases, tag pins) with pure
+//!   transitions ([`state::machine`]), persisted by [`StateStore`] ([`state::store`]) in the
+//!   ConfigMap `fleetgate-state-<cluster>` with optimistic concurrency.
+//! * [`report`] — the pure function from each step of a pass to its report (transition, status,
+//!   notification, write-back), which the loop in [`reconcile`] persists and writes.
 //! * [`lease`] — leader election over a `coordination.k8s.io/v1` Lease.
 //! * [`triggers`] — poll interval with jitter, webhook and ref watcher merged into one coalescing
 //!   receiver.
@@ -21,6 +24,7 @@ pub mod lease;
 pub mod metrics;
 pub mod notifier;
 pub mod reconcile;
+pub mod report;
 mod rollback;
 pub mod server;
 pub mod services;

@@ -83,6 +83,8 @@ struct Details<'a> {
 
 #[derive(Debug, thiserror::Error)]
 pub enum NotifyError {
+    #[error("cannot set up the HTTP client for notifications: {0}")]
+    Client(reqwest::Error),
     #[error("notification to {url} timed out after {after:?}")]
     Timeout { url: String, after: Duration },
     #[error("notification to {url} was refused with HTTP {status}")]
@@ -101,13 +103,18 @@ pub struct Notifier {
 }
 
 impl Notifier {
-    pub fn new(url: reqwest::Url, cluster: &str, timeout: Duration) -> Notifier {
+    /// A notifier POSTing to `url`, each request bounded by `timeout`.
+    ///
+    /// # Errors
+    /// [`NotifyError::Client`] when the HTTP client cannot be built (its TLS backend fails to
+    /// initialise, e.g. no usable system certificate store).
+    pub fn new(url: reqwest::Url, cluster: &str, timeout: Duration) -> Result<Notifier, NotifyError> {
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .user_agent(concat!("fleetgate/", env!("CARGO_PKG_VERSION")))
             .build()
-            .expect("a reqwest client with a timeout and user agent builds");
-        Notifier { http, url, cluster: cluster.to_string(), timeout }
+            .map_err(NotifyError::Client)?;
+        Ok(Notifier { http, url, cluster: cluster.to_string(), timeout })
     }
 
     /// The JSON document [`send`](Self::send) POSTs.
@@ -152,7 +159,7 @@ mod tests {
 
     #[test]
     fn payload_is_slack_text_plus_structured_fields() {
-        let n = Notifier::new("http://127.0.0.1:1/hook".parse().unwrap(), "canary", Duration::from_secs(1));
+        let n = Notifier::new("http://127.0.0.1:1/hook".parse().unwrap(), "canary", Duration::from_secs(1)).unwrap();
         let at = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
         let v = n.payload(&rollback(), at);
         assert_eq!(v["text"], "fleetgate canary: rel-2 rolled back to rel-1: gate error-rate 7.1% (threshold 5%)");

@@ -9,16 +9,21 @@
 //!           · RollingBack → roll back again (every step is idempotent)
 //! ```
 //!
-//! What goes to Git: `pending` when a release starts, `success` after the bake, `failure` when a
-//! pre-apply gate blocks it (nothing applied) or after a rollback, `error` when the release cannot
-//! be used at all (bad signature, bad mapping): nothing is applied then. A release that was blocked
-//! or rolled back is remembered as rejected and not started again until Git desires another.
+//! Each stage ends in a [`Step`]; [`Agent::step`] persists the state it leads to and tells what
+//! [`conclude`](super::report::conclude) computed for it (the table is in [`super::report`]): `pending`
+//! when the apply starts and when the bake starts, `success` after the bake, `failure` when a
+//! pre-apply gate blocks the release (nothing applied) or after a rollback, `error` when the
+//! release cannot be used at all (bad signature, bad mapping; nothing applied) or a rollback
+//! attempt failed. A release that was blocked or rolled back is remembered as rejected and not
+//! started again until Git desires another. Any error before the apply starts defers the release
+//! (Verifying → Idle) for the next pass.
 
 use super::AgentServices;
 use super::metrics::ReconcileResult;
-use super::notifier::{Notification, NotificationKind};
-use super::state::{AgentState, Failure, Next, Operation, Phase, Transition};
-use crate::apply::{ApplyError, ApplyOptions, Engine};
+use super::notifier::Notification;
+use super::report::{Blocker, Context, Report, Step, conclude};
+use super::state::{AgentState, Failure, Next, Progress, Transition, TransitionError};
+use crate::apply::{AdmittedSet, ApplyError, ApplyOptions, Engine};
 use crate::gates::{self, BakeVerdict, GateError, GateEvaluation, GateRunner, OperatorTarget, Verdict};
 use crate::manifests::AdmissionPolicy;
 use crate::model::{ErrorClass, FleetConfig, GatePolicySpec, ReleaseAdmissionPolicySpec};
@@ -26,7 +31,6 @@ use crate::release::{self, DesiredRelease, Keyring, TrustConfig, VerifiedRelease
 use crate::source::{Checkout, Source, SourceError};
 use crate::status::{self, GateFigure, GitNotesBackend, GitRemote, Publisher, State, Status, StatusBackend};
 use chrono::Utc;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use std::time::{Duration, Instant};
 
 /// How long a rollback may wait for the restored release's workloads to roll out.
@@ -126,6 +130,9 @@ pub struct Agent {
     pub(super) admission_baseline: ReleaseAdmissionPolicySpec,
     /// The last "waiting for wave" reason logged, so a waiting agent does not log every poll.
     last_wait: Option<String>,
+    /// The last failed rollback attempt reported, so a rollback retried every pass reports each
+    /// distinct failure once (status, notification), not once per pass.
+    pub(super) last_rollback_error: Option<String>,
 }
 
 impl Agent {
@@ -141,7 +148,16 @@ impl Agent {
         options.rollout_timeout = Some(ROLLBACK_ROLLOUT_TIMEOUT);
         let rollback_engine = Engine::new(services.client.clone(), options);
         let admission_baseline = config.admission_baseline.clone();
-        Ok(Agent { services, source, trust, engine, rollback_engine, admission_baseline, last_wait: None })
+        Ok(Agent {
+            services,
+            source,
+            trust,
+            engine,
+            rollback_engine,
+            admission_baseline,
+            last_wait: None,
+            last_rollback_error: None,
+        })
     }
 
     pub fn services(&self) -> &AgentServices {
@@ -202,9 +218,9 @@ impl Agent {
         }
         let checkout = tokio::task::block_in_place(|| self.source.checkout())?;
         let state = self.services.store.load().await?;
-        if let Next::Resume { phase, operation } = state.next() {
-            let operation = operation.clone();
-            return self.resume(&checkout, phase, operation).await;
+        if let Next::Resume(progress) = state.next() {
+            let progress = progress.clone();
+            return self.resume(&checkout, progress).await;
         }
         let desired = match tokio::task::block_in_place(|| release::resolve(&checkout, &self.services.config.cluster)) {
             Ok(d) => d,
@@ -221,7 +237,7 @@ impl Agent {
             Next::Nothing => Ok(Outcome::UpToDate),
             Next::Rejected { release, .. } => Ok(Outcome::Rejected(release.to_string())),
             Next::Start { .. } => self.start(&checkout, desired).await,
-            Next::Resume { .. } => unreachable!("handled above"),
+            Next::Resume(_) => unreachable!("handled above"),
         }
     }
 
@@ -245,65 +261,85 @@ impl Agent {
         self.last_wait = None;
         tracing::info!(release = %id, reason = %decision.reason, "starting release");
 
-        let started_at = Utc::now();
-        let from = self.services.store.load().await?.current().map(str::to_string);
-        self.transition(|s| s.begin(&id, &commit, started_at)).await?;
+        let config = &desired.config;
+        self.step(config, Step::Begin { release: id.clone(), commit }).await?;
 
         // Verify: a release that cannot be trusted or read is refused without touching anything.
+        let verified = match self.verify(checkout, &desired).await {
+            Ok(Ok(verified)) => verified,
+            Ok(Err(e)) => {
+                let message = e.to_string();
+                self.step(config, Step::Refused { reason: verify_reason(&e), message: message.clone() }).await?;
+                return Ok(Outcome::Refused { release: id, reason: message });
+            }
+            Err(e) => return self.defer(config, e).await,
+        };
+
+        // Pre-apply gates: requirements, CRD compatibility, live CRs, admission, dry run.
+        let policy = self.admission_policy(config);
+        let admitted = match self.preapply(&verified, &policy).await {
+            Ok(Ok(admitted)) => admitted,
+            Ok(Err(blocker)) => {
+                let reason = format!("{}: {}", blocker.gate(), blocker.problems());
+                self.step(config, Step::Blocked(blocker)).await?;
+                return Ok(Outcome::Blocked { release: id, reason });
+            }
+            Err(e) => return self.defer(config, e).await,
+        };
+
+        let (baseline, snapshot, rollback_target) = match self.prepare(checkout, config, &verified).await {
+            Ok(prepared) => prepared,
+            Err(e) => return self.defer(config, e).await,
+        };
+        self.step(config, Step::StartApply { rollback_target, snapshot }).await?;
+        self.apply_and_bake(checkout, config, &verified, Some(admitted), baseline).await
+    }
+
+    /// Verifies the desired release against the trusted keys and the recorded tag pins (recording
+    /// new ones): `Ok(Err(_))` is a release that cannot be used, `Err(_)` trouble worth a retry.
+    async fn verify(
+        &self,
+        checkout: &Checkout,
+        desired: &DesiredRelease,
+    ) -> Result<Result<VerifiedRelease, VerifyError>, ReconcileError> {
         let mut pins = self.services.store.load().await?.tag_pins().clone();
-        let verified = match tokio::task::block_in_place(|| release::verify(checkout, &desired, &self.trust, &mut pins))
+        let verified = match tokio::task::block_in_place(|| release::verify(checkout, desired, &self.trust, &mut pins))
         {
             Ok(v) => v,
-            Err(e) if e.class() == ErrorClass::Retryable => {
-                // Reading the repo or storing a pin failed: nothing was decided; try again later.
-                self.transition(|s| s.abort(&e.to_string())).await?;
-                return Err(ReconcileError::Verify(e));
-            }
-            Err(e) => {
-                let reason = e.to_string();
-                let status =
-                    Status::new(&cluster, &id, &commit, State::Error, format!("refused, nothing applied: {reason}"))
-                        .started(started_at)
-                        .decided(Utc::now());
-                self.transition(|s| s.block(Failure::new(verify_reason(&e), reason.clone()), Utc::now())).await?;
-                self.publish(&desired.config, &status).await;
-                self.notify(NotificationKind::Error, &id, verify_reason(&e), &reason, None, &[]).await;
-                return Ok(Outcome::Refused { release: id, reason });
-            }
+            // Reading the repo or storing a pin failed: nothing was decided.
+            Err(e) if e.class() == ErrorClass::Retryable => return Err(ReconcileError::Verify(e)),
+            Err(e) => return Ok(Err(e)),
         };
         self.update(|s| {
             s.record_tag_pins(&pins);
             Ok(())
         })
         .await?;
+        Ok(Ok(verified))
+    }
 
-        let from_text = from.as_deref().unwrap_or("nothing");
-        let pending = Status::new(&cluster, &id, &commit, State::Pending, format!("applying {id} (from {from_text})"))
-            .started(started_at);
-        self.publish(&desired.config, &pending).await;
-
-        // Pre-apply gates: requirements, CRD compatibility, live CRs, admission, dry run.
-        let policy = self.admission_policy(&desired.config);
-        if let Some(reason) = self.preapply(&verified, &policy).await? {
-            let status = Status::new(&cluster, &id, &commit, State::Failure, format!("blocked before apply: {reason}"))
-                .started(started_at)
-                .decided(Utc::now());
-            self.transition(|s| s.block(Failure::new("PreApplyGateFailed", reason.clone()), Utc::now())).await?;
-            self.publish(&desired.config, &status).await;
-            self.notify(NotificationKind::Blocked, &id, "PreApplyGateFailed", &reason, None, &[]).await;
-            return Ok(Outcome::Blocked { release: id, reason });
-        }
-
-        let gate_policy = gate_policy(&desired.config);
-        let target = operator_target(&desired.config);
-        let baseline = gates::sample_baseline(&gate_policy, &self.services.client, &target).await?;
+    /// What the apply needs ready: the gates' baseline (persisted with the operation), the
+    /// snapshot of the current release, the rollback target.
+    async fn prepare(
+        &self,
+        checkout: &Checkout,
+        config: &FleetConfig,
+        verified: &VerifiedRelease,
+    ) -> Result<(gates::Baseline, Option<String>, Option<String>), ReconcileError> {
+        let baseline =
+            gates::sample_baseline(&gate_policy(config), &self.services.client, &operator_target(config)).await?;
         let saved = serde_json::to_value(&baseline).expect("a baseline serializes");
         self.update(|s| s.record_baseline(saved.clone())).await?;
         let snapshot = self.engine.snapshot().await?;
-        let rollback_to = self.rollback_target(checkout, &verified)?;
-        self.transition(|s| s.start_apply(rollback_to.as_deref(), snapshot.as_ref().map(|s| s.id.as_str()))).await?;
-        let operation = self.operation().await?;
-        self.apply_and_bake(checkout, &desired.config, &verified, operation, baseline).await
+        let rollback_target = self.rollback_target(checkout, verified)?;
+        Ok((baseline, snapshot.map(|s| s.id), rollback_target))
+    }
+
+    /// Ends a pass that failed before the apply: the release is deferred (not rejected) and the
+    /// error returned, so the next pass tries again.
+    async fn defer(&mut self, config: &FleetConfig, e: ReconcileError) -> Result<Outcome, ReconcileError> {
+        self.step(config, Step::Deferred { why: e.to_string() }).await?;
+        Err(e)
     }
 
     /// The release's `rollbackTo` — unless this cluster already reported `failure` for it, in
@@ -327,17 +363,25 @@ impl Agent {
         Ok(Some(target))
     }
 
-    /// Applying → Baking → Idle, or a rollback. Also the path an agent restarted mid-apply takes.
+    /// Applying → Baking → Idle, or a rollback. Also the path an agent restarted mid-apply takes:
+    /// it has no `admitted` set from this pass's pre-apply stage and admits the release again.
     async fn apply_and_bake(
         &mut self,
         checkout: &Checkout,
         config: &FleetConfig,
         verified: &VerifiedRelease,
-        operation: Operation,
+        admitted: Option<AdmittedSet<'_>>,
         baseline: gates::Baseline,
     ) -> Result<Outcome, ReconcileError> {
-        let policy = self.admission_policy(config);
-        let applied = match self.engine.apply(verified, &policy).await {
+        let admitted = match admitted {
+            Some(admitted) => Ok(admitted),
+            None => self.engine.admit(verified, &self.admission_policy(config)).await,
+        };
+        let applied = match admitted {
+            Ok(admitted) => self.engine.apply(admitted).await,
+            Err(e) => Err(e),
+        };
+        let applied = match applied {
             Ok(changes) => {
                 tracing::info!(release = verified.id(), changes = %changes.summary(), "applied");
                 self.engine.prune().await.map(|_| ())
@@ -351,12 +395,10 @@ impl Agent {
                 return Err(e.into());
             }
             let failure = Failure::new(e.reason(), e.to_string());
-            return self.roll_back(checkout, config, &operation, failure, Vec::new()).await;
+            return self.roll_back(checkout, config, failure, Vec::new()).await;
         }
-        let applied_at = Utc::now();
-        self.transition(|s| s.applied(applied_at)).await?;
-        let operation = self.operation().await?;
-        self.bake(checkout, config, operation, baseline).await
+        self.step(config, Step::Applied { bake_time: gate_policy(config).bake_time }).await?;
+        self.bake(checkout, config, baseline).await
     }
 
     /// Bakes the applied release (until `applied_at + bakeTime`, also after a restart).
@@ -364,26 +406,16 @@ impl Agent {
         &mut self,
         checkout: &Checkout,
         config: &FleetConfig,
-        operation: Operation,
         baseline: gates::Baseline,
     ) -> Result<Outcome, ReconcileError> {
-        let cluster = self.services.config.cluster.clone();
+        let state = self.services.store.load().await?;
+        let Progress::Baking { operation, applied_at } = state.progress() else {
+            return Err(TransitionError::WrongPhase { action: "bake", phase: state.phase(), needs: "Baking" }.into());
+        };
         let policy = gate_policy(config);
-        let applied_at = operation.applied_at.unwrap_or_else(Utc::now);
-        let bake_text = humantime::format_duration(policy.bake_time).to_string();
-        let baking = Status::new(
-            &cluster,
-            &operation.release,
-            &operation.commit,
-            State::Pending,
-            format!("baking for {bake_text}"),
-        )
-        .started(operation.started_at)
-        .applied(applied_at);
-        self.publish(config, &baking).await;
-
+        let bake_time = policy.bake_time;
         let runner =
-            GateRunner::new(policy, self.services.client.clone(), operator_target(config), applied_at, baseline)?;
+            GateRunner::new(policy, self.services.client.clone(), operator_target(config), *applied_at, baseline)?;
         let metrics = self.services.metrics.clone();
         let verdict = runner
             .run(|round| {
@@ -395,73 +427,59 @@ impl Agent {
             .await;
         match verdict {
             BakeVerdict::Passed { ref evaluations, .. } => {
-                self.transition(|s| s.bake_passed()).await?;
-                let status = Status::new(
-                    &cluster,
-                    &operation.release,
-                    &operation.commit,
-                    State::Success,
-                    format!("all gates passed for {bake_text}"),
-                )
-                .with_gates(figures(evaluations))
-                .started(operation.started_at)
-                .applied(applied_at)
-                .decided(Utc::now());
-                self.publish(config, &status).await;
-                Ok(Outcome::Succeeded(operation.release))
+                self.step(config, Step::Passed { bake_time, figures: figures(evaluations) }).await?;
+                Ok(Outcome::Succeeded(operation.release.clone()))
             }
             BakeVerdict::Failed { ref gate, ref evaluations, .. } => {
                 let failure = Failure::new("GateFailed", gate.to_string());
-                let figures = figures(evaluations);
-                self.roll_back(checkout, config, &operation, failure, figures).await
+                self.roll_back(checkout, config, failure, figures(evaluations)).await
             }
         }
     }
 
     /// Picks up an operation a previous run of the agent left unfinished.
-    async fn resume(
-        &mut self,
-        checkout: &Checkout,
-        phase: Phase,
-        operation: Operation,
-    ) -> Result<Outcome, ReconcileError> {
-        tracing::warn!(release = %operation.release, %phase, "resuming an unfinished operation");
+    async fn resume(&mut self, checkout: &Checkout, progress: Progress) -> Result<Outcome, ReconcileError> {
+        let Some(operation) = progress.operation() else { return Ok(Outcome::UpToDate) };
+        tracing::warn!(release = %operation.release, phase = %progress.phase(), "resuming an unfinished operation");
         let config = self.config_at_tip(checkout)?;
-        match phase {
-            Phase::Idle => Ok(Outcome::UpToDate),
-            Phase::Verifying => {
+        match &progress {
+            Progress::Idle => Ok(Outcome::UpToDate),
+            Progress::Verifying(_) => {
                 // Nothing was applied yet: start over from the current Git state.
-                self.transition(|s| s.abort("the agent restarted while verifying")).await?;
+                self.step(&config, Step::Deferred { why: "the agent restarted while verifying".into() }).await?;
                 Ok(Outcome::UpToDate)
             }
-            Phase::Applying | Phase::Baking => {
-                let verified = match self.verify_known(checkout, &operation.release).await {
+            Progress::Applying(op) => {
+                let verified = match self.verify_known(checkout, &op.release).await {
                     Ok(v) => v,
                     Err(e) => {
                         let failure = Failure::new("VerificationFailed", e.to_string());
-                        return self.roll_back(checkout, &config, &operation, failure, Vec::new()).await;
+                        return self.roll_back(checkout, &config, failure, Vec::new()).await;
                     }
                 };
-                let baseline = match operation.baseline.clone().map(serde_json::from_value) {
-                    Some(Ok(b)) => b,
-                    // An operation persisted without one (or by a newer agent): sample now, the
-                    // best that is left.
-                    _ => {
-                        let target = operator_target(&config);
-                        gates::sample_baseline(&gate_policy(&config), &self.services.client, &target).await?
-                    }
-                };
-                if phase == Phase::Applying {
-                    self.apply_and_bake(checkout, &config, &verified, operation, baseline).await
-                } else {
-                    self.bake(checkout, &config, operation, baseline).await
-                }
+                let baseline = self.saved_baseline(&config, op.baseline.clone()).await?;
+                self.apply_and_bake(checkout, &config, &verified, None, baseline).await
             }
-            Phase::RollingBack => {
-                let failure =
-                    operation.failure.clone().unwrap_or_else(|| Failure::new("Unknown", "restarted during rollback"));
-                let evidence = operation.evidence.clone();
-                self.finish_rollback(checkout, &config, &operation, failure, evidence).await
+            Progress::Baking { operation, .. } => {
+                let baseline = self.saved_baseline(&config, operation.baseline.clone()).await?;
+                self.bake(checkout, &config, baseline).await
+            }
+            Progress::RollingBack(_) => self.finish_rollback(checkout, &config).await,
+        }
+    }
+
+    /// The baseline an operation persisted; without one (or one a newer agent wrote) a sample
+    /// taken now, the best that is left.
+    async fn saved_baseline(
+        &self,
+        config: &FleetConfig,
+        saved: Option<serde_json::Value>,
+    ) -> Result<gates::Baseline, ReconcileError> {
+        match saved.map(serde_json::from_value) {
+            Some(Ok(b)) => Ok(b),
+            _ => {
+                Ok(gates::sample_baseline(&gate_policy(config), &self.services.client, &operator_target(config))
+                    .await?)
             }
         }
     }
@@ -490,84 +508,85 @@ impl Agent {
             .fold(AdmissionPolicy::baseline(self.admission_baseline.clone()), |p, repo| p.narrowed_by(repo))
     }
 
-    /// Runs the pre-apply gates; `Some(reason)` refuses the release.
-    async fn preapply(
+    /// The manifests stage and the pre-apply gates: `Ok(admitted)` may be applied, `Err(blocker)`
+    /// refuses the release, naming the check that did.
+    async fn preapply<'r>(
         &self,
-        verified: &VerifiedRelease,
+        verified: &'r VerifiedRelease,
         policy: &AdmissionPolicy,
-    ) -> Result<Option<String>, ReconcileError> {
-        let set = match self.engine.manifests(verified).await {
-            Ok(set) => set,
-            Err(e) if e.class() == ErrorClass::Stalling => return Ok(Some(e.to_string())),
+    ) -> Result<Result<AdmittedSet<'r>, Blocker>, ReconcileError> {
+        let admitted = match self.engine.admit(verified, policy).await {
+            Ok(admitted) => admitted,
+            Err(e) if e.class() == ErrorClass::Stalling => return Ok(Err(Blocker::Admission(e.to_string()))),
             Err(e) => return Err(e.into()),
         };
-        let crds: Vec<CustomResourceDefinition> = set
-            .iter()
-            .filter(|m| m.key.is("apiextensions.k8s.io", "CustomResourceDefinition"))
-            .filter_map(|m| serde_json::to_value(&m.object).ok().and_then(|v| serde_json::from_value(v).ok()))
-            .collect();
         let report = gates::preapply(
             &self.services.client,
-            &crds,
+            admitted.crds(),
             verified.release().spec.requires.as_ref(),
             PREAPPLY_CALL_TIMEOUT,
         )
         .await?;
-        if !report.passed() {
-            return Ok(Some(report.problems().join("; ")));
+        if let Some(block) = report.blocked {
+            return Ok(Err(Blocker::Gate(block)));
         }
-        match self.engine.dry_run(verified, policy).await {
-            Ok(_) => Ok(None),
-            Err(e) if e.class() == ErrorClass::Stalling => Ok(Some(e.to_string())),
+        match self.engine.dry_run(&admitted).await {
+            Ok(_) => Ok(Ok(admitted)),
+            Err(e) if e.class() == ErrorClass::Stalling => Ok(Err(Blocker::DryRun(e.to_string()))),
             Err(e) => Err(e.into()),
         }
     }
 
-    pub(super) async fn operation(&self) -> Result<Operation, ReconcileError> {
-        let state = self.services.store.load().await?;
-        state.operation().cloned().ok_or_else(|| {
-            super::state::TransitionError::WrongPhase {
-                action: "continue",
-                phase: state.phase(),
-                needs: "an operation",
-            }
-            .into()
-        })
-    }
-
-    /// Changes the persisted state (optimistic concurrency in the store).
+    /// Changes the persisted state (optimistic concurrency in the store) without a transition.
     pub(super) async fn update(
         &self,
-        change: impl FnMut(&mut AgentState) -> Result<(), super::state::TransitionError>,
+        change: impl FnMut(&mut AgentState) -> Result<(), TransitionError>,
     ) -> Result<AgentState, ReconcileError> {
         let (state, ()) = self.services.store.update(change).await?;
         self.services.metrics.observe_state(&state);
         Ok(state)
     }
 
-    /// A state transition: persisted first, then told (log, Event, metrics).
-    pub(super) async fn transition(
-        &self,
-        mut change: impl FnMut(&mut AgentState) -> Result<Transition, super::state::TransitionError>,
-    ) -> Result<Transition, ReconcileError> {
-        let (state, t) = self.services.store.update(|s| change(s)).await?;
+    /// One step of the pipeline: [`conclude`] computes its report on the persisted state (under
+    /// the store's optimistic concurrency), then this writes what it returned — log line, Event,
+    /// metrics, the status to Git, the notification, the write-back.
+    pub(super) async fn step(&mut self, config: &FleetConfig, step: Step) -> Result<Report, ReconcileError> {
+        let cluster = self.services.config.cluster.clone();
+        let ctx = Context { cluster: &cluster, now: Utc::now(), write_back: self.services.config.write_back };
+        let (state, report) = self.services.store.update(|s| conclude(s, &step, &ctx)).await?;
         self.services.metrics.observe_state(&state);
+        if let Some(t) = &report.transition {
+            self.record_transition(t).await;
+        }
+        if let Some(status) = &report.status {
+            self.publish(config, status).await;
+        }
+        if let Some(n) = &report.notification {
+            self.notify(n).await;
+        }
+        if let Some(wb) = &report.write_back {
+            self.write_back(&wb.failed, &wb.target, &wb.failure).await;
+        }
+        Ok(report)
+    }
+
+    /// Logs a transition and records it as an Event on the state ConfigMap.
+    async fn record_transition(&self, t: &Transition) {
         tracing::info!(release = %t.release, from = %t.from, to = %t.to, reason = t.reason, "{}", t.message);
         match self.services.store.object_ref().await {
             Ok(regarding) => {
-                if let Err(e) = self.services.events.transition(&regarding, &t).await {
+                if let Err(e) = self.services.events.transition(&regarding, t).await {
                     tracing::warn!(error = %e, "could not record an Event");
                 }
             }
             Err(e) => tracing::warn!(error = %e, "could not reference the state ConfigMap for an Event"),
         }
-        Ok(t)
     }
 
     /// Writes a status to Git (and the forge). A status that cannot be written is logged, not
     /// fatal: the cluster's state is already decided and persisted; the next pass does not
     /// repeat the release, so the failure is also recorded as an Event.
-    pub(super) async fn publish(&self, config: &FleetConfig, status: &Status) {
+    async fn publish(&self, config: &FleetConfig, status: &Status) {
         let publisher = self.publisher(config);
         match publisher.publish(status).await {
             Ok(()) => {
@@ -598,30 +617,10 @@ impl Agent {
         Publisher::new(git, forge)
     }
 
-    /// Sends the optional notification; `evidence` names the failing gate, its figure and threshold.
-    pub(super) async fn notify(
-        &self,
-        kind: NotificationKind,
-        release: &str,
-        reason: &str,
-        message: &str,
-        rolled_back_to: Option<&str>,
-        evidence: &[GateFigure],
-    ) {
+    /// Sends the notification, when a notification URL is configured; a failure is logged.
+    async fn notify(&self, n: &Notification) {
         let Some(notifier) = &self.services.notifier else { return };
-        let failing =
-            evidence.iter().find(|g| g.verdict == "fail").or_else(|| evidence.iter().find(|g| g.verdict != "pass"));
-        let n = Notification {
-            kind,
-            release: release.to_string(),
-            reason: reason.to_string(),
-            message: message.to_string(),
-            rolled_back_to: rolled_back_to.map(str::to_string),
-            gate: failing.map(|g| g.name.clone()),
-            figure: failing.map(|g| g.observed.clone()),
-            threshold: failing.map(|g| g.threshold.clone()),
-        };
-        if let Err(e) = notifier.send(&n).await {
+        if let Err(e) = notifier.send(n).await {
             tracing::warn!(error = %e, "notification failed");
         }
     }

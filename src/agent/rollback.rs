@@ -5,38 +5,30 @@
 //! naming the gate, its figure and threshold, and the release rolled back to.
 //!
 //! Every step is idempotent, so an agent killed during a rollback does it again on restart
-//! (phase `RollingBack` is persisted before the first step).
+//! (phase `RollingBack` is persisted before the first step). A failed attempt is reported once
+//! (`error` status, notification) and retried at the next pass.
 
-use super::notifier::NotificationKind;
 use super::reconcile::{Agent, Outcome, ReconcileError};
-use super::state::{Failure, Operation};
+use super::report::Step;
+use super::state::{Failure, Progress, Rollback, TransitionError};
 use crate::model::FleetConfig;
 use crate::source::Checkout;
-use crate::status::{GateFigure, State, Status};
-use chrono::Utc;
+use crate::status::GateFigure;
 
 impl Agent {
-    /// Moves to `RollingBack` (persisted, the failed release becomes rejected), then rolls back.
+    /// Moves to `RollingBack` (persisted with what failed; the failed release becomes rejected),
+    /// then rolls back.
     pub(super) async fn roll_back(
         &mut self,
         checkout: &Checkout,
         config: &FleetConfig,
-        operation: &Operation,
         failure: Failure,
         figures: Vec<GateFigure>,
     ) -> Result<Outcome, ReconcileError> {
-        tracing::warn!(release = %operation.release, reason = %failure.reason, "{}", failure.message);
+        tracing::warn!(reason = %failure.reason, "{}", failure.message);
         self.services.metrics.record_rollback(&failure.reason);
-        let f = failure.clone();
-        // One write: an agent killed right after it must still know what failed and why.
-        self.transition(|s| {
-            let t = s.start_rollback(f.clone(), Utc::now())?;
-            s.record_evidence(figures.clone())?;
-            Ok(t)
-        })
-        .await?;
-        let operation = self.operation().await?;
-        self.finish_rollback(checkout, config, &operation, failure, figures).await
+        self.step(config, Step::Failed { failure, figures }).await?;
+        self.finish_rollback(checkout, config).await
     }
 
     /// The rollback proper (phase `RollingBack`), then the `failure` status.
@@ -44,57 +36,47 @@ impl Agent {
         &mut self,
         checkout: &Checkout,
         config: &FleetConfig,
-        operation: &Operation,
-        failure: Failure,
-        figures: Vec<GateFigure>,
     ) -> Result<Outcome, ReconcileError> {
-        let cluster = self.services.config.cluster.clone();
-        let target = operation.rollback_target.clone();
-        match &target {
-            Some(target) => {
-                let verified = self.verify_known(checkout, target).await?;
-                let policy = self.admission_policy(config);
-                let changes = self.rollback_engine.apply(&verified, &policy).await?;
-                let pruned = self.rollback_engine.prune().await?;
-                tracing::info!(release = %target, changes = %changes.summary(), pruned = pruned.len(), "rollback applied");
-                if let Some(snapshot) = &operation.snapshot {
-                    let restored = self.rollback_engine.restore(snapshot).await?;
-                    tracing::info!(snapshot = %snapshot, changes = %restored.summary(), "custom resources restored");
-                }
+        let state = self.services.store.load().await?;
+        let Progress::RollingBack(rollback) = state.progress() else {
+            let phase = state.phase();
+            return Err(TransitionError::WrongPhase { action: "roll back", phase, needs: "RollingBack" }.into());
+        };
+        if let Err(e) = self.restore(checkout, config, rollback).await {
+            let message = e.to_string();
+            if self.last_rollback_error.as_deref() != Some(message.as_str()) {
+                self.step(config, Step::RollbackFailed { message: message.clone() }).await?;
+                self.last_rollback_error = Some(message);
             }
-            None => {
-                tracing::error!(release = %operation.release, "no earlier release to roll back to; the failed release stays applied");
-            }
+            return Err(e);
         }
-        self.transition(|s| s.rollback_finished()).await?;
+        self.last_rollback_error = None;
+        self.step(config, Step::RolledBack).await?;
+        let operation = &rollback.operation;
+        Ok(Outcome::RolledBack { release: operation.release.clone(), to: operation.rollback_target.clone() })
+    }
 
-        let to = target.as_deref().unwrap_or("nothing (no earlier release)");
-        let description = format!("rolled back to {to}: {}", failure.message);
-        let mut status = Status::new(&cluster, &operation.release, &operation.commit, State::Failure, description)
-            .with_gates(figures.clone())
-            .started(operation.started_at)
-            .decided(Utc::now());
-        if let Some(at) = operation.applied_at {
-            status = status.applied(at);
+    /// Applies the rollback target, prunes what the failed release added, restores the snapshot.
+    async fn restore(
+        &self,
+        checkout: &Checkout,
+        config: &FleetConfig,
+        rollback: &Rollback,
+    ) -> Result<(), ReconcileError> {
+        let operation = &rollback.operation;
+        let Some(target) = &operation.rollback_target else {
+            tracing::error!(release = %operation.release, "no earlier release to roll back to; the failed release stays applied");
+            return Ok(());
+        };
+        let verified = self.verify_known(checkout, target).await?;
+        let admitted = self.rollback_engine.admit(&verified, &self.admission_policy(config)).await?;
+        let changes = self.rollback_engine.apply(admitted).await?;
+        let pruned = self.rollback_engine.prune().await?;
+        tracing::info!(release = %target, changes = %changes.summary(), pruned = pruned.len(), "rollback applied");
+        if let Some(snapshot) = &operation.snapshot {
+            let restored = self.rollback_engine.restore(snapshot).await?;
+            tracing::info!(snapshot = %snapshot, changes = %restored.summary(), "custom resources restored");
         }
-        if let Some(t) = &target {
-            status = status.rolled_back_to(t.clone());
-        }
-        self.publish(config, &status).await;
-        self.notify(
-            NotificationKind::Rollback,
-            &operation.release,
-            &failure.reason,
-            &failure.message,
-            target.as_deref(),
-            &figures,
-        )
-        .await;
-        if self.services.config.write_back
-            && let Some(t) = &target
-        {
-            self.write_back(&operation.release, t, &failure).await;
-        }
-        Ok(Outcome::RolledBack { release: operation.release.clone(), to: target })
+        Ok(())
     }
 }

@@ -7,7 +7,7 @@ use super::config::AgentConfig;
 use super::events::EventRecorder;
 use super::lease::{LeaderElector, LeaderHandle, LeaseConfig};
 use super::metrics::Metrics;
-use super::notifier::Notifier;
+use super::notifier::{Notifier, NotifyError};
 use super::server::{Health, HttpServer, ServerError, ServerState, WebhookConfig};
 use super::state::{StateError, StateStore};
 use super::triggers::{RefWatcher, TriggerError, TriggerSender, Triggers, Wake};
@@ -24,6 +24,8 @@ pub enum StartError {
     Server(#[from] ServerError),
     #[error(transparent)]
     Watch(#[from] TriggerError),
+    #[error(transparent)]
+    Notifier(#[from] NotifyError),
 }
 
 /// The running infrastructure of one agent. Fields are public so the loop can borrow them
@@ -101,7 +103,11 @@ impl AgentServices {
         .await?;
 
         let events = EventRecorder::new(client.clone(), &config.identity);
-        let notifier = config.notify_url.clone().map(|url| Notifier::new(url, &config.cluster, config.notify_timeout));
+        let notifier = config
+            .notify_url
+            .clone()
+            .map(|url| Notifier::new(url, &config.cluster, config.notify_timeout))
+            .transpose()?;
         Ok(AgentServices {
             config,
             client,

@@ -22,6 +22,7 @@ pub mod crd_compat;
 mod evaluation;
 mod preapply;
 mod prometheus;
+mod requires;
 mod runner;
 pub mod schema;
 mod webhook;
@@ -31,6 +32,7 @@ pub use cel_health::unhealthy_reason;
 pub use evaluation::*;
 pub use preapply::*;
 pub use prometheus::{PrometheusClient, PrometheusError, Sample};
+pub use requires::*;
 pub use runner::*;
 pub use workload::restart_counts;
 

@@ -1,15 +1,16 @@
 //! Pre-apply gates against the live cluster: does the cluster meet the release's `requires`, are
 //! the release's CRDs compatible with the live ones, and would every live custom resource still
-//! validate under the new schemas? Any problem blocks the release before anything is applied.
+//! validate under the new schemas? The first gate that finds a problem blocks the release before
+//! anything is applied, and the [`PreapplyReport`] says which gate it was and with what figures.
 //!
 //! Existing objects are validated locally ([`super::schema`]) rather than by a server-side dry run:
 //! a dry run checks objects against the CRD that is live, not the one about to replace it.
 
 use super::crd_compat::{self, Finding};
 use super::schema::{self, Violation};
+use super::{ClusterFacts, RequirementError, check_requirements};
 use super::{GateError, call};
 use crate::model::Requirements;
-use crate::release::{ClusterFacts, check_requirements};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
@@ -37,53 +38,116 @@ impl std::fmt::Display for InvalidObject {
     }
 }
 
-/// Everything the pre-apply gates found; [`PreApplyReport::passed`] says whether to go on.
+/// What the pre-apply stage found: the cluster's facts and, when a gate refused the release, which
+/// one and with what figures. The gates run in order and stop at the first that blocks.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PreApplyReport {
+pub struct PreapplyReport {
     pub cluster: ClusterFacts,
-    /// Why the cluster does not meet `requires`, if it does not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub unmet_requirement: Option<String>,
-    pub crd_findings: Vec<Finding>,
-    pub invalid_objects: Vec<InvalidObject>,
+    pub blocked: Option<PreapplyBlock>,
 }
 
-impl PreApplyReport {
+impl PreapplyReport {
     pub fn passed(&self) -> bool {
-        self.unmet_requirement.is_none() && self.crd_findings.is_empty() && self.invalid_objects.is_empty()
+        self.blocked.is_none()
+    }
+}
+
+/// The pre-apply gate that refused a release, with its figures.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all_fields = "camelCase", tag = "gate")]
+pub enum PreapplyBlock {
+    /// The cluster does not meet the release's `requires` (server version, node architectures).
+    #[serde(rename = "requirements")]
+    Requirement {
+        #[serde(serialize_with = "display")]
+        error: RequirementError,
+    },
+    /// A release CRD would break its live counterpart (a rule of [`crd_compat`]); `invalid_objects`
+    /// are the live custom resources its schemas would refuse, named so the owner can fix them.
+    #[serde(rename = "crd-compatibility")]
+    CrdIncompatible { findings: Vec<Finding>, invalid_objects: Vec<InvalidObject> },
+    /// Every CRD change passes the compatibility rules, yet live custom resources would not
+    /// validate under the new schemas (a tightened pattern, bound or enum).
+    #[serde(rename = "live-custom-resources")]
+    LiveCrInvalid { invalid_objects: Vec<InvalidObject> },
+}
+
+fn display<S: serde::Serializer>(value: &impl std::fmt::Display, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(value)
+}
+
+impl PreapplyBlock {
+    /// The gate's name in statuses and logs (also its `gate` tag when serialized).
+    pub fn gate(&self) -> &'static str {
+        match self {
+            PreapplyBlock::Requirement { .. } => "requirements",
+            PreapplyBlock::CrdIncompatible { .. } => "crd-compatibility",
+            PreapplyBlock::LiveCrInvalid { .. } => "live-custom-resources",
+        }
+    }
+
+    /// The PascalCase category: Event reason, rejection reason, notification reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            PreapplyBlock::Requirement { .. } => "RequirementUnmet",
+            PreapplyBlock::CrdIncompatible { .. } => "CrdIncompatible",
+            PreapplyBlock::LiveCrInvalid { .. } => "LiveCrInvalid",
+        }
     }
 
     /// One line per problem, for statuses and logs.
     pub fn problems(&self) -> Vec<String> {
-        let mut out: Vec<String> = self.unmet_requirement.iter().cloned().collect();
-        out.extend(self.crd_findings.iter().map(|f| format!("CRD incompatible: {f}")));
-        out.extend(self.invalid_objects.iter().map(ToString::to_string));
-        out
+        match self {
+            PreapplyBlock::Requirement { error } => vec![error.to_string()],
+            PreapplyBlock::CrdIncompatible { findings, invalid_objects } => findings
+                .iter()
+                .map(|f| format!("CRD incompatible: {f}"))
+                .chain(invalid_objects.iter().map(ToString::to_string))
+                .collect(),
+            PreapplyBlock::LiveCrInvalid { invalid_objects } => {
+                invalid_objects.iter().map(ToString::to_string).collect()
+            }
+        }
     }
 }
 
-/// Runs every pre-apply gate: cluster requirements (when the release has any), CRD compatibility of
-/// each of `new_crds` with its live counterpart, and validation of the live objects of each.
-/// `timeout` bounds every single API call. CRDs not yet in the cluster are new: nothing to break.
+impl std::fmt::Display for PreapplyBlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.gate(), self.problems().join("; "))
+    }
+}
+
+/// Runs the pre-apply gates in order: cluster requirements (when the release has any), then CRD
+/// compatibility of each of `new_crds` with its live counterpart together with validation of the
+/// live objects of each. `timeout` bounds every single API call. CRDs not yet in the cluster are
+/// new: nothing to break.
 pub async fn preapply(
     client: &kube::Client,
     new_crds: &[CustomResourceDefinition],
     requires: Option<&Requirements>,
     timeout: Duration,
-) -> Result<PreApplyReport, GateError> {
+) -> Result<PreapplyReport, GateError> {
     let cluster = read_cluster_facts(client, timeout).await?;
-    let unmet_requirement = requires.and_then(|r| check_requirements(r, &cluster).err()).map(|e| e.to_string());
-    let mut crd_findings = Vec::new();
+    if let Some(error) = requires.and_then(|r| check_requirements(r, &cluster).err()) {
+        return Ok(PreapplyReport { cluster, blocked: Some(PreapplyBlock::Requirement { error }) });
+    }
+    let mut findings = Vec::new();
     let mut invalid_objects = Vec::new();
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for new in new_crds {
         let Some(name) = new.metadata.name.as_deref() else { continue };
         let Some(live) = call(format!("reading CRD {name}"), timeout, api.get_opt(name)).await? else { continue };
-        crd_findings.extend(crd_compat::check(&live, new, &crd_compat::stored_versions(&live)));
+        findings.extend(crd_compat::check(&live, new, &crd_compat::stored_versions(&live)));
         invalid_objects.extend(invalid_live_objects(client, &live, new, timeout).await?);
     }
-    Ok(PreApplyReport { cluster, unmet_requirement, crd_findings, invalid_objects })
+    let blocked = match (findings.is_empty(), invalid_objects.is_empty()) {
+        (true, true) => None,
+        (true, false) => Some(PreapplyBlock::LiveCrInvalid { invalid_objects }),
+        (false, _) => Some(PreapplyBlock::CrdIncompatible { findings, invalid_objects }),
+    };
+    Ok(PreapplyReport { cluster, blocked })
 }
 
 /// The server's version and the architecture of every node (`kubernetes.io/arch`, else the

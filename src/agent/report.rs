@@ -1,0 +1,483 @@
+//! What each step of a pass tells the world, computed apart from telling it: [`conclude`] takes
+//! the state and a [`Step`] (what the pipeline just decided) and returns the state transition
+//! (for the Event and log line), the status for Git, the notification and the write-back to make.
+//! It is pure — the loop persists the state it leaves, then writes exactly what it returned — so
+//! every verdict's report is tested here with a table.
+//!
+//! | step            | transition              | status                  | notification |
+//! |-----------------|-------------------------|-------------------------|--------------|
+//! | `Begin`         | Idle → Verifying        | –                       | –            |
+//! | `Deferred`      | Verifying → Idle        | –                       | –            |
+//! | `Refused`       | Verifying → Idle (rej.) | `error`                 | error        |
+//! | `Blocked`       | Verifying → Idle (rej.) | `failure`, gate named   | blocked      |
+//! | `StartApply`    | Verifying → Applying    | `pending` applying      | –            |
+//! | `Applied`       | Applying → Baking       | `pending` baking        | –            |
+//! | `Passed`        | Baking → Idle           | `success` with figures  | –            |
+//! | `Failed`        | → RollingBack (rej.)    | –                       | –            |
+//! | `RolledBack`    | RollingBack → Idle      | `failure` with figures  | rollback     |
+//! | `RollbackFailed`| none (retried)          | `error`                 | error        |
+
+use super::notifier::{Notification, NotificationKind};
+use super::state::{AgentState, Failure, Operation, Progress, Transition, TransitionError};
+use crate::gates::PreapplyBlock;
+use crate::status::{GateFigure, State, Status};
+use chrono::{DateTime, Utc};
+use std::time::Duration;
+
+/// What refused a release before anything was applied.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Blocker {
+    /// A pre-apply gate of [`crate::gates::preapply`], with its figures.
+    Gate(PreapplyBlock),
+    /// The release's manifests are outside what the admission policy allows (or cannot be read).
+    Admission(String),
+    /// The server-side dry run refused an object.
+    DryRun(String),
+}
+
+impl Blocker {
+    /// The gate's name in the status.
+    pub fn gate(&self) -> &'static str {
+        match self {
+            Blocker::Gate(b) => b.gate(),
+            Blocker::Admission(_) => "admission",
+            Blocker::DryRun(_) => "dry-run",
+        }
+    }
+
+    /// The rejection, Event and notification reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Blocker::Gate(b) => b.reason(),
+            Blocker::Admission(_) => "AdmissionRefused",
+            Blocker::DryRun(_) => "DryRunFailed",
+        }
+    }
+
+    /// What the gate found, one line.
+    pub fn problems(&self) -> String {
+        match self {
+            Blocker::Gate(b) => b.problems().join("; "),
+            Blocker::Admission(m) | Blocker::DryRun(m) => m.clone(),
+        }
+    }
+}
+
+/// What the pipeline decided in one step of a pass.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Start rolling out `release` (tagged `commit`).
+    Begin { release: String, commit: String },
+    /// Nothing decided (transient trouble, or the agent restarted while verifying); try again.
+    Deferred { why: String },
+    /// The release cannot be used at all (signature, mapping); nothing applied.
+    Refused { reason: &'static str, message: String },
+    /// A pre-apply check refused the release; nothing applied.
+    Blocked(Blocker),
+    /// Verified and through the pre-apply gates, snapshot taken: apply.
+    StartApply { rollback_target: Option<String>, snapshot: Option<String> },
+    /// Applied; the bake of `bake_time` begins.
+    Applied { bake_time: Duration },
+    /// Every gate held for `bake_time`.
+    Passed { bake_time: Duration, figures: Vec<GateFigure> },
+    /// A gate failed (`figures`) or the apply did: roll back.
+    Failed { failure: Failure, figures: Vec<GateFigure> },
+    /// The rollback target is applied and healthy.
+    RolledBack,
+    /// This rollback attempt failed; the next pass tries again.
+    RollbackFailed { message: String },
+}
+
+/// Where and when the report is made.
+#[derive(Debug, Clone, Copy)]
+pub struct Context<'a> {
+    pub cluster: &'a str,
+    pub now: DateTime<Utc>,
+    /// The agent pins its cluster in Git after a rollback (`--write-back`).
+    pub write_back: bool,
+}
+
+/// A pin of the cluster to the release it was rolled back to, to push to the tracked branch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WriteBack {
+    pub failed: String,
+    pub target: String,
+    pub failure: Failure,
+}
+
+/// Everything one step tells: the loop writes each part that is there.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Report {
+    pub transition: Option<Transition>,
+    pub status: Option<Status>,
+    pub notification: Option<Notification>,
+    pub write_back: Option<WriteBack>,
+}
+
+/// Applies `step` to `state` and says what to tell about it.
+///
+/// # Errors
+/// The state's [`TransitionError`] when `step` does not fit the phase `state` is in; `state` is
+/// then unchanged.
+pub fn conclude(state: &mut AgentState, step: &Step, ctx: &Context<'_>) -> Result<Report, TransitionError> {
+    let before = state.progress().clone();
+    let status = |op: &Operation, st: State, description: String| {
+        let mut s = Status::new(ctx.cluster, &op.release, &op.commit, st, description).started(op.started_at);
+        s.reported_at = ctx.now;
+        s
+    };
+    let mut report = Report::default();
+    match step {
+        Step::Begin { release, commit } => {
+            report.transition = Some(state.begin(release, commit, ctx.now)?);
+        }
+        Step::Deferred { why } => {
+            report.transition = Some(state.abort(why)?);
+        }
+        Step::Refused { reason, message } => {
+            let t = state.block(Failure::new(*reason, message.clone()), ctx.now)?;
+            let op = verifying(&before);
+            report.status =
+                Some(status(op, State::Error, format!("refused, nothing applied: {message}")).decided(ctx.now));
+            report.notification = Some(notification(NotificationKind::Error, op, reason, message));
+            report.transition = Some(t);
+        }
+        Step::Blocked(blocker) => {
+            let message = format!("{}: {}", blocker.gate(), blocker.problems());
+            let t = state.block(Failure::new(blocker.reason(), message.clone()), ctx.now)?;
+            let op = verifying(&before);
+            let figure = GateFigure {
+                name: blocker.gate().to_string(),
+                observed: blocker.problems(),
+                threshold: "no problems".to_string(),
+                verdict: "fail".to_string(),
+            };
+            report.status = Some(
+                status(op, State::Failure, format!("blocked before apply by {message}"))
+                    .with_gates(vec![figure])
+                    .decided(ctx.now),
+            );
+            report.notification = Some(Notification {
+                gate: Some(blocker.gate().to_string()),
+                ..notification(NotificationKind::Blocked, op, blocker.reason(), &blocker.problems())
+            });
+            report.transition = Some(t);
+        }
+        Step::StartApply { rollback_target, snapshot } => {
+            let from = state.current().unwrap_or("nothing").to_string();
+            let t = state.start_apply(rollback_target.as_deref(), snapshot.as_deref())?;
+            let op = verifying(&before);
+            report.status = Some(status(op, State::Pending, format!("applying {} (from {from})", op.release)));
+            report.transition = Some(t);
+        }
+        Step::Applied { bake_time } => {
+            let t = state.applied(ctx.now)?;
+            let Progress::Applying(op) = &before else { unreachable!("applied succeeds only from Applying") };
+            let bake = humantime::format_duration(*bake_time);
+            report.status = Some(status(op, State::Pending, format!("baking for {bake}")).applied(ctx.now));
+            report.transition = Some(t);
+        }
+        Step::Passed { bake_time, figures } => {
+            let t = state.bake_passed()?;
+            let Progress::Baking { operation, applied_at } = &before else {
+                unreachable!("bake_passed succeeds only from Baking")
+            };
+            let bake = humantime::format_duration(*bake_time);
+            report.status = Some(
+                status(operation, State::Success, format!("all gates passed for {bake}"))
+                    .with_gates(figures.clone())
+                    .applied(*applied_at)
+                    .decided(ctx.now),
+            );
+            report.transition = Some(t);
+        }
+        Step::Failed { failure, figures } => {
+            report.transition = Some(state.start_rollback(failure.clone(), figures.clone(), ctx.now)?);
+        }
+        Step::RolledBack => {
+            let t = state.rollback_finished()?;
+            let Progress::RollingBack(r) = &before else {
+                unreachable!("rollback_finished succeeds only from RollingBack")
+            };
+            let op = &r.operation;
+            let target = op.rollback_target.clone();
+            let to = target.as_deref().unwrap_or("nothing (no earlier release)");
+            let mut s = status(op, State::Failure, format!("rolled back to {to}: {}", r.failure.message))
+                .with_gates(r.evidence.clone())
+                .decided(ctx.now);
+            if let Some(at) = r.applied_at {
+                s = s.applied(at);
+            }
+            if let Some(t) = &target {
+                s = s.rolled_back_to(t.clone());
+            }
+            report.status = Some(s);
+            let failing = r
+                .evidence
+                .iter()
+                .find(|g| g.verdict == "fail")
+                .or_else(|| r.evidence.iter().find(|g| g.verdict != "pass"));
+            report.notification = Some(Notification {
+                rolled_back_to: target.clone(),
+                gate: failing.map(|g| g.name.clone()),
+                figure: failing.map(|g| g.observed.clone()),
+                threshold: failing.map(|g| g.threshold.clone()),
+                ..notification(NotificationKind::Rollback, op, &r.failure.reason, &r.failure.message)
+            });
+            report.write_back = target.filter(|_| ctx.write_back).map(|target| WriteBack {
+                failed: op.release.clone(),
+                target,
+                failure: r.failure.clone(),
+            });
+            report.transition = Some(t);
+        }
+        Step::RollbackFailed { message } => {
+            let Progress::RollingBack(r) = &before else {
+                return Err(TransitionError::WrongPhase {
+                    action: "report a failed rollback",
+                    phase: before.phase(),
+                    needs: "RollingBack",
+                });
+            };
+            let op = &r.operation;
+            let to = op.rollback_target.as_deref().unwrap_or("nothing");
+            report.status = Some(status(
+                op,
+                State::Error,
+                format!("rollback to {to} failed, retrying: {message} (after {})", r.failure.reason),
+            ));
+            report.notification = Some(notification(NotificationKind::Error, op, "RollbackFailed", message));
+        }
+    }
+    Ok(report)
+}
+
+/// The operation of a state that was Verifying: the transitions that leave Verifying succeed only
+/// from there, so any other progress is a bug in [`conclude`].
+fn verifying(before: &Progress) -> &Operation {
+    match before {
+        Progress::Verifying(op) => op,
+        other => unreachable!("a transition out of Verifying succeeded from {}", other.phase()),
+    }
+}
+
+fn notification(kind: NotificationKind, op: &Operation, reason: &str, message: &str) -> Notification {
+    Notification {
+        kind,
+        release: op.release.clone(),
+        reason: reason.to_string(),
+        message: message.to_string(),
+        rolled_back_to: None,
+        gate: None,
+        figure: None,
+        threshold: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::state::Phase;
+    use crate::gates::RequirementError;
+    use rstest::rstest;
+
+    fn t(secs: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_700_000_000 + secs, 0).unwrap()
+    }
+
+    fn figure(name: &str, observed: &str, threshold: &str, verdict: &str) -> GateFigure {
+        GateFigure {
+            name: name.into(),
+            observed: observed.into(),
+            threshold: threshold.into(),
+            verdict: verdict.into(),
+        }
+    }
+
+    /// rel-1 ran and passed; Git now desires rel-2; `phase` says how far rel-2 got.
+    fn state_in(phase: Phase) -> AgentState {
+        let mut s = AgentState::default();
+        s.observe_desired(Some("rel-1"));
+        s.begin("rel-1", "c1", t(0)).unwrap();
+        s.start_apply(None, None).unwrap();
+        s.applied(t(1)).unwrap();
+        s.bake_passed().unwrap();
+        s.observe_desired(Some("rel-2"));
+        if phase == Phase::Idle {
+            return s;
+        }
+        s.begin("rel-2", "c2", t(10)).unwrap();
+        if phase == Phase::Verifying {
+            return s;
+        }
+        s.start_apply(None, Some("snap-1")).unwrap();
+        if phase == Phase::Applying {
+            return s;
+        }
+        s.applied(t(20)).unwrap();
+        if phase == Phase::Baking {
+            return s;
+        }
+        let evidence = vec![figure("error-rate", "9 %", "5 %", "fail"), figure("restarts", "0", "3", "pass")];
+        s.start_rollback(Failure::new("GateFailed", "error-rate 9 % > 5 %"), evidence, t(30)).unwrap();
+        s
+    }
+
+    /// The expected report, as plain values: (transition reason, phase after, current after,
+    /// status state and description, notification kind and text).
+    type Expected = (
+        Option<&'static str>,
+        Phase,
+        Option<&'static str>,
+        Option<(State, &'static str)>,
+        Option<(NotificationKind, &'static str)>,
+    );
+
+    fn crd_block() -> Blocker {
+        Blocker::Gate(PreapplyBlock::CrdIncompatible { findings: Vec::new(), invalid_objects: Vec::new() })
+    }
+
+    #[rstest]
+    #[case::begin(Phase::Idle, Step::Begin { release: "rel-2".into(), commit: "c2".into() },
+        (Some("ReleaseStarted"), Phase::Verifying, Some("rel-1"), None, None))]
+    #[case::deferred(Phase::Verifying, Step::Deferred { why: "Git unreachable".into() },
+        (Some("ReleaseDeferred"), Phase::Idle, Some("rel-1"), None, None))]
+    #[case::resumed_while_verifying(Phase::Verifying, Step::Deferred { why: "the agent restarted while verifying".into() },
+        (Some("ReleaseDeferred"), Phase::Idle, Some("rel-1"), None, None))]
+    #[case::refused(Phase::Verifying, Step::Refused { reason: "SignatureInvalid", message: "tag rel-2 is signed by an untrusted key".into() },
+        (Some("ReleaseBlocked"), Phase::Idle, Some("rel-1"),
+         Some((State::Error, "refused, nothing applied: tag rel-2 is signed by an untrusted key")),
+         Some((NotificationKind::Error, "fleetgate c: rel-2 error: SignatureInvalid: tag rel-2 is signed by an untrusted key"))))]
+    #[case::blocked_by_requirement(Phase::Verifying,
+        Step::Blocked(Blocker::Gate(PreapplyBlock::Requirement { error: RequirementError::KubernetesVersion { required: ">=1.40".into(), found: "v1.36.3".into() } })),
+        (Some("ReleaseBlocked"), Phase::Idle, Some("rel-1"),
+         Some((State::Failure, "blocked before apply by requirements: the release requires Kubernetes >=1.40, the cluster runs v1.36.3")),
+         Some((NotificationKind::Blocked, "fleetgate c: rel-2 blocked before apply: gate requirements: the release requires Kubernetes >=1.40, the cluster runs v1.36.3"))))]
+    #[case::blocked_by_dry_run(Phase::Verifying, Step::Blocked(Blocker::DryRun("Deployment x: field is immutable".into())),
+        (Some("ReleaseBlocked"), Phase::Idle, Some("rel-1"),
+         Some((State::Failure, "blocked before apply by dry-run: Deployment x: field is immutable")),
+         Some((NotificationKind::Blocked, "fleetgate c: rel-2 blocked before apply: gate dry-run: Deployment x: field is immutable"))))]
+    #[case::start_apply(Phase::Verifying, Step::StartApply { rollback_target: None, snapshot: Some("snap-1".into()) },
+        (Some("ApplyStarted"), Phase::Applying, Some("rel-1"), Some((State::Pending, "applying rel-2 (from rel-1)")), None))]
+    #[case::applied(Phase::Applying, Step::Applied { bake_time: Duration::from_secs(90) },
+        (Some("Applied"), Phase::Baking, Some("rel-2"), Some((State::Pending, "baking for 1m 30s")), None))]
+    #[case::baked_ok(Phase::Baking, Step::Passed { bake_time: Duration::from_secs(5), figures: vec![figure("restarts", "0", "3", "pass")] },
+        (Some("ReleaseSucceeded"), Phase::Idle, Some("rel-2"), Some((State::Success, "all gates passed for 5s")), None))]
+    #[case::gate_failed(Phase::Baking, Step::Failed { failure: Failure::new("GateFailed", "error-rate 9 % > 5 %"), figures: Vec::new() },
+        (Some("RollbackStarted"), Phase::RollingBack, Some("rel-2"), None, None))]
+    #[case::apply_failed(Phase::Applying, Step::Failed { failure: Failure::new("ApplyFailed", "webhook refused"), figures: Vec::new() },
+        (Some("RollbackStarted"), Phase::RollingBack, Some("rel-1"), None, None))]
+    #[case::rolled_back(Phase::RollingBack, Step::RolledBack,
+        (Some("RolledBack"), Phase::Idle, Some("rel-1"),
+         Some((State::Failure, "rolled back to rel-1: error-rate 9 % > 5 %")),
+         Some((NotificationKind::Rollback, "fleetgate c: rel-2 rolled back to rel-1: gate error-rate 9 % (threshold 5 %)"))))]
+    #[case::rollback_failed(Phase::RollingBack, Step::RollbackFailed { message: "apply: API server unreachable".into() },
+        (None, Phase::RollingBack, Some("rel-2"),
+         Some((State::Error, "rollback to rel-1 failed, retrying: apply: API server unreachable (after GateFailed)")),
+         Some((NotificationKind::Error, "fleetgate c: rel-2 error: RollbackFailed: apply: API server unreachable"))))]
+    fn each_step_reports_what_it_decided(#[case] phase: Phase, #[case] step: Step, #[case] expected: Expected) {
+        let mut state = state_in(phase);
+        let ctx = Context { cluster: "c", now: t(100), write_back: false };
+        let report = conclude(&mut state, &step, &ctx).unwrap();
+        let got: (_, _, _, _, _) = (
+            report.transition.as_ref().map(|t| t.reason),
+            state.phase(),
+            state.current().map(str::to_string),
+            report.status.as_ref().map(|s| (s.state, s.description.clone())),
+            report.notification.as_ref().map(|n| (n.kind, n.text("c"))),
+        );
+        let want = (
+            expected.0,
+            expected.1,
+            expected.2.map(str::to_string),
+            expected.3.map(|(s, d)| (s, d.to_string())),
+            expected.4.map(|(k, t)| (k, t.to_string())),
+        );
+        assert_eq!(got, want);
+        // Every status is about the release in progress, on its commit, reported at `now`.
+        if let Some(s) = &report.status {
+            assert_eq!(
+                (s.release.as_str(), s.commit.as_str(), s.started_at, s.reported_at),
+                ("rel-2", "c2", Some(t(10)), t(100))
+            );
+        }
+        assert_eq!(report.write_back, None, "write-back is off");
+    }
+
+    #[test]
+    fn a_block_or_rollback_rejects_the_release() {
+        for (phase, step) in [
+            (Phase::Verifying, Step::Blocked(crd_block())),
+            (Phase::Verifying, Step::Refused { reason: "SignatureInvalid", message: "bad".into() }),
+            (Phase::RollingBack, Step::RolledBack),
+        ] {
+            let mut state = state_in(phase);
+            conclude(&mut state, &step, &Context { cluster: "c", now: t(100), write_back: false }).unwrap();
+            assert!(state.rejected().contains_key("rel-2"), "{step:?}");
+        }
+        let mut state = state_in(Phase::Verifying);
+        conclude(
+            &mut state,
+            &Step::Deferred { why: "x".into() },
+            &Context { cluster: "c", now: t(1), write_back: false },
+        )
+        .unwrap();
+        assert!(state.rejected().is_empty(), "deferring rejects nothing");
+    }
+
+    #[test]
+    fn the_success_and_rollback_statuses_carry_the_figures_and_times() {
+        let ctx = Context { cluster: "c", now: t(100), write_back: true };
+        let mut state = state_in(Phase::Baking);
+        let figures = vec![figure("restarts", "0", "3", "pass")];
+        let report =
+            conclude(&mut state, &Step::Passed { bake_time: Duration::from_secs(5), figures: figures.clone() }, &ctx)
+                .unwrap();
+        let s = report.status.unwrap();
+        assert_eq!((s.gates, s.applied_at, s.decided_at), (figures, Some(t(20)), Some(t(100))));
+        assert_eq!(state.last_known_good(), Some("rel-2"));
+
+        let mut state = state_in(Phase::RollingBack);
+        let report = conclude(&mut state, &Step::RolledBack, &ctx).unwrap();
+        let s = report.status.unwrap();
+        assert_eq!((s.rollback_to.as_deref(), s.applied_at, s.gates.len()), (Some("rel-1"), Some(t(20)), 2));
+        let n = report.notification.unwrap();
+        assert_eq!(
+            (n.gate.as_deref(), n.figure.as_deref(), n.rolled_back_to.as_deref()),
+            (Some("error-rate"), Some("9 %"), Some("rel-1"))
+        );
+        assert_eq!(
+            report.write_back,
+            Some(WriteBack {
+                failed: "rel-2".into(),
+                target: "rel-1".into(),
+                failure: Failure::new("GateFailed", "error-rate 9 % > 5 %")
+            })
+        );
+    }
+
+    #[test]
+    fn a_blocked_status_names_the_gate_as_a_figure() {
+        let mut state = state_in(Phase::Verifying);
+        let ctx = Context { cluster: "c", now: t(100), write_back: true };
+        let report = conclude(&mut state, &Step::Blocked(crd_block()), &ctx).unwrap();
+        let s = report.status.unwrap();
+        assert_eq!(s.gates[0].name, "crd-compatibility");
+        assert_eq!(s.gates[0].verdict, "fail");
+        assert_eq!(state.rejected()["rel-2"].failure.reason, "CrdIncompatible");
+        assert_eq!(report.write_back, None, "nothing was applied: nothing to write back");
+    }
+
+    #[rstest]
+    #[case::applied_from_verifying(Phase::Verifying, Step::Applied { bake_time: Duration::ZERO })]
+    #[case::rolled_back_from_baking(Phase::Baking, Step::RolledBack)]
+    #[case::rollback_failed_from_idle(Phase::Idle, Step::RollbackFailed { message: "x".into() })]
+    #[case::refused_from_idle(Phase::Idle, Step::Refused { reason: "X", message: "x".into() })]
+    fn a_step_out_of_order_changes_and_reports_nothing(#[case] phase: Phase, #[case] step: Step) {
+        let mut state = state_in(phase);
+        let before = state.clone();
+        let err = conclude(&mut state, &step, &Context { cluster: "c", now: t(100), write_back: true }).unwrap_err();
+        assert!(matches!(err, TransitionError::WrongPhase { .. }), "{err}");
+        assert_eq!(state, before);
+    }
+}

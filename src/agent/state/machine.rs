@@ -1,0 +1,602 @@
+//! The agent's state machine: [`AgentState`] with pure transition methods. Each phase but Idle
+//! carries its operation ([`Progress`]), so a transition never has to guard an operation that
+//! the type could lack.
+//!
+//! ```text
+//!            begin                start_apply            applied              bake_passed
+//!   Idle ───────────► Verifying ─────────────► Applying ──────────► Baking ──────────────► Idle
+//!    ▲                  │ block (rejected)        │ start_rollback     │ start_rollback     (current =
+//!    │                  │ abort (retry later)     ▼                    ▼                  last-known-good)
+//!    └──────────────────┴─────────────────── RollingBack ◄─────────────┘
+//!                                  rollback_finished (current = rollback target, release rejected)
+//! ```
+//!
+//! A **rejected** release (blocked by a pre-apply gate, or rolled back) is never started again
+//! while Git keeps desiring it; [`AgentState::observe_desired`] forgets rejections as soon as Git
+//! desires a different release, so promoting it again later is an explicit human decision.
+//!
+//! The tag pins of verification ([`TagPins`], `tag → commit` recorded the first time a release tag is
+//! verified) are kept here too: they must survive restarts, and the agent's local Git cache is an
+//! emptyDir that does not.
+//!
+//! Each transition returns a [`Transition`] (reason, message, severity) that the caller turns into
+//! a Kubernetes Event and log line; the state itself never does I/O.
+
+use crate::release::TagPins;
+use crate::status::GateFigure;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// The name of a phase, for Events, metrics, logs and errors; [`Progress`] is the phase with its data.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Phase {
+    /// Nothing in progress: current (if any) runs and was left healthy or rolled back to.
+    #[default]
+    Idle,
+    /// Resolving, verifying, pre-apply gates and snapshot; nothing applied yet.
+    Verifying,
+    /// Server-side apply of the release in progress.
+    Applying,
+    /// Applied; post-apply gates are being evaluated for the bake time.
+    Baking,
+    /// Re-applying the rollback target (or pruning to nothing) after a failure.
+    RollingBack,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 5] = [Phase::Idle, Phase::Verifying, Phase::Applying, Phase::Baking, Phase::RollingBack];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Idle => "Idle",
+            Phase::Verifying => "Verifying",
+            Phase::Applying => "Applying",
+            Phase::Baking => "Baking",
+            Phase::RollingBack => "RollingBack",
+        }
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Phase {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Phase, String> {
+        Phase::ALL.into_iter().find(|p| p.as_str() == s).ok_or_else(|| format!("unknown phase {s:?}"))
+    }
+}
+
+/// Why an operation failed: a PascalCase category (the Event reason, the rollbacks metric label)
+/// and a human message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Failure {
+    pub reason: String,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(reason: impl Into<String>, message: impl Into<String>) -> Failure {
+        Failure { reason: reason.into(), message: message.into() }
+    }
+}
+
+/// The release being rolled out, from `begin` until the operation ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Operation {
+    /// The release being rolled out.
+    pub release: String,
+    /// Its tagged commit.
+    pub commit: String,
+    pub started_at: DateTime<Utc>,
+    /// Release to return to on failure: the release's `rollbackTo`, else last-known-good at the
+    /// time the apply started. `None` = there is nothing to go back to (prune to empty). Set by
+    /// `start_apply`.
+    pub rollback_target: Option<String>,
+    /// Name of the snapshot taken before apply (set by `start_apply`; `None`: nothing to snapshot).
+    pub snapshot: Option<String>,
+    /// The gates' baseline sampled just before the apply (a `gates::Baseline`, opaque here), so
+    /// an agent restarted mid-bake still counts restarts and compares metrics from before it.
+    pub baseline: Option<serde_json::Value>,
+}
+
+/// A rollback in progress: what failed, with the figures that failed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rollback {
+    pub operation: Operation,
+    /// When the failed release finished applying; `None` when its apply failed.
+    pub applied_at: Option<DateTime<Utc>>,
+    pub failure: Failure,
+    /// The gate figures that failed the release, for the failure status of a restarted rollback.
+    pub evidence: Vec<GateFigure>,
+}
+
+/// Where the agent is in the pipeline of one release, with what that phase needs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Progress {
+    #[default]
+    Idle,
+    Verifying(Operation),
+    Applying(Operation),
+    Baking {
+        operation: Operation,
+        /// When apply finished and baking began; the bake ends `bakeTime` after it.
+        applied_at: DateTime<Utc>,
+    },
+    RollingBack(Rollback),
+}
+
+impl Progress {
+    pub fn phase(&self) -> Phase {
+        match self {
+            Progress::Idle => Phase::Idle,
+            Progress::Verifying(_) => Phase::Verifying,
+            Progress::Applying(_) => Phase::Applying,
+            Progress::Baking { .. } => Phase::Baking,
+            Progress::RollingBack(_) => Phase::RollingBack,
+        }
+    }
+
+    /// The operation in progress; `None` only when Idle.
+    pub fn operation(&self) -> Option<&Operation> {
+        match self {
+            Progress::Idle => None,
+            Progress::Verifying(op) | Progress::Applying(op) | Progress::Baking { operation: op, .. } => Some(op),
+            Progress::RollingBack(r) => Some(&r.operation),
+        }
+    }
+}
+
+/// A release the agent will not start again while Git keeps desiring it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rejection {
+    #[serde(flatten)]
+    pub failure: Failure,
+    pub at: DateTime<Utc>,
+}
+
+/// The persisted state of one agent (one cluster). Fields are read through accessors and changed
+/// only through the transition methods, which check the phase they start from. The fields are
+/// visible to [`super::store`], which encodes them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AgentState {
+    pub(super) desired: Option<String>,
+    pub(super) progress: Progress,
+    pub(super) current: Option<String>,
+    pub(super) last_known_good: Option<String>,
+    pub(super) rejected: BTreeMap<String, Rejection>,
+    pub(super) tag_pins: TagPins,
+}
+
+/// What the loop should do next, read from the state alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next<'a> {
+    /// Git desires nothing for this cluster yet, or the desired release already runs.
+    Nothing,
+    /// Git desires a release that was rejected; it stays rejected until Git desires another.
+    Rejected { release: &'a str, rejection: &'a Rejection },
+    /// Start rolling out the desired release (call [`AgentState::begin`]).
+    Start { release: &'a str },
+    /// An operation was in progress (this process or a previous one): continue it from where it is.
+    Resume(&'a Progress),
+}
+
+/// Severity of a transition, for Events and logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Severity {
+    Normal,
+    Warning,
+}
+
+/// A state change, described for Events (reason = category, PascalCase), logs and metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transition {
+    pub from: Phase,
+    pub to: Phase,
+    pub release: String,
+    pub reason: &'static str,
+    pub message: String,
+    pub severity: Severity,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TransitionError {
+    #[error("cannot {action} in phase {phase}: it needs phase {needs}")]
+    WrongPhase { action: &'static str, phase: Phase, needs: &'static str },
+    #[error(
+        "release {release} was rejected ({reason}: {message}); it is not started again until Git desires a different release"
+    )]
+    Rejected { release: String, reason: String, message: String },
+}
+
+impl AgentState {
+    pub fn desired(&self) -> Option<&str> {
+        self.desired.as_deref()
+    }
+    pub fn phase(&self) -> Phase {
+        self.progress.phase()
+    }
+    pub fn progress(&self) -> &Progress {
+        &self.progress
+    }
+    pub fn operation(&self) -> Option<&Operation> {
+        self.progress.operation()
+    }
+    /// The release running in the cluster as far as the agent applied it (after a rollback: the
+    /// release rolled back to).
+    pub fn current(&self) -> Option<&str> {
+        self.current.as_deref()
+    }
+    /// The last release that passed its bake; the default rollback target.
+    pub fn last_known_good(&self) -> Option<&str> {
+        self.last_known_good.as_deref()
+    }
+    pub fn rejected(&self) -> &BTreeMap<String, Rejection> {
+        &self.rejected
+    }
+    /// Pins to hand to verification (clone, verify, then [`record_tag_pins`](Self::record_tag_pins)).
+    pub fn tag_pins(&self) -> &TagPins {
+        &self.tag_pins
+    }
+
+    /// What the loop should do next.
+    pub fn next(&self) -> Next<'_> {
+        if self.progress != Progress::Idle {
+            return Next::Resume(&self.progress);
+        }
+        match self.desired.as_deref() {
+            None => Next::Nothing,
+            Some(d) if Some(d) == self.current.as_deref() => Next::Nothing,
+            Some(d) => match self.rejected.get(d) {
+                Some(rejection) => Next::Rejected { release: d, rejection },
+                None => Next::Start { release: d },
+            },
+        }
+    }
+
+    /// Records what Git desires for this cluster now (`None`: no release set). A change forgets every
+    /// rejection except one of the newly desired release itself.
+    pub fn observe_desired(&mut self, desired: Option<&str>) {
+        if self.desired.as_deref() == desired {
+            return;
+        }
+        self.desired = desired.map(str::to_string);
+        self.rejected.retain(|release, _| Some(release.as_str()) == desired);
+    }
+
+    /// Adds the pins verification recorded. A union, so re-applying it after a write conflict
+    /// keeps pins another writer stored meanwhile. Verification refuses moved tags before this is
+    /// called; here a pin is only ever added.
+    pub fn record_tag_pins(&mut self, verified: &TagPins) {
+        for (tag, commit) in verified.iter() {
+            if self.tag_pins.get(tag).is_none() {
+                // Pins kept in state have no backing file, so storing one cannot fail.
+                self.tag_pins.pin(tag, commit).expect("in-memory tag pins cannot fail to store");
+            }
+        }
+    }
+
+    /// Idle → Verifying: start rolling out `release` (tagged `commit`).
+    pub fn begin(&mut self, release: &str, commit: &str, now: DateTime<Utc>) -> Result<Transition, TransitionError> {
+        if self.progress != Progress::Idle {
+            return Err(self.wrong_phase("begin a release", "Idle"));
+        }
+        if let Some(r) = self.rejected.get(release) {
+            return Err(TransitionError::Rejected {
+                release: release.to_string(),
+                reason: r.failure.reason.clone(),
+                message: r.failure.message.clone(),
+            });
+        }
+        let operation = Operation {
+            release: release.to_string(),
+            commit: commit.to_string(),
+            started_at: now,
+            rollback_target: None,
+            snapshot: None,
+            baseline: None,
+        };
+        let from = self.current.as_deref().unwrap_or("nothing");
+        let message = format!("verifying {release} (from {from})");
+        Ok(self.go(Progress::Verifying(operation), "ReleaseStarted", Severity::Normal, message))
+    }
+
+    /// Verifying → Idle, rejecting the release: a pre-apply gate or bad input refused it and nothing
+    /// was applied. It is not retried until Git desires a different release.
+    pub fn block(&mut self, failure: Failure, now: DateTime<Utc>) -> Result<Transition, TransitionError> {
+        let Progress::Verifying(op) = &self.progress else {
+            return Err(self.wrong_phase("block a release", "Verifying"));
+        };
+        let release = op.release.clone();
+        let message = format!("{release} blocked, nothing applied: {}: {}", failure.reason, failure.message);
+        self.rejected.insert(release, Rejection { failure, at: now });
+        Ok(self.go(Progress::Idle, "ReleaseBlocked", Severity::Warning, message))
+    }
+
+    /// Verifying → Idle without rejecting: a transient problem (API server, Git unreachable, wave
+    /// not ready, a restart); the next sync tries again.
+    pub fn abort(&mut self, why: &str) -> Result<Transition, TransitionError> {
+        let Progress::Verifying(op) = &self.progress else { return Err(self.wrong_phase("abort", "Verifying")) };
+        let message = format!("{} deferred: {why}", op.release);
+        Ok(self.go(Progress::Idle, "ReleaseDeferred", Severity::Normal, message))
+    }
+
+    /// Verifying → Applying: verification and pre-apply gates passed, the snapshot (if any) is
+    /// taken. `rollback_target` is the release's `rollbackTo`; `None` falls back to last-known-good.
+    pub fn start_apply(
+        &mut self,
+        rollback_target: Option<&str>,
+        snapshot: Option<&str>,
+    ) -> Result<Transition, TransitionError> {
+        let Progress::Verifying(op) = &self.progress else {
+            return Err(self.wrong_phase("start applying", "Verifying"));
+        };
+        let mut op = op.clone();
+        op.rollback_target = rollback_target.map(str::to_string).or_else(|| self.last_known_good.clone());
+        op.snapshot = snapshot.map(str::to_string);
+        let message = format!("applying {}", op.release);
+        Ok(self.go(Progress::Applying(op), "ApplyStarted", Severity::Normal, message))
+    }
+
+    /// Applying → Baking: every object applied and workloads rolled out.
+    pub fn applied(&mut self, now: DateTime<Utc>) -> Result<Transition, TransitionError> {
+        let Progress::Applying(op) = &self.progress else {
+            return Err(self.wrong_phase("finish applying", "Applying"));
+        };
+        let operation = op.clone();
+        // From here the cluster runs the new release, whatever the bake says.
+        self.current = Some(operation.release.clone());
+        let message = format!("{} applied; baking", operation.release);
+        Ok(self.go(Progress::Baking { operation, applied_at: now }, "Applied", Severity::Normal, message))
+    }
+
+    /// Baking → Idle: every post-apply gate held for the bake time; the release becomes
+    /// last-known-good.
+    pub fn bake_passed(&mut self) -> Result<Transition, TransitionError> {
+        let Progress::Baking { operation, .. } = &self.progress else {
+            return Err(self.wrong_phase("pass the bake", "Baking"));
+        };
+        let release = operation.release.clone();
+        self.current = Some(release.clone());
+        self.last_known_good = Some(release.clone());
+        Ok(self.go(Progress::Idle, "ReleaseSucceeded", Severity::Normal, format!("{release} passed its gates")))
+    }
+
+    /// Applying or Baking → RollingBack: a gate failed (`evidence`: the gate figures) or apply
+    /// errored. The release is rejected at once, so a crash during the rollback can never lead to
+    /// re-applying it. The rollback target is the operation's [`Operation::rollback_target`].
+    pub fn start_rollback(
+        &mut self,
+        failure: Failure,
+        evidence: Vec<GateFigure>,
+        now: DateTime<Utc>,
+    ) -> Result<Transition, TransitionError> {
+        let (operation, applied_at) = match &self.progress {
+            Progress::Applying(op) => (op.clone(), None),
+            Progress::Baking { operation, applied_at } => (operation.clone(), Some(*applied_at)),
+            _ => return Err(self.wrong_phase("start a rollback", "Applying or Baking")),
+        };
+        let release = operation.release.clone();
+        self.rejected.insert(release.clone(), Rejection { failure: failure.clone(), at: now });
+        let to = operation.rollback_target.as_deref().unwrap_or("nothing (no earlier release)");
+        let message = format!("{release} failed ({}: {}); rolling back to {to}", failure.reason, failure.message);
+        let rollback = Rollback { operation, applied_at, failure, evidence };
+        Ok(self.go(Progress::RollingBack(rollback), "RollbackStarted", Severity::Warning, message))
+    }
+
+    /// RollingBack → Idle: the rollback target is applied and healthy (or, without a target, what
+    /// the failed release added is pruned).
+    pub fn rollback_finished(&mut self) -> Result<Transition, TransitionError> {
+        let Progress::RollingBack(r) = &self.progress else {
+            return Err(self.wrong_phase("finish a rollback", "RollingBack"));
+        };
+        let target = r.operation.rollback_target.clone();
+        let message = format!(
+            "rolled back from {} to {} after {}",
+            r.operation.release,
+            target.as_deref().unwrap_or("nothing"),
+            r.failure.reason
+        );
+        self.current = target;
+        Ok(self.go(Progress::Idle, "RolledBack", Severity::Warning, message))
+    }
+
+    /// Keeps the gates' baseline with the operation (sampled while verifying, before the apply).
+    pub fn record_baseline(&mut self, baseline: serde_json::Value) -> Result<(), TransitionError> {
+        match &mut self.progress {
+            Progress::Verifying(op) => {
+                op.baseline = Some(baseline);
+                Ok(())
+            }
+            _ => Err(self.wrong_phase("record a baseline", "Verifying")),
+        }
+    }
+
+    fn wrong_phase(&self, action: &'static str, needs: &'static str) -> TransitionError {
+        TransitionError::WrongPhase { action, phase: self.phase(), needs }
+    }
+
+    /// Moves to `to`, describing the move for the release of the operation being left or entered.
+    fn go(&mut self, to: Progress, reason: &'static str, severity: Severity, message: String) -> Transition {
+        let release = to.operation().or(self.progress.operation()).map(|op| op.release.clone()).unwrap_or_default();
+        let from = std::mem::replace(&mut self.progress, to).phase();
+        Transition { from, to: self.progress.phase(), release, reason, message, severity }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    fn t(secs: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_700_000_000 + secs, 0).unwrap()
+    }
+
+    fn fail(reason: &str) -> Failure {
+        Failure::new(reason, "error rate 7.1% > 5%")
+    }
+
+    /// A state that ran rel-1 successfully.
+    fn on_rel1() -> AgentState {
+        let mut s = AgentState::default();
+        s.observe_desired(Some("rel-1"));
+        s.begin("rel-1", "c1", t(0)).unwrap();
+        s.start_apply(None, None).unwrap();
+        s.applied(t(1)).unwrap();
+        s.bake_passed().unwrap();
+        s
+    }
+
+    #[test]
+    fn happy_path_makes_release_current_and_good() {
+        let mut s = on_rel1();
+        assert_eq!((s.phase(), s.current(), s.last_known_good()), (Phase::Idle, Some("rel-1"), Some("rel-1")));
+        s.observe_desired(Some("rel-2"));
+        assert_eq!(s.next(), Next::Start { release: "rel-2" });
+        let tr = s.begin("rel-2", "c2", t(10)).unwrap();
+        assert_eq!(
+            (tr.from, tr.to, tr.reason, tr.release.as_str()),
+            (Phase::Idle, Phase::Verifying, "ReleaseStarted", "rel-2")
+        );
+        let tr = s.start_apply(None, Some("snap-rel-1")).unwrap();
+        assert_eq!(tr.to, Phase::Applying);
+        assert_eq!(s.operation().unwrap().rollback_target.as_deref(), Some("rel-1"));
+        assert_eq!(s.operation().unwrap().snapshot.as_deref(), Some("snap-rel-1"));
+        s.applied(t(20)).unwrap();
+        assert_eq!((s.phase(), s.current(), s.last_known_good()), (Phase::Baking, Some("rel-2"), Some("rel-1")));
+        assert!(matches!(s.next(), Next::Resume(Progress::Baking { applied_at, .. }) if *applied_at == t(20)));
+        let tr = s.bake_passed().unwrap();
+        assert_eq!((tr.reason, tr.severity, tr.release.as_str()), ("ReleaseSucceeded", Severity::Normal, "rel-2"));
+        assert_eq!((s.phase(), s.current(), s.last_known_good()), (Phase::Idle, Some("rel-2"), Some("rel-2")));
+        assert_eq!(s.operation(), None);
+        assert_eq!(s.next(), Next::Nothing);
+    }
+
+    #[rstest]
+    #[case::from_applying(false)]
+    #[case::from_baking(true)]
+    fn rollback_returns_to_target_and_rejects(#[case] baked: bool) {
+        let mut s = on_rel1();
+        s.observe_desired(Some("rel-2"));
+        s.begin("rel-2", "c2", t(10)).unwrap();
+        s.start_apply(None, None).unwrap();
+        if baked {
+            s.applied(t(20)).unwrap();
+        }
+        let figure =
+            GateFigure { name: "g".into(), observed: "7".into(), threshold: "5".into(), verdict: "fail".into() };
+        let tr = s.start_rollback(fail("GateFailed"), vec![figure.clone()], t(30)).unwrap();
+        assert_eq!((tr.to, tr.severity), (Phase::RollingBack, Severity::Warning));
+        assert!(tr.message.contains("rolling back to rel-1"), "{}", tr.message);
+        let Progress::RollingBack(r) = s.progress() else { panic!("{:?}", s.progress()) };
+        assert_eq!((r.applied_at, r.evidence.as_slice()), (baked.then(|| t(20)), [figure].as_slice()));
+        // Rejected already while rolling back: a crash here must not lead to re-applying rel-2.
+        assert!(s.rejected().contains_key("rel-2"));
+        let tr = s.rollback_finished().unwrap();
+        assert_eq!(tr.reason, "RolledBack");
+        assert_eq!(tr.message, "rolled back from rel-2 to rel-1 after GateFailed");
+        assert_eq!((s.phase(), s.current(), s.last_known_good()), (Phase::Idle, Some("rel-1"), Some("rel-1")));
+        assert!(matches!(s.next(), Next::Rejected { release: "rel-2", .. }));
+        assert!(matches!(s.begin("rel-2", "c2", t(40)), Err(TransitionError::Rejected { .. })));
+    }
+
+    #[test]
+    fn explicit_rollback_target_wins_over_last_known_good() {
+        let mut s = on_rel1();
+        s.observe_desired(Some("rel-3"));
+        s.begin("rel-3", "c3", t(0)).unwrap();
+        s.start_apply(Some("rel-0"), None).unwrap();
+        assert_eq!(s.operation().unwrap().rollback_target.as_deref(), Some("rel-0"));
+    }
+
+    #[test]
+    fn first_release_failing_rolls_back_to_nothing() {
+        let mut s = AgentState::default();
+        s.observe_desired(Some("rel-1"));
+        s.begin("rel-1", "c1", t(0)).unwrap();
+        s.start_apply(None, None).unwrap();
+        let tr = s.start_rollback(fail("ApplyFailed"), Vec::new(), t(1)).unwrap();
+        assert!(tr.message.contains("rolling back to nothing"), "{}", tr.message);
+        s.rollback_finished().unwrap();
+        assert_eq!(s.current(), None);
+    }
+
+    #[test]
+    fn rejection_lasts_until_git_desires_another_release() {
+        let mut s = on_rel1();
+        s.observe_desired(Some("rel-2"));
+        s.begin("rel-2", "c2", t(0)).unwrap();
+        s.block(Failure::new("CrdIncompatible", "field spec.size removed"), t(1)).unwrap();
+        assert_eq!(s.phase(), Phase::Idle);
+        assert_eq!(s.current(), Some("rel-1"));
+        // Git still says rel-2 (another commit changed something else): still rejected.
+        s.observe_desired(Some("rel-2"));
+        assert!(matches!(s.next(), Next::Rejected { release: "rel-2", .. }));
+        // Git moves on (revert to rel-1): forgotten; a later re-promotion of rel-2 is tried again.
+        s.observe_desired(Some("rel-1"));
+        assert_eq!(s.next(), Next::Nothing);
+        assert!(s.rejected().is_empty());
+        s.observe_desired(Some("rel-2"));
+        assert_eq!(s.next(), Next::Start { release: "rel-2" });
+    }
+
+    #[test]
+    fn abort_does_not_reject() {
+        let mut s = on_rel1();
+        s.observe_desired(Some("rel-2"));
+        s.begin("rel-2", "c2", t(0)).unwrap();
+        let tr = s.abort("wave-1 waits for canary").unwrap();
+        assert_eq!((tr.reason, tr.release.as_str()), ("ReleaseDeferred", "rel-2"));
+        assert_eq!(s.next(), Next::Start { release: "rel-2" });
+    }
+
+    #[test]
+    fn baseline_is_kept_with_the_operation_into_the_bake() {
+        let mut s = AgentState::default();
+        s.begin("rel-1", "c1", t(0)).unwrap();
+        s.record_baseline(serde_json::json!({"restarts": {}})).unwrap();
+        s.start_apply(None, None).unwrap();
+        s.applied(t(1)).unwrap();
+        assert_eq!(s.operation().unwrap().baseline, Some(serde_json::json!({"restarts": {}})));
+        assert!(matches!(s.record_baseline(serde_json::json!({})), Err(TransitionError::WrongPhase { .. })));
+    }
+
+    #[rstest]
+    #[case::apply_from_idle(|s: &mut AgentState| s.start_apply(None, None).map(drop))]
+    #[case::applied_from_idle(|s: &mut AgentState| s.applied(t(0)).map(drop))]
+    #[case::bake_from_idle(|s: &mut AgentState| s.bake_passed().map(drop))]
+    #[case::rollback_from_idle(|s: &mut AgentState| s.start_rollback(fail("X"), Vec::new(), t(0)).map(drop))]
+    #[case::finish_rollback_from_idle(|s: &mut AgentState| s.rollback_finished().map(drop))]
+    #[case::block_from_idle(|s: &mut AgentState| s.block(fail("X"), t(0)).map(drop))]
+    #[case::begin_twice(|s: &mut AgentState| { s.begin("a", "c", t(0))?; s.begin("b", "c", t(0)).map(drop) })]
+    #[case::rollback_from_verifying(|s: &mut AgentState| { s.begin("a", "c", t(0))?; s.start_rollback(fail("X"), Vec::new(), t(0)).map(drop) })]
+    fn transitions_check_their_phase(#[case] step: fn(&mut AgentState) -> Result<(), TransitionError>) {
+        let mut s = AgentState::default();
+        let before_err = s.clone();
+        let err = step(&mut s).unwrap_err();
+        assert!(matches!(err, TransitionError::WrongPhase { .. }), "{err}");
+        // A refused transition leaves at most the steps before it (begin) applied.
+        assert!(s == before_err || s.phase() == Phase::Verifying);
+    }
+
+    fn pins(pairs: &[(&str, &str)]) -> TagPins {
+        let map: BTreeMap<&str, &str> = pairs.iter().copied().collect();
+        serde_json::from_value(serde_json::json!({ "pins": map })).unwrap()
+    }
+
+    #[test]
+    fn recorded_tag_pins_are_a_union_that_never_repins() {
+        let mut s = AgentState::default();
+        s.record_tag_pins(&pins(&[("rel-1", "aaa")]));
+        s.record_tag_pins(&pins(&[("rel-2", "bbb"), ("rel-1", "zzz")]));
+        assert_eq!(s.tag_pins(), &pins(&[("rel-1", "aaa"), ("rel-2", "bbb")]));
+    }
+}

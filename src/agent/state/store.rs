@@ -1,0 +1,450 @@
+//! The state ConfigMap `fleetgate-state-<cluster>`: [`StateStore`] reads it, writes it with
+//! optimistic concurrency (the last seen `resourceVersion`), and encodes an [`AgentState`] into its
+//! data and back.
+//!
+//! The encoding is the one every agent since `fleetgate.io/agent-state/v1` wrote — keys `phase`,
+//! `operation` (JSON, one flat object whatever the phase), `desired`, `current`, `lastKnownGood`,
+//! `rejected`, `tagPins` — so an agent upgraded mid-operation resumes what the previous one left.
+//! Decoding checks that the operation carries what its phase needs.
+
+use super::machine::{AgentState, Failure, Operation, Phase, Progress, Rollback, TransitionError};
+use crate::status::GateFigure;
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
+use kube::api::{Api, ObjectMeta, PostParams};
+use kube::{Client, Resource};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+// ---- ConfigMap encoding --------------------------------------------------------------------
+
+/// Data keys of the state ConfigMap. Scalars are plain strings so `kubectl get cm -o yaml` reads
+/// well; structured fields are JSON.
+mod key {
+    pub const SCHEMA: &str = "schema";
+    pub const DESIRED: &str = "desired";
+    pub const PHASE: &str = "phase";
+    pub const OPERATION: &str = "operation";
+    pub const CURRENT: &str = "current";
+    pub const LAST_KNOWN_GOOD: &str = "lastKnownGood";
+    pub const REJECTED: &str = "rejected";
+    pub const TAG_PINS: &str = "tagPins";
+}
+const SCHEMA: &str = "fleetgate.io/agent-state/v1";
+
+/// The `operation` key's JSON: every phase's data in one object, optional fields absent where a
+/// phase has none.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireOperation {
+    release: String,
+    commit: String,
+    started_at: DateTime<Utc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    rollback_target: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    snapshot: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    applied_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    failure: Option<Failure>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    baseline: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    evidence: Vec<GateFigure>,
+}
+
+impl WireOperation {
+    fn of(progress: &Progress) -> Option<WireOperation> {
+        let (op, applied_at, failure, evidence) = match progress {
+            Progress::Idle => return None,
+            Progress::Verifying(op) | Progress::Applying(op) => (op, None, None, Vec::new()),
+            Progress::Baking { operation, applied_at } => (operation, Some(*applied_at), None, Vec::new()),
+            Progress::RollingBack(r) => (&r.operation, r.applied_at, Some(r.failure.clone()), r.evidence.clone()),
+        };
+        Some(WireOperation {
+            release: op.release.clone(),
+            commit: op.commit.clone(),
+            started_at: op.started_at,
+            rollback_target: op.rollback_target.clone(),
+            snapshot: op.snapshot.clone(),
+            applied_at,
+            failure,
+            baseline: op.baseline.clone(),
+            evidence,
+        })
+    }
+
+    fn into_progress(self, phase: Phase) -> Result<Progress, String> {
+        let operation = Operation {
+            release: self.release,
+            commit: self.commit,
+            started_at: self.started_at,
+            rollback_target: self.rollback_target,
+            snapshot: self.snapshot,
+            baseline: self.baseline,
+        };
+        Ok(match phase {
+            Phase::Idle => return Err("phase Idle with an operation".to_string()),
+            Phase::Verifying => Progress::Verifying(operation),
+            Phase::Applying => Progress::Applying(operation),
+            Phase::Baking => {
+                let applied_at = self.applied_at.ok_or("phase Baking without operation.appliedAt")?;
+                Progress::Baking { operation, applied_at }
+            }
+            Phase::RollingBack => {
+                let failure = self.failure.ok_or("phase RollingBack without operation.failure")?;
+                Progress::RollingBack(Rollback {
+                    operation,
+                    applied_at: self.applied_at,
+                    failure,
+                    evidence: self.evidence,
+                })
+            }
+        })
+    }
+}
+
+/// The state ConfigMap's data for `state`.
+pub(super) fn to_data(state: &AgentState) -> BTreeMap<String, String> {
+    let mut d = BTreeMap::new();
+    d.insert(key::SCHEMA.into(), SCHEMA.into());
+    d.insert(key::PHASE.into(), state.phase().to_string());
+    for (k, v) in
+        [(key::DESIRED, &state.desired), (key::CURRENT, &state.current), (key::LAST_KNOWN_GOOD, &state.last_known_good)]
+    {
+        if let Some(v) = v {
+            d.insert(k.into(), v.clone());
+        }
+    }
+    if let Some(op) = WireOperation::of(&state.progress) {
+        d.insert(key::OPERATION.into(), serde_json::to_string_pretty(&op).expect("operation serializes"));
+    }
+    d.insert(key::REJECTED.into(), serde_json::to_string_pretty(&state.rejected).expect("rejections serialize"));
+    d.insert(key::TAG_PINS.into(), serde_json::to_string_pretty(&state.tag_pins).expect("pins serialize"));
+    d
+}
+
+/// Decodes the state ConfigMap's data; empty data is the initial state. The error says what is wrong.
+pub(super) fn from_data(data: &BTreeMap<String, String>) -> Result<AgentState, String> {
+    if data.is_empty() {
+        return Ok(AgentState::default());
+    }
+    match data.get(key::SCHEMA).map(String::as_str) {
+        Some(SCHEMA) => {}
+        other => return Err(format!("{}: expected {SCHEMA:?}, found {other:?}", key::SCHEMA)),
+    }
+    fn json<T: serde::de::DeserializeOwned + Default>(data: &BTreeMap<String, String>, k: &str) -> Result<T, String> {
+        data.get(k).map(|s| serde_json::from_str(s).map_err(|e| format!("{k}: {e}"))).unwrap_or(Ok(T::default()))
+    }
+    let phase: Phase = data.get(key::PHASE).map(|p| p.parse()).transpose()?.unwrap_or_default();
+    let operation: Option<WireOperation> = json(data, key::OPERATION)?;
+    let progress = match (phase, operation) {
+        (Phase::Idle, None) => Progress::Idle,
+        (phase, None) => return Err(format!("phase {phase} without an operation")),
+        (phase, Some(op)) => op.into_progress(phase)?,
+    };
+    Ok(AgentState {
+        desired: data.get(key::DESIRED).cloned(),
+        progress,
+        current: data.get(key::CURRENT).cloned(),
+        last_known_good: data.get(key::LAST_KNOWN_GOOD).cloned(),
+        rejected: json(data, key::REJECTED)?,
+        tag_pins: json(data, key::TAG_PINS)?,
+    })
+}
+
+// ---- StateStore ----------------------------------------------------------------------------
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error(transparent)]
+    Transition(#[from] TransitionError),
+    #[error(
+        "state ConfigMap {namespace}/{name} is not readable as agent state ({problem}); inspect it with `kubectl -n {namespace} get configmap {name} -o yaml`, fix or delete it (deleting forgets rejections and tag pins)"
+    )]
+    Corrupt { namespace: String, name: String, problem: String },
+    #[error(
+        "state ConfigMap {namespace}/{name} kept changing under us ({attempts} conflicting writes); is a second agent running for this cluster without leader election?"
+    )]
+    Contended { namespace: String, name: String, attempts: u32 },
+    #[error("{action} state ConfigMap {namespace}/{name}: {source}")]
+    Kube { action: &'static str, namespace: String, name: String, source: Box<kube::Error> },
+}
+
+/// Label on the state ConfigMap naming the cluster it belongs to.
+pub const CLUSTER_LABEL: &str = "fleetgate.io/cluster";
+/// How many times an update reloads and re-applies after a resourceVersion conflict.
+const MAX_CONFLICT_RETRIES: u32 = 5;
+
+#[derive(Debug, Clone)]
+struct Persisted {
+    state: AgentState,
+    object: ConfigMap,
+}
+
+/// Loads and saves one cluster's [`AgentState`] in its ConfigMap. Writes carry the last seen
+/// `resourceVersion`; on a conflict the store reloads and re-applies the change to the fresh state
+/// (which may then refuse it, e.g. when another writer already moved the phase on).
+#[derive(Debug)]
+pub struct StateStore {
+    api: Api<ConfigMap>,
+    namespace: String,
+    name: String,
+    cluster: String,
+    cache: tokio::sync::Mutex<Option<Persisted>>,
+}
+
+impl StateStore {
+    /// A store for `fleetgate-state-<cluster>` in `namespace`; nothing is read until [`load`](Self::load).
+    pub fn new(client: Client, namespace: &str, cluster: &str) -> StateStore {
+        StateStore {
+            api: Api::namespaced(client, namespace),
+            namespace: namespace.to_string(),
+            name: format!("fleetgate-state-{cluster}"),
+            cluster: cluster.to_string(),
+            cache: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// Reads the state from the API server, creating an empty state ConfigMap when there is none
+    /// (so Events have an object to point at and missing RBAC shows at start-up).
+    pub async fn load(&self) -> Result<AgentState, StateError> {
+        let mut cache = self.cache.lock().await;
+        let persisted = self.fetch_or_create().await?;
+        let state = persisted.state.clone();
+        *cache = Some(persisted);
+        Ok(state)
+    }
+
+    /// The state as last loaded or saved by this store, without a request.
+    pub async fn cached(&self) -> Option<AgentState> {
+        self.cache.lock().await.as_ref().map(|p| p.state.clone())
+    }
+
+    /// Applies `change` to the state and saves it; returns the saved state and what `change`
+    /// returned. If `change` fails, nothing is written and its error is returned; if it changes
+    /// nothing, nothing is written. On a write conflict the store reloads and calls `change` again
+    /// on the fresh state, up to 5 times.
+    pub async fn update<T>(
+        &self,
+        mut change: impl FnMut(&mut AgentState) -> Result<T, TransitionError>,
+    ) -> Result<(AgentState, T), StateError> {
+        let mut cache = self.cache.lock().await;
+        let mut base = match cache.take() {
+            Some(p) => p,
+            None => self.fetch_or_create().await?,
+        };
+        for _ in 0..MAX_CONFLICT_RETRIES {
+            let mut next = base.state.clone();
+            let out = match change(&mut next) {
+                Ok(out) => out,
+                Err(e) => {
+                    *cache = Some(base);
+                    return Err(e.into());
+                }
+            };
+            if next == base.state {
+                *cache = Some(base);
+                return Ok((next, out));
+            }
+            let mut object = base.object.clone();
+            object.data = Some(to_data(&next));
+            match self.api.replace(&self.name, &PostParams::default(), &object).await {
+                Ok(saved) => {
+                    *cache = Some(Persisted { state: next.clone(), object: saved });
+                    return Ok((next, out));
+                }
+                Err(kube::Error::Api(s)) if s.is_conflict() => {
+                    tracing::debug!(configmap = %self.name, "state write conflict; reloading");
+                    base = self.fetch_or_create().await?;
+                }
+                Err(source) => {
+                    *cache = Some(base);
+                    return Err(self.kube_error("writing", source));
+                }
+            }
+        }
+        Err(StateError::Contended {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            attempts: MAX_CONFLICT_RETRIES,
+        })
+    }
+
+    /// A reference to the state ConfigMap (with its uid) for Events. Loads it if needed.
+    pub async fn object_ref(&self) -> Result<ObjectReference, StateError> {
+        let mut cache = self.cache.lock().await;
+        let persisted = match cache.take() {
+            Some(p) => p,
+            None => self.fetch_or_create().await?,
+        };
+        let reference = persisted.object.object_ref(&());
+        *cache = Some(persisted);
+        Ok(reference)
+    }
+
+    async fn fetch_or_create(&self) -> Result<Persisted, StateError> {
+        // Two attempts: a create can race another agent's create; then the object exists.
+        for _ in 0..2 {
+            match self.api.get_opt(&self.name).await.map_err(|e| self.kube_error("reading", e))? {
+                Some(object) => return self.decode(object),
+                None => {
+                    let empty = self.empty_object();
+                    match self.api.create(&PostParams::default(), &empty).await {
+                        Ok(object) => return Ok(Persisted { state: AgentState::default(), object }),
+                        Err(kube::Error::Api(s)) if s.is_already_exists() => continue,
+                        Err(e) => return Err(self.kube_error("creating", e)),
+                    }
+                }
+            }
+        }
+        Err(StateError::Contended { namespace: self.namespace.clone(), name: self.name.clone(), attempts: 2 })
+    }
+
+    fn decode(&self, object: ConfigMap) -> Result<Persisted, StateError> {
+        let data = object.data.clone().unwrap_or_default();
+        let state = from_data(&data).map_err(|problem| StateError::Corrupt {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            problem,
+        })?;
+        Ok(Persisted { state, object })
+    }
+
+    fn empty_object(&self) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(self.name.clone()),
+                namespace: Some(self.namespace.clone()),
+                labels: Some(BTreeMap::from([
+                    ("app.kubernetes.io/managed-by".to_string(), "fleetgate".to_string()),
+                    ("app.kubernetes.io/component".to_string(), "agent-state".to_string()),
+                    (CLUSTER_LABEL.to_string(), self.cluster.clone()),
+                ])),
+                ..Default::default()
+            },
+            data: Some(to_data(&AgentState::default())),
+            ..Default::default()
+        }
+    }
+
+    fn kube_error(&self, action: &'static str, source: kube::Error) -> StateError {
+        StateError::Kube {
+            action,
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            source: Box::new(source),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::release::TagPins;
+    use rstest::rstest;
+
+    fn t(secs: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_700_000_000 + secs, 0).unwrap()
+    }
+
+    fn data(entries: &[(&str, &str)]) -> BTreeMap<String, String> {
+        entries.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn configmap_data_round_trips_mid_operation() {
+        let mut s = AgentState::default();
+        s.observe_desired(Some("rel-1"));
+        s.begin("rel-1", "c1", t(0)).unwrap();
+        s.start_apply(None, None).unwrap();
+        s.applied(t(1)).unwrap();
+        s.bake_passed().unwrap();
+        s.observe_desired(Some("rel-2"));
+        let pins: TagPins = serde_json::from_value(serde_json::json!({ "pins": { "rel-2": "c2" } })).unwrap();
+        s.record_tag_pins(&pins);
+        s.begin("rel-2", "c2", t(10)).unwrap();
+        s.record_baseline(serde_json::json!({"restarts": {"uid": 1}})).unwrap();
+        s.start_apply(None, Some("snap")).unwrap();
+        for step in 0..3 {
+            match step {
+                1 => drop(s.applied(t(20)).unwrap()),
+                2 => drop(s.start_rollback(Failure::new("GateFailed", "7 > 5"), Vec::new(), t(30)).unwrap()),
+                _ => {}
+            }
+            let d = to_data(&s);
+            assert_eq!(from_data(&d).unwrap(), s, "phase {}", s.phase());
+        }
+        let d = to_data(&s);
+        assert_eq!(d["phase"], "RollingBack");
+        assert_eq!(d["current"], "rel-2");
+        assert_eq!(from_data(&BTreeMap::new()).unwrap(), AgentState::default());
+    }
+
+    /// Data exactly as the agent before typed phases wrote it (one flat `operation` object): an
+    /// agent upgraded while rolling back must pick the rollback up.
+    #[test]
+    fn data_written_by_the_previous_agent_is_read() {
+        let operation = r#"{
+  "release": "rel-2",
+  "commit": "c2",
+  "startedAt": "2023-11-14T22:13:30Z",
+  "rollbackTarget": "rel-1",
+  "snapshot": "snap",
+  "appliedAt": "2023-11-14T22:13:40Z",
+  "failure": { "reason": "GateFailed", "message": "pod-restarts 4 > 3" },
+  "baseline": { "restarts": {} },
+  "evidence": [ { "name": "pod-restarts", "observed": "4", "threshold": "3", "verdict": "fail" } ]
+}"#;
+        let d = data(&[
+            ("schema", SCHEMA),
+            ("phase", "RollingBack"),
+            ("desired", "rel-2"),
+            ("current", "rel-2"),
+            ("lastKnownGood", "rel-1"),
+            ("operation", operation),
+            (
+                "rejected",
+                r#"{"rel-2": {"reason": "GateFailed", "message": "pod-restarts 4 > 3", "at": "2023-11-14T22:13:50Z"}}"#,
+            ),
+            ("tagPins", r#"{"pins": {"rel-1": "c1", "rel-2": "c2"}}"#),
+        ]);
+        let s = from_data(&d).unwrap();
+        let Progress::RollingBack(r) = s.progress() else { panic!("{:?}", s.progress()) };
+        assert_eq!(r.operation.rollback_target.as_deref(), Some("rel-1"));
+        assert_eq!(r.operation.snapshot.as_deref(), Some("snap"));
+        assert_eq!(r.applied_at, Some(t(20)));
+        assert_eq!(r.failure, Failure::new("GateFailed", "pod-restarts 4 > 3"));
+        assert_eq!(r.evidence[0].name, "pod-restarts");
+        assert_eq!((s.current(), s.last_known_good()), (Some("rel-2"), Some("rel-1")));
+        assert!(s.rejected().contains_key("rel-2"));
+        assert_eq!(s.tag_pins().get("rel-1"), Some("c1"));
+        // Written back in the same form.
+        let again = to_data(&s);
+        let (old, new): (serde_json::Value, serde_json::Value) =
+            (serde_json::from_str(operation).unwrap(), serde_json::from_str(&again["operation"]).unwrap());
+        assert_eq!(old, new);
+    }
+
+    #[rstest]
+    #[case::wrong_schema(&[("schema", "other/v9")], "expected")]
+    #[case::bad_phase(&[("schema", SCHEMA), ("phase", "Dancing")], "unknown phase")]
+    #[case::phase_without_operation(&[("schema", SCHEMA), ("phase", "Baking")], "without an operation")]
+    #[case::idle_with_operation(&[("schema", SCHEMA), ("phase", "Idle"), ("operation", r#"{"release":"r","commit":"c","startedAt":"2023-11-14T22:13:20Z"}"#)], "Idle with an operation")]
+    #[case::baking_without_applied_at(&[("schema", SCHEMA), ("phase", "Baking"), ("operation", r#"{"release":"r","commit":"c","startedAt":"2023-11-14T22:13:20Z"}"#)], "appliedAt")]
+    #[case::rolling_back_without_failure(&[("schema", SCHEMA), ("phase", "RollingBack"), ("operation", r#"{"release":"r","commit":"c","startedAt":"2023-11-14T22:13:20Z"}"#)], "failure")]
+    #[case::bad_json(&[("schema", SCHEMA), ("rejected", "{")], "rejected")]
+    fn corrupt_data_is_refused(#[case] entries: &[(&str, &str)], #[case] expected: &str) {
+        let err = from_data(&data(entries)).unwrap_err();
+        assert!(err.contains(expected), "{err}");
+    }
+}
