@@ -10,7 +10,8 @@ async fn main() -> ExitCode {
     match fleetgate::cli::run(cli).await {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // Each source once, also where an error type prints its source itself.
+            eprintln!("error: {}", fleetgate::agent::events::error_chain(e.as_ref()));
             ExitCode::from(2)
         }
     }

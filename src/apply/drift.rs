@@ -1,11 +1,19 @@
 //! Drift: live objects compared with a release's desired objects, field by field, over only the
 //! fields the release sets (server defaults, status, managedFields, resourceVersion, uid and
 //! the like never count), shown as unified diffs. Applying the release again corrects it.
+//!
+//! A drift check only shows, so it also compares with a release whose signature was not checked
+//! ([`DriftInput::read`] without trust): an [`UnverifiedRelease`], which `apply` never takes.
 
 use super::phases::Resolver;
 use super::{ApplyError, Engine, fields, kube_err};
 use crate::manifests::{Manifest, ManifestSet, ObjectKey};
-use crate::release::VerifiedRelease;
+use crate::model::{Finding, TreeError};
+use crate::release::{
+    ReleaseFiles, ResolveError, TagPins, TrustConfig, UnverifiedRelease, VerifiedRelease, VerifyError, read_release,
+    resolve, resolve_release, verify,
+};
+use crate::source::{Checkout, SourceError};
 use futures::{StreamExt, stream};
 use serde_json::Value;
 use similar::TextDiff;
@@ -69,10 +77,86 @@ fn to_yaml(v: &Value) -> String {
     serde_yaml_ng::to_string(v).expect("JSON values serialize as YAML")
 }
 
+/// The release a cluster should run, read from a checkout for a drift check.
+#[derive(Debug)]
+pub struct DriftInput {
+    pub release: DriftRelease,
+    /// fleet.yaml's operator namespace: where the release's unqualified objects go.
+    pub operator_namespace: String,
+}
+
+/// Verified when trusted keys were given, else as the tag holds it.
+#[derive(Debug)]
+pub enum DriftRelease {
+    Verified(VerifiedRelease),
+    /// `findings` are the content's problems (mapping, rules), for the reader to see.
+    Unverified { release: UnverifiedRelease, findings: Vec<Finding> },
+}
+
+impl DriftRelease {
+    pub fn files(&self) -> &dyn ReleaseFiles {
+        match self {
+            DriftRelease::Verified(r) => r,
+            DriftRelease::Unverified { release, .. } => release,
+        }
+    }
+
+    pub fn is_verified(&self) -> bool {
+        matches!(self, DriftRelease::Verified(_))
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DriftInputError {
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
+    #[error(transparent)]
+    Verify(#[from] VerifyError),
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    Tree(#[from] TreeError),
+    #[error("release {id} has no readable release.yaml")]
+    NoRelease { id: String, findings: Vec<Finding> },
+}
+
+impl DriftInput {
+    /// The release `cluster` should run per the checkout's branch tip (or release `id`), verified
+    /// with `trust` when given — exactly as the agent would — else read from its tag unchecked.
+    ///
+    /// # Errors
+    /// Resolution and verification failures as they are; [`DriftInputError::NoRelease`] (with
+    /// the findings that say why) when the tag's release.yaml cannot be read.
+    pub fn read(
+        checkout: &Checkout,
+        cluster: &str,
+        id: Option<&str>,
+        trust: Option<&TrustConfig>,
+    ) -> Result<DriftInput, DriftInputError> {
+        let desired = match id {
+            Some(id) => resolve_release(checkout, cluster, id)?,
+            None => resolve(checkout, cluster)?,
+        };
+        let operator_namespace = desired.config.fleet.spec.operator.namespace.clone();
+        let release = match trust {
+            // One comparison, no agent state: pins start empty.
+            Some(trust) => DriftRelease::Verified(verify(checkout, &desired, trust, &mut TagPins::in_memory())?),
+            None => {
+                let (content, findings) = read_release(&checkout.tag_tree(&desired.tag)?, Some(&desired.id))?;
+                let Some(content) = content else {
+                    return Err(DriftInputError::NoRelease { id: desired.id, findings });
+                };
+                DriftRelease::Unverified { release: UnverifiedRelease::new(desired.id, content), findings }
+            }
+        };
+        Ok(DriftInput { release, operator_namespace })
+    }
+}
+
 impl Engine {
     /// Compares every object of `release` (with the labels an apply gives it) with the
     /// cluster. Changes nothing; [`apply`](Self::apply) the release again to correct drift.
-    pub async fn drift(&self, release: &VerifiedRelease) -> Result<DriftReport, ApplyError> {
+    pub async fn drift(&self, release: &dyn ReleaseFiles) -> Result<DriftReport, ApplyError> {
         let resolver = Resolver::new(self.client.clone()).await?;
         let mut set =
             ManifestSet::from_release(release, self.options.default_namespace.as_deref(), resolver.discovery())?;

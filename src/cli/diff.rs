@@ -5,12 +5,13 @@
 //! Exit 0 no drift, 1 drift (an object differs or is missing), 2 usage, repository or cluster
 //! error. Changes nothing; the agent (or `fleetgate agent`'s next apply) corrects drift.
 
+use super::args::GitAccess;
 use super::output::{OutputFormat, colours};
-use super::validate::{open_repo, trusted_keys};
 use crate::agent::config::{DEFAULT_STATE_NAMESPACE, KubeAccess};
-use crate::apply::{ApplyOptions, DriftReport, DriftState, Engine};
-use crate::release::{TagPins, TrustConfig, VerifiedRelease, read_release, resolve, resolve_release, verify};
-use crate::source::Credentials;
+use crate::apply::{ApplyOptions, DriftInput, DriftInputError, DriftRelease, DriftReport, DriftState, Engine};
+use crate::model::Finding;
+use crate::release::{ReleaseFiles, TrustConfig};
+use crate::source::open_repo;
 use anyhow::Context;
 use owo_colors::OwoColorize;
 use std::path::PathBuf;
@@ -44,58 +45,31 @@ pub struct Args {
     /// signature is verified first; without it the tag's content is compared as it is.
     #[arg(long = "trusted-keys", value_name = "FILE")]
     pub trusted_keys: Vec<PathBuf>,
-    /// SSH private key for ssh:// URLs.
-    #[arg(long, value_name = "FILE")]
-    pub ssh_key: Option<PathBuf>,
-    /// Environment variable holding a token for https:// URLs.
-    #[arg(long, value_name = "VAR", default_value = "FLEETGATE_GIT_TOKEN")]
-    pub token_env: String,
+    #[command(flatten)]
+    pub git: GitAccess,
     #[arg(short = 'o', long, value_enum, default_value_t)]
     pub output: OutputFormat,
 }
 
-/// The desired release and the fleet's operator namespace (default for unqualified objects).
-struct Desired {
-    release: VerifiedRelease,
-    operator_namespace: String,
-    verified: bool,
-}
-
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let keyring = trusted_keys(&args.trusted_keys)?;
+    let trust = TrustConfig::from_key_files(&args.trusted_keys).context("loading --trusted-keys")?;
+    let credentials = args.git.credentials()?;
     let (repo, branch, cluster, release) =
         (args.repo.clone(), args.branch.clone(), args.cluster.clone(), args.release.clone());
-    let (ssh_key, token) = (args.ssh_key.clone(), std::env::var(&args.token_env).ok());
     // git2 and gpgme block; keep them off the async runtime.
-    let desired = tokio::task::spawn_blocking(move || -> anyhow::Result<Desired> {
-        let (checkout, _state) =
-            open_repo(&repo, branch.as_deref(), Credentials { ssh_key, token, ..Default::default() })?;
-        let desired = match &release {
-            Some(id) => resolve_release(&checkout, &cluster, id)?,
-            None => resolve(&checkout, &cluster)?,
-        };
-        let operator_namespace = desired.config.fleet.spec.operator.namespace.clone();
-        let (release, verified) = match keyring {
-            Some(keyring) => {
-                let trust = TrustConfig::new(keyring);
-                (verify(&checkout, &desired, &trust, &mut TagPins::in_memory())?, true)
+    let desired = tokio::task::spawn_blocking(move || -> anyhow::Result<DriftInput> {
+        let opened = open_repo(&repo, branch.as_deref(), credentials)?;
+        let read = DriftInput::read(opened.checkout(), &cluster, release.as_deref(), trust.as_ref());
+        // Problems of a release read unchecked are shown; only an unreadable release.yaml stops
+        // the comparison.
+        match &read {
+            Ok(DriftInput { release: DriftRelease::Unverified { release, findings }, .. }) => {
+                warn(release.id(), findings)
             }
-            None => {
-                let tree = checkout.tag_tree(&desired.tag)?;
-                let (content, findings) = read_release(&tree, Some(&desired.id))?;
-                for f in &findings {
-                    eprintln!("warning: release {}: {f}", desired.id);
-                }
-                let content =
-                    content.with_context(|| format!("release {} has no readable release.yaml", desired.id))?;
-                // Read-only: nothing is applied, so an unverified tag only affects what is shown.
-                (
-                    VerifiedRelease::assume_verified(content.release, desired.tag.commit.to_string(), content.files),
-                    false,
-                )
-            }
-        };
-        Ok(Desired { release, operator_namespace, verified })
+            Err(DriftInputError::NoRelease { id, findings }) => warn(id, findings),
+            _ => {}
+        }
+        Ok(read?)
     })
     .await??;
 
@@ -107,7 +81,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut options = ApplyOptions::for_cluster(&args.namespace, &args.cluster);
     options.default_namespace = Some(desired.operator_namespace.clone());
     let engine = Engine::new(client, options);
-    let report = engine.drift(&desired.release).await.context("comparing the release with the cluster")?;
+    let report = engine.drift(desired.release.files()).await.context("comparing the release with the cluster")?;
     let applied = engine.inventory().await.context("reading the agent's inventory")?.map(|i| i.release);
 
     if !args.output.print_machine(&report)? {
@@ -116,9 +90,15 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(if report.has_drift() { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
-fn print_human(cluster: &str, desired: &Desired, applied: Option<&str>, report: &DriftReport) {
-    let id = desired.release.id();
-    let trust = if desired.verified { "signature verified" } else { "signature not checked: pass --trusted-keys" };
+fn warn(id: &str, findings: &[Finding]) {
+    for f in findings {
+        eprintln!("warning: release {id}: {f}");
+    }
+}
+
+fn print_human(cluster: &str, desired: &DriftInput, applied: Option<&str>, report: &DriftReport) {
+    let id = desired.release.files().id();
+    let trust = if desired.release.is_verified() { "signature verified" } else { "signature not checked: pass --trusted-keys" };
     println!("cluster {cluster}: desired release {id} ({trust})");
     match applied {
         Some(a) if a != id => println!("the agent last applied {a}, not {id}"),

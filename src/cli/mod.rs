@@ -2,8 +2,12 @@
 //! call, then prints the result for people (tables, colours on a TTY) or machines (`-o json|yaml`).
 //!
 //! Exit codes everywhere: 0 done/clean, 1 findings or refused, 2 usage or configuration error.
+//!
+//! Commands never use each other: what several share is a flag group in [`args`] or a piece of
+//! output in [`output`].
 
 mod agent;
+mod args;
 mod check_crd;
 mod diff;
 mod init;

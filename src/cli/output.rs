@@ -1,6 +1,17 @@
-//! Output shared by every command: the `-o` format and printing a serializable value as JSON/YAML.
+//! Output shared by every command: the `-o` format, printing a serializable value as JSON/YAML,
+//! and the pieces of human output several commands print the same way (headings, "Next:" hints,
+//! cluster moves, CRD verdicts, errors).
 
+use crate::agent::events::error_chain;
+use crate::releng::checks::CrdVerdict;
+use crate::releng::forge_pr::OpenedPullRequest;
+use crate::releng::promote::ClusterMove;
+use crate::releng::publish::Published;
+use crate::releng::push::Pushed;
+use crate::releng::{Refusal, RelengError};
+use owo_colors::OwoColorize;
 use serde::Serialize;
+use std::process::ExitCode;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum OutputFormat {
@@ -33,4 +44,86 @@ impl OutputFormat {
 pub fn colours() -> bool {
     use std::io::IsTerminal;
     std::env::var_os("NO_COLOR").is_none() && std::io::stdout().is_terminal()
+}
+
+/// How a release command ended, for `-o json|yaml`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Done<'a, T: Serialize> {
+    pub result: &'static str,
+    #[serde(flatten)]
+    pub report: &'a T,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pushed: Option<&'a Pushed>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pull_request: Option<&'a OpenedPullRequest>,
+}
+
+impl<'a, T: Serialize> Done<'a, T> {
+    pub fn published(p: &'a Published<T>) -> Self {
+        Done { result: "done", report: &p.report, pushed: p.pushed.as_ref(), pull_request: p.pull_request.as_ref() }
+    }
+}
+
+/// Prints a refusal or error in the chosen format, its sources once each, and returns its exit
+/// code (1 refused, 2 other).
+pub fn fail(format: OutputFormat, err: &RelengError) -> anyhow::Result<ExitCode> {
+    let (result, code) = match err.refusal() {
+        Some(_) => ("refused", 1),
+        None => ("error", 2),
+    };
+    #[derive(Serialize)]
+    struct Failed<'a> {
+        result: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        code: Option<&'a str>,
+        message: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        details: Option<&'a Refusal>,
+    }
+    let text = error_chain(err);
+    let failed = Failed { result, code: err.refusal().map(|r| r.code()), message: text.clone(), details: err.refusal() };
+    if !format.print_machine(&failed)? {
+        let text = text.strip_prefix("refused: ").unwrap_or(&text);
+        if colours() {
+            eprintln!("{} {text}", format!("{result}:").red().bold());
+        } else {
+            eprintln!("{result}: {text}");
+        }
+    }
+    Ok(ExitCode::from(code))
+}
+
+/// A heading line, green and bold on a terminal.
+pub fn heading(text: &str) {
+    if colours() {
+        println!("{}", text.green().bold());
+    } else {
+        println!("{text}");
+    }
+}
+
+/// A "Next:" hint line.
+pub fn next(text: &str) {
+    if colours() {
+        println!("\n{} {text}", "Next:".bold());
+    } else {
+        println!("\nNext: {text}");
+    }
+}
+
+/// The `clusters` lines of a promotion or rollback: each cluster's wave and move.
+pub fn print_moves(moves: &[ClusterMove]) {
+    println!("  clusters");
+    for m in moves {
+        println!("    {:<20} wave {:<10} {} -> {}", m.cluster, m.wave, m.from_or_none(), m.to);
+    }
+}
+
+/// `compatible with rel-1`, `INCOMPATIBLE with rel-1 (2 finding(s))`, `nothing to compare with (first release)`.
+pub fn crd_line(v: &CrdVerdict, against: Option<&str>) -> String {
+    match (v.compared, against) {
+        (true, Some(a)) => format!("{} with {a}", v.summary()),
+        _ => format!("{} ({})", v.summary(), if against.is_some() { "nothing installed" } else { "first release" }),
+    }
 }

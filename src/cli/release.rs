@@ -1,15 +1,11 @@
 //! `fleetgate release create`: flags into a [`CreateRequest`], one call to
 //! [`fleetgate::releng::create::create`], an optional push, and the result for people or pipelines.
-//! Also the output plumbing `promote` and `rollback` share ([`finish`]).
 
-use super::output::{OutputFormat, colours};
+use super::output::{Done, OutputFormat, crd_line, fail, heading, next};
 use crate::model::Requirements;
-use crate::releng::checks::CrdVerdict;
 use crate::releng::create::{self, CreateOutcome, CreateReport, CreateRequest, Targets};
 use crate::releng::push::{self, Pushed};
 use crate::releng::{FleetRepo, RelengError, Signer};
-use owo_colors::OwoColorize;
-use serde::Serialize;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -78,98 +74,6 @@ pub struct CreateArgs {
     pub output: OutputFormat,
 }
 
-/// How a release command ended, for `-o json|yaml`.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-pub(super) struct Done<'a, T: Serialize> {
-    pub result: &'static str,
-    #[serde(flatten)]
-    pub report: &'a T,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pushed: Option<&'a Pushed>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pull_request: Option<&'a crate::releng::forge_pr::OpenedPullRequest>,
-}
-
-/// Prints a refusal or error in the chosen format and returns its exit code (1 refused, 2 other).
-pub(super) fn fail(format: OutputFormat, err: &RelengError) -> anyhow::Result<ExitCode> {
-    let (result, code) = match err.refusal() {
-        Some(_) => ("refused", 1),
-        None => ("error", 2),
-    };
-    #[derive(Serialize)]
-    struct Failed<'a> {
-        result: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        code: Option<&'a str>,
-        message: String,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        details: Option<&'a crate::releng::Refusal>,
-    }
-    let failed =
-        Failed { result, code: err.refusal().map(|r| r.code()), message: err.to_string(), details: err.refusal() };
-    if !format.print_machine(&failed)? {
-        let label = if code == 1 { "refused" } else { "error" };
-        let text = err.to_string();
-        let text = text.strip_prefix("refused: ").unwrap_or(&text);
-        if colours() {
-            eprintln!("{} {text}", format!("{label}:").red().bold());
-        } else {
-            eprintln!("{label}: {text}");
-        }
-    }
-    Ok(ExitCode::from(code))
-}
-
-/// A heading line, green and bold on a terminal.
-pub(super) fn heading(text: &str) {
-    if colours() {
-        println!("{}", text.green().bold());
-    } else {
-        println!("{text}");
-    }
-}
-
-/// The `clusters` lines of a promotion or rollback: each cluster's wave and move.
-pub(super) fn print_moves(moves: &[crate::releng::promote::ClusterMove]) {
-    println!("  clusters");
-    for m in moves {
-        println!("    {:<20} wave {:<10} {} -> {}", m.cluster, m.wave, m.from_or_none(), m.to);
-    }
-}
-
-/// A "Next:" hint line.
-pub(super) fn next(text: &str) {
-    if colours() {
-        println!("\n{} {text}", "Next:".bold());
-    } else {
-        println!("\nNext: {text}");
-    }
-}
-
-/// Opens the signing key of `--sign-key` in `--gpg-home`.
-pub(super) fn signer(key: &str, home: Option<&PathBuf>) -> Result<Signer, RelengError> {
-    Ok(Signer::open(key, home.map(PathBuf::as_path))?)
-}
-
-/// Optional commit signing, shared by `promote` and `rollback`.
-#[derive(Debug, clap::Args)]
-pub struct CommitSigning {
-    /// Sign the commit with this key (needed when the fleet requires signed commits).
-    #[arg(long, value_name = "FINGERPRINT")]
-    pub sign_key: Option<String>,
-    /// GnuPG home holding --sign-key (default: $GNUPGHOME, else ~/.gnupg).
-    #[arg(long)]
-    pub gpg_home: Option<PathBuf>,
-}
-
-impl CommitSigning {
-    /// The signer, when `--sign-key` was given.
-    pub(super) fn signer(&self) -> Result<Option<Signer>, RelengError> {
-        self.sign_key.as_deref().map(|k| signer(k, self.gpg_home.as_ref())).transpose()
-    }
-}
-
 pub async fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     match cmd {
         Command::Create(args) => create_cmd(args),
@@ -217,7 +121,7 @@ fn create_and_push(args: &CreateArgs) -> Result<Created, RelengError> {
         allow_incompatible_crds: args.allow_incompatible_crds.clone(),
     };
     let repo = FleetRepo::open(&args.repo)?;
-    let mut signer = signer(&args.sign_key, args.gpg_home.as_ref())?;
+    let mut signer = Signer::open(&args.sign_key, args.gpg_home.as_deref())?;
     let report = create::create(&repo, &req, &mut signer)?;
     let pushed = if args.push {
         let refs = vec![format!("refs/heads/{}", report.branch), format!("refs/tags/{}", report.id)];
@@ -228,20 +132,7 @@ fn create_and_push(args: &CreateArgs) -> Result<Created, RelengError> {
     let tip = repo.branch_tip(&report.branch)?;
     let first_wave =
         repo.fleet_state(&tip.tree()?, &report.branch).ok().and_then(|s| s.config.fleet.spec.waves.first().cloned());
-    Ok(Created { report, pushed, first_wave, has_remote: has_remote(&repo, &args.remote) })
-}
-
-/// `compatible with rel-1`, `INCOMPATIBLE with rel-1 (2 finding(s))`, `nothing to compare with (first release)`.
-pub(super) fn crd_line(v: &CrdVerdict, against: Option<&str>) -> String {
-    match (v.compared, against) {
-        (true, Some(a)) => format!("{} with {a}", v.summary()),
-        _ => format!("{} ({})", v.summary(), if against.is_some() { "nothing installed" } else { "first release" }),
-    }
-}
-
-/// True when the repo has a remote called (or the URL) `remote`.
-pub(super) fn has_remote(repo: &FleetRepo, remote: &str) -> bool {
-    repo.git().find_remote(remote).is_ok() || remote.contains("://")
+    Ok(Created { report, pushed, first_wave, has_remote: repo.has_remote(&args.remote) })
 }
 
 fn short(hex: &str) -> &str {

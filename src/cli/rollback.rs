@@ -1,13 +1,11 @@
-//! `fleetgate rollback (--cluster C | --wave W | --fleet)`: the revert (or explicit) commit from
-//! [`fleetgate::releng::rollback::rollback`], on the base branch or — for a PR — on a new branch,
-//! then push and PR.
+//! `fleetgate rollback (--cluster C | --wave W | --fleet)`: flags into a [`RollbackRequest`], one
+//! call to [`fleetgate::releng::publish::roll_back_and_publish`] (the revert or explicit commit, on
+//! the base branch or — for a PR — on a new branch, then push and PR), and the result.
 
-use super::output::OutputFormat;
-use super::promote::{TargetArgs, forge_for_pr, publish};
-use super::release::{CommitSigning, Done, fail, has_remote, heading, next, print_moves};
-use crate::releng::forge_pr::{OpenedPullRequest, PullRequestSpec};
-use crate::releng::push::Pushed;
-use crate::releng::rollback::{self, RollbackMethod, RollbackReport, RollbackRequest};
+use super::args::{CommitSigning, PublishArgs, TargetArgs};
+use super::output::{Done, OutputFormat, fail, heading, next, print_moves};
+use crate::releng::publish::{Published, roll_back_and_publish};
+use crate::releng::rollback::{RollbackMethod, RollbackReport, RollbackRequest};
 use crate::releng::{FleetRepo, RelengError};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -33,74 +31,50 @@ pub struct Args {
     pub branch: Option<String>,
     #[command(flatten)]
     pub signing: CommitSigning,
-    /// Push the commit (the base branch, or the new branch).
-    #[arg(long)]
-    pub push: bool,
-    /// Commit on a new branch, push it and open a pull/merge request through fleet.yaml spec.status.forge.
-    #[arg(long)]
-    pub open_pr: bool,
-    /// Remote to push to (a name or URL).
-    #[arg(long, default_value = "origin")]
-    pub remote: String,
+    #[command(flatten)]
+    pub publish: PublishArgs,
     #[arg(short = 'o', long, value_enum, default_value_t)]
     pub output: OutputFormat,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let format = args.output;
-    let repo = match FleetRepo::open(&args.repo) {
-        Ok(r) => r,
+    let (repo, done) = match roll_back(&args).await {
+        Ok(v) => v,
         Err(e) => return fail(format, &e),
     };
-    let forge = if args.open_pr {
-        match forge_for_pr(&repo, &args.base) {
-            Ok(f) => Some(f),
-            Err(e) => return fail(format, &e),
-        }
-    } else {
-        None
-    };
-    let target = args.target.target();
-    let branch = args.branch.clone().or_else(|| {
-        args.open_pr.then(|| format!("rollback/{}-{}", target.slug(), chrono::Utc::now().format("%Y%m%d-%H%M%S")))
-    });
-    let req =
-        RollbackRequest { target, to: args.to.clone(), reason: args.reason.clone(), base: args.base.clone(), branch };
-    let report = match sign_and_roll_back(&repo, &args, &req) {
-        Ok(r) => r,
-        Err(e) => return fail(format, &e),
-    };
-    let spec = PullRequestSpec {
-        title: report.title(),
-        body: report.pr_body(),
-        head: report.branch.clone(),
-        base: report.base.clone(),
-    };
-    let done = publish(&repo, &args.remote, args.push || args.open_pr, forge, spec).await;
-    print_report(format, &repo, &args, &report, done.pushed.as_ref(), done.pr.as_ref())?;
+    print_report(format, &repo, &args, &done)?;
     match &done.error {
         Some(e) => fail(format, e),
         None => Ok(ExitCode::SUCCESS),
     }
 }
 
-fn sign_and_roll_back(repo: &FleetRepo, args: &Args, req: &RollbackRequest) -> Result<RollbackReport, RelengError> {
+async fn roll_back(args: &Args) -> Result<(FleetRepo, Published<RollbackReport>), RelengError> {
+    let repo = FleetRepo::open(&args.repo)?;
     let mut signer = args.signing.signer()?;
-    rollback::rollback(repo, req, signer.as_mut())
+    let req = RollbackRequest {
+        target: args.target.target(),
+        to: args.to.clone(),
+        reason: args.reason.clone(),
+        base: args.base.clone(),
+        branch: args.branch.clone(),
+    };
+    let done = roll_back_and_publish(&repo, req, signer.as_mut(), &args.publish.options()).await?;
+    Ok((repo, done))
 }
 
 fn print_report(
     format: OutputFormat,
     repo: &FleetRepo,
     args: &Args,
-    r: &RollbackReport,
-    pushed: Option<&Pushed>,
-    pr: Option<&OpenedPullRequest>,
+    done: &Published<RollbackReport>,
 ) -> anyhow::Result<()> {
-    let done = Done { result: "done", report: r, pushed, pull_request: pr };
-    if format.print_machine(&done)? {
+    if format.print_machine(&Done::published(done))? {
         return Ok(());
     }
+    let (r, pushed, pr) = (&done.report, done.pushed.as_ref(), done.pull_request.as_ref());
+    let remote = &args.publish.remote;
     heading(&format!("Rolled back {} on branch {}", r.target, r.branch));
     match (&r.method, &r.reverted) {
         (RollbackMethod::Revert, Some(c)) => {
@@ -110,7 +84,7 @@ fn print_report(
     }
     print_moves(&r.clusters);
     println!("  reason     {}", r.reason.as_deref().unwrap_or("(none given; pass --reason)"));
-    if let Some(p) = &pushed {
+    if let Some(p) = pushed {
         println!("  pushed     {} to {}", p.refs.join(", "), p.remote);
     }
     match (pr, pushed) {
@@ -119,10 +93,10 @@ fn print_report(
             next("merge the PR now; the agents follow once it lands, and `fleetgate status` shows them");
         }
         (None, Some(_)) => next("the agents pick the change up from the remote; watch with `fleetgate status`"),
-        (None, None) if r.branch == r.base && has_remote(repo, &args.remote) => next(&format!(
+        (None, None) if r.branch == r.base && repo.has_remote(remote) => next(&format!(
             "git -C {} push {} {} (or re-run with --push) so the agents see it",
             args.repo.display(),
-            args.remote,
+            remote,
             r.base
         )),
         (None, None) if r.branch == r.base => next(&format!(

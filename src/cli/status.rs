@@ -7,8 +7,10 @@
 //! Exit codes: 0 shown; 1 when RELEASE was given and a cluster reports `failure` or `error` for it;
 //! 2 bad usage, unreachable repo, or an invalid fleet configuration.
 
+use super::args::GitAccess;
 use super::output::{OutputFormat, colours};
-use crate::source::{Credentials, Source};
+use crate::agent::events::error_chain;
+use crate::source::Source;
 use crate::status::{FleetView, Matrix, RenderOptions, State, render_release, render_table};
 use anyhow::Context;
 use std::process::ExitCode;
@@ -24,9 +26,8 @@ pub struct Args {
     /// The tracked branch whose fleet.yaml and clusters/ define the fleet.
     #[arg(long, default_value = "main")]
     pub branch: String,
-    /// Token for an https:// repo (sent as the password), read from this environment variable.
-    #[arg(long, value_name = "VAR")]
-    pub token_env: Option<String>,
+    #[command(flatten)]
+    pub git: GitAccess,
     #[arg(short = 'o', long, value_enum, default_value_t)]
     pub output: OutputFormat,
     /// Keep refreshing until interrupted (Ctrl-C).
@@ -38,13 +39,7 @@ pub struct Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let credentials = match &args.token_env {
-        Some(var) => Credentials {
-            token: Some(std::env::var(var).with_context(|| format!("--token-env {var}: the variable is not set"))?),
-            ..Credentials::default()
-        },
-        None => Credentials::default(),
-    };
+    let credentials = args.git.credentials()?;
     // A private mirror for this invocation: the branch, the tags and every status note.
     let state = tempfile::Builder::new().prefix("fleetgate-status").tempdir()?;
     let mut source = Source::open(&args.repo, state.path(), credentials)?.with_branch(&args.branch);
@@ -59,7 +54,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(view) => show(&args, &view.matrix())?,
             // While watching, a failed refresh is reported and the next one tried.
             Err(e) if args.watch => {
-                eprintln!("error: {e:#} (retrying in {})", humantime::format_duration(args.interval));
+                eprintln!("error: {} (retrying in {})", error_chain(e.as_ref()), humantime::format_duration(args.interval));
                 ExitCode::from(2)
             }
             Err(e) => return Err(e),

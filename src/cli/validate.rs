@@ -4,13 +4,15 @@
 //!
 //! Exit 0 clean, 1 findings, 2 usage or configuration error (unreadable repo or key file).
 
+use super::args::GitAccess;
 use super::output::{OutputFormat, colours};
 use crate::model::Finding;
-use crate::release::{Keyring, SignatureVerdict, ValidationReport, validate_repo};
-use crate::source::{Checkout, Credentials, Source};
+use crate::release::TrustConfig;
+use crate::source::open_repo;
+use crate::validate::{SignatureVerdict, ValidationReport, validate_repo};
 use anyhow::Context;
 use owo_colors::OwoColorize;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Debug, clap::Args)]
@@ -30,60 +32,26 @@ pub struct Args {
     /// `main` for a URL.
     #[arg(long)]
     pub branch: Option<String>,
-    /// SSH private key for ssh:// URLs.
-    #[arg(long, value_name = "FILE")]
-    pub ssh_key: Option<PathBuf>,
-    /// Environment variable holding a token for https:// URLs.
-    #[arg(long, value_name = "VAR", default_value = "FLEETGATE_GIT_TOKEN")]
-    pub token_env: String,
+    #[command(flatten)]
+    pub git: GitAccess,
     #[arg(short = 'o', long, value_enum, default_value_t)]
     pub output: OutputFormat,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let keyring = trusted_keys(&args.trusted_keys)?;
+    let trust = TrustConfig::from_key_files(&args.trusted_keys).context("loading --trusted-keys")?;
+    let credentials = args.git.credentials()?;
+    let (repo, branch, release) = (args.repo.clone(), args.branch.clone(), args.release.clone());
     // git2 and gpgme block; keep them off the async runtime.
     let report = tokio::task::spawn_blocking(move || -> anyhow::Result<ValidationReport> {
-        let credentials = Credentials {
-            ssh_key: args.ssh_key.clone(),
-            token: std::env::var(&args.token_env).ok(),
-            ..Default::default()
-        };
-        let (checkout, _state) = open_repo(&args.repo, args.branch.as_deref(), credentials)?;
-        Ok(validate_repo(&checkout, keyring.as_ref(), args.release.as_deref())?)
+        let opened = open_repo(&repo, branch.as_deref(), credentials)?;
+        Ok(validate_repo(opened.checkout(), trust.as_ref().map(|t| &t.keyring), release.as_deref())?)
     })
     .await??;
     if !args.output.print_machine(&report)? {
         print_human(&report);
     }
     Ok(if report.is_clean() { ExitCode::SUCCESS } else { ExitCode::from(1) })
-}
-
-/// The keys of `--trusted-keys`, or `None` when none were given.
-pub(super) fn trusted_keys(files: &[PathBuf]) -> anyhow::Result<Option<Keyring>> {
-    if files.is_empty() {
-        return Ok(None);
-    }
-    Ok(Some(Keyring::from_files(files).context("loading --trusted-keys")?))
-}
-
-/// A local repository as it is, or a URL fetched into a temporary mirror (kept alive by the
-/// returned directory).
-pub(super) fn open_repo(
-    repo: &str,
-    branch: Option<&str>,
-    credentials: Credentials,
-) -> anyhow::Result<(Checkout, Option<tempfile::TempDir>)> {
-    let path = Path::new(repo);
-    if !repo.contains("://") && path.exists() {
-        let checkout =
-            Checkout::open_local(path, branch).with_context(|| format!("{repo} is not a readable Git repository"))?;
-        return Ok((checkout, None));
-    }
-    let state = tempfile::tempdir()?;
-    let mut source = Source::open(repo, state.path(), credentials)?.with_branch(branch.unwrap_or("main"));
-    source.sync().with_context(|| format!("fetching {repo}"))?;
-    Ok((source.checkout()?, Some(state)))
 }
 
 fn paint(text: &str, ok: bool) -> String {

@@ -28,6 +28,15 @@ impl TrustConfig {
     pub fn new(keyring: Keyring) -> TrustConfig {
         TrustConfig { keyring, require_signed_commits: false }
     }
+
+    /// The trust of a command's key files (`--trusted-keys`): None when none are given, so the
+    /// caller decides what "not checked" means for it.
+    pub fn from_key_files(paths: &[PathBuf]) -> Result<Option<TrustConfig>, TrustError> {
+        if paths.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(TrustConfig::new(Keyring::from_files(paths)?)))
+    }
 }
 
 /// Why a signature was not accepted.

@@ -1,9 +1,23 @@
 //! [`VerifiedRelease`]: a release whose tag signature, tag pin and mapping consistency all passed.
 //! Its fields are private and its normal constructor is crate-private, so content that did not go
 //! through verification cannot reach a cluster by mistake.
+//!
+//! [`UnverifiedRelease`] is the same content read from a tag without those checks: enough to
+//! show something (a drift report), never accepted by `apply`. Both are [`ReleaseFiles`], which is
+//! all that reading manifests needs.
 
+use super::verify::ReleaseContent;
 use crate::model::Release;
 use std::collections::BTreeMap;
+
+/// A release's manifest files under its id: what manifests are parsed from. Deliberately not a
+/// proof of anything; `apply` asks for a [`VerifiedRelease`] itself.
+pub trait ReleaseFiles {
+    /// The release id (its tag name).
+    fn id(&self) -> &str;
+    /// Manifest files (path relative to the repo root → bytes), in path order.
+    fn files(&self) -> &BTreeMap<String, Vec<u8>>;
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct VerifiedRelease {
@@ -26,9 +40,9 @@ impl VerifiedRelease {
         VerifiedRelease { id, commit, signer, release, files }
     }
 
-    /// Wraps content that was **not** verified. For tests of later stages and for tools that
-    /// verified by other means; the agent never calls it.
-    #[doc(hidden)]
+    /// Wraps content that was **not** verified, for tests of the later stages (the apply engine's
+    /// integration tests enable the `test-support` feature); no build that ships has it.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn assume_verified(release: Release, commit: impl Into<String>, files: BTreeMap<String, Vec<u8>>) -> Self {
         VerifiedRelease { id: release.metadata.name.clone(), commit: commit.into(), signer: None, release, files }
     }
@@ -43,7 +57,7 @@ impl VerifiedRelease {
         &self.commit
     }
 
-    /// Fingerprint of the key that signed the tag (None only for `assume_verified`).
+    /// Fingerprint of the key that signed the tag (None only in tests' `assume_verified`).
     pub fn signer(&self) -> Option<&str> {
         self.signer.as_deref()
     }
@@ -55,5 +69,40 @@ impl VerifiedRelease {
     /// Manifest files (path relative to the repo root → bytes), in path order.
     pub fn files(&self) -> &BTreeMap<String, Vec<u8>> {
         &self.files
+    }
+}
+
+impl ReleaseFiles for VerifiedRelease {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn files(&self) -> &BTreeMap<String, Vec<u8>> {
+        &self.files
+    }
+}
+
+/// A release as its tag holds it, signature not checked. Anyone may build one: it carries no
+/// claim, and nothing that changes a cluster takes it.
+#[derive(Debug, Clone)]
+pub struct UnverifiedRelease {
+    id: String,
+    content: ReleaseContent,
+}
+
+impl UnverifiedRelease {
+    /// The content of tag `id`, as [`super::read_release`] read it.
+    pub fn new(id: impl Into<String>, content: ReleaseContent) -> Self {
+        UnverifiedRelease { id: id.into(), content }
+    }
+}
+
+impl ReleaseFiles for UnverifiedRelease {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn files(&self) -> &BTreeMap<String, Vec<u8>> {
+        &self.content.files
     }
 }

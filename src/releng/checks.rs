@@ -48,7 +48,7 @@ pub fn crd_compatibility(old: &BTreeMap<String, Vec<u8>>, new: &BTreeMap<String,
 /// ([`crate::release::read_release`]).
 pub fn release_findings(repo: &FleetRepo, tree: git2::Oid, id: &str) -> Result<Vec<String>, RelengError> {
     let tree = GitTree::new(repo.git(), repo.git().find_tree(tree)?, format!("release {id}"));
-    let (_, findings) = read_release(&tree, Some(id)).map_err(|e| RelengError::Usage(e.to_string()))?;
+    let (_, findings) = read_release(&tree, Some(id))?;
     Ok(findings.iter().map(|f| f.to_string()).collect())
 }
 
@@ -66,9 +66,10 @@ pub fn verify_release(
     cluster: &str,
     trust: &TrustConfig,
 ) -> Result<String, RelengError> {
-    let env = |e: &dyn std::fmt::Display| RelengError::Usage(format!("verifying release {id}: {e}"));
-    let checkout = Checkout::open_local(repo.path(), Some(base)).map_err(|e| env(&e))?;
-    let mut desired = resolve_release(&checkout, cluster, id).map_err(|e| env(&e))?;
+    let env = |source: VerifyError| RelengError::Verify { id: id.to_string(), source };
+    let checkout = Checkout::open_local(repo.path(), Some(base)).map_err(|e| env(e.into()))?;
+    let mut desired = resolve_release(&checkout, cluster, id)
+        .map_err(|source| RelengError::Resolve { id: id.to_string(), base: base.to_string(), source })?;
     // Whether the branch tip is signed is the agent's concern once the promotion is merged; a
     // promotion vouches for the release.
     desired.config.fleet.spec.rollout.require_signed_commits = false;
@@ -86,6 +87,6 @@ pub fn verify_release(
             | VerifyError::BadSignature { .. }
             | VerifyError::InvalidSignature { .. }),
         ) => Err(Refusal::Unsigned { id: id.to_string(), reason: e.to_string() }.into()),
-        Err(e) => Err(env(&e)),
+        Err(e) => Err(env(e)),
     }
 }

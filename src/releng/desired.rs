@@ -4,7 +4,7 @@
 
 use super::{RelengError, Target};
 use crate::model::{self, CLUSTERS_DIR, ConfigError, FLEET_FILE, FleetConfig, MAX_YAML_BYTES};
-use crate::source::RepoTree;
+use crate::model::RepoTree;
 use std::collections::BTreeMap;
 
 /// `fleet.yaml` and every `clusters/*.yaml` at one commit: the checked configuration (the same
@@ -26,10 +26,10 @@ impl FleetState {
                 "{e}
 fix these (`fleetgate validate` shows them) and run again"
             )),
-            ConfigError::Read(r) => RelengError::Usage(r.to_string()),
+            ConfigError::Read(r) => RelengError::Tree(r),
         })?;
         let text = |path: &str| -> Result<Option<String>, RelengError> {
-            tree.read_text(path, MAX_YAML_BYTES).map_err(|e| RelengError::Usage(e.to_string()))
+            Ok(tree.read_text(path, MAX_YAML_BYTES)?)
         };
         let fleet_text = text(FLEET_FILE)?.unwrap_or_default();
         let mut cluster_files = BTreeMap::new();
@@ -296,7 +296,7 @@ fn line_edit(text: &str, value: Option<&str>) -> Option<String> {
 mod tests {
     use super::*;
     use crate::model::Cluster;
-    use crate::source::DirTree;
+    use crate::model::DirTree;
     use rstest::rstest;
 
     const FLEET: &str = "apiVersion: fleetgate.io/v1alpha1\nkind: Fleet\nmetadata:\n  name: redis\nspec:\n  # operator identity\n  operator: {name: redis-operator, namespace: redis-system}\n  release: rel-1   # fleet-wide\n  waves: [canary, prod]\n";

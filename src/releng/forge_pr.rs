@@ -47,7 +47,7 @@ pub struct OpenedPullRequest {
 pub enum ForgeError {
     #[error("{forge} refused to open the {what} (HTTP {status}): {message}{hint}")]
     Rejected { forge: String, what: &'static str, status: u16, message: String, hint: String },
-    #[error("cannot reach {forge} at {url}: {source}; check spec.status.forge.url in fleet.yaml and the network")]
+    #[error("cannot reach {forge} at {url}; check spec.status.forge.url in fleet.yaml and the network")]
     Transport { forge: String, url: String, source: reqwest::Error },
     #[error("{forge} answered HTTP {status} but not with a {what} fleetgate understands: {body}")]
     BadResponse { forge: String, what: &'static str, status: u16, body: String },

@@ -7,7 +7,8 @@
 //! * [`rollback`] — a commit that puts clusters back: a real revert of the promotion when that
 //!   commit is exactly the promotion of those clusters, otherwise an explicit change.
 //!
-//! [`push`] sends the results to a remote and [`forge_pr`] opens the pull/merge request. Everything
+//! [`push`] sends the results to a remote and [`forge_pr`] opens the pull/merge request;
+//! [`publish`] is promote and rollback with both, as the commands run them. Everything
 //! works on the object database (no work tree needed); a checked-out branch that moves is checked
 //! out again. Desired releases are edited in place, comments kept ([`desired`]).
 
@@ -16,6 +17,7 @@ pub mod create;
 pub mod desired;
 pub mod forge_pr;
 pub mod promote;
+pub mod publish;
 pub mod push;
 pub mod repo;
 pub mod rollback;
@@ -114,12 +116,14 @@ impl Refusal {
 }
 
 /// Everything that can stop a release command. [`RelengError::is_refusal`] separates "refused on
-/// purpose" (exit 1) from usage/configuration/environment problems (exit 2).
+/// purpose" (exit 1) from usage/configuration/environment problems (exit 2). A message never
+/// repeats its `source()`: print the chain (as the command line does).
 #[derive(Debug, thiserror::Error)]
 pub enum RelengError {
+    /// Not a `source()`: the refusal is the whole message.
     #[error("refused: {0}")]
-    Refused(#[from] Refusal),
-    #[error("{path} is not a Git repository ({source}); pass --repo with the path of a clone of the fleet repo")]
+    Refused(Refusal),
+    #[error("{path} is not a Git repository; pass --repo with the path of a clone of the fleet repo")]
     NotARepo { path: String, source: git2::Error },
     #[error("branch {0} does not exist; pass --base/--branch with an existing branch (`git branch` lists them)")]
     NoSuchBranch(String),
@@ -131,8 +135,25 @@ pub enum RelengError {
     UnknownWave { name: String, known: String },
     #[error("the work tree has uncommitted changes to {}; commit or stash them first", paths.join(", "))]
     DirtyWorktree { paths: Vec<String> },
+    /// The command was asked for something that cannot be done as asked.
     #[error("{0}")]
     Usage(String),
+    #[error(
+        "--open-pr needs a forge: add spec.status.forge {{kind, url, repository, tokenEnv}} to fleet.yaml, or push and open the PR by hand"
+    )]
+    NoForge,
+    #[error("cannot fetch statuses from {remote} (pass --offline to use the local ones)")]
+    StatusFetch { remote: String, source: crate::status::NotesError },
+    #[error("reading statuses from Git notes")]
+    StatusRead(#[source] crate::status::NotesError),
+    #[error("loading --trusted-keys")]
+    TrustedKeys(#[from] crate::release::TrustError),
+    #[error("verifying release {id}")]
+    Verify { id: String, source: crate::release::VerifyError },
+    #[error("reading release {id} for branch {base}")]
+    Resolve { id: String, base: String, source: crate::release::ResolveError },
+    #[error(transparent)]
+    Tree(#[from] crate::model::TreeError),
     #[error(transparent)]
     Model(#[from] crate::model::ParseError),
     #[error(transparent)]
@@ -141,10 +162,16 @@ pub enum RelengError {
     Push { remote: String, reason: String },
     #[error(transparent)]
     Forge(#[from] forge_pr::ForgeError),
-    #[error("reading {path}: {source}")]
+    #[error("reading {path}")]
     Io { path: String, source: std::io::Error },
-    #[error("git: {0}")]
+    #[error("git")]
     Git(#[from] git2::Error),
+}
+
+impl From<Refusal> for RelengError {
+    fn from(r: Refusal) -> Self {
+        RelengError::Refused(r)
+    }
 }
 
 impl RelengError {

@@ -265,8 +265,7 @@ pub fn promote(
     }
 
     // 3. Not failed on an earlier wave.
-    let statuses = status::read_all(repo.git(), &[tag.commit])
-        .map_err(|e| RelengError::Usage(format!("reading statuses from Git notes: {e}")))?;
+    let statuses = status::read_all(repo.git(), &[tag.commit]).map_err(RelengError::StatusRead)?;
     let earlier_waves = earlier_wave_statuses(&state, &req.target, &selected, &statuses, &req.id);
     let failures: Vec<String> = earlier_waves
         .iter()

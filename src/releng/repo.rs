@@ -66,6 +66,11 @@ impl FleetRepo {
         self.git.find_reference(&format!("refs/heads/{name}")).is_ok()
     }
 
+    /// Whether `remote` is a remote of this clone, or a URL (which needs none).
+    pub fn has_remote(&self, remote: &str) -> bool {
+        self.git.find_remote(remote).is_ok() || remote.contains("://")
+    }
+
     /// The tip of branch `name`, if it exists.
     pub fn branch_oid(&self, name: &str) -> Option<Oid> {
         self.git.refname_to_id(&format!("refs/heads/{name}")).ok()

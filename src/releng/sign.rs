@@ -11,20 +11,20 @@ use std::path::Path;
 #[derive(Debug, thiserror::Error)]
 pub enum SignError {
     #[error(
-        "no secret key {fingerprint} in the GnuPG home ({home}): {source}; import it (`gpg --import`) or pass the fingerprint of a key `gpg --list-secret-keys` shows"
+        "no secret key {fingerprint} in the GnuPG home ({home}); import it (`gpg --import`) or pass the fingerprint of a key `gpg --list-secret-keys` shows"
     )]
     KeyNotFound { fingerprint: String, home: String, source: gpgme::Error },
     #[error("key {fingerprint} cannot sign ({why}); use a valid signing key")]
     KeyUnusable { fingerprint: String, why: &'static str },
     #[error(
-        "GnuPG could not sign with {fingerprint}: {source} (a passphrase-protected key needs a running gpg-agent with the passphrase cached)"
+        "GnuPG could not sign with {fingerprint} (a passphrase-protected key needs a running gpg-agent with the passphrase cached)"
     )]
     Sign { fingerprint: String, source: gpgme::Error },
     #[error("GnuPG engine: {0}")]
     Engine(gpgme::Error),
     #[error("GnuPG returned no signature by {fingerprint}")]
     NoSignature { fingerprint: String },
-    #[error("writing the signed object: {0}")]
+    #[error("writing the signed object")]
     Git(#[from] git2::Error),
 }
 

@@ -138,7 +138,7 @@ pub enum SourceError {
     Remote { url: String, message: String },
     #[error("branch {branch} does not exist in {url}")]
     BranchNotFound { url: String, branch: String },
-    #[error("reading the repository: {0}")]
+    #[error("reading the repository")]
     Git(#[from] git2::Error),
 }
 
@@ -527,6 +527,46 @@ impl Checkout {
         }
         Ok(self.repo.find_commit(tag.commit)?.time().seconds())
     }
+}
+
+/// A local repository read as it is, or a URL fetched into a temporary mirror that lives as long
+/// as this value (the one-shot commands' way to a [`Checkout`]; the agent keeps a [`Source`]).
+pub struct OpenedRepo {
+    checkout: Checkout,
+    /// Dropped after `checkout` (fields drop in order), which reads from it.
+    _mirror: Option<tempfile::TempDir>,
+}
+
+impl OpenedRepo {
+    pub fn checkout(&self) -> &Checkout {
+        &self.checkout
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OpenRepoError {
+    #[error("{repo} is not a readable Git repository")]
+    Local { repo: String, source: SourceError },
+    #[error("creating a temporary mirror of {repo}")]
+    Mirror { repo: String, source: std::io::Error },
+    #[error("fetching {repo}")]
+    Fetch { repo: String, source: SourceError },
+}
+
+/// Opens `repo`: an existing local path (its committed state on `branch`, default what `HEAD`
+/// points to) or a URL mirrored with `credentials` (branch default `main`).
+pub fn open_repo(repo: &str, branch: Option<&str>, credentials: Credentials) -> Result<OpenedRepo, OpenRepoError> {
+    let path = Path::new(repo);
+    if !repo.contains("://") && path.exists() {
+        let checkout = Checkout::open_local(path, branch)
+            .map_err(|source| OpenRepoError::Local { repo: repo.to_string(), source })?;
+        return Ok(OpenedRepo { checkout, _mirror: None });
+    }
+    let mirror = tempfile::tempdir().map_err(|source| OpenRepoError::Mirror { repo: repo.to_string(), source })?;
+    let fetch = |source| OpenRepoError::Fetch { repo: repo.to_string(), source };
+    let mut source = Source::open(repo, mirror.path(), credentials).map_err(fetch)?.with_branch(branch.unwrap_or("main"));
+    source.sync().map_err(fetch)?;
+    Ok(OpenedRepo { checkout: source.checkout().map_err(fetch)?, _mirror: Some(mirror) })
 }
 
 /// The first 12 hex digits of an object id.

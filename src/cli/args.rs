@@ -1,0 +1,100 @@
+//! Argument groups several commands share, each a `#[command(flatten)]` struct: one spelling,
+//! one default and one help text per flag across the binary.
+
+use crate::releng::publish::PublishOptions;
+use crate::releng::{RelengError, Signer, Target};
+use crate::source::Credentials;
+use anyhow::Context;
+use std::path::PathBuf;
+
+/// Which clusters: exactly one of `--cluster`, `--wave`, `--fleet` (promote, rollback).
+#[derive(Debug, Clone, clap::Args)]
+#[group(required = true, multiple = false)]
+pub struct TargetArgs {
+    /// One cluster (clusters/<NAME>.yaml).
+    #[arg(long, value_name = "NAME")]
+    pub cluster: Option<String>,
+    /// Every cluster of a wave (fleet.yaml spec.waves).
+    #[arg(long, value_name = "WAVE")]
+    pub wave: Option<String>,
+    /// The whole fleet: fleet.yaml spec.release, and every cluster pin dropped.
+    #[arg(long)]
+    pub fleet: bool,
+}
+
+impl TargetArgs {
+    pub fn target(&self) -> Target {
+        match (&self.cluster, &self.wave) {
+            (Some(c), _) => Target::Cluster(c.clone()),
+            (None, Some(w)) => Target::Wave(w.clone()),
+            (None, None) => Target::Fleet,
+        }
+    }
+}
+
+/// Optional commit signing (promote, rollback).
+#[derive(Debug, clap::Args)]
+pub struct CommitSigning {
+    /// Sign the commit with this key (needed when the fleet requires signed commits).
+    #[arg(long, value_name = "FINGERPRINT")]
+    pub sign_key: Option<String>,
+    /// GnuPG home holding --sign-key (default: $GNUPGHOME, else ~/.gnupg).
+    #[arg(long)]
+    pub gpg_home: Option<PathBuf>,
+}
+
+impl CommitSigning {
+    /// The signer, when `--sign-key` was given.
+    pub fn signer(&self) -> Result<Option<Signer>, RelengError> {
+        Ok(self.sign_key.as_deref().map(|k| Signer::open(k, self.gpg_home.as_deref())).transpose()?)
+    }
+}
+
+/// Where the new commit goes (promote, rollback).
+#[derive(Debug, clap::Args)]
+pub struct PublishArgs {
+    /// Push the commit's branch (a rollback without --branch: the base branch itself).
+    #[arg(long)]
+    pub push: bool,
+    /// Push the branch and open a pull/merge request through fleet.yaml spec.status.forge (a
+    /// rollback then commits on a new branch).
+    #[arg(long)]
+    pub open_pr: bool,
+    /// Remote to push to, a name or URL (promote also fetches statuses from it).
+    #[arg(long, default_value = "origin")]
+    pub remote: String,
+}
+
+impl PublishArgs {
+    pub fn options(&self) -> PublishOptions {
+        PublishOptions { push: self.push, open_pr: self.open_pr, remote: self.remote.clone() }
+    }
+}
+
+/// The variable `--token-env` reads when not given.
+const DEFAULT_TOKEN_ENV: &str = "FLEETGATE_GIT_TOKEN";
+
+/// How to reach a repo given by URL (validate, diff, status).
+#[derive(Debug, Clone, clap::Args)]
+pub struct GitAccess {
+    /// SSH private key for ssh:// URLs.
+    #[arg(long, value_name = "FILE")]
+    pub ssh_key: Option<PathBuf>,
+    /// Environment variable holding a token for https:// URLs (sent as the password). Without
+    /// the flag, FLEETGATE_GIT_TOKEN is used when it is set.
+    #[arg(long, value_name = "VAR")]
+    pub token_env: Option<String>,
+}
+
+impl GitAccess {
+    /// The credentials; a variable named with `--token-env` must be set.
+    pub fn credentials(&self) -> anyhow::Result<Credentials> {
+        let token = match &self.token_env {
+            Some(var) => {
+                Some(std::env::var(var).with_context(|| format!("--token-env {var}: the variable is not set"))?)
+            }
+            None => std::env::var(DEFAULT_TOKEN_ENV).ok(),
+        };
+        Ok(Credentials { ssh_key: self.ssh_key.clone(), token, ..Credentials::default() })
+    }
+}

@@ -1,0 +1,149 @@
+//! Sending out what [`promote`](super::promote) and [`rollback`](super::rollback) wrote: push the
+//! branch to a remote, then open the pull/merge request through `fleet.yaml`
+//! `spec.status.forge`. Each command is one call here: check the forge (before anything is
+//! written), write the commit, publish it. A failure while publishing keeps what was done, so
+//! the report can still show the pushed branch.
+
+use super::forge_pr::{self, OpenedPullRequest, PullRequestSpec};
+use super::promote::{self, PromoteOutcome, PromoteReport, PromoteRequest};
+use super::push::{self, Pushed};
+use super::rollback::{self, RollbackReport, RollbackRequest};
+use super::{FleetRepo, RelengError, Signer};
+use crate::model::ForgeSettings;
+use crate::release::TrustConfig;
+use crate::status::{self, GitRemote, Token};
+
+/// Where the new commit goes besides the local clone.
+#[derive(Debug, Clone)]
+pub struct PublishOptions {
+    /// Push the commit's branch.
+    pub push: bool,
+    /// Push, and open a pull/merge request (a rollback then commits on a new branch).
+    pub open_pr: bool,
+    /// A remote name or URL; a promotion also fetches statuses from it.
+    pub remote: String,
+}
+
+/// A command's report with what publishing did, and the error that stopped it after the commit
+/// was written.
+#[derive(Debug)]
+pub struct Published<R> {
+    pub report: R,
+    pub pushed: Option<Pushed>,
+    pub pull_request: Option<OpenedPullRequest>,
+    pub error: Option<RelengError>,
+}
+
+/// The forge and its token for `--open-pr`.
+struct ForgeAccess {
+    settings: ForgeSettings,
+    token: Token,
+}
+
+/// Reads the forge settings of branch `base` and the token they name.
+fn forge_for_pr(repo: &FleetRepo, base: &str) -> Result<ForgeAccess, RelengError> {
+    let tip = repo.branch_tip(base)?;
+    let state = repo.fleet_state(&tip.tree()?, base)?;
+    let settings = state.config.fleet.spec.status.forge.clone().ok_or(RelengError::NoForge)?;
+    let token = Token::from_settings(&settings).map_err(forge_pr::ForgeError::from)?;
+    Ok(ForgeAccess { settings, token })
+}
+
+/// The forge when `open_pr` asks for one.
+fn forge_if(repo: &FleetRepo, base: &str, open_pr: bool) -> Result<Option<ForgeAccess>, RelengError> {
+    open_pr.then(|| forge_for_pr(repo, base)).transpose()
+}
+
+/// Folds the remote's status notes into the local clone, when the remote exists. Returns
+/// whether there was one to fetch from.
+fn fetch_statuses(repo: &FleetRepo, remote: &str) -> Result<bool, RelengError> {
+    let url = match repo.git().find_remote(remote) {
+        Ok(r) => r.url().ok().map(str::to_string),
+        Err(_) if remote.contains("://") => Some(remote.to_string()),
+        Err(_) => None,
+    };
+    let Some(url) = url else { return Ok(false) };
+    let git_remote = GitRemote::new(url).with_credentials(push::git_credentials());
+    status::sync(repo.git(), &git_remote)
+        .map_err(|source| RelengError::StatusFetch { remote: remote.to_string(), source })?;
+    Ok(true)
+}
+
+/// Pushes branch `spec.head` when `push`, then opens `spec` on `forge` when given; stops at the
+/// first failure.
+async fn publish<R>(
+    repo: &FleetRepo,
+    remote: &str,
+    push: bool,
+    forge: Option<ForgeAccess>,
+    report: R,
+    spec: PullRequestSpec,
+) -> Published<R> {
+    let mut done = Published { report, pushed: None, pull_request: None, error: None };
+    if push {
+        match push::push(repo, remote, &[format!("refs/heads/{}", spec.head)]) {
+            Ok(p) => done.pushed = Some(p),
+            Err(e) => {
+                done.error = Some(e);
+                return done;
+            }
+        }
+    }
+    if let Some(forge) = forge {
+        match forge_pr::open(&forge.settings, forge.token.secret(), &spec).await {
+            Ok(opened) => done.pull_request = Some(opened),
+            Err(e) => done.error = Some(RelengError::Forge(e)),
+        }
+    }
+    done
+}
+
+/// Fetches statuses from `opts.remote` (unless `offline`), prepares the promotion
+/// ([`promote::promote`]) and publishes it; a promotion that changes nothing is not published.
+///
+/// # Errors
+/// Before anything is written: no forge or token for `--open-pr`, statuses that cannot be
+/// fetched, and every error and refusal of [`promote::promote`]. Publishing failures come back in
+/// [`Published::error`].
+pub async fn promote_and_publish(
+    repo: &FleetRepo,
+    req: &PromoteRequest,
+    trusted: Option<&TrustConfig>,
+    signer: Option<&mut Signer>,
+    opts: &PublishOptions,
+    offline: bool,
+) -> Result<Published<PromoteReport>, RelengError> {
+    let forge = forge_if(repo, &req.base, opts.open_pr)?;
+    if !offline {
+        fetch_statuses(repo, &opts.remote)?;
+    }
+    let report = promote::promote(repo, req, trusted, signer)?;
+    let changed = report.outcome != PromoteOutcome::AlreadyPromoted;
+    let spec = pull_request(report.title(), report.pr_body(), &report.branch, &report.base);
+    let push = (opts.push || opts.open_pr) && changed;
+    Ok(publish(repo, &opts.remote, push, forge.filter(|_| changed), report, spec).await)
+}
+
+/// Writes the rollback ([`rollback::rollback`]) and publishes it. With `--open-pr` and no branch
+/// asked for, the commit goes on a new branch `rollback/<target>-<UTC time>`.
+///
+/// # Errors
+/// As [`promote_and_publish`], for [`rollback::rollback`].
+pub async fn roll_back_and_publish(
+    repo: &FleetRepo,
+    mut req: RollbackRequest,
+    signer: Option<&mut Signer>,
+    opts: &PublishOptions,
+) -> Result<Published<RollbackReport>, RelengError> {
+    let forge = forge_if(repo, &req.base, opts.open_pr)?;
+    if req.branch.is_none() && opts.open_pr {
+        req.branch = Some(format!("rollback/{}-{}", req.target.slug(), chrono::Utc::now().format("%Y%m%d-%H%M%S")));
+    }
+    let report = rollback::rollback(repo, &req, signer)?;
+    let spec = pull_request(report.title(), report.pr_body(), &report.branch, &report.base);
+    Ok(publish(repo, &opts.remote, opts.push || opts.open_pr, forge, report, spec).await)
+}
+
+fn pull_request(title: String, body: String, head: &str, base: &str) -> PullRequestSpec {
+    PullRequestSpec { title, body, head: head.to_string(), base: base.to_string() }
+}
