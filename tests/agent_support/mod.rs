@@ -1,0 +1,238 @@
+//! The agent's loop against real components, driven in-process one pass at a time: a real test
+//! cluster (etcd + kube-apiserver, with kube-controller-manager, kube-scheduler and kwok when
+//! workloads must roll out — a rollback waits for that), a fleet repo made from the template and
+//! served by a real `git daemon`, a throw-away GnuPG key that signs the release tags, and releases
+//! cut with the real `fleetgate release create`.
+//!
+//! Each test makes a [`Fleet`], cuts and promotes releases, builds an [`Agent`] with
+//! [`Fleet::agent`] and calls [`Agent::reconcile`] for each pass it wants. Dropping an agent and
+//! building another over the same cluster is a restart: the state ConfigMap is all that survives
+//! (the new agent gets a fresh Git cache, like a Pod's emptyDir).
+#![allow(dead_code, unused_imports)] // each test binary uses a different part
+
+use fleetgate::agent::state::{AgentState, StateStore};
+use fleetgate::agent::{Agent, AgentServices, AgentSettings};
+use fleetgate::status::{Status, StatusNote};
+pub use fleetgate_testenv::wait::{eventually, within};
+use fleetgate_testenv::{ClusterOptions, GitDaemon, GpgHome, TestCluster, git_in};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::Api;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The canary of the template: first wave, so no other cluster's status gates it.
+pub const CLUSTER: &str = "cluster-a";
+/// The agent's namespace (state, inventory, snapshots).
+pub const AGENT_NS: &str = "fleetgate-system";
+/// Where the template's Operator runs.
+pub const OPERATOR_NS: &str = "redis-system";
+const BIN: &str = env!("CARGO_BIN_EXE_fleetgate");
+
+/// A gate policy that passes whenever the Operator's pods do not crash: bake 3 s, every second.
+pub const QUICK_GATES: &str = "    - name: pod-restarts\n      podRestarts: {max: 3}\n";
+
+pub struct Fleet {
+    pub cluster: TestCluster,
+    pub daemon: GitDaemon,
+    /// `git://` URL of the fleet repo.
+    pub url: String,
+    /// The working clone releases are cut and promoted from.
+    pub work: PathBuf,
+    pub gpg: GpgHome,
+    /// The release key (trusted by the agents).
+    pub fpr: String,
+    /// Its armored public key: the agents' `--trusted-keys`.
+    pub trusted: PathBuf,
+    pub dir: tempfile::TempDir,
+}
+
+impl Fleet {
+    /// A cluster named `name` (with simulated workloads when `workloads`), the agent's namespace,
+    /// and the template fleet repo on a git daemon with a [`QUICK_GATES`] policy and no release yet.
+    pub async fn start(name: &str, workloads: bool) -> Fleet {
+        let cluster = TestCluster::start(ClusterOptions::new(name).with_workloads(workloads))
+            .await
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        cluster.create_namespace(AGENT_NS).await.unwrap();
+        let daemon = GitDaemon::start().expect("git daemon");
+        let url = daemon.create_bare("fleet.git").expect("bare repo");
+        let dir = tempfile::Builder::new().prefix("fg-agent").tempdir().unwrap();
+        let work = dir.path().join("fleet");
+        let init = Command::new(BIN).arg("init").arg(&work).output().unwrap();
+        assert!(init.status.success(), "fleetgate init: {}", String::from_utf8_lossy(&init.stderr));
+        let gpg = GpgHome::new().expect("gpg home");
+        let fpr = gpg.generate_key("Release Bot", "release@example.com").expect("gpg key");
+        let trusted = gpg.write_public_key(&fpr, &dir.path().join("release-key.asc")).unwrap();
+        let fleet = Fleet { cluster, daemon, url, work, gpg, fpr, trusted, dir };
+        fleet.git(&["remote", "add", "origin", &fleet.url]);
+        fleet.set_gates("3s", QUICK_GATES);
+        fleet
+    }
+
+    /// Runs git in the working clone with a fixed identity; returns stdout, trimmed.
+    pub fn git(&self, args: &[&str]) -> String {
+        git_in(&self.work, args)
+    }
+
+    /// Replaces `policies/gates.yaml` with a policy of `gates` (a YAML list indented by four
+    /// spaces) baked for `bake`, evaluated every second, commits and pushes it. Releases cut
+    /// afterwards carry it in their tag; the branch tip carries it from now on.
+    pub fn set_gates(&self, bake: &str, gates: &str) {
+        let policy = format!(
+            "apiVersion: fleetgate.io/v1alpha1\nkind: GatePolicy\nmetadata:\n  name: redis-operator\nspec:\n  \
+             bakeTime: {bake}\n  interval: 1s\n  callTimeout: 5s\n  onUnknown: failAfterBake\n  gates:\n{gates}"
+        );
+        std::fs::write(self.work.join("policies/gates.yaml"), policy).unwrap();
+        self.commit_and_push(&format!("gates: bake {bake}"));
+    }
+
+    pub fn commit_and_push(&self, message: &str) {
+        self.git(&["add", "-A"]);
+        self.git(&["commit", "-q", "--allow-empty", "-m", message]);
+        self.git(&["push", "-q", "origin", "main"]);
+    }
+
+    /// Cuts release `id` signed by the trusted key, from the template's Operator manifests at image
+    /// tag `v-<id>`, after `edit` changed them (the render directory is passed). Pushes branch and
+    /// tag; returns the tagged commit.
+    pub fn release(&self, id: &str, edit: impl FnOnce(&Path)) -> String {
+        self.release_signed_by(id, &self.gpg, &self.fpr, edit)
+    }
+
+    /// [`release`](Self::release) signed by any key.
+    pub fn release_signed_by(&self, id: &str, gpg: &GpgHome, fpr: &str, edit: impl FnOnce(&Path)) -> String {
+        let render = self.dir.path().join("render").join(id);
+        copy_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("fleet-repo-template/operator"), &render);
+        let deployment = render.join("deployment.yaml");
+        let text = std::fs::read_to_string(&deployment).unwrap();
+        let text = text.replace("redis-operator:v1.2.3-build.456", &format!("redis-operator:v-{id}"));
+        std::fs::write(&deployment, text).unwrap();
+        edit(&render);
+        let out = Command::new(BIN)
+            .args(["release", "create", "--repo"])
+            .arg(&self.work)
+            .args(["--id", id, "--manifests"])
+            .arg(&render)
+            .args(["--image", &format!("registry.example.com/redis-operator:v-{id}")])
+            .args(["--chart-version", "1.0.0", "--crd-version", "v1alpha2", "--git-commit", "a1b2c3d4e5f6", "--all"])
+            .args(["--sign-key", fpr, "--gpg-home"])
+            .arg(gpg.path())
+            .arg("--push")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "release create {id}: {}", String::from_utf8_lossy(&out.stderr));
+        self.git(&["rev-parse", &format!("{id}^{{commit}}")])
+    }
+
+    /// Asks for `id` fleet-wide (`fleet.yaml` `spec.release`), commits and pushes.
+    pub fn promote(&self, id: &str) {
+        let path = self.work.join("fleet.yaml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut done = false;
+        let lines: Vec<String> = text
+            .lines()
+            .map(|line| {
+                let bare = line.trim_start().trim_start_matches("# ");
+                if !done && line.starts_with("  ") && !line.starts_with("   ") && bare.starts_with("release: ") {
+                    done = true;
+                    format!("  release: {id}")
+                } else {
+                    line.to_string()
+                }
+            })
+            .collect();
+        assert!(done, "fleet.yaml has no spec.release line");
+        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+        self.commit_and_push(&format!("promote {id} to the fleet"));
+    }
+
+    /// Agent settings for [`CLUSTER`] against this fleet: no leader election, HTTP on a free port,
+    /// a fresh Git cache.
+    pub fn settings(&self) -> AgentSettings {
+        static AGENTS: AtomicUsize = AtomicUsize::new(0);
+        let cache = self.dir.path().join(format!("agent-cache-{}", AGENTS.fetch_add(1, Ordering::Relaxed)));
+        AgentSettings {
+            repo: Some(self.url.clone()),
+            cluster: Some(CLUSTER.into()),
+            kubeconfig: Some(self.cluster.kubeconfig_path().to_path_buf()),
+            trusted_keys: vec![self.trusted.clone()],
+            state_dir: Some(cache),
+            listen: Some("127.0.0.1:0".parse().unwrap()),
+            leader_elect: Some(false),
+            ..Default::default()
+        }
+    }
+
+    /// An agent started with `settings` (its services running, its state loaded).
+    pub async fn agent_with(&self, settings: AgentSettings) -> Agent {
+        let config = settings.resolve().unwrap_or_else(|e| panic!("agent settings: {e}"));
+        let services = within("agent services start", 60, AgentServices::start(config)).await.unwrap();
+        Agent::new(services).unwrap()
+    }
+
+    pub async fn agent(&self) -> Agent {
+        self.agent_with(self.settings()).await
+    }
+
+    /// The state store the agents use, for setting up a state "left by a killed agent".
+    pub fn store(&self) -> StateStore {
+        StateStore::new(self.cluster.client(), AGENT_NS, CLUSTER)
+    }
+
+    pub async fn state(&self) -> AgentState {
+        within("load state", 30, self.store().load()).await.unwrap()
+    }
+
+    /// The `phase` key of the state ConfigMap, as a watcher (or `kubectl`) sees it.
+    pub async fn phase(&self) -> Option<String> {
+        let api: Api<ConfigMap> = Api::namespaced(self.cluster.client(), AGENT_NS);
+        let cm = api.get_opt(&format!("fleetgate-state-{CLUSTER}")).await.ok()??;
+        cm.data?.get("phase").cloned()
+    }
+
+    /// The statuses [`CLUSTER`] published for `commit`, oldest first, read from the notes ref on
+    /// the git daemon's repo (what `fleetgate status` reads).
+    pub fn statuses(&self, commit: &str) -> Vec<Status> {
+        let out = Command::new("git")
+            .arg("--git-dir")
+            .arg(self.daemon.path("fleet.git"))
+            .args(["notes", &format!("--ref=refs/notes/fleetgate/{CLUSTER}"), "show", commit])
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            return Vec::new();
+        }
+        StatusNote::parse(&String::from_utf8_lossy(&out.stdout)).expect("a status note").entries
+    }
+
+    /// The Operator Deployment's image, if it exists.
+    pub async fn operator_image(&self) -> Option<String> {
+        let api: Api<Deployment> = Api::namespaced(self.cluster.client(), OPERATOR_NS);
+        let d = api.get_opt("redis-operator").await.unwrap()?;
+        d.spec?.template.spec?.containers.first()?.image.clone()
+    }
+
+    pub async fn namespace_exists(&self, name: &str) -> bool {
+        Api::<Namespace>::all(self.cluster.client()).get_opt(name).await.unwrap().is_some()
+    }
+}
+
+/// The image of release `id` as [`Fleet::release`] renders it.
+pub fn image_of(id: &str) -> String {
+    format!("registry.example.com/redis-operator:v-{id}")
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
