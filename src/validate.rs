@@ -151,7 +151,8 @@ pub fn validate_repo(
             None => release_content(checkout, &tags[i - 1])?,
         };
         if let (Some(prev), Some(next)) = (prev, contents.get(&i)) {
-            releases[n].findings.extend(crd_findings(&tags[i - 1].name, &prev, &next.files, &format!("{}:", tags[i].name)));
+            let prefix = format!("{}:", tags[i].name);
+            releases[n].findings.extend(crd_findings(&tags[i - 1].name, &prev, next, &prefix));
         }
     }
 
@@ -279,7 +280,7 @@ fn check_tip_release(
     if !tagged && let Some(newest) = tags.last() {
         // The release being prepared, against the newest release: what the fleet would see next.
         if let Some(prev) = release_content(checkout, newest)? {
-            findings.extend(crd_findings(&newest.name, &prev, &content.files, ""));
+            findings.extend(crd_findings(&newest.name, &prev, &content, ""));
         }
     }
     Ok(Some(TipRelease { id, tagged, findings }))
@@ -335,10 +336,15 @@ fn reference_findings(
     Ok(out)
 }
 
-/// CRD compatibility of `next_files` against release `prev_id`; findings located in the new
-/// CRD's file (prefixed with `prefix`).
-fn crd_findings(prev_id: &str, prev: &ReleaseContent, next_files: &BTreeMap<String, Vec<u8>>, prefix: &str) -> Vec<Finding> {
+/// CRD compatibility of release `next` against release `prev_id`, with the breaking changes
+/// `next` accepts; findings located in the new CRD's file (prefixed with `prefix`).
+fn crd_findings(prev_id: &str, prev: &ReleaseContent, next: &ReleaseContent, prefix: &str) -> Vec<Finding> {
+    let next_files = &next.files;
     let at = format!("{prefix}{}", prev.release.spec.manifests);
+    let accept = match crd_compat::Acceptance::parse_all(&next.release.spec.accept_crd_changes) {
+        Ok(accept) => accept,
+        Err(why) => return vec![Finding::in_file(Rule::CrdCompatibility, &format!("{prefix}{RELEASE_FILE}"), why)],
+    };
     let (old, new) = match (crds_in_files(&prev.files), crds_in_files(next_files)) {
         (Ok(old), Ok(new)) => (old, new),
         // An unreadable CRD of the new release is a finding of its own; of the old one, a reason
@@ -349,8 +355,9 @@ fn crd_findings(prev_id: &str, prev: &ReleaseContent, next_files: &BTreeMap<Stri
     let old: Vec<CustomResourceDefinition> = old.into_iter().map(|c| c.crd).collect();
     let new: Vec<(String, CustomResourceDefinition)> = new.into_iter().map(|c| (c.file, c.crd)).collect();
     let new_crds: Vec<CustomResourceDefinition> = new.iter().map(|(_, c)| c.clone()).collect();
-    crd_compat::check_all(&old, &new_crds)
+    crd_compat::check_all_with(&old, &new_crds, &accept)
         .into_iter()
+        .filter(crd_compat::Finding::blocks)
         .map(|f| {
             let message = format!("against {prev_id}: {f}");
             let Some((path, _)) = new.iter().find(|(_, c)| c.metadata.name.as_deref() == Some(f.crd.as_str())) else {

@@ -153,6 +153,50 @@ fn incompatible_crds_are_refused_unless_the_reason_is_given() {
 }
 
 #[test]
+fn a_release_that_accepts_exactly_its_breaking_changes_is_created_and_validates() {
+    let f = Fixture::new();
+    let m1 = f.manifests("render-1", "v1.0.0", "v1alpha2", &["size", "replicas"], &[]);
+    f.create(&f.request("rel-1", &m1, "v1.0.0")).unwrap();
+    let m2 = f.manifests("render-2", "v1.1.0", "v1alpha2", &["size", "shards"], &["shards"]);
+
+    // Accepting only one of the two breaking changes is not enough.
+    let mut half = f.request("rel-2", &m2, "v1.1.0");
+    half.accept_crd_changes = vec!["field-removed:.spec.replicas".into()];
+    match f.create(&half) {
+        Err(RelengError::Refused(Refusal::IncompatibleCrds { findings, .. })) => {
+            let text = findings.join("\n");
+            assert!(text.contains(".spec.shards") && !text.contains(".spec.replicas"), "{text}");
+        }
+        other => panic!("expected incompatible-crds, got {other:?}"),
+    }
+
+    let mut req = half.clone();
+    req.accept_crd_changes.push("required-added:.spec.shards".into());
+    let r = f.create(&req).unwrap();
+    assert!(r.crd_compatibility.compatible, "{:?}", r.crd_compatibility);
+    let release = f.git(&["show", "rel-2:release.yaml"]);
+    assert!(release.contains("acceptCrdChanges:") && release.contains("required-added:.spec.shards"), "{release}");
+    // The per-CRD versions were recorded, and `validate` agrees with the signed acceptances.
+    assert!(release.contains("crds:") && release.contains("storage: v1alpha2"), "{release}");
+    let keys = f.keys.to_string_lossy().into_owned();
+    let out = f.fleetgate(&["validate", "--repo", "fleet", "--trusted-keys", &keys]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+#[test]
+fn a_bad_acceptance_is_refused_before_anything_is_written() {
+    let f = Fixture::new();
+    let m1 = f.manifests("render-1", "v1.0.0", "v1alpha2", &["size"], &[]);
+    f.create(&f.request("rel-1", &m1, "v1.0.0")).unwrap();
+    let m2 = f.manifests("render-2", "v1.1.0", "v1alpha2", &["size"], &[]);
+    let mut req = f.request("rel-2", &m2, "v1.1.0");
+    req.accept_crd_changes = vec!["no-such-rule".into()];
+    let err = f.create(&req).unwrap_err().to_string();
+    assert!(err.contains("spec.acceptCrdChanges") && err.contains("no-such-rule"), "{err}");
+    assert!(f.git(&["tag", "-l", "rel-2"]).is_empty());
+}
+
+#[test]
 fn a_mapping_that_disagrees_with_the_manifests_is_refused() {
     let f = Fixture::new();
     let m = f.manifests("render", "v1.0.0", "v1alpha2", &["size"], &[]);

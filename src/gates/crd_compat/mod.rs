@@ -227,6 +227,11 @@ pub struct Acceptance {
 }
 
 impl Acceptance {
+    /// A release's `spec.acceptCrdChanges`, every entry parsed; the first bad one is the error.
+    pub fn parse_all(entries: &[String]) -> Result<Vec<Acceptance>, String> {
+        entries.iter().map(|e| e.parse().map_err(|why| format!("spec.acceptCrdChanges: {why}"))).collect()
+    }
+
     pub fn matches(&self, f: &Finding) -> bool {
         let under = |p: &str| {
             f.path == p || (f.path.starts_with(p) && matches!(f.path.as_bytes().get(p.len()), Some(b'.' | b'[')))
