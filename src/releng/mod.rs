@@ -149,9 +149,9 @@ pub enum RelengError {
     #[error("loading --trusted-keys")]
     TrustedKeys(#[from] crate::release::TrustError),
     #[error("verifying release {id}")]
-    Verify { id: String, source: crate::release::VerifyError },
+    Verify { id: String, source: Box<crate::release::VerifyError> },
     #[error("reading release {id} for branch {base}")]
-    Resolve { id: String, base: String, source: crate::release::ResolveError },
+    Resolve { id: String, base: String, source: Box<crate::release::ResolveError> },
     #[error(transparent)]
     Tree(#[from] crate::model::TreeError),
     #[error(transparent)]
