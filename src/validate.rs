@@ -12,12 +12,12 @@
 //!
 //! Findings inside a tag's tree are located as `<tag>:<path>` (what `git show` takes).
 
-use crate::release::{Keyring, ReleaseContent, read_release, split_signed_tag, verify_commit};
 use crate::gates::crd_compat;
 use crate::manifests::crds_in_files;
 use crate::model::{ConfigError, Finding, FleetConfig, Location, RELEASE_FILE, Rule};
-use crate::source::{Checkout, GitTree, SourceError, TagRef};
 use crate::model::{RepoTree, TreeError};
+use crate::release::{Keyring, ReleaseContent, read_release, split_signed_tag, verify_commit};
+use crate::source::{Checkout, GitTree, SourceError, TagRef};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -127,7 +127,8 @@ pub fn validate_repo(
     let wanted: BTreeSet<usize> = match only {
         None => (0..tags.len()).collect(),
         Some(id) => {
-            let i = tags.iter().position(|t| t.name == id).ok_or_else(|| ValidateError::NoSuchRelease(id.to_string()))?;
+            let i =
+                tags.iter().position(|t| t.name == id).ok_or_else(|| ValidateError::NoSuchRelease(id.to_string()))?;
             BTreeSet::from([i])
         }
     };
@@ -156,11 +157,8 @@ pub fn validate_repo(
         }
     }
 
-    let tip_release = if only.is_none() {
-        check_tip_release(checkout, &tip_tree, config.as_ref(), &tags)?
-    } else {
-        None
-    };
+    let tip_release =
+        if only.is_none() { check_tip_release(checkout, &tip_tree, config.as_ref(), &tags)? } else { None };
 
     if let Some(c) = &config {
         config_findings.extend(reference_findings(checkout, c, &tip_tree)?);

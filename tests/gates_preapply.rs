@@ -19,7 +19,7 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 
 async fn check(client: &kube::Client, new: &str) -> PreapplyReport {
     let crds: Vec<CustomResourceDefinition> = vec![crd_fixture(new)];
-    within("preapply", 30, preapply(client, &crds, None, TIMEOUT)).await.unwrap()
+    within("preapply", 30, preapply(client, &crds, None, &[], TIMEOUT)).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -109,7 +109,7 @@ async fn release_requirements_are_checked_against_server_version_and_node_archit
     };
     let run = |r: Requirements| {
         let client = client.clone();
-        async move { preapply(&client, &[], Some(&r), TIMEOUT).await.unwrap() }
+        async move { preapply(&client, &[], Some(&r), &[], TIMEOUT).await.unwrap() }
     };
     let report = run(requires(Some(">=1.30"), &["amd64", "arm64"])).await;
     assert!(report.passed(), "{:?}", report.blocked);

@@ -520,10 +520,15 @@ impl Agent {
             Err(e) if e.class() == ErrorClass::Stalling => return Ok(Err(Blocker::Admission(e.to_string()))),
             Err(e) => return Err(e.into()),
         };
+        let accept = match gates::crd_compat::Acceptance::parse_all(&verified.release().spec.accept_crd_changes) {
+            Ok(accept) => accept,
+            Err(why) => return Ok(Err(Blocker::Admission(why))),
+        };
         let report = gates::preapply(
             &self.services.client,
             admitted.crds(),
             verified.release().spec.requires.as_ref(),
+            &accept,
             PREAPPLY_CALL_TIMEOUT,
         )
         .await?;

@@ -10,10 +10,15 @@
 
 use super::reconcile::{Agent, Outcome, ReconcileError};
 use super::report::Step;
+use super::state::Severity;
 use super::state::{Failure, Progress, Rollback, TransitionError};
+use crate::apply::{AdmittedSet, ApplyError};
+use crate::gates::crd_compat;
 use crate::model::FleetConfig;
 use crate::source::Checkout;
 use crate::status::GateFigure;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::Api;
 
 impl Agent {
     /// Moves to `RollingBack` (persisted with what failed; the failed release becomes rejected),
@@ -56,6 +61,43 @@ impl Agent {
         Ok(Outcome::RolledBack { release: operation.release.clone(), to: operation.rollback_target.clone() })
     }
 
+    /// Before a rollback applies its target's CRDs: a live CRD whose objects are stored in a
+    /// version the target's CRD lacks cannot be replaced (the API server refuses it, and the
+    /// rollback would fail at every pass), so it stays as it is — with a Warning Event that says
+    /// so — while everything else goes back.
+    async fn keep_crds_the_target_cannot_take_back(
+        &self,
+        admitted: &mut AdmittedSet<'_>,
+    ) -> Result<(), ReconcileError> {
+        let api: Api<CustomResourceDefinition> = Api::all(self.services.client.clone());
+        let mut live = Vec::new();
+        for crd in admitted.crds() {
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            let found = api.get_opt(&name).await.map_err(|source| ApplyError::Kube {
+                action: format!("reading the live CustomResourceDefinition {name}"),
+                source,
+            })?;
+            live.extend(found);
+        }
+        for kept in crd_compat::crds_to_keep(&live, admitted.crds()) {
+            let Some(crd) = live.iter().find(|l| l.metadata.name.as_deref() == Some(kept.name.as_str())) else {
+                continue;
+            };
+            admitted.keep_live_crd(crd);
+            tracing::warn!(crd = %kept.name, "{kept}");
+            if let Ok(regarding) = self.services.store.object_ref().await
+                && let Err(e) = self
+                    .services
+                    .events
+                    .publish(&regarding, Severity::Warning, "CrdKept", "RollingBack", &kept.to_string())
+                    .await
+            {
+                tracing::warn!(error = %e, "could not record an Event");
+            }
+        }
+        Ok(())
+    }
+
     /// Applies the rollback target, prunes what the failed release added, restores the snapshot.
     async fn restore(
         &self,
@@ -69,7 +111,8 @@ impl Agent {
             return Ok(());
         };
         let verified = self.verify_known(checkout, target).await?;
-        let admitted = self.rollback_engine.admit(&verified, &self.admission_policy(config)).await?;
+        let mut admitted = self.rollback_engine.admit(&verified, &self.admission_policy(config)).await?;
+        self.keep_crds_the_target_cannot_take_back(&mut admitted).await?;
         let changes = self.rollback_engine.apply(admitted).await?;
         let pruned = self.rollback_engine.prune().await?;
         tracing::info!(release = %target, changes = %changes.summary(), pruned = pruned.len(), "rollback applied");

@@ -48,9 +48,9 @@ pub use snapshot::*;
 
 use crate::manifests::admission::{AdmissionError, AdmissionPolicy};
 use crate::manifests::{Manifest, ManifestError, ManifestSet, ObjectKey, Phase};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use crate::model::ErrorClass;
 use crate::release::VerifiedRelease;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -235,6 +235,12 @@ impl AdmittedSet<'_> {
     pub fn crds(&self) -> &[CustomResourceDefinition] {
         self.set.crds()
     }
+
+    /// Applies `live` (the cluster's CRD) instead of the release's CRD of that name — a rollback
+    /// that cannot take a CRD back (see `gates::crd_compat::crds_to_keep`) keeps it as it is.
+    pub fn keep_live_crd(&mut self, live: &CustomResourceDefinition) -> bool {
+        self.set.replace_crd(live)
+    }
 }
 
 /// Applies releases to one cluster and keeps their record there.
@@ -269,7 +275,8 @@ impl Engine {
             return Err(ApplyError::InvalidReleaseId(release.id().to_string()));
         }
         let resolver = phases::Resolver::new(self.client.clone()).await?;
-        let mut set = ManifestSet::from_release(release, self.options.default_namespace.as_deref(), resolver.discovery())?;
+        let mut set =
+            ManifestSet::from_release(release, self.options.default_namespace.as_deref(), resolver.discovery())?;
         policy.check(&set)?;
         set.add_labels(&self.labels(release.id()));
         Ok(AdmittedSet { release, set, resolver })

@@ -79,7 +79,12 @@ impl Engine {
 
     /// The live objects of `entries` (fleetgate's fields) and every custom resource of the
     /// CRDs among them (all but status).
-    async fn live_state(&self, id: &str, resolver: &Resolver, entries: &[InventoryEntry]) -> Result<Vec<Value>, ApplyError> {
+    async fn live_state(
+        &self,
+        id: &str,
+        resolver: &Resolver,
+        entries: &[InventoryEntry],
+    ) -> Result<Vec<Value>, ApplyError> {
         let mut crds = Vec::new();
         let mut out = Vec::new();
         for e in entries {
@@ -89,8 +94,10 @@ impl Engine {
             };
             let value = serde_json::to_value(&live).expect("objects serialize");
             if e.group == CRD_GROUP && e.kind == CRD_KIND {
-                let crd = typed_crd(&value)
-                    .map_err(|reason| ApplyError::Snapshot { id: id.to_string(), reason: format!("live CRD {}: {reason}", e.name) })?;
+                let crd = typed_crd(&value).map_err(|reason| ApplyError::Snapshot {
+                    id: id.to_string(),
+                    reason: format!("live CRD {}: {reason}", e.name),
+                })?;
                 crds.push(CrdNames::of(&crd));
             }
             out.push(fields::managed_fields(&value, crate::FIELD_MANAGER));
@@ -226,10 +233,15 @@ impl Engine {
         serde_json::from_slice(&json).map_err(|e| bad(format!("unreadable content: {e}")))
     }
 
-    /// Re-applies snapshot `id`: dry run of all of it first, then the phases (CRDs Established
-    /// before their custom resources). Returns what changed.
+    /// Re-applies snapshot `id`: dry run of all of it first, then the phases. Returns what changed.
+    ///
+    /// CustomResourceDefinitions are not restored: a restore follows the apply of the rollback
+    /// target, which already decided every CRD — including keeping a live CRD that cannot go back
+    /// (a storage version the failed release introduced) — and restoring the older CRD from the
+    /// snapshot would undo that decision, or be refused by the API server.
     pub async fn restore(&self, id: &str) -> Result<ChangeSet, ApplyError> {
-        let objects = self.read_snapshot(id).await?;
+        let mut objects = self.read_snapshot(id).await?;
+        objects.retain(|o| o.types.as_ref().is_none_or(|t| !crate::model::is_crd(&t.api_version, &t.kind)));
         let mut resolver = Resolver::new(self.client.clone()).await?;
         let sourced = objects
             .into_iter()

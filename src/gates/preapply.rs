@@ -122,11 +122,13 @@ impl std::fmt::Display for PreapplyBlock {
 /// Runs the pre-apply gates in order: cluster requirements (when the release has any), then CRD
 /// compatibility of each of `new_crds` with its live counterpart together with validation of the
 /// live objects of each. `timeout` bounds every single API call. CRDs not yet in the cluster are
-/// new: nothing to break.
+/// new: nothing to break. Incompatibilities covered by one of `accept` (the signed release's
+/// `spec.acceptCrdChanges`) do not block.
 pub async fn preapply(
     client: &kube::Client,
     new_crds: &[CustomResourceDefinition],
     requires: Option<&Requirements>,
+    accept: &[crd_compat::Acceptance],
     timeout: Duration,
 ) -> Result<PreapplyReport, GateError> {
     let cluster = read_cluster_facts(client, timeout).await?;
@@ -139,7 +141,8 @@ pub async fn preapply(
     for new in new_crds {
         let Some(name) = new.metadata.name.as_deref() else { continue };
         let Some(live) = call(format!("reading CRD {name}"), timeout, api.get_opt(name)).await? else { continue };
-        findings.extend(crd_compat::check(&live, new, &crd_compat::stored_versions(&live)));
+        let all = crd_compat::check_with(&live, new, &crd_compat::stored_versions(&live), accept);
+        findings.extend(all.into_iter().filter(Finding::blocks));
         invalid_objects.extend(invalid_live_objects(client, &live, new, timeout).await?);
     }
     let blocked = match (findings.is_empty(), invalid_objects.is_empty()) {

@@ -12,7 +12,8 @@ use std::collections::BTreeMap;
 
 /// `object` (a whole CRD document, or a live CRD) as the typed `apiextensions.k8s.io/v1` CRD.
 pub fn typed_crd(object: &Value) -> Result<CustomResourceDefinition, String> {
-    serde_json::from_value(object.clone()).map_err(|e| format!("not a valid apiextensions.k8s.io/v1 CustomResourceDefinition: {e}"))
+    serde_json::from_value(object.clone())
+        .map_err(|e| format!("not a valid apiextensions.k8s.io/v1 CustomResourceDefinition: {e}"))
 }
 
 /// The names a CustomResourceDefinition defines.
@@ -89,8 +90,8 @@ mod tests {
 
     #[test]
     fn reads_crds_and_their_names() {
-        let got = crds_in_files(&files(&[("a.yaml", &format!("kind: ConfigMap\n---\n{CRD}")), ("b.yaml", "x: [")]))
-            .unwrap();
+        let got =
+            crds_in_files(&files(&[("a.yaml", &format!("kind: ConfigMap\n---\n{CRD}")), ("b.yaml", "x: [")])).unwrap();
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].file, "a.yaml");
         let names = CrdNames::of(&got[0].crd);

@@ -15,8 +15,8 @@
 pub mod admission;
 mod crds;
 
-pub use admission::{AdmissionError, AdmissionPolicy, Violation};
 pub use crate::model::{CRD_GROUP, CRD_KIND, is_crd};
+pub use admission::{AdmissionError, AdmissionPolicy, Violation};
 pub use crds::*;
 
 use crate::model::{Location, ParseError, parse_multi};
@@ -28,7 +28,6 @@ use kube::discovery::Scope;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-
 
 /// Identity of an object independent of API version: group, kind, namespace, name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
@@ -418,6 +417,24 @@ impl ManifestSet {
         self.crds.iter().any(|c| c.spec.group == group && c.spec.names.kind == kind)
     }
 
+    /// Replaces the set's CRD of `crd`'s name with `crd` (its spec; the set's own labels stay),
+    /// so the apply leaves that CRD as `crd` has it. False when the set has no such CRD.
+    pub fn replace_crd(&mut self, crd: &CustomResourceDefinition) -> bool {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        let Some(m) = self.manifests.iter_mut().find(|m| is_crd(&m.api_version(), &m.key.kind) && m.key.name == name)
+        else {
+            return false;
+        };
+        let labels = m.object.metadata.labels.clone();
+        let spec = serde_json::to_value(&crd.spec).expect("a CRD spec serializes");
+        m.object.data = serde_json::json!({ "spec": spec });
+        m.object.metadata = kube::api::ObjectMeta { name: Some(name.clone()), labels, ..Default::default() };
+        if let Some(typed) = self.crds.iter_mut().find(|c| c.metadata.name.as_deref() == Some(name.as_str())) {
+            typed.spec = crd.spec.clone();
+        }
+        true
+    }
+
     /// Every CustomResourceDefinition in the set, typed.
     pub fn crds(&self) -> &[CustomResourceDefinition] {
         &self.crds
@@ -468,6 +485,7 @@ pub(crate) mod tests {
             image: ImageRef { repository: "example/op".into(), tag: "v1".into(), digest: None },
             images: Vec::new(),
             chart_version: "1.0.0".into(),
+            chart: None,
             crd_version: "v1".into(),
             crds: Vec::new(),
             accept_crd_changes: Vec::new(),

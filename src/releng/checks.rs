@@ -1,13 +1,14 @@
 //! The checks the release commands borrow from the rest of fleetgate, adapted to what they need:
 //! release and mapping rules ([`crate::release::read_release`], what `validate` and the agent run),
 //! CRD compatibility between releases ([`crate::gates::crd_compat`] over the CRDs
-//! `crate::release::crds` finds, as `validate` does), and tag signature
+//! `crate::manifests::crds_in_files` finds, as `validate` does), and tag signature
 //! verification (the agent's own [`crate::release::verify`]). No rule lives here.
 
 use super::repo::FleetRepo;
 use super::{Refusal, RelengError};
 use crate::gates::crd_compat;
-use crate::release::{TagPins, TrustConfig, VerifyError, crds, read_release, resolve_release, verify};
+use crate::manifests::{FileCrd, crds_in_files};
+use crate::release::{TagPins, TrustConfig, VerifyError, read_release, resolve_release, verify};
 use crate::source::{Checkout, GitTree};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -36,10 +37,30 @@ impl CrdVerdict {
     }
 }
 
-/// Is replacing the CRDs in `old` with those in `new` safe for objects that exist?
-pub fn crd_compatibility(old: &BTreeMap<String, Vec<u8>>, new: &BTreeMap<String, Vec<u8>>) -> CrdVerdict {
-    let crds = |files| crds(files).into_iter().map(|(_, crd)| crd).collect::<Vec<_>>();
-    let findings: Vec<String> = crd_compat::check_all(&crds(old), &crds(new)).iter().map(|f| f.to_string()).collect();
+/// Is replacing the CRDs in `old` with those in `new` safe for objects that exist, given the
+/// breaking changes the new release accepts (`accept`, its `spec.acceptCrdChanges`)?
+pub fn crd_compatibility(
+    old: &BTreeMap<String, Vec<u8>>,
+    new: &BTreeMap<String, Vec<u8>>,
+    accept: &[String],
+) -> CrdVerdict {
+    let accept = match crd_compat::Acceptance::parse_all(accept) {
+        Ok(accept) => accept,
+        Err(why) => return CrdVerdict { compatible: false, compared: true, findings: vec![why] },
+    };
+    let (old, new) = match (crds_in_files(old), crds_in_files(new)) {
+        (Ok(old), Ok(new)) => (old, new),
+        (old, new) => {
+            let findings = [old.err(), new.err()].into_iter().flatten().map(|e| e.to_string()).collect();
+            return CrdVerdict { compatible: false, compared: true, findings };
+        }
+    };
+    let typed = |crds: Vec<FileCrd>| crds.into_iter().map(|c| c.crd).collect::<Vec<_>>();
+    let findings: Vec<String> = crd_compat::check_all_with(&typed(old), &typed(new), &accept)
+        .iter()
+        .filter(|f| f.blocks())
+        .map(|f| f.to_string())
+        .collect();
     CrdVerdict { compatible: findings.is_empty(), compared: true, findings }
 }
 
@@ -68,8 +89,11 @@ pub fn verify_release(
 ) -> Result<String, RelengError> {
     let env = |source: VerifyError| RelengError::Verify { id: id.to_string(), source: Box::new(source) };
     let checkout = Checkout::open_local(repo.path(), Some(base)).map_err(|e| env(e.into()))?;
-    let mut desired = resolve_release(&checkout, cluster, id)
-        .map_err(|e| RelengError::Resolve { id: id.to_string(), base: base.to_string(), source: Box::new(e) })?;
+    let mut desired = resolve_release(&checkout, cluster, id).map_err(|e| RelengError::Resolve {
+        id: id.to_string(),
+        base: base.to_string(),
+        source: Box::new(e),
+    })?;
     // Whether the branch tip is signed is the agent's concern once the promotion is merged; a
     // promotion vouches for the release.
     desired.config.fleet.spec.rollout.require_signed_commits = false;

@@ -360,7 +360,9 @@ fn crd_checks(repo: &FleetRepo, tag: &ReleaseTag, moves: &[ClusterMove]) -> Resu
     let mut out = Vec::new();
     for from in froms {
         let verdict = match from.as_deref().map(|f| repo.release_tag(f)).transpose()?.flatten() {
-            Some(old) => checks::crd_compatibility(&release_files(repo, &old)?, &new),
+            Some(old) => {
+                checks::crd_compatibility(&release_files(repo, &old)?, &new, &tag.release.spec.accept_crd_changes)
+            }
             None => CrdVerdict::first_release(),
         };
         out.push(CrdCheck { from, verdict });

@@ -120,7 +120,7 @@ rules! {
     OneOfChanged = "one-of-changed", Incompatible;
     /// A `not` added or changed.
     NotChanged = "not-changed", Incompatible;
-    /// `nullable: true` removed: stored nulls stop validating.
+    /// `nullable: true` removed: the server prunes stored nulls (it does not refuse them).
     NullableRemoved = "nullable-removed", Incompatible;
     /// An `x-kubernetes-validations` rule added or changed.
     ValidationRuleAdded = "validation-rule-added", Incompatible;
@@ -236,9 +236,7 @@ impl Acceptance {
         let under = |p: &str| {
             f.path == p || (f.path.starts_with(p) && matches!(f.path.as_bytes().get(p.len()), Some(b'.' | b'[')))
         };
-        f.rule == self.rule
-            && self.crd.as_ref().is_none_or(|c| *c == f.crd)
-            && self.path.as_deref().is_none_or(under)
+        f.rule == self.rule && self.crd.as_ref().is_none_or(|c| *c == f.crd) && self.path.as_deref().is_none_or(under)
     }
 }
 
@@ -293,6 +291,41 @@ impl fmt::Display for Acceptance {
         }
         Ok(())
     }
+}
+
+/// A live CRD a rollback must keep: objects are stored in versions the rollback target's CRD
+/// does not list, and the API server refuses a CRD whose `spec.versions` lacks a version in its
+/// `status.storedVersions`. The rollback keeps the live (newer) CRD and rolls back the rest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KeptCrd {
+    pub name: String,
+    /// The stored versions the target's CRD lacks.
+    pub stored: Vec<String>,
+}
+
+impl fmt::Display for KeptCrd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "kept CRD {} as it is: objects are stored in {}, which the rollback target does not define",
+            self.name,
+            self.stored.join(", ")
+        )
+    }
+}
+
+/// The CRDs of `target` (a rollback target's) that cannot replace their `live` counterparts.
+pub fn crds_to_keep(live: &[CustomResourceDefinition], target: &[CustomResourceDefinition]) -> Vec<KeptCrd> {
+    let mut out = Vec::new();
+    for t in target {
+        let Some(l) = live.iter().find(|l| name_of(l) == name_of(t)) else { continue };
+        let defined: Vec<&str> = t.spec.versions.iter().map(|v| v.name.as_str()).collect();
+        let stored: Vec<String> = stored_versions(l).into_iter().filter(|v| !defined.contains(&v.as_str())).collect();
+        if !stored.is_empty() {
+            out.push(KeptCrd { name: name_of(t), stored });
+        }
+    }
+    out
 }
 
 /// The versions objects of `crd` may be stored in: `status.storedVersions`, or the storage version
@@ -455,7 +488,14 @@ struct Checker {
 }
 
 impl Checker {
-    fn push(&mut self, rule: Rule, version: Option<&str>, path: &str, values: Option<(String, String)>, message: String) {
+    fn push(
+        &mut self,
+        rule: Rule,
+        version: Option<&str>,
+        path: &str,
+        values: Option<(String, String)>,
+        message: String,
+    ) {
         let (old_value, new_value) = values.map_or((None, None), |(o, n)| (Some(o), Some(n)));
         self.out.push(Finding {
             rule,
@@ -513,5 +553,39 @@ mod tests {
         );
         assert_eq!(child_path("", "spec"), ".spec");
         assert_eq!(shown_path(""), ".");
+    }
+
+    fn crd(versions: &[&str], stored: Option<&[&str]>) -> CustomResourceDefinition {
+        let versions: Vec<serde_json::Value> = versions
+            .iter()
+            .enumerate()
+            .map(|(i, v)| serde_json::json!({"name": v, "served": true, "storage": i == versions.len() - 1}))
+            .collect();
+        let mut crd = serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {"group": "example.com", "scope": "Namespaced",
+                     "names": {"kind": "Widget", "plural": "widgets"}, "versions": versions}
+        });
+        if let Some(stored) = stored {
+            crd["status"] = serde_json::json!({"storedVersions": stored});
+        }
+        serde_json::from_value(crd).unwrap()
+    }
+
+    #[test]
+    fn a_rollback_keeps_a_live_crd_whose_stored_version_the_target_lacks() {
+        // The failed release added v1beta1 as storage; objects were written in it.
+        let live = [crd(&["v1alpha1", "v1beta1"], Some(&["v1alpha1", "v1beta1"]))];
+        let kept = crds_to_keep(&live, &[crd(&["v1alpha1"], None)]);
+        assert_eq!(kept, [KeptCrd { name: "widgets.example.com".into(), stored: vec!["v1beta1".into()] }]);
+        assert!(kept[0].to_string().contains("stored in v1beta1"), "{}", kept[0]);
+        // Nothing stored in the new version yet, or the target still defines it: roll it back too.
+        assert!(
+            crds_to_keep(&[crd(&["v1alpha1", "v1beta1"], Some(&["v1alpha1"]))], &[crd(&["v1alpha1"], None)]).is_empty()
+        );
+        assert!(crds_to_keep(&live, &[crd(&["v1beta1", "v1alpha1"], None)]).is_empty());
+        // A CRD the cluster does not have is not kept.
+        assert!(crds_to_keep(&[], &[crd(&["v1alpha1"], None)]).is_empty());
     }
 }
