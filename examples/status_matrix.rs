@@ -8,9 +8,7 @@
 //! `cargo run --release --example status_matrix [CLUSTERS] [RELEASES]` — figures go to
 //! docs/BENCHMARKS.md ("Status matrix").
 
-use fleetgate::model::{
-    Cluster, ClusterSpec, Document, FleetConfig, FleetSpec, OperatorIdentity, RolloutSettings,
-};
+use fleetgate::model::{Cluster, ClusterSpec, Document, FleetConfig, FleetSpec, OperatorIdentity, RolloutSettings};
 use fleetgate::status::{Matrix, Origin, ReleaseRef, RenderOptions, State, Status, StatusSet, members};
 use std::time::{Duration, Instant};
 
@@ -83,7 +81,11 @@ fn main() {
     let clusters = args.next().unwrap_or(1000);
     let releases = args.next().unwrap_or(20);
     let rels: Vec<ReleaseRef> = (0..releases)
-        .map(|i| ReleaseRef { id: format!("rel-2025{:04}-001", 1231 - i), commit: format!("{i:040x}"), created_at: None })
+        .map(|i| ReleaseRef {
+            id: format!("rel-2025{:04}-001", 1231 - i),
+            commit: format!("{i:040x}"),
+            created_at: None,
+        })
         .collect();
     let config = fleet(clusters, &rels);
     let set = statuses(&config, &rels);
@@ -91,8 +93,7 @@ fn main() {
     let origin = Origin { branch: "main".into(), revision: "0".repeat(40) };
     let runs = 11;
 
-    let (build_min, build_med, matrix) =
-        time(runs, || Matrix::build(&config.fleet, &members, &rels, &set, &origin));
+    let (build_min, build_med, matrix) = time(runs, || Matrix::build(&config.fleet, &members, &rels, &set, &origin));
     let narrow = RenderOptions { width: 80, colours: true };
     let wide = RenderOptions { width: 20 * 12 + 40, colours: false };
     let (t80_min, t80_med, table) = time(runs, || fleetgate::status::render_table(&matrix, narrow));

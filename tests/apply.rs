@@ -4,7 +4,7 @@
 
 mod apply_support;
 
-use apply_support::{apply, AGENT_NS, OPERATOR_NS, cluster_state, get, policy, release, start};
+use apply_support::{AGENT_NS, OPERATOR_NS, apply, cluster_state, get, policy, release, start};
 use fleetgate::apply::{Action, ChangeSet, release_manifest_name};
 use fleetgate::manifests::{ObjectKey, Phase};
 use std::time::Duration;

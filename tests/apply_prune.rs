@@ -4,7 +4,7 @@
 
 mod apply_support;
 
-use apply_support::{apply, OPERATOR_NS, get, policy, release, start, without};
+use apply_support::{OPERATOR_NS, apply, get, policy, release, start, without};
 use fleetgate::apply::{Action, Engine, ObjectChange};
 use std::time::Duration;
 

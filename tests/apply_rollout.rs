@@ -4,7 +4,7 @@
 
 mod apply_support;
 
-use apply_support::{apply, AGENT_NS, CLUSTER, OPERATOR_NS, policy, release};
+use apply_support::{AGENT_NS, CLUSTER, OPERATOR_NS, apply, policy, release};
 use fleetgate::apply::{ApplyError, ApplyOptions, Engine};
 use fleetgate_testenv::{ClusterOptions, TestCluster};
 use k8s_openapi::api::apps::v1::Deployment;

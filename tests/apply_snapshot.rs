@@ -4,7 +4,7 @@
 
 mod apply_support;
 
-use apply_support::{apply, AGENT_NS, OPERATOR_NS, api, get, policy, release, start};
+use apply_support::{AGENT_NS, OPERATOR_NS, api, apply, get, policy, release, start};
 use fleetgate::apply::{Action, LABEL_SNAPSHOT};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};

@@ -4,7 +4,7 @@
 
 mod apply_support;
 
-use apply_support::{apply, AGENT_NS, OPERATOR_NS, api, policy, release, start};
+use apply_support::{AGENT_NS, OPERATOR_NS, api, apply, policy, release, start};
 use fleetgate::apply::DriftState;
 use fleetgate_testenv::git_in;
 use kube::api::{Patch, PatchParams};

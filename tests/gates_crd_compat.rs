@@ -368,7 +368,12 @@ fn cli_refuses_stored_versions_with_several_crds() {
 #[rstest]
 #[case::rule_only("field-removed", Rule::FieldRemoved, None, None)]
 #[case::rule_and_path("maximum-lowered:.spec.replicas", Rule::MaximumLowered, None, Some(".spec.replicas"))]
-#[case::quoted_key("field-removed:.metadata.labels[\"a:b\"]", Rule::FieldRemoved, None, Some(".metadata.labels[\"a:b\"]"))]
+#[case::quoted_key(
+    "field-removed:.metadata.labels[\"a:b\"]",
+    Rule::FieldRemoved,
+    None,
+    Some(".metadata.labels[\"a:b\"]")
+)]
 #[case::with_crd(
     "field-removed:redisclusters.cache.example.com:.spec.image",
     Rule::FieldRemoved,
@@ -413,7 +418,11 @@ fn an_accepted_finding_is_listed_but_does_not_block() {
     let (old, new) = (load("base"), load("nested-field-removed"));
     let stored = ["v1alpha1".to_string()];
     let accept = |s: &str| vec![s.parse::<Acceptance>().unwrap()];
-    for covering in ["field-removed", "field-removed:.spec.storage", "field-removed:redisclusters.cache.example.com:.spec.storage.class"] {
+    for covering in [
+        "field-removed",
+        "field-removed:.spec.storage",
+        "field-removed:redisclusters.cache.example.com:.spec.storage.class",
+    ] {
         let findings = crd_compat::check_with(&old, &new, &stored, &accept(covering));
         assert_eq!(findings.len(), 1, "{covering}");
         assert!(findings[0].accepted, "{covering}");
@@ -431,7 +440,10 @@ fn an_accepted_finding_is_listed_but_does_not_block() {
     }
     // Warnings are never "accepted": they do not block in the first place.
     let findings = crd_compat::check_with(&load("base"), &load("size-default"), &stored, &accept("default-changed"));
-    assert_eq!((findings[0].rule, findings[0].severity, findings[0].accepted), (Rule::DefaultChanged, Severity::Warning, false));
+    assert_eq!(
+        (findings[0].rule, findings[0].severity, findings[0].accepted),
+        (Rule::DefaultChanged, Severity::Warning, false)
+    );
 }
 
 #[test]
@@ -445,7 +457,8 @@ fn findings_name_old_and_new_values() {
 
 #[test]
 fn cli_accept_turns_an_incompatible_pair_compatible_and_says_so() {
-    let (code, out, err) = check_crd(&[&path("base"), &path("required-added"), "--accept", "required-added:.spec.image"]);
+    let (code, out, err) =
+        check_crd(&[&path("base"), &path("required-added"), "--accept", "required-added:.spec.image"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.starts_with("compatible:"), "{out}");
     assert!(out.contains("required-added") && out.contains("accepted") && out.contains(".spec.image"), "{out}");

@@ -110,7 +110,10 @@ fn violations(root: &Path) -> Vec<String> {
                 && used != module
                 && theirs >= own
             {
-                found.push(format!("src/{}:{line}: `{module}` (layer {own}) uses `{used}` (layer {theirs})", rel.display()));
+                found.push(format!(
+                    "src/{}:{line}: `{module}` (layer {own}) uses `{used}` (layer {theirs})",
+                    rel.display()
+                ));
             }
         }
         if let Some(command) = command.filter(|c| !CLI_SHARED.contains(&c.as_str())) {
@@ -120,7 +123,11 @@ fn violations(root: &Path) -> Vec<String> {
                     if other != command
                         && (l.contains(&format!("super::{other}::")) || l.contains(&format!("crate::cli::{other}::")))
                     {
-                        found.push(format!("src/{}:{}: command `{command}` uses command `{other}`", rel.display(), n + 1));
+                        found.push(format!(
+                            "src/{}:{}: command `{command}` uses command `{other}`",
+                            rel.display(),
+                            n + 1
+                        ));
                     }
                 }
             }

@@ -124,7 +124,14 @@ fn status_notes_fast_forward_and_unpushed_local_notes_survive_a_sync() {
     let remote = FleetRemote::new();
     remote.signed_tag(RELEASE);
     let note = |cluster: &str, text: &str| {
-        remote.git(&["notes", &format!("--ref=fleetgate/{cluster}"), "append", "-m", text, &format!("{RELEASE}^{{commit}}")]);
+        remote.git(&[
+            "notes",
+            &format!("--ref=fleetgate/{cluster}"),
+            "append",
+            "-m",
+            text,
+            &format!("{RELEASE}^{{commit}}"),
+        ]);
         remote.git(&["push", "-q", "origin", &format!("refs/notes/fleetgate/{cluster}")]);
     };
     note("cluster-a", "remote 1");

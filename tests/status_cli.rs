@@ -75,8 +75,14 @@ fn fleet() -> Fleet {
     status::write(&repo, &remote, &Status::new("cluster-a", NEW, &fleet.new, State::Pending, "baking")).unwrap();
     status::write(&repo, &remote, &Status::new("cluster-a", NEW, &fleet.new, State::Success, "all 4 gates passed"))
         .unwrap();
-    let failed = Status::new("cluster-b", NEW, &fleet.new, State::Failure, "rolled back to rel-20250301-001: error-rate 7.3 % > 5 %")
-        .rolled_back_to(OLD);
+    let failed = Status::new(
+        "cluster-b",
+        NEW,
+        &fleet.new,
+        State::Failure,
+        "rolled back to rel-20250301-001: error-rate 7.3 % > 5 %",
+    )
+    .rolled_back_to(OLD);
     status::write(&repo, &remote, &failed).unwrap();
     fleet
 }
@@ -161,7 +167,10 @@ fn json_output_is_the_documented_matrix() {
     assert_eq!(c.cells[0].state, None);
     assert!(!c.cells[0].gate.as_ref().unwrap().allowed);
     let raw: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(raw["releases"][0]["summary"], serde_json::json!({"clusters": 3, "success": 1, "failure": 1, "error": 0, "pending": 0, "notStarted": 1}));
+    assert_eq!(
+        raw["releases"][0]["summary"],
+        serde_json::json!({"clusters": 3, "success": 1, "failure": 1, "error": 0, "pending": 0, "notStarted": 1})
+    );
 
     let yaml = run(&["status", OLD, "--repo", &f.url, "-o", "yaml"]);
     let one: Matrix = serde_yaml_ng::from_slice(&yaml.stdout).unwrap();

@@ -36,20 +36,26 @@ impl FakeForge {
         let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
         let record = seen.clone();
         let headers: Vec<(&'static str, &'static str)> = headers.to_vec();
-        let app = axum::Router::new().fallback(move |method: Method, uri: Uri, req_headers: HeaderMap, bytes: Bytes| {
-            let record = record.clone();
-            let headers = headers.clone();
-            async move {
-                let sent = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                record.lock().unwrap().push(Seen { method, path: uri.path().to_string(), headers: req_headers, body: sent });
-                let mut response = axum::response::Response::new(axum::body::Body::from(body));
-                *response.status_mut() = StatusCode::from_u16(status).unwrap();
-                for (k, v) in headers {
-                    response.headers_mut().insert(k, v.parse().unwrap());
+        let app =
+            axum::Router::new().fallback(move |method: Method, uri: Uri, req_headers: HeaderMap, bytes: Bytes| {
+                let record = record.clone();
+                let headers = headers.clone();
+                async move {
+                    let sent = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                    record.lock().unwrap().push(Seen {
+                        method,
+                        path: uri.path().to_string(),
+                        headers: req_headers,
+                        body: sent,
+                    });
+                    let mut response = axum::response::Response::new(axum::body::Body::from(body));
+                    *response.status_mut() = StatusCode::from_u16(status).unwrap();
+                    for (k, v) in headers {
+                        response.headers_mut().insert(k, v.parse().unwrap());
+                    }
+                    response
                 }
-                response
-            }
-        });
+            });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -68,8 +74,14 @@ fn header<'a>(seen: &'a Seen, name: &str) -> &'a str {
 }
 
 fn failure() -> Status {
-    Status::new("cluster-a", "rel-20250315-001", SHA, State::Failure, "rolled back to rel-20250310-002: error-rate 7.3 % > 5 %")
-        .with_target_url("https://grafana.example.com/d/fleet?var-cluster=cluster-a")
+    Status::new(
+        "cluster-a",
+        "rel-20250315-001",
+        SHA,
+        State::Failure,
+        "rolled back to rel-20250310-002: error-rate 7.3 % > 5 %",
+    )
+    .with_target_url("https://grafana.example.com/d/fleet?var-cluster=cluster-a")
 }
 
 fn backend(kind: ForgeKind, base: &str, repository: &str, token: &str) -> ForgeBackend {
@@ -131,7 +143,9 @@ async fn gitea_request_has_the_documented_shape() {
 
 #[tokio::test]
 async fn gitlab_request_has_the_documented_shape() {
-    let forge = FakeForge::start(201, &[], r#"{"id":93,"sha":"6dcb09b5","status":"failed","name":"fleetgate/cluster-a"}"#).await;
+    let forge =
+        FakeForge::start(201, &[], r#"{"id":93,"sha":"6dcb09b5","status":"failed","name":"fleetgate/cluster-a"}"#)
+            .await;
     backend(ForgeKind::Gitlab, &forge.base, "platform/sub/fleet", "glpat-test").send(&failure()).await.unwrap();
     let seen = forge.only_request();
     assert_eq!(seen.method, Method::POST);
@@ -206,7 +220,8 @@ async fn forge_errors_are_specific(
 #[tokio::test]
 async fn an_unreachable_forge_is_a_transport_error() {
     let port = fleetgate_testenv::process::free_port();
-    let err = backend(ForgeKind::Github, &format!("http://127.0.0.1:{port}"), "o/r", "t").send(&failure()).await.unwrap_err();
+    let err =
+        backend(ForgeKind::Github, &format!("http://127.0.0.1:{port}"), "o/r", "t").send(&failure()).await.unwrap_err();
     assert!(matches!(err, ForgeError::Transport { .. }), "{err:?}");
 }
 

@@ -179,7 +179,10 @@ fn a_refusal_reported_only_by_the_server_is_merged_and_retried() {
     assert_eq!(written.attempts, 2);
     assert!(!marker.exists());
     let (_r, reader) = reader(&url);
-    assert_eq!(status::read_all(&reader, &[commit]).unwrap().latest("cluster-a", RELEASE).unwrap().state, State::Success);
+    assert_eq!(
+        status::read_all(&reader, &[commit]).unwrap().latest("cluster-a", RELEASE).unwrap().state,
+        State::Success
+    );
 }
 
 #[test]
@@ -192,8 +195,8 @@ fn a_remote_that_always_refuses_ends_in_a_bounded_contended_error() {
     std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
     let (_a, repo) = agent_clone(&url);
     let started = std::time::Instant::now();
-    let err = status::write(&repo, &GitRemote::new(&url), &status_of("cluster-a", commit, State::Success, "ok"))
-        .unwrap_err();
+    let err =
+        status::write(&repo, &GitRemote::new(&url), &status_of("cluster-a", commit, State::Success, "ok")).unwrap_err();
     assert!(matches!(err, status::NotesError::Contended { attempts: status::notes::MAX_PUSH_ATTEMPTS, .. }), "{err}");
     assert!(err.to_string().contains("refs/notes/fleetgate/cluster-a"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(30));

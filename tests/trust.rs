@@ -213,10 +213,7 @@ fn signed_commits_mode_requires_a_signed_branch_tip() {
     let (mut source, checkout) = remote.checkout(state.path());
     let desired = resolve(&checkout, "cluster-a").unwrap();
     let err = verify(&checkout, &desired, &trust, &mut TagPins::in_memory()).unwrap_err();
-    assert!(
-        matches!(&err, VerifyError::CommitSignature { problem: SignatureProblem::Missing, .. }),
-        "{err:?}"
-    );
+    assert!(matches!(&err, VerifyError::CommitSignature { problem: SignatureProblem::Missing, .. }), "{err:?}");
 
     remote.git(&["commit", "-q", "-S", "--allow-empty", "-m", "signed promotion"]);
     remote.git(&["push", "-q", "origin", "main"]);

@@ -90,7 +90,10 @@ pub struct DriftInput {
 pub enum DriftRelease {
     Verified(VerifiedRelease),
     /// `findings` are the content's problems (mapping, rules), for the reader to see.
-    Unverified { release: UnverifiedRelease, findings: Vec<Finding> },
+    Unverified {
+        release: UnverifiedRelease,
+        findings: Vec<Finding>,
+    },
 }
 
 impl DriftRelease {

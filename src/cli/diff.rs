@@ -98,7 +98,8 @@ fn warn(id: &str, findings: &[Finding]) {
 
 fn print_human(cluster: &str, desired: &DriftInput, applied: Option<&str>, report: &DriftReport) {
     let id = desired.release.files().id();
-    let trust = if desired.release.is_verified() { "signature verified" } else { "signature not checked: pass --trusted-keys" };
+    let trust =
+        if desired.release.is_verified() { "signature verified" } else { "signature not checked: pass --trusted-keys" };
     println!("cluster {cluster}: desired release {id} ({trust})");
     match applied {
         Some(a) if a != id => println!("the agent last applied {a}, not {id}"),

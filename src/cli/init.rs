@@ -1,8 +1,8 @@
 //! `fleetgate init DIR`: a new fleet repo from the built-in template (files, `git init` on
 //! branch `main`, first commit). Works from any directory: the template is inside the binary.
 
-use crate::source::{init_fleet_repo, short};
 use crate::model::TEMPLATE_FILES;
+use crate::source::{init_fleet_repo, short};
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -24,7 +24,11 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Debug, Parser)]
-#[command(name = "fleetgate", version, about = "Release one Kubernetes Operator safely to a fleet of clusters from Git")]
+#[command(
+    name = "fleetgate",
+    version,
+    about = "Release one Kubernetes Operator safely to a fleet of clusters from Git"
+)]
 pub struct Cli {
     /// Log filter (RUST_LOG syntax), e.g. `info` or `fleetgate=debug`.
     #[arg(long, global = true, env = "FLEETGATE_LOG", default_value = "info")]

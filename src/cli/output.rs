@@ -82,7 +82,8 @@ pub fn fail(format: OutputFormat, err: &RelengError) -> anyhow::Result<ExitCode>
         details: Option<&'a Refusal>,
     }
     let text = error_chain(err);
-    let failed = Failed { result, code: err.refusal().map(|r| r.code()), message: text.clone(), details: err.refusal() };
+    let failed =
+        Failed { result, code: err.refusal().map(|r| r.code()), message: text.clone(), details: err.refusal() };
     if !format.print_machine(&failed)? {
         let text = text.strip_prefix("refused: ").unwrap_or(&text);
         if colours() {

@@ -67,8 +67,8 @@ async fn promote(args: &Args) -> Result<(FleetRepo, Published<PromoteReport>), R
         branch: args.branch.clone(),
         force: args.force,
     };
-    let done =
-        promote_and_publish(&repo, &req, trust.as_ref(), signer.as_mut(), &args.publish.options(), args.offline).await?;
+    let done = promote_and_publish(&repo, &req, trust.as_ref(), signer.as_mut(), &args.publish.options(), args.offline)
+        .await?;
     Ok((repo, done))
 }
 

@@ -54,7 +54,11 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(view) => show(&args, &view.matrix())?,
             // While watching, a failed refresh is reported and the next one tried.
             Err(e) if args.watch => {
-                eprintln!("error: {} (retrying in {})", error_chain(e.as_ref()), humantime::format_duration(args.interval));
+                eprintln!(
+                    "error: {} (retrying in {})",
+                    error_chain(e.as_ref()),
+                    humantime::format_duration(args.interval)
+                );
                 ExitCode::from(2)
             }
             Err(e) => return Err(e),
@@ -112,6 +116,10 @@ fn show(args: &Args, matrix: &Matrix) -> anyhow::Result<ExitCode> {
         }
     }
     let failed = args.release.is_some()
-        && matrix.waves.iter().flat_map(|w| &w.clusters).any(|c| matches!(c.cells[0].state, Some(State::Failure | State::Error)));
+        && matrix
+            .waves
+            .iter()
+            .flat_map(|w| &w.clusters)
+            .any(|c| matches!(c.cells[0].state, Some(State::Failure | State::Error)));
     Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }

@@ -80,7 +80,11 @@ fn print_human(r: &ValidationReport) {
     println!("  configuration   {config}");
     if let Some(t) = &r.tip_release {
         let state = if t.tagged { "tagged" } else { "not tagged yet" };
-        let verdict = if t.findings.is_empty() { paint("ok", true) } else { paint(&format!("{} finding(s)", t.findings.len()), false) };
+        let verdict = if t.findings.is_empty() {
+            paint("ok", true)
+        } else {
+            paint(&format!("{} finding(s)", t.findings.len()), false)
+        };
         println!("  release.yaml    {} ({state}) {verdict}", if t.id.is_empty() { "?" } else { &t.id });
     }
     let signatures = if r.signatures_checked { "checked" } else { "not checked (no --trusted-keys)" };
@@ -99,7 +103,12 @@ fn print_human(r: &ValidationReport) {
                     SignatureVerdict::NotChecked => "not checked".to_string(),
                 };
                 let n = c.findings.len();
-                [c.id.clone(), c.commit[..12].to_string(), sig, if n == 0 { paint("0", true) } else { paint(&n.to_string(), false) }]
+                [
+                    c.id.clone(),
+                    c.commit[..12].to_string(),
+                    sig,
+                    if n == 0 { paint("0", true) } else { paint(&n.to_string(), false) },
+                ]
             })
             .collect();
         let w0 = rows.iter().map(|r| r[0].len()).max().unwrap_or(0).max("RELEASE".len());

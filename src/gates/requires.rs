@@ -112,7 +112,11 @@ mod tests {
 
     #[test]
     fn architecture_error_names_the_offenders() {
-        let e = check_requirements(&req(None, &["amd64"]), &facts("v1.31.0", &["arm64", "s390x", "arm64"])).unwrap_err();
-        assert_eq!(e.to_string(), "the release's images are built for [amd64], but the cluster has nodes of arm64, s390x");
+        let e =
+            check_requirements(&req(None, &["amd64"]), &facts("v1.31.0", &["arm64", "s390x", "arm64"])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the release's images are built for [amd64], but the cluster has nodes of arm64, s390x"
+        );
     }
 }

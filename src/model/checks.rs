@@ -75,7 +75,8 @@ pub fn is_image_repository(s: &str) -> bool {
         && !path.contains(':')
         && host.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':'))
         && path.split('/').all(|c| {
-            !c.is_empty() && c.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-'))
+            !c.is_empty()
+                && c.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-'))
         })
 }
 
@@ -112,7 +113,11 @@ pub fn check_fleet(fleet: &Fleet, file: &str, text: &str) -> Vec<Finding> {
         bad(Rule::Naming, "operator", format!("operator name {:?} is not a DNS-1123 label", s.operator.name));
     }
     if !is_dns_label(&s.operator.namespace) {
-        bad(Rule::Naming, "namespace", format!("operator namespace {:?} is not a DNS-1123 label", s.operator.namespace));
+        bad(
+            Rule::Naming,
+            "namespace",
+            format!("operator namespace {:?} is not a DNS-1123 label", s.operator.namespace),
+        );
     }
     if let Some(image) = &s.operator.image
         && !is_image_repository(image)
@@ -166,7 +171,13 @@ pub fn check_cluster(cluster: &Cluster, file: &str, text: &str) -> Vec<Finding> 
     if let Some(r) = &cluster.spec.release
         && !is_release_id(r)
     {
-        out.push(Finding::at_key(Rule::Naming, file, text, "release", format!("release {r:?} is not a valid release id")));
+        out.push(Finding::at_key(
+            Rule::Naming,
+            file,
+            text,
+            "release",
+            format!("release {r:?} is not a valid release id"),
+        ));
     }
     out
 }
@@ -182,7 +193,9 @@ pub fn check_release(release: &Release, file: &str, text: &str) -> Vec<Finding> 
         bad(
             Rule::Naming,
             "name",
-            format!("release id {id:?} must be lowercase letters, digits, `-` and `.` (at most 63), e.g. rel-20250315-001"),
+            format!(
+                "release id {id:?} must be lowercase letters, digits, `-` and `.` (at most 63), e.g. rel-20250315-001"
+            ),
         );
     }
     let hex = |c: &str| (7..=64).contains(&c.len()) && c.bytes().all(|b| b.is_ascii_hexdigit());
@@ -212,7 +225,10 @@ pub fn check_release(release: &Release, file: &str, text: &str) -> Vec<Finding> 
             bad(
                 Rule::Naming,
                 "images",
-                format!("image name {:?} must be a DNS-1123 label other than {PRIMARY_IMAGE_NAME:?} (spec.image's)", named.name),
+                format!(
+                    "image name {:?} must be a DNS-1123 label other than {PRIMARY_IMAGE_NAME:?} (spec.image's)",
+                    named.name
+                ),
             );
         }
         if s.images[..i].iter().any(|o| o.name == named.name) {
@@ -231,7 +247,11 @@ pub fn check_release(release: &Release, file: &str, text: &str) -> Vec<Finding> 
         bad(Rule::Schema, "chartVersion", format!("chartVersion {:?} is not a semantic version", s.chart_version));
     }
     if !is_api_version_name(&s.crd_version) {
-        bad(Rule::CrdVersion, "crdVersion", format!("crdVersion {:?} is not a version name like v1alpha2", s.crd_version));
+        bad(
+            Rule::CrdVersion,
+            "crdVersion",
+            format!("crdVersion {:?} is not a version name like v1alpha2", s.crd_version),
+        );
     }
     if s.target_clusters.is_empty() {
         bad(Rule::Reference, "targetClusters", "targetClusters is empty; the release could run nowhere".to_string());

@@ -71,7 +71,9 @@ impl FleetConfig {
         let clusters = load_clusters(tree, fleet.as_ref(), &mut findings)?;
         let (gate_policies, admission_policies) = load_policies(tree, &mut findings)?;
         match fleet {
-            Some(fleet) if findings.is_empty() => Ok(FleetConfig { fleet, clusters, gate_policies, admission_policies }),
+            Some(fleet) if findings.is_empty() => {
+                Ok(FleetConfig { fleet, clusters, gate_policies, admission_policies })
+            }
             _ => Err(ConfigError::Invalid { tree: tree.describe(), findings }),
         }
     }
@@ -135,7 +137,10 @@ fn load_fleet(tree: &dyn RepoTree, findings: &mut Vec<Finding>) -> Result<Option
             findings.push(Finding::in_file(
                 Rule::Schema,
                 FLEET_FILE,
-                format!("{} has no fleet.yaml; is this a fleet repo? (`fleetgate init DIR` creates one)", tree.describe()),
+                format!(
+                    "{} has no fleet.yaml; is this a fleet repo? (`fleetgate init DIR` creates one)",
+                    tree.describe()
+                ),
             ));
         }
         return Ok(None);
@@ -197,7 +202,11 @@ fn load_clusters(
                 &path,
                 &text,
                 "wave",
-                format!("wave {:?} is not one of fleet.yaml spec.waves [{}]", cluster.spec.wave, f.spec.waves.join(", ")),
+                format!(
+                    "wave {:?} is not one of fleet.yaml spec.waves [{}]",
+                    cluster.spec.wave,
+                    f.spec.waves.join(", ")
+                ),
             ));
         }
         if clusters.contains_key(cluster.name()) {
@@ -234,7 +243,9 @@ fn load_policies(
                 Ok(p) => {
                     if let Err(problems) = p.spec.validate() {
                         findings.extend(
-                            problems.into_iter().map(|pr| Finding::new(Rule::Schema, Location::file(&path), pr.to_string())),
+                            problems
+                                .into_iter()
+                                .map(|pr| Finding::new(Rule::Schema, Location::file(&path), pr.to_string())),
                         );
                     }
                     gates.push(p);

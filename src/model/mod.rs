@@ -9,6 +9,7 @@
 //! `validate` and [`FleetConfig::load`] report every [`Finding`] at once.
 
 mod admission;
+mod checks;
 mod cluster;
 mod config;
 mod error_class;
@@ -18,10 +19,10 @@ mod gate_policy;
 mod release;
 mod template;
 mod tree;
-mod checks;
 mod yaml;
 
 pub use admission::*;
+pub use checks::*;
 pub use cluster::*;
 pub use config::*;
 pub use error_class::*;
@@ -31,7 +32,6 @@ pub use gate_policy::*;
 pub use release::*;
 pub use template::*;
 pub use tree::*;
-pub use checks::*;
 pub use yaml::*;
 
 use serde::{Deserialize, Serialize};

@@ -76,7 +76,9 @@ pub trait RepoTree {
     fn read_text(&self, path: &str, limit: usize) -> Result<Option<String>, TreeError> {
         match self.read(path, limit)? {
             None => Ok(None),
-            Some(bytes) => String::from_utf8(bytes).map(Some).map_err(|_| TreeError::NotUtf8 { path: path.to_string() }),
+            Some(bytes) => {
+                String::from_utf8(bytes).map(Some).map_err(|_| TreeError::NotUtf8 { path: path.to_string() })
+            }
         }
     }
 }

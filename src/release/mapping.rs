@@ -59,7 +59,11 @@ pub fn read_manifests(tree: &dyn RepoTree, dir: &str) -> Result<(ManifestFiles, 
     match tree.entry(&dir)? {
         Some(e) if e.kind == EntryKind::Dir => {}
         Some(e) if e.kind == EntryKind::Symlink => {
-            findings.push(Finding::in_file(Rule::ManifestPath, &dir, "the manifests folder is a symbolic link; name the real folder"));
+            findings.push(Finding::in_file(
+                Rule::ManifestPath,
+                &dir,
+                "the manifests folder is a symbolic link; name the real folder",
+            ));
             return Ok((files, findings));
         }
         Some(_) => {
@@ -90,7 +94,11 @@ struct Walk<'a> {
 impl Walk<'_> {
     fn dir(&mut self, dir: &str, depth: usize) -> Result<(), TreeError> {
         if depth > MAX_DEPTH {
-            self.findings.push(Finding::in_file(Rule::Limit, dir, format!("folders nest deeper than {MAX_DEPTH}; not read")));
+            self.findings.push(Finding::in_file(
+                Rule::Limit,
+                dir,
+                format!("folders nest deeper than {MAX_DEPTH}; not read"),
+            ));
             return Ok(());
         }
         for e in self.tree.list(dir)?.unwrap_or_default() {
@@ -491,6 +499,7 @@ mod tests {
                 },
                 images: Vec::new(),
                 chart_version: "1.2.3".into(),
+                chart: None,
                 crd_version: "v1alpha2".into(),
                 crds: Vec::new(),
                 accept_crd_changes: Vec::new(),
@@ -531,7 +540,9 @@ mod tests {
     }
 
     fn deployment(image: &str, init: Option<&str>) -> String {
-        let init = init.map(|i| format!("      initContainers:\n      - name: init\n        image: {i}\n")).unwrap_or_default();
+        let init = init
+            .map(|i| format!("      initContainers:\n      - name: init\n        image: {i}\n"))
+            .unwrap_or_default();
         format!(
             "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: op}}\nspec:\n  template:\n    spec:\n{init}      containers:\n      - name: manager\n        image: {image}\n"
         )
@@ -550,7 +561,8 @@ mod tests {
     const GOOD: &str = "registry.example.com/redis-operator:v1.2.3";
 
     fn rules(files: &[(&str, String)], tag: Option<&str>) -> Vec<Rule> {
-        let files: BTreeMap<String, Vec<u8>> = files.iter().map(|(p, t)| (p.to_string(), t.clone().into_bytes())).collect();
+        let files: BTreeMap<String, Vec<u8>> =
+            files.iter().map(|(p, t)| (p.to_string(), t.clone().into_bytes())).collect();
         let mut r: Vec<Rule> = check_mapping(tag, &release(None), "release.yaml", "metadata:\n  name: rel-1\n", &files)
             .into_iter()
             .map(|f| f.rule)
@@ -609,7 +621,11 @@ mod tests {
     }
 
     fn versions(name: &str, served: &[&str], storage: &str) -> CrdVersions {
-        CrdVersions { name: name.into(), served: served.iter().map(|v| v.to_string()).collect(), storage: storage.into() }
+        CrdVersions {
+            name: name.into(),
+            served: served.iter().map(|v| v.to_string()).collect(),
+            storage: storage.into(),
+        }
     }
 
     #[rstest]
@@ -624,9 +640,12 @@ mod tests {
         #[case] expected: Vec<Rule>,
     ) {
         files.push(("operator/crd.yaml", crd(&[("v1alpha2", true, true)])));
-        let files: BTreeMap<String, Vec<u8>> = files.iter().map(|(p, t)| (p.to_string(), t.clone().into_bytes())).collect();
-        let got: Vec<Rule> =
-            check_mapping(None, &multi(images, vec![]), "release.yaml", "", &files).into_iter().map(|f| f.rule).collect();
+        let files: BTreeMap<String, Vec<u8>> =
+            files.iter().map(|(p, t)| (p.to_string(), t.clone().into_bytes())).collect();
+        let got: Vec<Rule> = check_mapping(None, &multi(images, vec![]), "release.yaml", "", &files)
+            .into_iter()
+            .map(|f| f.rule)
+            .collect();
         assert_eq!(got, expected);
     }
 
@@ -646,8 +665,10 @@ mod tests {
         .iter()
         .map(|(p, t)| (p.to_string(), t.clone().into_bytes()))
         .collect();
-        let got: Vec<Rule> =
-            check_mapping(None, &multi(&[], recorded), "release.yaml", "", &files).into_iter().map(|f| f.rule).collect();
+        let got: Vec<Rule> = check_mapping(None, &multi(&[], recorded), "release.yaml", "", &files)
+            .into_iter()
+            .map(|f| f.rule)
+            .collect();
         assert_eq!(got, expected);
         let computed = crd_versions(&files);
         assert_eq!(computed.len(), 2);

@@ -38,7 +38,9 @@ impl TagPins {
     pub fn load(path: impl Into<PathBuf>) -> Result<TagPins, PinError> {
         let path = path.into();
         let pins = match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|source| PinError::Corrupt { path: path.clone(), source })?,
+            Ok(bytes) => {
+                serde_json::from_slice(&bytes).map_err(|source| PinError::Corrupt { path: path.clone(), source })?
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
             Err(source) => return Err(PinError::Read { path, source }),
         };

@@ -129,7 +129,9 @@ impl Keyring {
                 let Ok(fpr) = import.fingerprint() else { continue };
                 // Resolve to the primary key's fingerprint: signatures made by a subkey are
                 // attributed to their primary key below.
-                let key = ctx.get_key(fpr).map_err(|e| TrustError::Import { origin: origin.clone(), detail: e.to_string() })?;
+                let key = ctx
+                    .get_key(fpr)
+                    .map_err(|e| TrustError::Import { origin: origin.clone(), detail: e.to_string() })?;
                 if let Ok(primary) = key.fingerprint() {
                     ring.trusted.insert(primary.to_ascii_uppercase());
                     found = true;
@@ -220,15 +222,14 @@ impl Keyring {
 impl Drop for Keyring {
     fn drop(&mut self) {
         // Stop any gpg-agent or keyboxd a verification started in this home; TempDir removes it.
-        let _ = std::process::Command::new("gpgconf")
-            .env("GNUPGHOME", self.home.path())
-            .args(["--kill", "all"])
-            .output();
+        let _ =
+            std::process::Command::new("gpgconf").env("GNUPGHOME", self.home.path()).args(["--kill", "all"]).output();
     }
 }
 
 const PGP_SIGNATURE: &str = "-----BEGIN PGP SIGNATURE-----";
-const FOREIGN: [(&str, &str); 2] = [("-----BEGIN SSH SIGNATURE-----", "SSH"), ("-----BEGIN SIGNED MESSAGE-----", "X.509")];
+const FOREIGN: [(&str, &str); 2] =
+    [("-----BEGIN SSH SIGNATURE-----", "SSH"), ("-----BEGIN SIGNED MESSAGE-----", "X.509")];
 
 fn foreign_format(signature: &[u8]) -> Option<&'static str> {
     let text = String::from_utf8_lossy(signature);
@@ -262,7 +263,8 @@ mod tests {
 
     #[test]
     fn splits_at_the_last_signature_block() {
-        let raw = format!("{HEAD}quoting {PGP_SIGNATURE} in a message\n{PGP_SIGNATURE}\nabc\n-----END PGP SIGNATURE-----\n");
+        let raw =
+            format!("{HEAD}quoting {PGP_SIGNATURE} in a message\n{PGP_SIGNATURE}\nabc\n-----END PGP SIGNATURE-----\n");
         let (payload, sig) = split_signed_tag(raw.as_bytes()).unwrap();
         assert!(payload.ends_with(b"in a message\n"));
         assert!(sig.starts_with(PGP_SIGNATURE.as_bytes()));

@@ -9,26 +9,30 @@
 //! 5. `release.yaml` and the manifests are read from the **tag's tree**, the release targets the
 //!    cluster, and the mapping agrees with the manifests (every finding reported at once).
 
+use super::VerifiedRelease;
 use super::mapping::{check_mapping, read_manifests};
 use super::pins::{PinError, TagPins};
 use super::resolve::DesiredRelease;
 use super::trust::{Keyring, SignatureProblem, TrustConfig, split_signed_tag};
-use super::VerifiedRelease;
 use crate::model::{
     ErrorClass, FLEET_FILE, Finding, FleetSpec, MAX_YAML_BYTES, RELEASE_FILE, Release, check_release, join_findings,
     parse_document, parse_release,
 };
-use crate::source::{Checkout, SourceError, short};
 use crate::model::{RepoTree, TreeError};
+use crate::source::{Checkout, SourceError, short};
 use std::collections::BTreeMap;
 
 #[derive(Debug, thiserror::Error)]
 pub enum VerifyError {
     #[error("tag {tag} is a lightweight tag; releases must be annotated, signed tags (git tag -s)")]
     Lightweight { tag: String },
-    #[error("ref refs/tags/{tag} points to a tag object named {object_name:?}; a signed tag cannot be reused under another name")]
+    #[error(
+        "ref refs/tags/{tag} points to a tag object named {object_name:?}; a signed tag cannot be reused under another name"
+    )]
     TagNameMismatch { tag: String, object_name: String },
-    #[error("tag {tag} moved: first verified at commit {pinned}, now points to {now}; a release id names one content forever")]
+    #[error(
+        "tag {tag} moved: first verified at commit {pinned}, now points to {now}; a release id names one content forever"
+    )]
     MovedTag { tag: String, pinned: String, now: String },
     #[error("tag {tag} is not signed; sign release tags with a trusted key (git tag -s)")]
     Unsigned { tag: String },
@@ -92,7 +96,10 @@ pub struct ReleaseContent {
 /// mapping; `tag` is the tag the tree belongs to, None for an untagged commit). Returns the
 /// content when `release.yaml` could be read at all, and every finding. Errors only when the
 /// tree itself cannot be read.
-pub fn read_release(tree: &dyn RepoTree, tag: Option<&str>) -> Result<(Option<ReleaseContent>, Vec<Finding>), TreeError> {
+pub fn read_release(
+    tree: &dyn RepoTree,
+    tag: Option<&str>,
+) -> Result<(Option<ReleaseContent>, Vec<Finding>), TreeError> {
     let mut findings = Vec::new();
     let text = match tree.read_text(RELEASE_FILE, MAX_YAML_BYTES) {
         Ok(Some(t)) => t,
@@ -168,11 +175,16 @@ pub fn verify(
 
     let tree = checkout.tag_tree(tag)?;
     let (content, findings) = read_release(&tree, Some(id))?;
-    let mapping_error = |findings| VerifyError::MappingMismatch { release: id.clone(), commit: short(tag.commit), findings };
+    let mapping_error =
+        |findings| VerifyError::MappingMismatch { release: id.clone(), commit: short(tag.commit), findings };
     let Some(content) = content else { return Err(mapping_error(findings)) };
     let targets = &content.release.spec.target_clusters;
     if !targets.contains(&desired.cluster) {
-        return Err(VerifyError::NotTargeted { release: id.clone(), cluster: desired.cluster.clone(), targets: targets.clone() });
+        return Err(VerifyError::NotTargeted {
+            release: id.clone(),
+            cluster: desired.cluster.clone(),
+            targets: targets.clone(),
+        });
     }
     if !findings.is_empty() {
         return Err(mapping_error(findings));
@@ -194,9 +206,9 @@ pub fn verify_commit(checkout: &Checkout, commit: git2::Oid, keyring: &Keyring) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{DirTree, template_dir};
     use crate::model::{Rule, seed_keys};
     use crate::source::{Checkout, init_fleet_repo};
-    use crate::model::{DirTree, template_dir};
 
     fn rules(dir: &std::path::Path) -> Vec<(Rule, String)> {
         let (_, findings) = read_release(&DirTree::new(dir), Some("rel-20250315-001")).unwrap();
@@ -229,7 +241,8 @@ mod tests {
         .iter()
         .map(|(k, v)| format!("  {k}: \"{v}\"\n"))
         .collect();
-        let cm = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: release-manifest-20250315\ndata:\n{data}");
+        let cm =
+            format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: release-manifest-20250315\ndata:\n{data}");
         std::fs::write(dir.path().join("release.yaml"), cm).unwrap();
         assert_eq!(rules(dir.path()), []);
     }
@@ -266,7 +279,10 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap().replace("manifests: operator/", "manifests: ../operator/");
         std::fs::write(&path, text).unwrap();
         let found = rules(dir.path());
-        assert!(found.iter().all(|(r, _)| *r == Rule::ManifestPath || *r == Rule::Image || *r == Rule::CrdVersion), "{found:?}");
+        assert!(
+            found.iter().all(|(r, _)| *r == Rule::ManifestPath || *r == Rule::Image || *r == Rule::CrdVersion),
+            "{found:?}"
+        );
         assert_eq!(found.iter().filter(|(r, _)| *r == Rule::ManifestPath).count(), 2, "{found:?}");
     }
 

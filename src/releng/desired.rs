@@ -3,8 +3,8 @@
 //! files; the edits keep the files' comments and layout (a line edit, checked by re-parsing).
 
 use super::{RelengError, Target};
-use crate::model::{self, CLUSTERS_DIR, ConfigError, FLEET_FILE, FleetConfig, MAX_YAML_BYTES};
 use crate::model::RepoTree;
+use crate::model::{self, CLUSTERS_DIR, ConfigError, FLEET_FILE, FleetConfig, MAX_YAML_BYTES};
 use std::collections::BTreeMap;
 
 /// `fleet.yaml` and every `clusters/*.yaml` at one commit: the checked configuration (the same
@@ -28,9 +28,7 @@ fix these (`fleetgate validate` shows them) and run again"
             )),
             ConfigError::Read(r) => RelengError::Tree(r),
         })?;
-        let text = |path: &str| -> Result<Option<String>, RelengError> {
-            Ok(tree.read_text(path, MAX_YAML_BYTES)?)
-        };
+        let text = |path: &str| -> Result<Option<String>, RelengError> { Ok(tree.read_text(path, MAX_YAML_BYTES)?) };
         let fleet_text = text(FLEET_FILE)?.unwrap_or_default();
         let mut cluster_files = BTreeMap::new();
         for name in config.clusters.keys() {

@@ -1,7 +1,8 @@
 //! Release engineering in Git: the three things people do, one call each, correct by construction.
 //!
-//! * [`create`] — cut a release: replace `operator/` with rendered manifests, write `release.yaml`,
-//!   check the mapping and CRD compatibility, commit, and tag with a gpgme signature ([`sign`]).
+//! * [`create`] — cut a release: replace `operator/` with rendered manifests (or a Helm chart it
+//!   renders, [`chart`]), write `release.yaml`, check the mapping and CRD compatibility, commit, and
+//!   tag with a gpgme signature ([`sign`]).
 //! * [`promote`] — a branch whose one commit moves clusters (a cluster, a wave, the fleet) to a
 //!   release, after checking the tag's signature, its targets and earlier waves' statuses.
 //! * [`rollback`] — a commit that puts clusters back: a real revert of the promotion when that
@@ -12,6 +13,7 @@
 //! works on the object database (no work tree needed); a checked-out branch that moves is checked
 //! out again. Desired releases are edited in place, comments kept ([`desired`]).
 
+pub mod chart;
 pub mod checks;
 pub mod create;
 pub mod desired;
@@ -162,6 +164,8 @@ pub enum RelengError {
     Push { remote: String, reason: String },
     #[error(transparent)]
     Forge(#[from] forge_pr::ForgeError),
+    #[error(transparent)]
+    Chart(#[from] chart::ChartError),
     #[error("reading {path}")]
     Io { path: String, source: std::io::Error },
     #[error("git")]

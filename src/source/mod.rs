@@ -207,7 +207,8 @@ impl Source {
     /// Opens (creating when needed) the mirror of `url` in `state_dir`. Tracks branch `main`
     /// unless [`Source::with_branch`] says otherwise. Does not touch the network.
     pub fn open(url: &str, state_dir: &Path, credentials: Credentials) -> Result<Source, SourceError> {
-        let state = |e: &dyn std::fmt::Display| SourceError::State { path: state_dir.to_path_buf(), message: e.to_string() };
+        let state =
+            |e: &dyn std::fmt::Display| SourceError::State { path: state_dir.to_path_buf(), message: e.to_string() };
         std::fs::create_dir_all(state_dir).map_err(|e| state(&e))?;
         let path = state_dir.join("mirror.git");
         let mirror = if path.exists() { Repository::open_bare(&path) } else { Repository::init_bare(&path) }
@@ -320,12 +321,8 @@ impl Source {
             s.stats.ls_remotes += 1;
             let mut remote = s.mirror.remote_anonymous(&s.url)?;
             let conn = remote.connect_auth(Direction::Fetch, Some(s.callbacks()), None)?;
-            let refs = conn
-                .list()?
-                .iter()
-                .filter(|h| s.wanted(h.name()))
-                .map(|h| (h.name().to_string(), h.oid()))
-                .collect();
+            let refs =
+                conn.list()?.iter().filter(|h| s.wanted(h.name())).map(|h| (h.name().to_string(), h.oid())).collect();
             Ok(RemoteRefs { refs })
         })
     }
@@ -564,7 +561,8 @@ pub fn open_repo(repo: &str, branch: Option<&str>, credentials: Credentials) -> 
     }
     let mirror = tempfile::tempdir().map_err(|source| OpenRepoError::Mirror { repo: repo.to_string(), source })?;
     let fetch = |source| OpenRepoError::Fetch { repo: repo.to_string(), source };
-    let mut source = Source::open(repo, mirror.path(), credentials).map_err(fetch)?.with_branch(branch.unwrap_or("main"));
+    let mut source =
+        Source::open(repo, mirror.path(), credentials).map_err(fetch)?.with_branch(branch.unwrap_or("main"));
     source.sync().map_err(fetch)?;
     Ok(OpenedRepo { checkout: source.checkout().map_err(fetch)?, _mirror: Some(mirror) })
 }

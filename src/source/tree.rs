@@ -113,4 +113,3 @@ impl RepoTree for GitTree<'_> {
         Ok(Some(out))
     }
 }
-

@@ -130,7 +130,9 @@ pub enum ForgeError {
     InvalidUrl { forge: &'static str, url: String },
     #[error("{forge} rejected the token from {token} (401: {message}); check that it is valid and not expired")]
     Unauthorized { forge: &'static str, token: TokenSource, message: String },
-    #[error("{forge} refused the request (403: {message}); the token needs permission to write commit statuses on {repository}")]
+    #[error(
+        "{forge} refused the request (403: {message}); the token needs permission to write commit statuses on {repository}"
+    )]
     Forbidden { forge: &'static str, repository: String, message: String },
     #[error(
         "{forge} found no repository {repository} or commit {sha} (404: {message}); check spec.status.forge.repository, \
@@ -198,9 +200,8 @@ impl ForgeBackend {
             ForgeKind::Gitlab if url.ends_with("/api/v4") => url.to_string(),
             ForgeKind::Gitlab => format!("{url}/api/v4"),
         };
-        let valid_segment = |s: &str| {
-            !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        };
+        let valid_segment =
+            |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
         let ok = match kind {
             ForgeKind::Github | ForgeKind::Gitea => {
                 repository.split('/').count() == 2 && repository.split('/').all(valid_segment)
@@ -214,10 +215,11 @@ impl ForgeBackend {
             };
             return Err(ForgeError::InvalidRepository { forge, repository: repository.to_string(), expected });
         }
-        let client = reqwest::Client::builder()
-            .timeout(TIMEOUT)
-            .build()
-            .map_err(|source| ForgeError::Transport { forge, url: api.clone(), source })?;
+        let client = reqwest::Client::builder().timeout(TIMEOUT).build().map_err(|source| ForgeError::Transport {
+            forge,
+            url: api.clone(),
+            source,
+        })?;
         Ok(ForgeBackend { kind, api, repository: repository.to_string(), token, client })
     }
 
@@ -311,12 +313,9 @@ impl ForgeBackend {
             }
             401 => ForgeError::Unauthorized { forge, token: self.token.source.clone(), message },
             403 => ForgeError::Forbidden { forge, repository: self.repository.clone(), message },
-            404 => ForgeError::NotFound {
-                forge,
-                repository: self.repository.clone(),
-                sha: status.commit.clone(),
-                message,
-            },
+            404 => {
+                ForgeError::NotFound { forge, repository: self.repository.clone(), sha: status.commit.clone(), message }
+            }
             400 | 422 => ForgeError::Rejected { forge, status: code.as_u16(), message },
             other => ForgeError::Unexpected { forge, status: other, message },
         }
@@ -418,11 +417,17 @@ mod tests {
 
     #[rstest]
     #[case(r#"{"message":"Bad credentials","documentation_url":"https://docs"}"#, "Bad credentials")]
-    #[case(r#"{"message":"Validation Failed","errors":[{"resource":"Status","field":"state","code":"invalid"}]}"#, "Validation Failed; state invalid")]
+    #[case(
+        r#"{"message":"Validation Failed","errors":[{"resource":"Status","field":"state","code":"invalid"}]}"#,
+        "Validation Failed; state invalid"
+    )]
     #[case(r#"{"message":"Validation Failed","errors":[{"resource":"Status","code":"custom","message":"This SHA and context has reached the maximum number of statuses."}]}"#, "Validation Failed; This SHA and context has reached the maximum number of statuses.")]
     #[case(r#"{"message":"Validation Failed","errors":[{"resource":"PullRequest","code":"custom","message":"A pull request already exists for acme:promote/x."}]}"#,
            "Validation Failed; A pull request already exists for acme:promote/x.")]
-    #[case(r#"{"errors":["repository does not exist"],"message":"The target couldn't be found."}"#, "The target couldn't be found.; repository does not exist")]
+    #[case(
+        r#"{"errors":["repository does not exist"],"message":"The target couldn't be found."}"#,
+        "The target couldn't be found.; repository does not exist"
+    )]
     #[case(r#"{"message":"[State]: Required","url":"https://gitea/api/swagger"}"#, "[State]: Required")]
     #[case(r#"{"error":"state does not have a valid value"}"#, "state does not have a valid value")]
     #[case(

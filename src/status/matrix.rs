@@ -131,7 +131,13 @@ pub struct Cell {
 impl Matrix {
     /// Builds the view. Cells of a cluster's desired release that has no final state yet carry the
     /// wave-gating decision (computed once per wave and release: it depends only on the wave).
-    pub fn build(fleet: &Fleet, members: &[Member], releases: &[ReleaseRef], statuses: &StatusSet, origin: &Origin) -> Matrix {
+    pub fn build(
+        fleet: &Fleet,
+        members: &[Member],
+        releases: &[ReleaseRef],
+        statuses: &StatusSet,
+        origin: &Origin,
+    ) -> Matrix {
         let mut columns: Vec<ReleaseColumn> = releases
             .iter()
             .map(|r| ReleaseColumn {
@@ -247,11 +253,12 @@ fn pad(text: &str, width: usize) -> String {
 fn headers(ids: &[&str], budget: usize) -> Vec<String> {
     let fit = |hs: &[String]| {
         let mut used = 0;
-        hs.iter().take_while(|h| {
-            used += h.chars().count().max(MIN_CELL) + 2;
-            used <= budget
-        })
-        .count()
+        hs.iter()
+            .take_while(|h| {
+                used += h.chars().count().max(MIN_CELL) + 2;
+                used <= budget
+            })
+            .count()
     };
     let full: Vec<String> = ids.iter().map(|id| truncate(id, MAX_HEADER)).collect();
     if ids.len() < 2 {
@@ -337,7 +344,11 @@ pub fn render_table(m: &Matrix, opts: RenderOptions) -> String {
     for (h, w) in heads.iter().zip(&widths) {
         let _ = write!(line, "  {}", pad(h, *w));
     }
-    let _ = writeln!(out, "\n{}", if opts.colours { line.trim_end().bold().to_string() } else { line.trim_end().to_string() });
+    let _ = writeln!(
+        out,
+        "\n{}",
+        if opts.colours { line.trim_end().bold().to_string() } else { line.trim_end().to_string() }
+    );
     for wave in &m.waves {
         let wave_name = truncate(&wave.name, name_w);
         let _ = writeln!(out, "{}", if opts.colours { wave_name.bold().to_string() } else { wave_name });
@@ -431,7 +442,11 @@ mod tests {
             "Fleet",
             "redis-fleet",
             FleetSpec {
-                operator: OperatorIdentity { name: "redis-operator".into(), namespace: "redis-system".into(), image: None },
+                operator: OperatorIdentity {
+                    name: "redis-operator".into(),
+                    namespace: "redis-system".into(),
+                    image: None,
+                },
                 release: Some("rel-20250315-001".into()),
                 waves: vec!["canary".into(), "early".into(), "prod".into()],
                 rollout: RolloutSettings { max_failed_clusters: 2, require_signed_commits: false },
@@ -442,7 +457,11 @@ mod tests {
 
     fn releases(n: usize) -> Vec<ReleaseRef> {
         (0..n)
-            .map(|i| ReleaseRef { id: format!("rel-202503{:02}-001", 15 - i), commit: format!("{i:040x}"), created_at: None })
+            .map(|i| ReleaseRef {
+                id: format!("rel-202503{:02}-001", 15 - i),
+                commit: format!("{i:040x}"),
+                created_at: None,
+            })
             .collect()
     }
 
@@ -456,7 +475,8 @@ mod tests {
         ];
         let rels = releases(8);
         let mut set = StatusSet::new();
-        let mut put = |c: &str, r: usize, st: State, d: &str| set.insert(Status::new(c, &rels[r].id, &rels[r].commit, st, d));
+        let mut put =
+            |c: &str, r: usize, st: State, d: &str| set.insert(Status::new(c, &rels[r].id, &rels[r].commit, st, d));
         put("cluster-a", 0, State::Success, "all 4 gates passed over 10m bake");
         put("cluster-b", 0, State::Failure, "rolled back to rel-20250314-001: error-rate 7.3 % > 5 %");
         for r in 1..8 {
@@ -525,7 +545,10 @@ mod tests {
             assert!(line.chars().count() <= 80, "too wide: {line:?}");
         }
         // Wrapped under the description column, never cut.
-        assert!(text.contains("  cluster-b       failure   rolled back to rel-20250314-001: error-rate 7.3 % >\n"), "{text}");
+        assert!(
+            text.contains("  cluster-b       failure   rolled back to rel-20250314-001: error-rate 7.3 % >\n"),
+            "{text}"
+        );
         assert!(text.contains("\n                            5 %\n"), "{text}");
         assert!(text.contains("blocked: cluster-b in earlier wave canary failed"), "{text}");
         assert!(text.contains("not targeted: desires rel-20250314-001"), "{text}");

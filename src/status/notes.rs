@@ -181,7 +181,13 @@ fn warn_unreadable(refname: &str, commit: Oid, e: &NoteParseError) {
     tracing::warn!(%refname, %commit, error = %e, "ignoring a note that is not a readable fleetgate status note");
 }
 
-fn append_local(repo: &Repository, refname: &str, cluster: &str, commit: Oid, status: &Status) -> Result<(), NotesError> {
+fn append_local(
+    repo: &Repository,
+    refname: &str,
+    cluster: &str,
+    commit: Oid,
+    status: &Status,
+) -> Result<(), NotesError> {
     let mut note = read_note(repo, refname, commit)?
         .and_then(|text| parse_or_warn(&text, refname, commit))
         .unwrap_or_else(|| StatusNote::new(cluster));

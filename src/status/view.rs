@@ -6,8 +6,8 @@ use super::model::StatusSet;
 use super::notes::{self, NotesError};
 use super::waves::members;
 use crate::model::{ConfigError, FleetConfig, RELEASE_FILE};
-use crate::source::{Checkout, SourceError};
 use crate::model::{RepoTree, TreeError};
+use crate::source::{Checkout, SourceError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ViewError {

@@ -225,13 +225,17 @@ mod tests {
         let mut members: Vec<Member> = (0..6).map(|i| Member::new(format!("c{i}"), "canary", Some(R))).collect();
         members.push(Member::new("p", "early", Some(R)));
         let d = may_start(&fleet(1), &members, &StatusSet::new(), "p", R);
-        assert_eq!(d.reason, "waiting for wave canary: c0 no status yet, c1 no status yet, c2 no status yet and 3 more");
+        assert_eq!(
+            d.reason,
+            "waiting for wave canary: c0 no status yet, c1 no status yet, c2 no status yet and 3 more"
+        );
     }
 
     #[test]
     fn members_take_the_pin_else_the_fleet_release() {
         use crate::model::ClusterSpec;
-        let pinned = Document::new("Cluster", "a", ClusterSpec { wave: "canary".into(), release: Some("rel-8".into()) });
+        let pinned =
+            Document::new("Cluster", "a", ClusterSpec { wave: "canary".into(), release: Some("rel-8".into()) });
         let free = Document::new("Cluster", "b", ClusterSpec { wave: "prod".into(), release: None });
         let config = FleetConfig {
             fleet: fleet(1),

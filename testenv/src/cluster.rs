@@ -46,9 +46,7 @@ const START_ATTEMPTS: usize = 3;
 /// them with Go otherwise (10-20 minutes cold). The answer is computed once per process.
 pub fn binaries_dir() -> anyhow::Result<PathBuf> {
     static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    DIR.get_or_init(|| find_binaries_dir().map_err(|e| format!("{e:#}")))
-        .clone()
-        .map_err(anyhow::Error::msg)
+    DIR.get_or_init(|| find_binaries_dir().map_err(|e| format!("{e:#}"))).clone().map_err(anyhow::Error::msg)
 }
 
 fn find_binaries_dir() -> anyhow::Result<PathBuf> {
@@ -275,8 +273,8 @@ fn sweep_stale_dirs() {
             continue;
         };
         // SAFETY: signal 0 only checks whether the process exists.
-        let gone = unsafe { libc::kill(pid, 0) } != 0
-            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        let gone =
+            unsafe { libc::kill(pid, 0) } != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
         if gone {
             let _ = std::fs::remove_dir_all(&path);
         }
@@ -505,8 +503,7 @@ fn fake_node() -> Node {
 
 async fn client_from_kubeconfig(path: &Path) -> anyhow::Result<kube::Client> {
     let kubeconfig = kube::config::Kubeconfig::read_from(path)?;
-    let config =
-        kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await?;
     Ok(kube::Client::try_from(config)?)
 }
 
@@ -533,8 +530,7 @@ impl Pki {
         let mut ca = CertificateParams::new(Vec::<String>::new())?;
         ca.distinguished_name.push(DnType::CommonName, "fleetgate-testenv-ca");
         ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca.key_usages =
-            vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
         let ca_cert = ca.self_signed(&ca_key)?;
         let issuer = Issuer::from_params(&ca, &ca_key);
 
@@ -689,9 +685,8 @@ mod tests {
         let kc = kube::config::Kubeconfig::from_yaml(&yaml).unwrap();
         assert_eq!(kc.current_context.as_deref(), Some("a"));
         let auth = kc.auth_infos[0].auth_info.as_ref().unwrap();
-        let cert = base64::engine::general_purpose::STANDARD
-            .decode(auth.client_certificate_data.as_ref().unwrap())
-            .unwrap();
+        let cert =
+            base64::engine::general_purpose::STANDARD.decode(auth.client_certificate_data.as_ref().unwrap()).unwrap();
         assert!(String::from_utf8(cert).unwrap().starts_with("-----BEGIN CERTIFICATE-----"));
         assert!(pki.admin_key.starts_with("-----BEGIN PRIVATE KEY-----"), "PKCS#8");
     }

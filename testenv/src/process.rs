@@ -1,8 +1,8 @@
 //! Child processes that die with their handle, and free loopback ports.
 
 use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::path::Path;
+use std::process::{Child, Command, Stdio};
 
 /// A child process killed (and reaped) on drop, even when the test panics.
 #[derive(Debug)]

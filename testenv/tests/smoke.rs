@@ -78,10 +78,7 @@ async fn crd_becomes_established_then_accepts_a_custom_resource() {
     let mut widget = DynamicObject::new("w1", &ApiResource::from_gvk_with_plural(&gvk, "widgets"));
     widget.data = json!({ "spec": { "size": 3 } });
     // The serving endpoint for a new CRD can lag a moment behind Established.
-    eventually("creating a Widget", 30, || async {
-        widgets.create(&PostParams::default(), &widget).await.ok()
-    })
-    .await;
+    eventually("creating a Widget", 30, || async { widgets.create(&PostParams::default(), &widget).await.ok() }).await;
     let got = widgets.get("w1").await.unwrap();
     assert_eq!(got.data["spec"]["size"], 3);
 }

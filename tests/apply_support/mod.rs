@@ -31,7 +31,11 @@ pub async fn start(name: &str) -> (TestCluster, Engine) {
 }
 
 /// The manifests stage and the apply, as one pass of the agent runs them.
-pub async fn apply(engine: &Engine, release: &VerifiedRelease, policy: &AdmissionPolicy) -> Result<ChangeSet, ApplyError> {
+pub async fn apply(
+    engine: &Engine,
+    release: &VerifiedRelease,
+    policy: &AdmissionPolicy,
+) -> Result<ChangeSet, ApplyError> {
     engine.apply(engine.admit(release, policy).await?).await
 }
 
@@ -53,6 +57,7 @@ pub fn release(dir: &str, id: &str, extra: &[(&str, &str)]) -> VerifiedRelease {
         },
         images: Vec::new(),
         chart_version: "1.2.3".into(),
+        chart: None,
         crd_version: "v1alpha2".into(),
         crds: Vec::new(),
         accept_crd_changes: Vec::new(),

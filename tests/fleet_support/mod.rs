@@ -69,9 +69,11 @@ impl FleetRemote {
     }
 
     pub fn source(&self, state: &Path) -> Source {
-        Source::open(&self.url, state, Credentials::default())
-            .unwrap()
-            .with_retry(RetryPolicy { attempts: 2, initial: Duration::from_millis(50), max: Duration::from_millis(100) })
+        Source::open(&self.url, state, Credentials::default()).unwrap().with_retry(RetryPolicy {
+            attempts: 2,
+            initial: Duration::from_millis(50),
+            max: Duration::from_millis(100),
+        })
     }
 
     /// A fresh mirror of the remote in `state`, synced, and its checkout.

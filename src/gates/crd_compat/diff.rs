@@ -82,13 +82,31 @@ impl Checker {
     pub(super) fn schema(&mut self, version: &str, path: &str, old: &Node, new: &Node) {
         if old.ty != new.ty {
             if !widened(&old.ty, new) {
-                self.changed(Rule::TypeChanged, version, path, "type changed", old.ty.to_string(), new.ty.to_string(), "");
+                self.changed(
+                    Rule::TypeChanged,
+                    version,
+                    path,
+                    "type changed",
+                    old.ty.to_string(),
+                    new.ty.to_string(),
+                    "",
+                );
                 // Below a type change the old and new children describe different things.
                 return;
             }
         }
         if old.nullable && !new.nullable {
-            self.changed(Rule::NullableRemoved, version, path, "nullable", "true".into(), "false".into(), "stored nulls stop validating");
+            // The server does not refuse a null there: it prunes it (then applies the default),
+            // on write and on read. Stored nulls are lost, which clients can tell from absent.
+            self.changed(
+                Rule::NullableRemoved,
+                version,
+                path,
+                "nullable",
+                "true".into(),
+                "false".into(),
+                "the server drops stored nulls (or replaces them with the default)",
+            );
         }
         if old.preserve_unknown && !new.preserve_unknown {
             self.changed(
@@ -209,8 +227,26 @@ impl Checker {
         if !may_hold(&new.ty, Kind::Text) {
             return;
         }
-        self.limit(version, path, old, (Rule::MaxLengthLowered, "maxLength"), old.max_length, new.max_length, true, chars);
-        self.limit(version, path, old, (Rule::MinLengthRaised, "minLength"), old.min_length, new.min_length, false, chars);
+        self.limit(
+            version,
+            path,
+            old,
+            (Rule::MaxLengthLowered, "maxLength"),
+            old.max_length,
+            new.max_length,
+            true,
+            chars,
+        );
+        self.limit(
+            version,
+            path,
+            old,
+            (Rule::MinLengthRaised, "minLength"),
+            old.min_length,
+            new.min_length,
+            false,
+            chars,
+        );
         let added: Vec<&String> = new.patterns.difference(&old.patterns).collect();
         for p in added {
             let re = regex::Regex::new(p).ok();
@@ -232,8 +268,26 @@ impl Checker {
         let items = |v: &Value| v.as_array().map(|a| a.len() as i64);
         let props = |v: &Value| v.as_object().map(|m| m.len() as i64);
         if may_hold(&new.ty, Kind::List) {
-            self.limit(version, path, old, (Rule::MaxItemsLowered, "maxItems"), old.max_items, new.max_items, true, items);
-            self.limit(version, path, old, (Rule::MinItemsRaised, "minItems"), old.min_items, new.min_items, false, items);
+            self.limit(
+                version,
+                path,
+                old,
+                (Rule::MaxItemsLowered, "maxItems"),
+                old.max_items,
+                new.max_items,
+                true,
+                items,
+            );
+            self.limit(
+                version,
+                path,
+                old,
+                (Rule::MinItemsRaised, "minItems"),
+                old.min_items,
+                new.min_items,
+                false,
+                items,
+            );
         }
         if may_hold(&new.ty, Kind::Map) {
             let (o, n) = (old.max_properties, new.max_properties);
@@ -273,8 +327,13 @@ impl Checker {
     fn rules(&mut self, version: &str, path: &str, old: &Node, new: &Node) {
         let removed: BTreeSet<String> = old.rules.difference(&new.rules).cloned().collect();
         for r in new.rules.difference(&old.rules) {
-            let what = if removed.is_empty() { "x-kubernetes-validations rule added" } else { "x-kubernetes-validations rules changed" };
-            let old_shown = if removed.is_empty() { "none".into() } else { removed.iter().cloned().collect::<Vec<_>>().join("; ") };
+            let what = if removed.is_empty() {
+                "x-kubernetes-validations rule added"
+            } else {
+                "x-kubernetes-validations rules changed"
+            };
+            let old_shown =
+                if removed.is_empty() { "none".into() } else { removed.iter().cloned().collect::<Vec<_>>().join("; ") };
             self.changed(Rule::ValidationRuleAdded, version, path, what, old_shown, r.clone(), "");
         }
     }
