@@ -131,7 +131,11 @@ fn crd_changes_that_break_stored_objects_are_found_between_consecutive_releases(
     // The next release stops serving v1alpha1 and drops a field of v1alpha2.
     let next = "rel-20250316-001";
     remote.edit("release.yaml", RELEASE, next);
-    remote.edit("operator/crds/redisclusters.cache.example.com.yaml", "    - name: v1alpha1\n      served: true", "    - name: v1alpha1\n      served: false");
+    remote.edit(
+        "operator/crds/redisclusters.cache.example.com.yaml",
+        "    - name: v1alpha1\n      served: true",
+        "    - name: v1alpha1\n      served: false",
+    );
     remote.edit(
         "operator/crds/redisclusters.cache.example.com.yaml",
         "                readyShards: {type: integer}\n",
@@ -140,7 +144,15 @@ fn crd_changes_that_break_stored_objects_are_found_between_consecutive_releases(
     remote.commit_all("next release");
     remote.signed_tag(next);
 
-    let out = fleetgate(&["validate", "--repo", &remote.url, "--trusted-keys", remote.trusted.to_str().unwrap(), "-o", "json"]);
+    let out = fleetgate(&[
+        "validate",
+        "--repo",
+        &remote.url,
+        "--trusted-keys",
+        remote.trusted.to_str().unwrap(),
+        "-o",
+        "json",
+    ]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let report = json(&out);
     let findings = report["releases"][1]["findings"].as_array().unwrap();
