@@ -80,9 +80,14 @@ impl Fleet {
     /// spaces) baked for `bake`, evaluated every second, commits and pushes it. Releases cut
     /// afterwards carry it in their tag; the branch tip carries it from now on.
     pub fn set_gates(&self, bake: &str, gates: &str) {
+        self.set_policy(bake, "", gates);
+    }
+
+    /// [`set_gates`](Self::set_gates) with more `spec` fields (lines indented by two spaces).
+    pub fn set_policy(&self, bake: &str, spec: &str, gates: &str) {
         let policy = format!(
             "apiVersion: fleetgate.io/v1alpha1\nkind: GatePolicy\nmetadata:\n  name: redis-operator\nspec:\n  \
-             bakeTime: {bake}\n  interval: 1s\n  callTimeout: 5s\n  onUnknown: failAfterBake\n  gates:\n{gates}"
+             bakeTime: {bake}\n  interval: 1s\n  callTimeout: 5s\n  onUnknown: failAfterBake\n{spec}  gates:\n{gates}"
         );
         std::fs::write(self.work.join("policies/gates.yaml"), policy).unwrap();
         self.commit_and_push(&format!("gates: bake {bake}"));
