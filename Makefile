@@ -16,6 +16,7 @@ deps:
 
 testenv: deps
 	@bash hack/k8s-binaries.sh >/dev/null
+	@bash hack/helm-binary.sh >/dev/null
 
 build: deps
 	$(CARGO) build --workspace --bins

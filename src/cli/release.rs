@@ -3,6 +3,7 @@
 
 use super::output::{Done, OutputFormat, crd_line, fail, heading, next};
 use crate::model::Requirements;
+use crate::releng::chart::ChartInput;
 use crate::releng::create::{self, CreateOutcome, CreateReport, CreateRequest, Targets};
 use crate::releng::push::{self, Pushed};
 use crate::releng::{FleetRepo, RelengError, Signer};
@@ -24,13 +25,33 @@ pub struct CreateArgs {
     #[arg(long)]
     pub id: String,
     /// Folder with the rendered manifests (Helm output); it replaces operator/.
-    #[arg(long)]
-    pub manifests: PathBuf,
+    #[arg(long, required_unless_present = "chart", conflicts_with = "chart")]
+    pub manifests: Option<PathBuf>,
+    /// A Helm chart (folder or .tgz) to render into operator/ with `helm template --include-crds`
+    /// (helm from $FLEETGATE_HELM, else PATH), as release spec.operator.name in namespace
+    /// spec.operator.namespace of fleet.yaml. Its Chart.yaml version is the chart version.
+    #[arg(long, value_name = "DIR|CHART.tgz")]
+    pub chart: Option<PathBuf>,
+    /// A values file for --chart (repeatable, merged in order; digested into release.yaml).
+    #[arg(long = "values", value_name = "FILE", requires = "chart")]
+    pub values: Vec<PathBuf>,
+    /// A value for --chart, as `helm --set` takes it (repeatable, applied after the files).
+    #[arg(long = "set", value_name = "KEY=VALUE", requires = "chart")]
+    pub set: Vec<String>,
     /// The Operator image: REPOSITORY:TAG[@sha256:DIGEST].
     #[arg(long)]
     pub image: String,
-    #[arg(long)]
-    pub chart_version: String,
+    /// A further image the release runs or passes to the manager: NAME=REPOSITORY:TAG[@DIGEST]
+    /// (repeatable; recorded as spec.images).
+    #[arg(long = "extra-image", value_name = "NAME=IMAGE")]
+    pub extra_images: Vec<String>,
+    /// An intentional breaking CRD change this release accepts: RULE or RULE:PATH (repeatable;
+    /// signed with the release as spec.acceptCrdChanges). See `fleetgate check-crd --help`.
+    #[arg(long = "accept-crd-change", value_name = "RULE[:PATH]")]
+    pub accept_crd_changes: Vec<String>,
+    /// The chart version (with --chart, Chart.yaml's version is taken instead).
+    #[arg(long, required_unless_present = "chart", conflicts_with = "chart")]
+    pub chart_version: Option<String>,
     /// The CRD version every CRD of the release serves (e.g. v1alpha2).
     #[arg(long)]
     pub crd_version: String,
@@ -109,9 +130,16 @@ fn create_and_push(args: &CreateArgs) -> Result<Created, RelengError> {
     });
     let req = CreateRequest {
         id: args.id.clone(),
-        manifests: args.manifests.clone(),
+        manifests: args.manifests.clone().unwrap_or_default(),
+        chart: args.chart.as_ref().map(|chart| ChartInput {
+            chart: chart.clone(),
+            values: args.values.clone(),
+            set: args.set.clone(),
+        }),
         image: create::parse_image(&args.image)?,
-        chart_version: args.chart_version.clone(),
+        images: args.extra_images.iter().map(|s| create::parse_named_image(s)).collect::<Result<_, _>>()?,
+        chart_version: args.chart_version.clone().unwrap_or_default(),
+        accept_crd_changes: args.accept_crd_changes.clone(),
         crd_version: args.crd_version.clone(),
         git_commit: args.git_commit.clone(),
         targets: if args.all { Targets::All } else { Targets::List(args.targets.clone()) },
@@ -149,7 +177,11 @@ fn print_human(args: &CreateArgs, c: &Created) {
     println!("  commit     {}", short(&r.commit));
     println!("  tag        {} (object {}), signed by {}", r.id, short(&r.tag), r.signer);
     println!("  image      {}", m.image.reference());
-    println!("  chart      {}   CRD version {}   source {}", m.chart_version, m.crd_version, m.git_commit);
+    let chart = m.chart.as_ref().map_or_else(|| m.chart_version.clone(), |c| format!("{} {}", c.name, c.version));
+    println!("  chart      {chart}   CRD version {}   source {}", m.crd_version, m.git_commit);
+    if let Some(c) = &m.chart {
+        println!("  values     {}", c.values_digest);
+    }
     println!("  targets    {}", m.target_clusters.join(", "));
     println!("  rollback   {}", m.rollback_to.as_deref().unwrap_or("(the cluster's last good release)"));
     println!("  manifests  {} file(s) under {}", r.manifest_files, m.manifests);

@@ -20,6 +20,10 @@ pub struct ReleaseSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<NamedImage>,
     pub chart_version: String,
+    /// The Helm chart the manifests were rendered from, when `release create --chart` rendered
+    /// them; `chart_version` then equals `chart.version`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chart: Option<ChartSource>,
     /// The headline API version: the one the operator's primary CRD serves (real operators
     /// serve several versions across their CRDs; `crds` records each CRD's).
     pub crd_version: String,
@@ -98,6 +102,19 @@ impl ReleaseSpec {
     }
 }
 
+/// Which chart, and which values, a release's manifests were rendered from. The rendered output
+/// is what is signed and applied; this records how to reproduce it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ChartSource {
+    /// `name` of the chart's Chart.yaml.
+    pub name: String,
+    /// `version` of the chart's Chart.yaml.
+    pub version: String,
+    /// `sha256:<hex>` over the values files and `--set` values, in the order given.
+    pub values_digest: String,
+}
+
 /// The versions one CRD serves and stores.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -156,7 +173,8 @@ pub mod seed_keys {
     pub const REQUIRES_ARCHITECTURES: &str = "requires.architectures";
     pub const MANIFESTS: &str = "manifests";
 
-    pub(super) const REQUIRED: [&str; 6] = [RELEASE_ID, GIT_COMMIT, IMAGE_TAG, CHART_VERSION, CRD_VERSION, TARGET_CLUSTERS];
+    pub(super) const REQUIRED: [&str; 6] =
+        [RELEASE_ID, GIT_COMMIT, IMAGE_TAG, CHART_VERSION, CRD_VERSION, TARGET_CLUSTERS];
     pub(super) const ALL: [&str; 13] = [
         RELEASE_ID,
         GIT_COMMIT,
@@ -253,6 +271,7 @@ fn from_seed(
         image: ImageRef { repository, tag: take(IMAGE_TAG).unwrap_or_default(), digest: take(IMAGE_DIGEST) },
         images: Vec::new(),
         chart_version: take(CHART_VERSION).unwrap_or_default(),
+        chart: None,
         crd_version: take(CRD_VERSION).unwrap_or_default(),
         crds: Vec::new(),
         accept_crd_changes: Vec::new(),

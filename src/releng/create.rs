@@ -7,11 +7,15 @@
 //! repo's references untouched. Re-running with the same inputs finds the tag and reports
 //! "already released"; the same id with other content is refused.
 
+use super::chart::{self, ChartInput, RenderTarget};
 use super::checks::{self, CrdVerdict};
 use super::repo::{FleetRepo, ReleaseTag, TreeEdit};
 use super::sign::{self, Signer};
 use super::{Refusal, RelengError, check_release_id};
-use crate::model::{self, Document, ImageRef, RELEASE_FILE, Release, ReleaseSpec, Requirements, default_manifests};
+use crate::model::{
+    self, ChartSource, CrdVersions, Document, ImageRef, NamedImage, RELEASE_FILE, Release, ReleaseSpec, Requirements,
+    default_manifests,
+};
 use crate::release::mapping;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -29,11 +33,19 @@ pub enum Targets {
 #[derive(Debug, Clone)]
 pub struct CreateRequest {
     pub id: String,
-    /// Folder of rendered manifests; it becomes `operator/`.
+    /// Folder of rendered manifests; it becomes `operator/`. Not read when `chart` is set.
     pub manifests: PathBuf,
+    /// A Helm chart to render into `operator/` instead (see [`chart`]), named
+    /// `spec.operator.name` in namespace `spec.operator.namespace` of the branch's fleet.yaml.
+    /// Its Chart.yaml version is the release's chart version: `chart_version` must then be empty.
+    pub chart: Option<ChartInput>,
     pub image: ImageRef,
+    /// Further images (`spec.images`).
+    pub images: Vec<NamedImage>,
     pub chart_version: String,
     pub crd_version: String,
+    /// Breaking CRD changes the release accepts (`RULE[:PATH]`, `spec.acceptCrdChanges`).
+    pub accept_crd_changes: Vec<String>,
     /// The Operator's source commit.
     pub git_commit: String,
     pub targets: Targets,
@@ -99,6 +111,15 @@ pub fn parse_image(s: &str) -> Result<ImageRef, RelengError> {
     })
 }
 
+/// Parses `--extra-image NAME=REPO:TAG[@DIGEST]` (one of `spec.images`).
+pub fn parse_named_image(s: &str) -> Result<NamedImage, RelengError> {
+    let Some((name, reference)) = s.split_once('=') else {
+        return Err(RelengError::Usage(format!("--extra-image {s:?}: expected NAME=REPOSITORY:TAG[@sha256:HEX]")));
+    };
+    let image = parse_image(reference)?;
+    Ok(NamedImage { name: name.to_string(), repository: image.repository, tag: image.tag, digest: image.digest })
+}
+
 /// Reads every regular file under `dir` as `operator/<relative path>` → bytes (with executable
 /// bits). Symbolic links are refused: a release must carry its content, not point elsewhere.
 pub fn read_manifests(dir: &Path) -> Result<BTreeMap<String, (Vec<u8>, bool)>, RelengError> {
@@ -148,16 +169,58 @@ pub fn read_manifests(dir: &Path) -> Result<BTreeMap<String, (Vec<u8>, bool)>, R
     Ok(out)
 }
 
+/// What goes under `operator/`: `operator/<path>` → (bytes, executable), and the chart it was
+/// rendered from, if any.
+struct Content {
+    manifests: BTreeMap<String, (Vec<u8>, bool)>,
+    chart: Option<ChartSource>,
+}
+
+/// The release's manifests: read from `req.manifests`, or rendered from `req.chart` for the
+/// operator identity in the fleet.yaml at `tip`.
+fn content(repo: &FleetRepo, req: &CreateRequest, tip: &git2::Commit<'_>) -> Result<Content, RelengError> {
+    let Some(input) = &req.chart else {
+        return Ok(Content { manifests: read_manifests(&req.manifests)?, chart: None });
+    };
+    if !req.chart_version.is_empty() {
+        return Err(RelengError::Usage(
+            "pass --chart or --chart-version, not both: with --chart, the version is Chart.yaml's".into(),
+        ));
+    }
+    let fleet = repo.fleet_state(&tip.tree()?, &format!("commit {}", tip.id()))?;
+    let operator = &fleet.config.fleet.spec.operator;
+    let target = RenderTarget {
+        release_name: operator.name.clone(),
+        namespace: operator.namespace.clone(),
+        kube_version: chart::kube_version(req.requires.as_ref()),
+    };
+    let rendered = chart::render(&chart::find_helm()?, input, &target)?;
+    let prefix = default_manifests();
+    let manifests = rendered.files.into_iter().map(|(path, bytes)| (format!("{prefix}{path}"), (bytes, false))).collect();
+    Ok(Content { manifests, chart: Some(rendered.source) })
+}
+
 /// The release document `release.yaml` will hold.
-fn release_document(req: &CreateRequest, targets: Vec<String>, rollback_to: Option<String>) -> Release {
+/// `crds` are the served and storage versions of the manifests' CRDs, recorded as `spec.crds`.
+fn release_document(
+    req: &CreateRequest,
+    chart: Option<&ChartSource>,
+    targets: Vec<String>,
+    rollback_to: Option<String>,
+    crds: Vec<CrdVersions>,
+) -> Release {
     Document::new(
         "Release",
         req.id.clone(),
         ReleaseSpec {
             git_commit: req.git_commit.clone(),
             image: req.image.clone(),
-            chart_version: req.chart_version.clone(),
+            images: req.images.clone(),
+            chart_version: chart.map_or_else(|| req.chart_version.clone(), |c| c.version.clone()),
+            chart: chart.cloned(),
             crd_version: req.crd_version.clone(),
+            crds,
+            accept_crd_changes: req.accept_crd_changes.clone(),
             target_clusters: targets,
             rollback_to,
             requires: req.requires.clone(),
@@ -178,11 +241,24 @@ pub fn mapping_lines(spec: &ReleaseSpec) -> Vec<String> {
     let mut lines = vec![
         format!("git commit:    {}", spec.git_commit),
         format!("image:         {}", spec.image.reference()),
-        format!("chart version: {}", spec.chart_version),
+        match &spec.chart {
+            Some(c) => format!("chart:         {} {} (values {})", c.name, c.version, c.values_digest),
+            None => format!("chart version: {}", spec.chart_version),
+        },
         format!("CRD version:   {}", spec.crd_version),
         format!("targets:       {}", spec.target_clusters.join(", ")),
         format!("rollback to:   {}", spec.rollback_to.as_deref().unwrap_or("(the cluster's last good release)")),
     ];
+    // Further images right after the operator's own.
+    for (k, i) in spec.images.iter().enumerate() {
+        lines.insert(2 + k, format!("image {:<7} {}", format!("{}:", i.name), i.image().reference()));
+    }
+    for c in &spec.crds {
+        lines.push(format!("CRD:           {} served [{}], storage {}", c.name, c.served.join(", "), c.storage));
+    }
+    for a in &spec.accept_crd_changes {
+        lines.push(format!("accepts:       {a}"));
+    }
     if let Some(r) = &spec.requires {
         if let Some(k) = &r.kubernetes {
             lines.push(format!("requires:      kubernetes {k}"));
@@ -208,8 +284,9 @@ fn plan(
     repo: &FleetRepo,
     req: &CreateRequest,
     base: &git2::Commit<'_>,
-    manifests: &BTreeMap<String, (Vec<u8>, bool)>,
+    content: &Content,
 ) -> Result<Plan, RelengError> {
+    let manifests = &content.manifests;
     let base_tree = base.tree()?;
     let previous = repo.previous_release(base.id(), &req.id)?;
     let fleet = repo.fleet_state(&base_tree, &format!("commit {}", base.id()))?;
@@ -243,7 +320,8 @@ fn plan(
         }
         None => previous.as_ref().map(|p| p.id.clone()),
     };
-    let release = release_document(req, targets, rollback_to);
+    let files: BTreeMap<String, Vec<u8>> = manifests.iter().map(|(p, (b, _))| (p.clone(), b.clone())).collect();
+    let release = release_document(req, content.chart.as_ref(), targets, rollback_to, mapping::crd_versions(&files));
     let release_text = release_yaml(&release)?;
 
     let mut edit = TreeEdit::new(repo.git(), Some(&base_tree))?;
@@ -255,7 +333,6 @@ fn plan(
     let tree = edit.write()?;
     let new_tree = repo.git().find_tree(tree)?;
     let operator_tree = repo.subtree_id(&new_tree, &default_manifests());
-    let files = manifests.iter().map(|(p, (b, _))| (p.clone(), b.clone())).collect();
     Ok(Plan { tree, operator_tree, release, release_text, previous, files })
 }
 
@@ -271,17 +348,18 @@ pub fn create(repo: &FleetRepo, req: &CreateRequest, signer: &mut Signer) -> Res
         Some(b) => b.clone(),
         None => repo.head_branch()?,
     };
-    let manifests = read_manifests(&req.manifests)?;
+    let tip = repo.branch_tip(&branch)?;
+    let content = content(repo, req, &tip)?;
     // Rendering straight into the repo's own operator/ is a natural pipeline step; allow exactly that.
     let in_repo_operator = repo
         .git()
         .workdir()
         .and_then(|w| w.join("operator").canonicalize().ok())
-        .is_some_and(|op| req.manifests.canonicalize().ok().as_deref() == Some(op.as_path()));
+        .is_some_and(|op| req.chart.is_none() && req.manifests.canonicalize().ok().as_deref() == Some(op.as_path()));
     let allowed: &[&str] = if in_repo_operator { &["operator/", RELEASE_FILE] } else { &[] };
 
     if let Some(existing) = repo.release_tag(&req.id)? {
-        return already_released(repo, req, &branch, &existing, &manifests, signer);
+        return already_released(repo, req, &branch, &existing, &content, signer);
     }
     if repo.git().find_reference(&format!("refs/tags/{}", req.id)).is_ok() {
         return Err(Refusal::IdReused {
@@ -291,8 +369,7 @@ pub fn create(repo: &FleetRepo, req: &CreateRequest, signer: &mut Signer) -> Res
         .into());
     }
 
-    let tip = repo.branch_tip(&branch)?;
-    let plan = plan(repo, req, &tip, &manifests)?;
+    let plan = plan(repo, req, &tip, &content)?;
     check_mapping(repo, &plan)?;
     let verdict = crd_verdict(repo, &plan)?;
     if !verdict.compatible && req.allow_incompatible_crds.is_none() {
@@ -367,7 +444,7 @@ fn crd_verdict(repo: &FleetRepo, plan: &Plan) -> Result<CrdVerdict, RelengError>
     let Some(prev) = &plan.previous else { return Ok(CrdVerdict::first_release()) };
     let commit = repo.git().find_commit(prev.commit)?;
     let old = repo.files_under(&commit.tree()?, &prev.release.spec.manifests)?;
-    Ok(checks::crd_compatibility(&old, &plan.files))
+    Ok(checks::crd_compatibility(&old, &plan.files, &plan.release.spec.accept_crd_changes))
 }
 
 /// The tag exists: same content → report it; other content → refuse, naming what differs.
@@ -376,13 +453,13 @@ fn already_released(
     req: &CreateRequest,
     branch: &str,
     existing: &ReleaseTag,
-    manifests: &BTreeMap<String, (Vec<u8>, bool)>,
+    content: &Content,
     signer: &Signer,
 ) -> Result<CreateReport, RelengError> {
     let commit = repo.git().find_commit(existing.commit)?;
     // Recompute against the state the release was cut from: its first parent.
     let base = commit.parent(0).unwrap_or_else(|_| commit.clone());
-    let plan = plan(repo, req, &base, manifests)?;
+    let plan = plan(repo, req, &base, content)?;
     let tree = commit.tree()?;
     let mut differences = Vec::new();
     if repo.subtree_id(&tree, &default_manifests()) != plan.operator_tree {
@@ -416,6 +493,12 @@ fn already_released(
         }
         if a.requires != b.requires {
             fields.push("requires differs".to_string());
+        }
+        if a.chart != b.chart {
+            let show = |c: &Option<ChartSource>| {
+                c.as_ref().map_or("none".to_string(), |c| format!("{} {} values {}", c.name, c.version, c.values_digest))
+            };
+            fields.push(format!("chart {} vs {}", show(&a.chart), show(&b.chart)));
         }
         if fields.is_empty() {
             fields.push("release.yaml text differs".to_string());

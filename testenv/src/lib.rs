@@ -6,12 +6,15 @@
 //! * [`GitDaemon`] — `git daemon` serving bare repos over `git://`, push enabled ([`git`]).
 //! * [`GpgHome`] — a throw-away `GNUPGHOME` with generated keys ([`gpg`]).
 //! * [`Prometheus`] — Debian's Prometheus scraping an endpoint the test serves ([`prometheus`]).
+//! * A generated operator at real scale as a Helm chart, and the `helm` that renders it
+//!   ([`operator_fixture`]).
 //!
 //! [`wait`] has the bounded waits tests use around them.
 
 pub mod cluster;
 pub mod git;
 pub mod gpg;
+pub mod operator_fixture;
 pub mod process;
 pub mod prometheus;
 pub mod wait;
