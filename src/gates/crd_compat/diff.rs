@@ -80,20 +80,10 @@ fn chars(v: &Value) -> Option<i64> {
 
 impl Checker {
     pub(super) fn schema(&mut self, version: &str, path: &str, old: &Node, new: &Node) {
-        if old.ty != new.ty {
-            if !widened(&old.ty, new) {
-                self.changed(
-                    Rule::TypeChanged,
-                    version,
-                    path,
-                    "type changed",
-                    old.ty.to_string(),
-                    new.ty.to_string(),
-                    "",
-                );
-                // Below a type change the old and new children describe different things.
-                return;
-            }
+        if old.ty != new.ty && !widened(&old.ty, new) {
+            self.changed(Rule::TypeChanged, version, path, "type changed", old.ty.to_string(), new.ty.to_string(), "");
+            // Below a type change the old and new children describe different things.
+            return;
         }
         if old.nullable && !new.nullable {
             // The server does not refuse a null there: it prunes it (then applies the default),
