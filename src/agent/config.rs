@@ -129,11 +129,13 @@ impl GitCredentials {
 
 /// Reads the agent's baseline `ReleaseAdmissionPolicy` document.
 fn read_admission_policy(path: &Path) -> Result<ReleaseAdmissionPolicySpec, ConfigError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| ConfigError::Unreadable { what: "admission policy", path: path.to_path_buf(), source })?;
-    let doc: ReleaseAdmissionPolicy =
-        parse_document(&path.display().to_string(), &text, RELEASE_ADMISSION_POLICY_KIND)
-            .map_err(|e| ConfigError::ParseFile { path: path.to_path_buf(), message: e.to_string() })?;
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Unreadable {
+        what: "admission policy",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let doc: ReleaseAdmissionPolicy = parse_document(&path.display().to_string(), &text, RELEASE_ADMISSION_POLICY_KIND)
+        .map_err(|e| ConfigError::ParseFile { path: path.to_path_buf(), message: e.to_string() })?;
     Ok(doc.spec)
 }
 
