@@ -72,6 +72,7 @@ const NOT_IN_CRDS: [&str; 6] = [
 /// structural CRD schema needs: `allOf: [{$ref}]` wrappers merged into their field, int-or-string
 /// and quantity (`oneOf` string/number) as `x-kubernetes-int-or-string`, object- and list-valued
 /// `default`s dropped (a CRD default must validate on its own, and `{}` for a Container does not),
+/// as are defaults outside their field's `enum`,
 /// and [`NOT_IN_CRDS`] left out. A reference cycle (none in core/v1 today) is cut with
 /// `x-kubernetes-preserve-unknown-fields`.
 pub fn inline_schema(schemas: &Map<String, Value>, name: &str) -> anyhow::Result<Value> {
@@ -126,6 +127,13 @@ fn inline(schemas: &Map<String, Value>, node: &Value, stack: &mut Vec<String>) -
                 out.insert(k.to_string(), v.clone());
             }
         }
+    }
+    // The built-in schemas carry Go zero values as defaults ("" for an enum of names); a CRD
+    // default must be one of the enum's values.
+    if let (Some(d), Some(Value::Array(allowed))) = (out.get("default"), out.get("enum"))
+        && !allowed.contains(d)
+    {
+        out.remove("default");
     }
     Ok(Value::Object(out))
 }
@@ -276,6 +284,7 @@ impl FixtureKind {
             spec.insert("workload".into(), core.container.clone());
             spec.insert("initWorkloads".into(), container_list("Init"));
             spec.insert("sidecars".into(), container_list("Sidecar"));
+            spec.insert("debugContainers".into(), container_list("Debug"));
         }
         if generation == CrdGeneration::Upgraded {
             spec.insert(
@@ -576,7 +585,8 @@ mod tests {
                 "port": {"$ref": "#/components/schemas/IntOrString"},
                 "list": {"type": "array", "items": {"$ref": "#/components/schemas/Inner"}},
                 "self": {"$ref": "#/components/schemas/Outer"}}},
-            "Inner": {"type": "object", "description": "Inner", "properties": {"x": {"type": "string", "default": "TCP"}}},
+            "Inner": {"type": "object", "description": "Inner", "properties": {"x": {"type": "string", "default": "TCP"},
+                      "op": {"type": "string", "enum": ["In", "NotIn"], "default": ""}}},
             "IntOrString": {"format": "int-or-string", "oneOf": [{"type": "integer"}, {"type": "string"}]},
         })
         .as_object()
@@ -587,7 +597,8 @@ mod tests {
     #[test]
     fn refs_are_inlined_in_crd_form() {
         let got = inline_schema(&schemas(), "Outer").unwrap();
-        let inner = json!({"type": "object", "description": "the inner one", "properties": {"x": {"type": "string", "default": "TCP"}}});
+        let inner = json!({"type": "object", "description": "the inner one", "properties": {
+            "x": {"type": "string", "default": "TCP"}, "op": {"type": "string", "enum": ["In", "NotIn"]}}});
         assert_eq!(got["properties"]["inner"], inner, "allOf merged, own description wins, object default dropped");
         assert_eq!(got["properties"]["port"], json!({"x-kubernetes-int-or-string": true}));
         assert_eq!(got["properties"]["list"]["items"]["description"], "Inner");
