@@ -147,7 +147,11 @@ fn chart_problems_say_what_to_do() {
 
     let missing = create(&f, None, "rel-1", &[&["--chart", good][..], &image].concat());
     assert_eq!(missing.status.code(), Some(2));
-    assert!(stderr(&missing).contains("install helm") && stderr(&missing).contains("FLEETGATE_HELM"), "{}", stderr(&missing));
+    assert!(
+        stderr(&missing).contains("install helm") && stderr(&missing).contains("FLEETGATE_HELM"),
+        "{}",
+        stderr(&missing)
+    );
 
     let broken = chart(&f, "broken", &[("templates/bad.yaml", "kind: {{ .Values.nope.deeper }}\n")]);
     let out = create(&f, Some(&helm), "rel-1", &["--chart", broken.to_str().unwrap(), image[0], image[1]]);

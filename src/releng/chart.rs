@@ -148,10 +148,11 @@ pub fn render(helm: &Path, input: &ChartInput, target: &RenderTarget) -> Result<
     let (name, version) = chart_identity(helm, &input.chart)?;
 
     let mut cmd = Command::new(helm);
-    cmd.arg("template")
-        .arg(&target.release_name)
-        .arg(&input.chart)
-        .args(["--namespace", &target.namespace, "--include-crds"]);
+    cmd.arg("template").arg(&target.release_name).arg(&input.chart).args([
+        "--namespace",
+        &target.namespace,
+        "--include-crds",
+    ]);
     if let Some(v) = &target.kube_version {
         cmd.args(["--kube-version", v]);
     }
@@ -162,7 +163,8 @@ pub fn render(helm: &Path, input: &ChartInput, target: &RenderTarget) -> Result<
         cmd.args(["--set", s]);
     }
     let stdout = run(helm, &mut cmd, &chart)?;
-    let files = split_by_source(&stdout, &name).map_err(|reason| ChartError::Output { chart: chart.clone(), reason })?;
+    let files =
+        split_by_source(&stdout, &name).map_err(|reason| ChartError::Output { chart: chart.clone(), reason })?;
     Ok(Rendered { source: ChartSource { name, version, values_digest }, files })
 }
 
@@ -216,7 +218,10 @@ fn split_by_source(stdout: &str, chart: &str) -> Result<BTreeMap<String, Vec<u8>
             if doc.lines().all(|l| l.trim().is_empty() || l.trim_start().starts_with('#')) {
                 continue;
             }
-            return Err(format!("a document has no `# Source:` line:\n{}", doc.lines().take(5).collect::<Vec<_>>().join("\n")));
+            return Err(format!(
+                "a document has no `# Source:` line:\n{}",
+                doc.lines().take(5).collect::<Vec<_>>().join("\n")
+            ));
         };
         let rel = source
             .trim()
@@ -327,5 +332,4 @@ mod tests {
         let missing = values_digest(&input(vec![dir.path().join("nope.yaml")], &[])).unwrap_err();
         assert!(matches!(missing, ChartError::Values { .. }), "{missing}");
     }
-
 }

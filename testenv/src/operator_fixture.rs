@@ -398,20 +398,28 @@ impl FixtureChart {
 
 /// The chart's templates: plain Helm, the way operator charts are written.
 const TEMPLATES: [(&str, &str); 6] = [
-    ("_helpers.tpl", r#"{{- define "fixture.labels" -}}
+    (
+        "_helpers.tpl",
+        r#"{{- define "fixture.labels" -}}
 app.kubernetes.io/name: {{ .Chart.Name }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- end }}
-"#),
-    ("namespace.yaml", r#"apiVersion: v1
+"#,
+    ),
+    (
+        "namespace.yaml",
+        r#"apiVersion: v1
 kind: Namespace
 metadata:
   name: {{ .Release.Namespace }}
   labels:
     {{- include "fixture.labels" . | nindent 4 }}
-"#),
-    ("rbac.yaml", r#"apiVersion: v1
+"#,
+    ),
+    (
+        "rbac.yaml",
+        r#"apiVersion: v1
 kind: ServiceAccount
 metadata:
   name: {{ .Release.Name }}-manager
@@ -477,8 +485,11 @@ subjects:
   - kind: ServiceAccount
     name: {{ .Release.Name }}-manager
     namespace: {{ .Release.Namespace }}
-"#),
-    ("manager.yaml", r#"apiVersion: apps/v1
+"#,
+    ),
+    (
+        "manager.yaml",
+        r#"apiVersion: apps/v1
 kind: Deployment
 metadata:
   name: {{ .Release.Name }}-manager
@@ -515,8 +526,11 @@ spec:
           args: ["--upstream=http://127.0.0.1:8080/", "--secure-listen-address=0.0.0.0:8443"]
           ports:
             - {name: metrics, containerPort: 8443}
-"#),
-    ("webhook.yaml", r#"apiVersion: apps/v1
+"#,
+    ),
+    (
+        "webhook.yaml",
+        r#"apiVersion: apps/v1
 kind: Deployment
 metadata:
   name: {{ .Release.Name }}-webhook
@@ -556,8 +570,11 @@ spec:
     app.kubernetes.io/component: webhook
   ports:
     - {name: https, port: 443, targetPort: https}
-"#),
-    ("service.yaml", r#"apiVersion: v1
+"#,
+    ),
+    (
+        "service.yaml",
+        r#"apiVersion: v1
 kind: Service
 metadata:
   name: {{ .Release.Name }}-metrics
@@ -570,7 +587,8 @@ spec:
     app.kubernetes.io/component: manager
   ports:
     - {name: metrics, port: 8443, targetPort: metrics}
-"#),
+"#,
+    ),
 ];
 
 #[cfg(test)]
