@@ -39,6 +39,7 @@ fn release(text: String) -> VerifiedRelease {
         image: ImageRef { repository: "example/bench".into(), tag: "v1".into(), digest: None },
         images: Vec::new(),
         chart_version: "1.0.0".into(),
+        chart: None,
         crd_version: "v1".into(),
         crds: Vec::new(),
         accept_crd_changes: Vec::new(),

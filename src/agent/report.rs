@@ -278,12 +278,9 @@ fn notification(kind: NotificationKind, op: &Operation, reason: &str, message: &
 mod tests {
     use super::*;
     use crate::agent::state::Phase;
+    use crate::agent::state::machine::fixtures::{on_rel1, t};
     use crate::gates::RequirementError;
     use rstest::rstest;
-
-    fn t(secs: i64) -> DateTime<Utc> {
-        DateTime::from_timestamp(1_700_000_000 + secs, 0).unwrap()
-    }
 
     fn figure(name: &str, observed: &str, threshold: &str, verdict: &str) -> GateFigure {
         GateFigure {
@@ -296,12 +293,7 @@ mod tests {
 
     /// rel-1 ran and passed; Git now desires rel-2; `phase` says how far rel-2 got.
     fn state_in(phase: Phase) -> AgentState {
-        let mut s = AgentState::default();
-        s.observe_desired(Some("rel-1"));
-        s.begin("rel-1", "c1", t(0)).unwrap();
-        s.start_apply(None, None).unwrap();
-        s.applied(t(1)).unwrap();
-        s.bake_passed().unwrap();
+        let mut s = on_rel1();
         s.observe_desired(Some("rel-2"));
         if phase == Phase::Idle {
             return s;

@@ -196,7 +196,8 @@ fn content(repo: &FleetRepo, req: &CreateRequest, tip: &git2::Commit<'_>) -> Res
     };
     let rendered = chart::render(&chart::find_helm()?, input, &target)?;
     let prefix = default_manifests();
-    let manifests = rendered.files.into_iter().map(|(path, bytes)| (format!("{prefix}{path}"), (bytes, false))).collect();
+    let manifests =
+        rendered.files.into_iter().map(|(path, bytes)| (format!("{prefix}{path}"), (bytes, false))).collect();
     Ok(Content { manifests, chart: Some(rendered.source) })
 }
 
@@ -351,11 +352,10 @@ pub fn create(repo: &FleetRepo, req: &CreateRequest, signer: &mut Signer) -> Res
     let tip = repo.branch_tip(&branch)?;
     let content = content(repo, req, &tip)?;
     // Rendering straight into the repo's own operator/ is a natural pipeline step; allow exactly that.
-    let in_repo_operator = repo
-        .git()
-        .workdir()
-        .and_then(|w| w.join("operator").canonicalize().ok())
-        .is_some_and(|op| req.chart.is_none() && req.manifests.canonicalize().ok().as_deref() == Some(op.as_path()));
+    let in_repo_operator =
+        repo.git().workdir().and_then(|w| w.join("operator").canonicalize().ok()).is_some_and(|op| {
+            req.chart.is_none() && req.manifests.canonicalize().ok().as_deref() == Some(op.as_path())
+        });
     let allowed: &[&str] = if in_repo_operator { &["operator/", RELEASE_FILE] } else { &[] };
 
     if let Some(existing) = repo.release_tag(&req.id)? {
@@ -496,7 +496,8 @@ fn already_released(
         }
         if a.chart != b.chart {
             let show = |c: &Option<ChartSource>| {
-                c.as_ref().map_or("none".to_string(), |c| format!("{} {} values {}", c.name, c.version, c.values_digest))
+                c.as_ref()
+                    .map_or("none".to_string(), |c| format!("{} {} values {}", c.name, c.version, c.values_digest))
             };
             fields.push(format!("chart {} vs {}", show(&a.chart), show(&b.chart)));
         }

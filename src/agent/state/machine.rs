@@ -431,21 +431,18 @@ impl AgentState {
     }
 }
 
+/// States the agent's unit tests start from (the state machine, its store, the reports).
 #[cfg(test)]
-mod tests {
+pub(crate) mod fixtures {
     use super::*;
-    use rstest::rstest;
 
-    fn t(secs: i64) -> DateTime<Utc> {
+    /// `secs` after a fixed instant.
+    pub(crate) fn t(secs: i64) -> DateTime<Utc> {
         DateTime::from_timestamp(1_700_000_000 + secs, 0).unwrap()
     }
 
-    fn fail(reason: &str) -> Failure {
-        Failure::new(reason, "error rate 7.1% > 5%")
-    }
-
     /// A state that ran rel-1 successfully.
-    fn on_rel1() -> AgentState {
+    pub(crate) fn on_rel1() -> AgentState {
         let mut s = AgentState::default();
         s.observe_desired(Some("rel-1"));
         s.begin("rel-1", "c1", t(0)).unwrap();
@@ -453,6 +450,17 @@ mod tests {
         s.applied(t(1)).unwrap();
         s.bake_passed().unwrap();
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::{on_rel1, t};
+    use super::*;
+    use rstest::rstest;
+
+    fn fail(reason: &str) -> Failure {
+        Failure::new(reason, "error rate 7.1% > 5%")
     }
 
     #[test]

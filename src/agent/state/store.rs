@@ -350,12 +350,9 @@ impl StateStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::state::machine::fixtures::{on_rel1, t};
     use crate::release::TagPins;
     use rstest::rstest;
-
-    fn t(secs: i64) -> DateTime<Utc> {
-        DateTime::from_timestamp(1_700_000_000 + secs, 0).unwrap()
-    }
 
     fn data(entries: &[(&str, &str)]) -> BTreeMap<String, String> {
         entries.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
@@ -363,12 +360,7 @@ mod tests {
 
     #[test]
     fn configmap_data_round_trips_mid_operation() {
-        let mut s = AgentState::default();
-        s.observe_desired(Some("rel-1"));
-        s.begin("rel-1", "c1", t(0)).unwrap();
-        s.start_apply(None, None).unwrap();
-        s.applied(t(1)).unwrap();
-        s.bake_passed().unwrap();
+        let mut s = on_rel1();
         s.observe_desired(Some("rel-2"));
         let pins: TagPins = serde_json::from_value(serde_json::json!({ "pins": { "rel-2": "c2" } })).unwrap();
         s.record_tag_pins(&pins);
