@@ -8,7 +8,7 @@ use crate::releng::forge_pr::OpenedPullRequest;
 use crate::releng::promote::ClusterMove;
 use crate::releng::publish::Published;
 use crate::releng::push::Pushed;
-use crate::releng::{Refusal, RelengError};
+use crate::releng::{FleetRepo, Refusal, RelengError};
 use owo_colors::OwoColorize;
 use serde::Serialize;
 use std::process::ExitCode;
@@ -62,6 +62,24 @@ pub struct Done<'a, T: Serialize> {
 impl<'a, T: Serialize> Done<'a, T> {
     pub fn published(p: &'a Published<T>) -> Self {
         Done { result: "done", report: &p.report, pushed: p.pushed.as_ref(), pull_request: p.pull_request.as_ref() }
+    }
+}
+
+/// The end of a command that prepares a Git change and publishes it (promote, rollback): print
+/// what was done with `print`, then the error that stopped publishing, if any.
+pub fn finish_published<R>(
+    format: OutputFormat,
+    outcome: Result<(FleetRepo, Published<R>), RelengError>,
+    print: impl FnOnce(&FleetRepo, &Published<R>) -> anyhow::Result<()>,
+) -> anyhow::Result<ExitCode> {
+    let (repo, done) = match outcome {
+        Ok(v) => v,
+        Err(e) => return fail(format, &e),
+    };
+    print(&repo, &done)?;
+    match &done.error {
+        Some(e) => fail(format, e),
+        None => Ok(ExitCode::SUCCESS),
     }
 }
 

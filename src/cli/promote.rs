@@ -3,7 +3,7 @@
 //! the promotion branch, push it, open the PR), and the result for people or pipelines.
 
 use super::args::{CommitSigning, PublishArgs, TargetArgs};
-use super::output::{Done, OutputFormat, crd_line, fail, heading, next, print_moves};
+use super::output::{Done, OutputFormat, crd_line, finish_published, heading, next, print_moves};
 use crate::release::TrustConfig;
 use crate::releng::promote::{PromoteOutcome, PromoteReport, PromoteRequest};
 use crate::releng::publish::{Published, promote_and_publish};
@@ -44,16 +44,8 @@ pub struct Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let format = args.output;
-    let (repo, done) = match promote(&args).await {
-        Ok(v) => v,
-        Err(e) => return fail(format, &e),
-    };
-    print_report(format, &repo, &args, &done)?;
-    match &done.error {
-        Some(e) => fail(format, e),
-        None => Ok(ExitCode::SUCCESS),
-    }
+    let outcome = promote(&args).await;
+    finish_published(args.output, outcome, |repo, done| print_report(args.output, repo, &args, done))
 }
 
 async fn promote(args: &Args) -> Result<(FleetRepo, Published<PromoteReport>), RelengError> {

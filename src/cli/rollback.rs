@@ -3,7 +3,7 @@
 //! the base branch or — for a PR — on a new branch, then push and PR), and the result.
 
 use super::args::{CommitSigning, PublishArgs, TargetArgs};
-use super::output::{Done, OutputFormat, fail, heading, next, print_moves};
+use super::output::{Done, OutputFormat, finish_published, heading, next, print_moves};
 use crate::releng::publish::{Published, roll_back_and_publish};
 use crate::releng::rollback::{RollbackMethod, RollbackReport, RollbackRequest};
 use crate::releng::{FleetRepo, RelengError};
@@ -38,16 +38,8 @@ pub struct Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let format = args.output;
-    let (repo, done) = match roll_back(&args).await {
-        Ok(v) => v,
-        Err(e) => return fail(format, &e),
-    };
-    print_report(format, &repo, &args, &done)?;
-    match &done.error {
-        Some(e) => fail(format, e),
-        None => Ok(ExitCode::SUCCESS),
-    }
+    let outcome = roll_back(&args).await;
+    finish_published(args.output, outcome, |repo, done| print_report(args.output, repo, &args, done))
 }
 
 async fn roll_back(args: &Args) -> Result<(FleetRepo, Published<RollbackReport>), RelengError> {
