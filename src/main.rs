@@ -11,7 +11,7 @@ async fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             // Each source once, also where an error type prints its source itself.
-            eprintln!("error: {}", fleetgate::agent::events::error_chain(e.as_ref()));
+            eprintln!("error: {}", fleetgate::model::error_chain(e.as_ref()));
             ExitCode::from(2)
         }
     }

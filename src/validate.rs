@@ -14,6 +14,7 @@
 
 use crate::gates::crd_compat;
 use crate::manifests::crds_in_files;
+use crate::model::error_chain;
 use crate::model::{ConfigError, Finding, FleetConfig, Location, RELEASE_FILE, Rule};
 use crate::model::{RepoTree, TreeError};
 use crate::release::{Keyring, ReleaseContent, read_release, split_signed_tag, verify_commit};
@@ -169,7 +170,7 @@ pub fn validate_repo(
             config_findings.push(Finding::in_file(
                 Rule::Signature,
                 "fleet.yaml",
-                format!("rollout.requireSignedCommits is on, but {e}"),
+                format!("rollout.requireSignedCommits is on, but {}", error_chain(&e)),
             ));
         }
     }
@@ -347,8 +348,14 @@ fn crd_findings(prev_id: &str, prev: &ReleaseContent, next: &ReleaseContent, pre
         (Ok(old), Ok(new)) => (old, new),
         // An unreadable CRD of the new release is a finding of its own; of the old one, a reason
         // why the comparison could not be made.
-        (_, Err(e)) => return vec![Finding::in_file(Rule::CrdCompatibility, &at, e.to_string())],
-        (Err(e), _) => return vec![Finding::in_file(Rule::CrdCompatibility, &at, format!("against {prev_id}: {e}"))],
+        (_, Err(e)) => return vec![Finding::in_file(Rule::CrdCompatibility, &at, error_chain(&e))],
+        (Err(e), _) => {
+            return vec![Finding::in_file(
+                Rule::CrdCompatibility,
+                &at,
+                format!("against {prev_id}: {}", error_chain(&e)),
+            )];
+        }
     };
     let old: Vec<CustomResourceDefinition> = old.into_iter().map(|c| c.crd).collect();
     let new: Vec<(String, CustomResourceDefinition)> = new.into_iter().map(|c| (c.file, c.crd)).collect();

@@ -229,7 +229,7 @@ pub struct AgentSettings {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("reading config file {path}: {source}")]
+    #[error("reading config file {path}")]
     ReadFile { path: PathBuf, source: std::io::Error },
     #[error("config file {path}: {message}")]
     ParseFile { path: PathBuf, message: String },
@@ -245,7 +245,7 @@ pub enum ConfigError {
         "no trusted keys given: pass --trusted-keys FILE (the release signers' public keys); releases cannot be verified without them"
     )]
     NoTrustedKeys,
-    #[error("{what} {path}: {source}")]
+    #[error("{what} {path}")]
     Unreadable { what: &'static str, path: PathBuf, source: std::io::Error },
     #[error("trusted keys directory {0} holds no key files")]
     EmptyKeyDir(PathBuf),

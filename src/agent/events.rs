@@ -9,6 +9,7 @@
 //! keeps only the first message.
 
 use super::state::{Phase, Severity, Transition};
+use crate::model::error_chain;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -23,7 +24,7 @@ pub const MAX_NOTE_BYTES: usize = 1024;
 const MAX_INSTANCE_BYTES: usize = 128;
 
 #[derive(Debug, thiserror::Error)]
-#[error("recording Event {reason} on {kind}/{name}: {source}")]
+#[error("recording Event {reason} on {kind}/{name}")]
 pub struct EventError {
     reason: String,
     kind: String,
@@ -118,22 +119,6 @@ fn action_of(t: &Transition) -> &'static str {
     }
 }
 
-/// `err` and every `source()` below it, joined with ": ". A source whose text the message so far
-/// already contains (error types that print their source themselves) is not repeated.
-pub fn error_chain(err: &(dyn Error + 'static)) -> String {
-    let mut out = err.to_string();
-    let mut source = err.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
-}
-
 /// `s` cut to at most `max` bytes on a character boundary, ending in "…" when cut.
 pub fn cut(s: &str, max: usize) -> String {
     if s.len() <= max {
@@ -150,30 +135,6 @@ pub fn cut(s: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[derive(Debug, thiserror::Error)]
-    enum Inner {
-        #[error("connection refused")]
-        Refused,
-    }
-
-    #[derive(Debug, thiserror::Error)]
-    enum Middle {
-        #[error("fetching git://host/fleet.git")]
-        Fetch(#[source] Inner),
-    }
-
-    #[derive(Debug, thiserror::Error)]
-    enum Outer {
-        #[error("source: {0}")]
-        Source(#[source] Middle),
-    }
-
-    #[test]
-    fn error_chain_walks_sources_without_repeating() {
-        let e = Outer::Source(Middle::Fetch(Inner::Refused));
-        assert_eq!(error_chain(&e), "source: fetching git://host/fleet.git: connection refused");
-    }
 
     #[test]
     fn cut_respects_char_boundaries_and_limit() {

@@ -13,6 +13,7 @@
 //! On a graceful stop ([`LeaderHandle::step_down`]) the leader clears the holder so a standby takes
 //! over at its next retry instead of waiting a full lease duration.
 
+use crate::model::error_chain;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Client;
@@ -60,7 +61,7 @@ impl LeaseConfig {
 
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
-    #[error("{action} Lease {namespace}/{name}: {source}")]
+    #[error("{action} Lease {namespace}/{name}")]
     Kube { action: &'static str, namespace: String, name: String, source: Box<kube::Error> },
     #[error("Lease {namespace}/{name}: the API server did not answer within {after:?}")]
     Timeout { namespace: String, name: String, after: Duration },
@@ -220,7 +221,7 @@ impl LeaderElector {
                         tx.send_if_modified(|l| replace_if_changed(l, other));
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, "leader election round failed");
+                        tracing::warn!(error = %error_chain(&e), "leader election round failed");
                         if last_renewal.is_some_and(|t| t.elapsed() >= deadline) {
                             tracing::warn!(lease = %self.config.name, "could not renew within {deadline:?}; stepping down");
                             last_renewal = None;
@@ -233,7 +234,7 @@ impl LeaderElector {
                     _ = &mut stop_rx => {
                         tx.send_replace(Leadership::Unknown);
                         if let Err(e) = self.release().await {
-                            tracing::warn!(error = %e, "releasing the Lease failed; a standby takes over after it expires");
+                            tracing::warn!(error = %error_chain(&e), "releasing the Lease failed; a standby takes over after it expires");
                         }
                         return;
                     }

@@ -89,7 +89,7 @@ pub enum NotifyError {
     Timeout { url: String, after: Duration },
     #[error("notification to {url} was refused with HTTP {status}")]
     Status { url: String, status: u16 },
-    #[error("notification to {url} failed: {source}")]
+    #[error("notification to {url} failed")]
     Transport { url: String, source: reqwest::Error },
 }
 

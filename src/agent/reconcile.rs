@@ -26,6 +26,7 @@ use super::state::{AgentState, Failure, Next, Progress, Transition, TransitionEr
 use crate::apply::{AdmittedSet, ApplyError, ApplyOptions, Engine};
 use crate::gates::{self, BakeVerdict, GateError, GateEvaluation, GateRunner, OperatorTarget, Verdict};
 use crate::manifests::AdmissionPolicy;
+use crate::model::error_chain;
 use crate::model::{ErrorClass, FleetConfig, GatePolicySpec, ReleaseAdmissionPolicySpec};
 use crate::release::{self, DesiredRelease, Keyring, TrustConfig, VerifiedRelease, VerifyError};
 use crate::source::{Checkout, Source, SourceError};
@@ -43,21 +44,21 @@ const PREAPPLY_CALL_TIMEOUT: Duration = Duration::from_secs(15);
 /// Event, and tries again at the next wake if [`ReconcileError::class`] says it may help.
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
-    #[error("fleet repo: {0}")]
+    #[error("fleet repo")]
     Source(#[from] SourceError),
-    #[error("resolving the desired release: {0}")]
+    #[error("resolving the desired release")]
     Resolve(#[from] release::ResolveError),
-    #[error("agent state: {0}")]
+    #[error("agent state")]
     State(#[from] super::state::StateError),
-    #[error("gates: {0}")]
+    #[error("gates")]
     Gates(#[from] GateError),
-    #[error("apply: {0}")]
+    #[error("apply")]
     Apply(#[from] ApplyError),
     #[error("verifying a release: {0}")]
     Verify(VerifyError),
-    #[error("writing the status: {0}")]
+    #[error("writing the status")]
     Status(#[from] status::StatusError),
-    #[error("the release's state is inconsistent: {0}")]
+    #[error("the release's state is inconsistent")]
     Transition(#[from] super::state::TransitionError),
 }
 
@@ -202,7 +203,7 @@ impl Agent {
                 }
                 Err(e) => {
                     self.services.metrics.observe_reconcile(took, ReconcileResult::Error);
-                    tracing::warn!(error = %e, class = ?e.class(), "reconcile failed");
+                    tracing::warn!(error = %error_chain(e), class = ?e.class(), "reconcile failed");
                     self.record_error(e).await;
                 }
             }
@@ -268,7 +269,7 @@ impl Agent {
         let verified = match self.verify(checkout, &desired).await {
             Ok(Ok(verified)) => verified,
             Ok(Err(e)) => {
-                let message = e.to_string();
+                let message = error_chain(&e);
                 self.step(config, Step::Refused { reason: verify_reason(&e), message: message.clone() }).await?;
                 return Ok(Outcome::Refused { release: id, reason: message });
             }
@@ -338,7 +339,7 @@ impl Agent {
     /// Ends a pass that failed before the apply: the release is deferred (not rejected) and the
     /// error returned, so the next pass tries again.
     async fn defer(&mut self, config: &FleetConfig, e: ReconcileError) -> Result<Outcome, ReconcileError> {
-        self.step(config, Step::Deferred { why: e.to_string() }).await?;
+        self.step(config, Step::Deferred { why: error_chain(&e) }).await?;
         Err(e)
     }
 
@@ -394,7 +395,7 @@ impl Agent {
                 // Applying; the next pass applies again.
                 return Err(e.into());
             }
-            let failure = Failure::new(e.reason(), e.to_string());
+            let failure = Failure::new(e.reason(), error_chain(&e));
             return self.roll_back(checkout, config, failure, Vec::new()).await;
         }
         self.step(config, Step::Applied { bake_time: gate_policy(config).bake_time }).await?;
@@ -453,7 +454,7 @@ impl Agent {
                 let verified = match self.verify_known(checkout, &op.release).await {
                     Ok(v) => v,
                     Err(e) => {
-                        let failure = Failure::new("VerificationFailed", e.to_string());
+                        let failure = Failure::new("VerificationFailed", error_chain(&e));
                         return self.roll_back(checkout, &config, failure, Vec::new()).await;
                     }
                 };
@@ -517,7 +518,7 @@ impl Agent {
     ) -> Result<Result<AdmittedSet<'r>, Blocker>, ReconcileError> {
         let admitted = match self.engine.admit(verified, policy).await {
             Ok(admitted) => admitted,
-            Err(e) if e.class() == ErrorClass::Stalling => return Ok(Err(Blocker::Admission(e.to_string()))),
+            Err(e) if e.class() == ErrorClass::Stalling => return Ok(Err(Blocker::Admission(error_chain(&e)))),
             Err(e) => return Err(e.into()),
         };
         let accept = match gates::crd_compat::Acceptance::parse_all(&verified.release().spec.accept_crd_changes) {
@@ -537,7 +538,7 @@ impl Agent {
         }
         match self.engine.dry_run(&admitted).await {
             Ok(_) => Ok(Ok(admitted)),
-            Err(e) if e.class() == ErrorClass::Stalling => Ok(Err(Blocker::DryRun(e.to_string()))),
+            Err(e) if e.class() == ErrorClass::Stalling => Ok(Err(Blocker::DryRun(error_chain(&e)))),
             Err(e) => Err(e.into()),
         }
     }
@@ -581,10 +582,10 @@ impl Agent {
         match self.services.store.object_ref().await {
             Ok(regarding) => {
                 if let Err(e) = self.services.events.transition(&regarding, t).await {
-                    tracing::warn!(error = %e, "could not record an Event");
+                    tracing::warn!(error = %error_chain(&e), "could not record an Event");
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "could not reference the state ConfigMap for an Event"),
+            Err(e) => tracing::warn!(error = %error_chain(&e), "could not reference the state ConfigMap for an Event"),
         }
     }
 
@@ -598,7 +599,7 @@ impl Agent {
                 tracing::info!(release = %status.release, state = status.state.as_str(), "{}", status.description)
             }
             Err(e) => {
-                tracing::error!(release = %status.release, error = %e, "could not write the status");
+                tracing::error!(release = %status.release, error = %error_chain(&e), "could not write the status");
                 self.record_error(&ReconcileError::Status(e)).await;
             }
         }
@@ -615,7 +616,7 @@ impl Agent {
             config.fleet.spec.status.forge.as_ref().and_then(|f| match status::ForgeBackend::from_settings(f) {
                 Ok(b) => Some(b),
                 Err(e) => {
-                    tracing::warn!(error = %e, "forge statuses disabled");
+                    tracing::warn!(error = %error_chain(&e), "forge statuses disabled");
                     None
                 }
             });
@@ -626,7 +627,7 @@ impl Agent {
     async fn notify(&self, n: &Notification) {
         let Some(notifier) = &self.services.notifier else { return };
         if let Err(e) = notifier.send(n).await {
-            tracing::warn!(error = %e, "notification failed");
+            tracing::warn!(error = %error_chain(&e), "notification failed");
         }
     }
 
@@ -634,7 +635,7 @@ impl Agent {
         if let Ok(regarding) = self.services.store.object_ref().await
             && let Err(err) = self.services.events.error(&regarding, e.reason(), "Reconcile", e).await
         {
-            tracing::warn!(error = %err, "could not record an Event");
+            tracing::warn!(error = %error_chain(&err), "could not record an Event");
         }
     }
 }
@@ -642,9 +643,9 @@ impl Agent {
 /// Errors that stop the agent from starting at all.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentStartError {
-    #[error("opening the fleet repo: {0}")]
+    #[error("opening the fleet repo")]
     Source(#[from] SourceError),
-    #[error("reading the trusted keys: {0} (check --trusted-keys)")]
+    #[error("reading the trusted keys (check --trusted-keys)")]
     Trust(#[from] release::TrustError),
     #[error(transparent)]
     Config(#[from] super::config::ConfigError),

@@ -15,6 +15,7 @@ use super::state::{Failure, Progress, Rollback, TransitionError};
 use crate::apply::{AdmittedSet, ApplyError};
 use crate::gates::crd_compat;
 use crate::model::FleetConfig;
+use crate::model::error_chain;
 use crate::source::Checkout;
 use crate::status::GateFigure;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -48,7 +49,7 @@ impl Agent {
             return Err(TransitionError::WrongPhase { action: "roll back", phase, needs: "RollingBack" }.into());
         };
         if let Err(e) = self.restore(checkout, config, rollback).await {
-            let message = e.to_string();
+            let message = error_chain(&e);
             if self.last_rollback_error.as_deref() != Some(message.as_str()) {
                 self.step(config, Step::RollbackFailed { message: message.clone() }).await?;
                 self.last_rollback_error = Some(message);
@@ -92,7 +93,7 @@ impl Agent {
                     .publish(&regarding, Severity::Warning, "CrdKept", "RollingBack", &kept.to_string())
                     .await
             {
-                tracing::warn!(error = %e, "could not record an Event");
+                tracing::warn!(error = %error_chain(&e), "could not record an Event");
             }
         }
         Ok(())

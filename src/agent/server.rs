@@ -18,6 +18,7 @@
 use super::lease::Leadership;
 use super::metrics::{CONTENT_TYPE, Metrics};
 use super::triggers::{TriggerSender, TriggerSource};
+use crate::model::error_chain;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
@@ -150,9 +151,9 @@ pub struct ServerState {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    #[error("listening on {addr}: {source}; pass another --listen address")]
+    #[error("listening on {addr}; pass another --listen address")]
     Bind { addr: SocketAddr, source: std::io::Error },
-    #[error("reading webhook secret {path}: {source}")]
+    #[error("reading webhook secret {path}")]
     Secret { path: PathBuf, source: std::io::Error },
 }
 
@@ -262,7 +263,7 @@ impl HttpServer {
         if let Some(task) = self.task.take()
             && let Ok(Err(e)) = task.await
         {
-            tracing::warn!(error = %e, "HTTP server ended with an error");
+            tracing::warn!(error = %error_chain(&e), "HTTP server ended with an error");
         }
     }
 }

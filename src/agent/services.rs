@@ -18,7 +18,7 @@ use std::sync::Arc;
 pub enum StartError {
     #[error(transparent)]
     Config(#[from] super::config::ConfigError),
-    #[error("{0} (is the state namespace created and does the agent's RBAC allow configmaps there?)")]
+    #[error("agent state (is the state namespace created and does the agent's RBAC allow configmaps there?)")]
     State(#[from] StateError),
     #[error(transparent)]
     Server(#[from] ServerError),

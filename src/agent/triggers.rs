@@ -7,6 +7,7 @@
 //! The poll deadline restarts after every wake, so a sync caused by a webhook also counts as the
 //! poll: the loop syncs at least every interval, and not twice in a row for one change.
 
+use crate::model::error_chain;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -148,9 +149,9 @@ fn jittered(interval: Duration, unit: f64) -> Duration {
 
 #[derive(Debug, thiserror::Error)]
 pub enum TriggerError {
-    #[error("{path} is not a Git repository: {source}")]
+    #[error("{path} is not a Git repository")]
     NotARepo { path: PathBuf, source: git2::Error },
-    #[error("watching {path} for ref changes: {source}")]
+    #[error("watching {path} for ref changes")]
     Watch { path: PathBuf, source: notify::Error },
 }
 
@@ -179,7 +180,7 @@ impl RefWatcher {
                 sender.fire(TriggerSource::GitRefs);
             }
             Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "git refs watcher"),
+            Err(e) => tracing::warn!(error = %error_chain(&e), "git refs watcher"),
         })
         .map_err(|source| TriggerError::Watch { path: repo.to_path_buf(), source })?;
         let mut watched = vec![(refs, RecursiveMode::Recursive), (common_dir.clone(), RecursiveMode::NonRecursive)];

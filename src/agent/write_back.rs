@@ -8,6 +8,7 @@
 
 use super::reconcile::Agent;
 use super::state::Failure;
+use crate::model::error_chain;
 use crate::releng::FleetState;
 use crate::source::{Credentials, Source};
 use git2::{Oid, Repository};
@@ -19,11 +20,11 @@ const PUSH_REF: &str = "refs/fleetgate/write-back";
 
 #[derive(Debug, thiserror::Error)]
 pub enum WriteBackError {
-    #[error("fleet repo: {0}")]
+    #[error("fleet repo")]
     Source(#[from] crate::source::SourceError),
-    #[error("reading the fleet configuration at the tip: {0}")]
+    #[error("reading the fleet configuration at the tip")]
     Config(#[from] crate::releng::RelengError),
-    #[error("git: {0}")]
+    #[error("git")]
     Git(#[from] git2::Error),
     #[error("the remote refused the write-back commit on {branch}: {message}")]
     Rejected { branch: String, message: String },
@@ -42,7 +43,7 @@ impl Agent {
         match result {
             Ok(Some(commit)) => tracing::info!(%commit, release = target, "wrote the rollback back to Git"),
             Ok(None) => tracing::info!(release = target, "Git already asks for the rolled-back-to release"),
-            Err(e) => tracing::error!(error = %e, "write-back failed; Git still asks for {failed}"),
+            Err(e) => tracing::error!(error = %error_chain(&e), "write-back failed; Git still asks for {failed}"),
         }
     }
 }

@@ -126,7 +126,7 @@ impl ApplyOptions {
 /// Why an apply, prune, snapshot, restore or drift check failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
-    #[error("cannot read the release's manifests: {0}")]
+    #[error("cannot read the release's manifests")]
     Manifests(#[from] ManifestError),
     #[error(transparent)]
     Admission(#[from] AdmissionError),
@@ -150,7 +150,7 @@ pub enum ApplyError {
     Inventory { namespace: String, name: String, reason: String },
     #[error("snapshot {id}: {reason}")]
     Snapshot { id: String, reason: String },
-    #[error("{action}: {source}")]
+    #[error("{action}")]
     Kube {
         action: String,
         #[source]

@@ -2,7 +2,7 @@
 //! and the pieces of human output several commands print the same way (headings, "Next:" hints,
 //! cluster moves, CRD verdicts, errors).
 
-use crate::agent::events::error_chain;
+use crate::model::error_chain;
 use crate::releng::checks::CrdVerdict;
 use crate::releng::forge_pr::OpenedPullRequest;
 use crate::releng::promote::ClusterMove;

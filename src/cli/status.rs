@@ -9,7 +9,7 @@
 
 use super::args::GitAccess;
 use super::output::{OutputFormat, colours};
-use crate::agent::events::error_chain;
+use crate::model::error_chain;
 use crate::source::Source;
 use crate::status::{FleetView, Matrix, RenderOptions, State, render_release, render_table};
 use anyhow::Context;

@@ -45,7 +45,7 @@ use std::time::Duration;
 pub enum GateError {
     #[error("the gate policy cannot be evaluated: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     InvalidPolicy(Vec<GatePolicyProblem>),
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Kube {
         what: String,
         #[source]
@@ -53,7 +53,7 @@ pub enum GateError {
     },
     #[error("{what}: no answer within {after:?}")]
     Timeout { what: String, after: Duration },
-    #[error("Prometheus client: {0}")]
+    #[error("Prometheus client")]
     Prometheus(#[from] PrometheusError),
 }
 

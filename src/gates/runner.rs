@@ -3,6 +3,7 @@
 
 use super::prometheus::{self, PrometheusClient};
 use super::{GateError, GateEvaluation, call, cel_health, webhook, workload};
+use crate::model::error_chain;
 use crate::model::{GateCheck, GatePolicySpec, OnUnknown, PrometheusBound};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -285,7 +286,7 @@ impl GateRunner {
                         }
                         e
                     }
-                    Err(err) => GateEvaluation::unknown(name, err.to_string(), availability_threshold()),
+                    Err(err) => GateEvaluation::unknown(name, error_chain(&err), availability_threshold()),
                 }
             }
             GateCheck::PodRestarts(r) => {
@@ -294,7 +295,7 @@ impl GateRunner {
                     Ok(list) => workload::judge_restarts(name, r.max, &list.items, &self.baseline.restarts),
                     Err(err) => GateEvaluation::unknown(
                         name,
-                        err.to_string(),
+                        error_chain(&err),
                         super::Threshold::AtMost { limit: crate::model::Quantity::number(f64::from(r.max)) },
                     ),
                 }
@@ -304,7 +305,7 @@ impl GateRunner {
                     Ok(objects) => cel_health::judge_objects(name, &c.expression, c.min_healthy_ratio, &objects),
                     Err(err) => GateEvaluation::unknown(
                         name,
-                        err.to_string(),
+                        error_chain(&err),
                         super::Threshold::AtLeast { limit: crate::model::Quantity::percent(c.min_healthy_ratio.value) },
                     ),
                 }

@@ -3,6 +3,7 @@
 //! unreachable or denying valid objects fails the gate; nothing is stored.
 
 use super::{GateError, GateEvaluation, Threshold, Verdict, call};
+use crate::model::error_chain;
 use kube::api::{Api, DynamicObject, GroupVersionKind, PostParams};
 use kube::discovery::Scope;
 use serde_json::Value;
@@ -29,7 +30,7 @@ pub(crate) async fn probe(
             .await
         {
             Ok(found) => found,
-            Err(e) => return GateEvaluation::unknown(gate, e.to_string(), threshold),
+            Err(e) => return GateEvaluation::unknown(gate, error_chain(&e), threshold),
         };
     let mut object: DynamicObject = match serde_json::from_value(sample.clone()) {
         Ok(o) => o,
@@ -52,7 +53,7 @@ pub(crate) async fn probe(
         Err(GateError::Kube { source: kube::Error::Api(status), .. }) => {
             (Verdict::Fail, Some(format!("HTTP {} {}: {}", status.code, status.reason, status.message)))
         }
-        Err(e) => (Verdict::Unknown { reason: e.to_string() }, None),
+        Err(e) => (Verdict::Unknown { reason: error_chain(&e) }, None),
     };
     GateEvaluation { gate: gate.to_string(), verdict, observed: None, threshold, detail }
 }

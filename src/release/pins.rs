@@ -20,11 +20,11 @@ pub struct TagPins {
 
 #[derive(Debug, thiserror::Error)]
 pub enum PinError {
-    #[error("reading tag pins {path}: {source}")]
+    #[error("reading tag pins {path}")]
     Read { path: PathBuf, source: std::io::Error },
-    #[error("tag pins {path} are not valid JSON ({source}); move the file away to re-pin from scratch")]
+    #[error("tag pins {path} are not valid JSON; move the file away to re-pin from scratch")]
     Corrupt { path: PathBuf, source: serde_json::Error },
-    #[error("writing tag pins {path}: {source}")]
+    #[error("writing tag pins {path}")]
     Write { path: PathBuf, source: std::io::Error },
 }
 

@@ -21,7 +21,7 @@ pub struct DesiredRelease {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
-    #[error("the branch tip {commit} has an invalid fleet configuration: {source}")]
+    #[error("the branch tip {commit} has an invalid fleet configuration")]
     Config { commit: String, source: ConfigError },
     #[error("cluster {cluster} is not in the fleet repo (no clusters/{cluster}.yaml at {commit})")]
     UnknownCluster { cluster: String, commit: String },

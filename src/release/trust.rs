@@ -67,7 +67,7 @@ impl SignatureProblem {
 
 #[derive(Debug, thiserror::Error)]
 pub enum TrustError {
-    #[error("reading trusted key file {path}: {source}")]
+    #[error("reading trusted key file {path}")]
     Read { path: PathBuf, source: std::io::Error },
     #[error("trusted key file {origin} holds no OpenPGP public key")]
     NoKey { origin: String },

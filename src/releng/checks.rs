@@ -8,6 +8,7 @@ use super::repo::FleetRepo;
 use super::{Refusal, RelengError};
 use crate::gates::crd_compat;
 use crate::manifests::{FileCrd, crds_in_files};
+use crate::model::error_chain;
 use crate::release::{TagPins, TrustConfig, VerifyError, read_release, resolve_release, verify};
 use crate::source::{Checkout, GitTree};
 use serde::Serialize;
@@ -51,7 +52,7 @@ pub fn crd_compatibility(
     let (old, new) = match (crds_in_files(old), crds_in_files(new)) {
         (Ok(old), Ok(new)) => (old, new),
         (old, new) => {
-            let findings = [old.err(), new.err()].into_iter().flatten().map(|e| e.to_string()).collect();
+            let findings = [old.err(), new.err()].into_iter().flatten().map(|e| error_chain(&e)).collect();
             return CrdVerdict { compatible: false, compared: true, findings };
         }
     };
@@ -110,7 +111,7 @@ pub fn verify_release(
             | VerifyError::UntrustedKey { .. }
             | VerifyError::BadSignature { .. }
             | VerifyError::InvalidSignature { .. }),
-        ) => Err(Refusal::Unsigned { id: id.to_string(), reason: e.to_string() }.into()),
+        ) => Err(Refusal::Unsigned { id: id.to_string(), reason: error_chain(&e) }.into()),
         Err(e) => Err(env(e)),
     }
 }

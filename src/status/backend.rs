@@ -9,10 +9,10 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StatusError {
-    #[error("writing the status note: {0}")]
+    #[error("writing the status note")]
     Notes(#[from] NotesError),
     /// Only ever returned after the Git note was written.
-    #[error("the status note is in Git, but mirroring it to the forge failed: {0}")]
+    #[error("the status note is in Git, but mirroring it to the forge failed")]
     Forge(#[from] ForgeError),
     #[error("the status writer stopped before it finished: {0}")]
     Interrupted(String),

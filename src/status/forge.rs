@@ -153,7 +153,7 @@ pub enum ForgeError {
     },
     #[error("{forge} answered {status}: {message}")]
     Unexpected { forge: &'static str, status: u16, message: String },
-    #[error("{forge} at {url}: {source}")]
+    #[error("{forge} at {url}")]
     Transport { forge: &'static str, url: String, source: reqwest::Error },
 }
 

@@ -200,7 +200,7 @@ pub struct StatusNote {
 /// A note that is not a status note this build can read.
 #[derive(Debug, thiserror::Error)]
 pub enum NoteParseError {
-    #[error("not JSON of a fleetgate status note: {0}")]
+    #[error("not JSON of a fleetgate status note")]
     Json(#[from] serde_json::Error),
     #[error("note schema {found} is newer than this fleetgate understands (schema {SCHEMA}); upgrade fleetgate")]
     NewerSchema { found: u32 },

@@ -13,6 +13,7 @@
 //! was never pushed is never lost, and a plain `git log --notes='fleetgate/*'` shows them.
 
 use super::model::{NoteParseError, Status, StatusNote, StatusSet};
+use crate::model::error_chain;
 use git2::{Cred, CredentialType, ErrorCode, FetchOptions, Oid, PushOptions, RemoteCallbacks, Repository, Signature};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -79,16 +80,16 @@ pub enum NotesError {
     InvalidCluster(String),
     #[error("commit {0:?} is not a full hexadecimal Git object id")]
     InvalidCommit(String),
-    #[error("fetching status notes from {url}: {source}")]
+    #[error("fetching status notes from {url}")]
     Fetch { url: String, source: git2::Error },
-    #[error("pushing {refname} to {url}: {source}")]
+    #[error("pushing {refname} to {url}")]
     Push { url: String, refname: String, source: git2::Error },
     #[error(
         "{url} refused {refname} {attempts} times although every refusal was merged and retried \
          (someone else keeps rewriting it); last refusal: {last}"
     )]
     Contended { url: String, refname: String, attempts: u32, last: String },
-    #[error("local repository: {0}")]
+    #[error("local repository")]
     Repo(#[from] git2::Error),
 }
 
@@ -178,7 +179,7 @@ fn parse_or_warn(text: &str, refname: &str, commit: Oid) -> Option<StatusNote> {
 }
 
 fn warn_unreadable(refname: &str, commit: Oid, e: &NoteParseError) {
-    tracing::warn!(%refname, %commit, error = %e, "ignoring a note that is not a readable fleetgate status note");
+    tracing::warn!(%refname, %commit, error = %error_chain(e), "ignoring a note that is not a readable fleetgate status note");
 }
 
 fn append_local(

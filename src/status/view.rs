@@ -13,11 +13,11 @@ use crate::source::{Checkout, SourceError};
 pub enum ViewError {
     #[error(transparent)]
     Source(#[from] SourceError),
-    #[error("the branch tip's fleet configuration: {0}")]
+    #[error("the branch tip's fleet configuration")]
     Config(#[from] ConfigError),
-    #[error("reading a release tag's tree: {0}")]
+    #[error("reading a release tag's tree")]
     Tree(#[from] TreeError),
-    #[error("reading status notes: {0}")]
+    #[error("reading status notes")]
     Notes(#[from] NotesError),
 }
 

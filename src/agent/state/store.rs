@@ -168,7 +168,7 @@ pub enum StateError {
         "state ConfigMap {namespace}/{name} kept changing under us ({attempts} conflicting writes); is a second agent running for this cluster without leader election?"
     )]
     Contended { namespace: String, name: String, attempts: u32 },
-    #[error("{action} state ConfigMap {namespace}/{name}: {source}")]
+    #[error("{action} state ConfigMap {namespace}/{name}")]
     Kube { action: &'static str, namespace: String, name: String, source: Box<kube::Error> },
 }
 
