@@ -364,6 +364,23 @@ impl Agent {
         Ok(Some(target))
     }
 
+    /// The apply proper: `admitted` (admitting `verified` again when this pass has no set), then
+    /// prune what the previous release had and this one dropped.
+    async fn apply_and_prune(
+        &self,
+        verified: &VerifiedRelease,
+        config: &FleetConfig,
+        admitted: Option<AdmittedSet<'_>>,
+    ) -> Result<(), ApplyError> {
+        let admitted = match admitted {
+            Some(admitted) => admitted,
+            None => self.engine.admit(verified, &self.admission_policy(config)).await?,
+        };
+        let changes = self.engine.apply(admitted).await?;
+        tracing::info!(release = verified.id(), changes = %changes.summary(), "applied");
+        self.engine.prune().await.map(drop)
+    }
+
     /// Applying → Baking → Idle, or a rollback. Also the path an agent restarted mid-apply takes:
     /// it has no `admitted` set from this pass's pre-apply stage and admits the release again.
     async fn apply_and_bake(
@@ -374,21 +391,7 @@ impl Agent {
         admitted: Option<AdmittedSet<'_>>,
         baseline: gates::Baseline,
     ) -> Result<Outcome, ReconcileError> {
-        let admitted = match admitted {
-            Some(admitted) => Ok(admitted),
-            None => self.engine.admit(verified, &self.admission_policy(config)).await,
-        };
-        let applied = match admitted {
-            Ok(admitted) => self.engine.apply(admitted).await,
-            Err(e) => Err(e),
-        };
-        let applied = match applied {
-            Ok(changes) => {
-                tracing::info!(release = verified.id(), changes = %changes.summary(), "applied");
-                self.engine.prune().await.map(|_| ())
-            }
-            Err(e) => Err(e),
-        };
+        let applied = self.apply_and_prune(verified, config, admitted).await;
         if let Err(e) = applied {
             if e.class() == ErrorClass::Retryable && matches!(e, ApplyError::Kube { .. }) {
                 // The API server is unreachable: nothing can be rolled back either. Stay in

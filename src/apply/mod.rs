@@ -47,7 +47,7 @@ pub use inventory::*;
 pub use snapshot::*;
 
 use crate::manifests::admission::{AdmissionError, AdmissionPolicy};
-use crate::manifests::{Manifest, ManifestError, ManifestSet, ObjectKey, Phase};
+use crate::manifests::{CrdNames, Manifest, ManifestError, ManifestSet, ObjectKey, Phase};
 use crate::model::ErrorClass;
 use crate::release::VerifiedRelease;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -346,7 +346,9 @@ impl Engine {
                 _ => None,
             };
             if would_be.is_none() || live.as_ref().and_then(|l| l.data.get("spec")) != would_be {
-                changing_crds.extend(set.crd_names().into_iter().filter(|c| c.name == m.key.name));
+                changing_crds.extend(
+                    set.crds().iter().filter(|c| c.metadata.name.as_ref() == Some(&m.key.name)).map(CrdNames::of),
+                );
             }
         }
         let deferred: Vec<DeferredDryRun> = set

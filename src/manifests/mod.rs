@@ -307,7 +307,9 @@ impl ManifestSet {
         scopes: &dyn KindScopes,
     ) -> Result<ManifestSet, ManifestError> {
         // The release's own CRDs define the scope of their kinds, whatever the cluster serves now.
+        // Each CRD is converted once, here; the set keeps the first of each name in apply order.
         let mut release_crds: HashMap<(String, String), Scope> = HashMap::new();
+        let mut typed: HashMap<String, CustomResourceDefinition> = HashMap::new();
         for (at, obj, gvk) in &parsed {
             if !is_crd(&api_version(&gvk.group, &gvk.version), &gvk.kind) {
                 continue;
@@ -316,6 +318,7 @@ impl ManifestSet {
                 Ok(crd) => {
                     let names = CrdNames::of(&crd);
                     release_crds.insert((names.group, names.kind), names.scope);
+                    typed.entry(names.name).or_insert(crd);
                 }
                 Err(reason) => errors.push(ManifestError::InvalidCrd { at: at.clone(), reason }),
             }
@@ -366,11 +369,10 @@ impl ManifestSet {
             return Err(e);
         }
         manifests.sort_by(|a, b| (a.phase, &a.key).cmp(&(b.phase, &b.key)));
-        // Converted above without error, so every CRD manifest converts again here.
         let crds = manifests
             .iter()
             .filter(|m| is_crd(&m.api_version(), &m.key.kind))
-            .filter_map(|m| serde_json::to_value(&m.object).ok().and_then(|v| typed_crd(&v).ok()))
+            .filter_map(|m| typed.remove(&m.key.name))
             .collect();
         Ok(ManifestSet { release_id: id.to_string(), manifests, crds })
     }
@@ -552,7 +554,7 @@ spec:
         );
         let ns = set.iter().next().unwrap();
         assert_eq!(ns.object.metadata.namespace, None, "cluster-scoped objects carry no namespace");
-        assert_eq!(set.crd_names()[0].plural, "widgets");
+        assert_eq!(CrdNames::of(&set.crds()[0]).plural, "widgets");
     }
 
     #[test]

@@ -53,16 +53,23 @@ fn find_binaries_dir() -> anyhow::Result<PathBuf> {
     if let Some(dir) = std::env::var_os("KUBEBUILDER_ASSETS").filter(|d| !d.is_empty()) {
         return Ok(PathBuf::from(dir));
     }
+    run_hack_script(
+        "k8s-binaries.sh",
+        "set FLEETGATE_REPO to the fleetgate checkout, or KUBEBUILDER_ASSETS to a directory with kube-apiserver and etcd",
+    )
+}
+
+/// Runs `hack/<name>` of the fleetgate checkout (`FLEETGATE_REPO`, else this crate's parent) and
+/// returns the path it prints last: the scripts that build a tool into the cache answer with
+/// its location at once when it is there, and build it first otherwise. `hint` says what to do
+/// when the script is missing.
+pub(crate) fn run_hack_script(name: &str, hint: &str) -> anyhow::Result<PathBuf> {
     let repo = match std::env::var_os("FLEETGATE_REPO").filter(|d| !d.is_empty()) {
         Some(repo) => PathBuf::from(repo),
         None => Path::new(env!("CARGO_MANIFEST_DIR")).join(".."),
     };
-    let script = repo.join("hack/k8s-binaries.sh");
-    anyhow::ensure!(
-        script.is_file(),
-        "{} not found: set FLEETGATE_REPO to the fleetgate checkout, or KUBEBUILDER_ASSETS to a directory with kube-apiserver and etcd",
-        script.display()
-    );
+    let script = repo.join("hack").join(name);
+    anyhow::ensure!(script.is_file(), "{} not found: {hint}", script.display());
     // stderr is inherited so a cold build shows its progress.
     let out = Command::new("bash")
         .arg(&script)
@@ -71,12 +78,12 @@ fn find_binaries_dir() -> anyhow::Result<PathBuf> {
         .with_context(|| format!("running {}", script.display()))?;
     anyhow::ensure!(out.status.success(), "{} failed ({})", script.display(), out.status);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let dir = stdout
+    let path = stdout
         .lines()
         .map(str::trim)
         .rfind(|l| !l.is_empty())
-        .with_context(|| format!("{} printed no directory", script.display()))?;
-    Ok(PathBuf::from(dir))
+        .with_context(|| format!("{} printed no path", script.display()))?;
+    Ok(PathBuf::from(path))
 }
 
 /// What to start. `ClusterOptions::new("a").with_workloads(true)`.

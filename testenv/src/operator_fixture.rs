@@ -15,7 +15,6 @@
 use anyhow::{Context as _, bail};
 use serde_json::{Map, Value, json};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
 /// The `helm` binary: `FLEETGATE_HELM` if set, else what `hack/helm-binary.sh` prints (it builds
@@ -29,22 +28,10 @@ fn find_helm() -> anyhow::Result<PathBuf> {
     if let Some(h) = std::env::var_os("FLEETGATE_HELM").filter(|h| !h.is_empty()) {
         return Ok(PathBuf::from(h));
     }
-    // The same checkout rule as the Kubernetes binaries: FLEETGATE_REPO, else this crate's parent.
-    let repo = match std::env::var_os("FLEETGATE_REPO").filter(|d| !d.is_empty()) {
-        Some(repo) => PathBuf::from(repo),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join(".."),
-    };
-    let script = repo.join("hack/helm-binary.sh");
-    // stderr is inherited so a cold build shows its progress.
-    let out = Command::new("bash")
-        .arg(&script)
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .with_context(|| format!("running {}", script.display()))?;
-    anyhow::ensure!(out.status.success(), "{} failed ({})", script.display(), out.status);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let path = stdout.lines().map(str::trim).rfind(|l| !l.is_empty()).context("helm-binary.sh printed nothing")?;
-    Ok(PathBuf::from(path))
+    crate::cluster::run_hack_script(
+        "helm-binary.sh",
+        "set FLEETGATE_REPO to the fleetgate checkout, or FLEETGATE_HELM to a helm binary",
+    )
 }
 
 /// The schemas of `/openapi/v3/api/v1` (`components.schemas`), read through `client`.
