@@ -110,6 +110,19 @@ impl GateEvaluation {
         }
     }
 
+    /// A gate that cannot be evaluated as configured fails at once, whatever `onUnknown` says:
+    /// waiting does not fix a policy, and ignoring it would let a release pass unchecked. The
+    /// error is the detail, so it must not quote object data.
+    pub fn misconfigured(gate: &str, error: &dyn std::error::Error, threshold: Threshold) -> GateEvaluation {
+        GateEvaluation {
+            gate: gate.to_string(),
+            verdict: Verdict::Fail,
+            observed: None,
+            threshold,
+            detail: Some(error.to_string()),
+        }
+    }
+
     pub fn is_pass(&self) -> bool {
         self.verdict == Verdict::Pass
     }

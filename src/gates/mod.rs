@@ -28,10 +28,10 @@ pub mod schema;
 mod webhook;
 mod workload;
 
-pub use cel_health::unhealthy_reason;
+pub use cel_health::{CelGateError, ForeignGateKind, GateKindError, check_gate_kinds};
 pub use evaluation::*;
 pub use preapply::*;
-pub use prometheus::{PrometheusClient, PrometheusError, Sample};
+pub use prometheus::{PrometheusClient, PrometheusEndpoints, PrometheusError, Sample};
 pub use requires::*;
 pub use runner::*;
 pub use workload::restart_counts;

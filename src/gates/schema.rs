@@ -17,7 +17,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
 
-/// One reason an object would not validate.
+/// One reason an object would not validate. It names the path and the schema's rule, never the
+/// object's value there: violations end up in statuses in Git, and custom resources can hold
+/// anything (a password in a spec field fails a `pattern` like any other string).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Violation {
     /// JSON path in the object, e.g. `.spec.size`.
@@ -84,7 +86,7 @@ fn node(s: &JSONSchemaProps, v: &Value, path: &str, root: bool, out: &mut Vec<Vi
         && !values.iter().any(|e| e.0 == *v)
     {
         let allowed: Vec<String> = values.iter().map(|e| e.0.to_string()).collect();
-        violation(out, path, format!("{v} is not one of {}", allowed.join(", ")));
+        violation(out, path, format!("is not one of {}", allowed.join(", ")));
     }
     bounds(s, v, path, out);
     combinators(s, v, path, out);
@@ -136,7 +138,7 @@ fn bounds(s: &JSONSchemaProps, v: &Value, path: &str, out: &mut Vec<Violation>) 
                 violation(
                     out,
                     path,
-                    format!("{n} is below the minimum {}{min}", if exclusive { "(exclusive) " } else { "" }),
+                    format!("is below the minimum {}{min}", if exclusive { "(exclusive) " } else { "" }),
                 );
             }
         }
@@ -146,7 +148,7 @@ fn bounds(s: &JSONSchemaProps, v: &Value, path: &str, out: &mut Vec<Violation>) 
                 violation(
                     out,
                     path,
-                    format!("{n} is above the maximum {}{max}", if exclusive { "(exclusive) " } else { "" }),
+                    format!("is above the maximum {}{max}", if exclusive { "(exclusive) " } else { "" }),
                 );
             }
         }
@@ -154,7 +156,7 @@ fn bounds(s: &JSONSchemaProps, v: &Value, path: &str, out: &mut Vec<Violation>) 
             && m != 0.0
             && (n / m).fract().abs() > 1e-9
         {
-            violation(out, path, format!("{n} is not a multiple of {m}"));
+            violation(out, path, format!("is not a multiple of {m}"));
         }
     }
     if let Some(text) = v.as_str() {
@@ -167,7 +169,7 @@ fn bounds(s: &JSONSchemaProps, v: &Value, path: &str, out: &mut Vec<Violation>) 
         }
         if let Some(p) = &s.pattern {
             match regex::Regex::new(p) {
-                Ok(re) if !re.is_match(text) => violation(out, path, format!("{text:?} does not match pattern {p:?}")),
+                Ok(re) if !re.is_match(text) => violation(out, path, format!("does not match pattern {p:?}")),
                 Ok(_) => {}
                 // A pattern the API server accepted but Rust's regex cannot read is not the
                 // object's fault; say so instead of guessing.
@@ -262,9 +264,9 @@ mod tests {
     #[case::integral_float(json!({"size": 3.0}), &[])]
     #[case::missing_required(json!({"mode": "cluster"}), &[".spec.size: required field is missing"])]
     #[case::wrong_type(json!({"size": "three"}), &[".spec.size: must be of type integer, is string"])]
-    #[case::not_in_enum(json!({"size": 1, "mode": "sentinel"}), &[".spec.mode: \"sentinel\" is not one of \"standalone\", \"cluster\""])]
-    #[case::below_minimum(json!({"size": 0}), &[".spec.size: 0 is below the minimum 1"])]
-    #[case::pattern(json!({"size": 1, "image": "Redis"}), &[".spec.image: \"Redis\" does not match pattern \"^[a-z0-9./-]+:[a-z0-9.]+$\""])]
+    #[case::not_in_enum(json!({"size": 1, "mode": "sentinel"}), &[".spec.mode: is not one of \"standalone\", \"cluster\""])]
+    #[case::below_minimum(json!({"size": 0}), &[".spec.size: is below the minimum 1"])]
+    #[case::pattern(json!({"size": 1, "image": "Redis"}), &[".spec.image: does not match pattern \"^[a-z0-9./-]+:[a-z0-9.]+$\""])]
     #[case::int_or_string(json!({"size": 1, "port": true}), &[".spec.port: must be of type int-or-string, is boolean"])]
     #[case::null_not_allowed(json!({"size": 1, "mode": null}), &[".spec.mode: must not be null"])]
     #[case::items(json!({"size": 1, "ports": [{"port": "x"}, {}, {"port": 2}]}), &[".spec.ports: has 3 items, more than 2", ".spec.ports[0].port: must be of type integer, is string", ".spec.ports[1].port: required field is missing"])]

@@ -117,11 +117,13 @@ pub struct PodRestartsGate {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct CustomResourcesGate {
     pub api_version: String,
+    /// A kind of the release's own CRDs, or one the agent allows (`gates::check_gate_kinds`).
     pub kind: String,
     /// Only objects in this namespace; all namespaces when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
-    /// CEL over `self` (the whole object) returning a bool.
+    /// CEL over `self` (the whole object) returning a bool; any other result is a configuration
+    /// error that fails the gate (and never shows the value).
     pub expression: String,
     /// Healthy objects / all objects must be at least this (`100%` by default).
     #[serde(default = "full_ratio")]
