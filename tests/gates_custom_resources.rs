@@ -1,12 +1,15 @@
 //! Gates over custom resources in a real API server: health by a CEL expression over each object
-//! (ready, not ready, missing status), and webhook reachability by a server-side dry-run create.
+//! (ready, not ready, missing status), no object data in what a gate reports even over an
+//! allow-listed Secret, and webhook reachability by a server-side dry-run create.
 
 mod gates_support;
 
+use base64::Engine as _;
 use fleetgate::gates::{GateEvaluation, GateRunner};
 use fleetgate_testenv::ClusterOptions;
 use gates_support::*;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use serde_json::json;
 
@@ -85,6 +88,53 @@ async fn cel_health_over_ready_not_ready_and_status_less_objects() {
     set_ready(&api, "c", "True").await;
     let e = settled(&strict).await;
     assert_eq!(e.to_string(), "redis-ready 100 % ≥ 100 % — 3/3 healthy");
+}
+
+/// What an agent that allow-lists `Secret` (`--allow-gate-kind Secret`) would run: a gate over
+/// Secrets reports nothing of their data, whatever its expression does with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gate_over_secrets_never_reports_their_data() {
+    const VALUE: &str = "s3cr3t-do-not-leak-7f3a";
+    let cluster = start(ClusterOptions::new("gates-secret")).await;
+    let secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "redis-password"},
+        "stringData": {"password": VALUE},
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(cluster.client(), OPERATOR_NS).create(&PostParams::default(), &secret).await.unwrap();
+    let gate = |name: &str, expression: &str| {
+        format!(
+            "    - name: {name}\n      customResources:\n        apiVersion: v1\n        kind: Secret\n        \
+             namespace: {OPERATOR_NS}\n        expression: {expression:?}\n"
+        )
+    };
+    let gates = [
+        gate("data", "self.data"),
+        gate("password", "self.data.password"),
+        gate("computed-key", "self.data[self.data.password] == 'x'"),
+        gate("arithmetic", "self.data.password + 1 == 2"),
+    ];
+    let r = runner(&cluster, policy("1m", "5s", &gates.concat()), "", Default::default());
+    let evaluations = r.evaluate().await;
+
+    let encoded = base64::engine::general_purpose::STANDARD.encode(VALUE);
+    for e in &evaluations {
+        let shown = format!("{e} {}", serde_json::to_string(e).unwrap());
+        assert!(!shown.contains(VALUE) && !shown.contains(&encoded), "{shown}");
+        assert!(e.is_fail(), "{e}");
+    }
+    let detail = |i: usize| evaluations[i].detail.as_deref().unwrap_or_default().to_string();
+    assert_eq!(detail(0), "configuration error: gate \"data\": CEL expression `self.data` returned a map, not a bool");
+    assert_eq!(
+        detail(1),
+        "configuration error: gate \"password\": CEL expression `self.data.password` returned a string, not a bool"
+    );
+    assert_eq!(
+        detail(2),
+        "0/1 healthy; redis-operator/redis-password: No such key (computed from the object, not shown)"
+    );
+    assert_eq!(detail(3), "0/1 healthy; redis-operator/redis-password: Unsupported binary operator 'add': string, int");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
