@@ -49,7 +49,7 @@ async fn a_healthy_deployment_passes_availability_and_restarts() {
     let selector = "app.kubernetes.io/name=redis-operator";
     let spec = policy("12s", "1s", GATES);
     let target = OperatorTarget { namespace: OPERATOR_NS.into(), selector: selector.into() };
-    let baseline = sample_baseline(&spec, &cluster.client(), &target).await.unwrap();
+    let baseline = sample_baseline(&spec, None, &cluster.client(), &target).await.unwrap();
     apply(&cluster.client(), &deployment("redis-operator", 2, false, 60)).await;
 
     let r = runner(&cluster, spec, selector, baseline);
@@ -69,7 +69,7 @@ async fn crash_looping_pods_fail_restarts_and_availability_with_their_figures() 
     let selector = "app.kubernetes.io/name=redis-operator";
     let target = OperatorTarget { namespace: OPERATOR_NS.into(), selector: selector.into() };
     let spec = policy("5m", "1s", GATES);
-    let baseline = sample_baseline(&spec, &client, &target).await.unwrap();
+    let baseline = sample_baseline(&spec, None, &client, &target).await.unwrap();
     apply(&client, &deployment("redis-operator", 2, true, 10)).await;
 
     // Fail fast: long before the 5 min bake is over.

@@ -1,4 +1,5 @@
-//! The optional notification webhook (`--notify-url`): on a failure or a rollback the agent POSTs
+//! The optional notification webhooks (`--notify-url [NAME=]URL`, the fleet repo picks one by name
+//! in `spec.status.notify`): on a failure or a rollback the agent POSTs
 //! one JSON document that a Slack incoming webhook (or Mattermost, Rocket.Chat, Teams' Slack
 //! compatibility) shows as a message — the `text` field — and that any other receiver can read
 //! field by field under `fleetgate`:
@@ -11,10 +12,14 @@
 //!                  "at": "2025-03-15T10:00:00Z" } }
 //! ```
 //!
-//! Every POST has a timeout, so a slow receiver never holds up a rollback.
+//! Every POST has a timeout, so a slow receiver never holds up a rollback. A webhook URL is a
+//! secret (whoever knows a Slack webhook URL can post to the channel): errors show only its scheme
+//! and host ([`redacted_url`]).
 
+use crate::model::redacted_url;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -81,10 +86,16 @@ struct Details<'a> {
     at: DateTime<Utc>,
 }
 
+/// Every `url` is redacted ([`redacted_url`]) and every `source` stripped of its URL.
 #[derive(Debug, thiserror::Error)]
 pub enum NotifyError {
-    #[error("cannot set up the HTTP client for notifications: {0}")]
-    Client(reqwest::Error),
+    #[error("cannot set up the HTTP client for notifications")]
+    Client(#[source] reqwest::Error),
+    #[error(
+        "fleet.yaml spec.status.notify names endpoint {name:?}, which this agent does not have (it has: {known}); \
+         pass --notify-url {name}=URL to the agent"
+    )]
+    UnknownEndpoint { name: String, known: String },
     #[error("notification to {url} timed out after {after:?}")]
     Timeout { url: String, after: Duration },
     #[error("notification to {url} was refused with HTTP {status}")]
@@ -93,28 +104,32 @@ pub enum NotifyError {
     Transport { url: String, source: reqwest::Error },
 }
 
-/// POSTs notifications for one cluster to one URL.
+/// POSTs notifications for one cluster to the endpoint the fleet names.
 #[derive(Debug, Clone)]
 pub struct Notifier {
     http: reqwest::Client,
-    url: reqwest::Url,
+    endpoints: BTreeMap<String, reqwest::Url>,
     cluster: String,
     timeout: Duration,
 }
 
 impl Notifier {
-    /// A notifier POSTing to `url`, each request bounded by `timeout`.
+    /// A notifier POSTing to `endpoints` (by name), each request bounded by `timeout`.
     ///
     /// # Errors
     /// [`NotifyError::Client`] when the HTTP client cannot be built (its TLS backend fails to
     /// initialise, e.g. no usable system certificate store).
-    pub fn new(url: reqwest::Url, cluster: &str, timeout: Duration) -> Result<Notifier, NotifyError> {
+    pub fn new(
+        endpoints: BTreeMap<String, reqwest::Url>,
+        cluster: &str,
+        timeout: Duration,
+    ) -> Result<Notifier, NotifyError> {
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .user_agent(concat!("fleetgate/", env!("CARGO_PKG_VERSION")))
             .build()
-            .map_err(NotifyError::Client)?;
-        Ok(Notifier { http, url, cluster: cluster.to_string(), timeout })
+            .map_err(|e| NotifyError::Client(e.without_url()))?;
+        Ok(Notifier { http, endpoints, cluster: cluster.to_string(), timeout })
     }
 
     /// The JSON document [`send`](Self::send) POSTs.
@@ -124,15 +139,21 @@ impl Notifier {
         serde_json::to_value(payload).expect("notification serializes")
     }
 
-    /// POSTs `n`; any 2xx answer is success.
-    pub async fn send(&self, n: &Notification) -> Result<(), NotifyError> {
-        let url = self.url.to_string();
+    /// POSTs `n` to the endpoint named `endpoint`; any 2xx answer is success.
+    pub async fn send(&self, endpoint: &str, n: &Notification) -> Result<(), NotifyError> {
+        let Some(target) = self.endpoints.get(endpoint) else {
+            return Err(NotifyError::UnknownEndpoint {
+                name: endpoint.to_string(),
+                known: self.endpoints.keys().cloned().collect::<Vec<_>>().join(", "),
+            });
+        };
+        let url = redacted_url(target);
         let response =
-            self.http.post(self.url.clone()).json(&self.payload(n, Utc::now())).send().await.map_err(|source| {
+            self.http.post(target.clone()).json(&self.payload(n, Utc::now())).send().await.map_err(|source| {
                 if source.is_timeout() {
                     NotifyError::Timeout { url: url.clone(), after: self.timeout }
                 } else {
-                    NotifyError::Transport { url: url.clone(), source }
+                    NotifyError::Transport { url: url.clone(), source: source.without_url() }
                 }
             })?;
         let status = response.status();
@@ -157,9 +178,32 @@ mod tests {
         }
     }
 
+    const SLACK: &str = "https://hooks.slack.com/services/T000/B000/XXXXsecret";
+
+    fn notifier(endpoints: &[(&str, &str)]) -> Notifier {
+        let endpoints = endpoints.iter().map(|(n, u)| (n.to_string(), u.parse().unwrap())).collect();
+        Notifier::new(endpoints, "canary", Duration::from_secs(2)).unwrap()
+    }
+
+    #[tokio::test]
+    async fn failures_never_show_the_webhook_url() {
+        // A closed port: the transport error, whose reqwest text would carry the whole URL.
+        let n = notifier(&[("default", "http://127.0.0.1:9/services/T000/B000/XXXXsecret")]);
+        let err = crate::model::error_chain(&n.send("default", &rollback()).await.unwrap_err());
+        assert!(err.starts_with("notification to http://127.0.0.1:9/… failed"), "{err}");
+        assert!(!err.contains("XXXXsecret") && !err.contains("/services"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn an_endpoint_the_agent_lacks_names_the_flag() {
+        let err = notifier(&[("default", SLACK)]).send("oncall", &rollback()).await.unwrap_err().to_string();
+        assert!(err.contains("(it has: default); pass --notify-url oncall=URL"), "{err}");
+        assert!(!err.contains("XXXXsecret"), "{err}");
+    }
+
     #[test]
     fn payload_is_slack_text_plus_structured_fields() {
-        let n = Notifier::new("http://127.0.0.1:1/hook".parse().unwrap(), "canary", Duration::from_secs(1)).unwrap();
+        let n = notifier(&[("default", "http://127.0.0.1:1/hook")]);
         let at = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
         let v = n.payload(&rollback(), at);
         assert_eq!(v["text"], "fleetgate canary: rel-2 rolled back to rel-1: gate error-rate 7.1% (threshold 5%)");

@@ -11,6 +11,7 @@ use super::notifier::{Notifier, NotifyError};
 use super::server::{Health, HttpServer, ServerError, ServerState, WebhookConfig};
 use super::state::{StateError, StateStore};
 use super::triggers::{RefWatcher, TriggerError, TriggerSender, Triggers, Wake};
+use crate::model::error_chain;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -26,6 +27,8 @@ pub enum StartError {
     Watch(#[from] TriggerError),
     #[error(transparent)]
     Notifier(#[from] NotifyError),
+    #[error("the forge given with --forge-* cannot be used")]
+    Forge(#[from] crate::status::ForgeError),
 }
 
 /// The running infrastructure of one agent. Fields are public so the loop can borrow them
@@ -41,6 +44,7 @@ pub struct AgentServices {
     pub trigger_sender: TriggerSender,
     pub metrics: Arc<Metrics>,
     pub events: EventRecorder,
+    /// None without `--notify-url`.
     pub notifier: Option<Notifier>,
     pub health: Health,
     server: HttpServer,
@@ -103,11 +107,14 @@ impl AgentServices {
         .await?;
 
         let events = EventRecorder::new(client.clone(), &config.identity);
-        let notifier = config
-            .notify_url
-            .clone()
-            .map(|url| Notifier::new(url, &config.cluster, config.notify_timeout))
+        let notifier = (!config.notify.is_empty())
+            .then(|| Notifier::new(config.notify.clone(), &config.cluster, config.notify_timeout))
             .transpose()?;
+        // Reads the token once now, so a missing Secret stops the Pod at start, not at the first
+        // status; each status reads it again (a rotated token is picked up).
+        if let Some(forge) = &config.forge {
+            crate::status::ForgeBackend::from_config(forge)?;
+        }
         Ok(AgentServices {
             config,
             client,
@@ -123,6 +130,22 @@ impl AgentServices {
             _ref_watcher: ref_watcher,
             leader_gauge,
         })
+    }
+
+    /// Records a Warning Event on the state ConfigMap (a configuration problem someone must fix);
+    /// failing to record it is only logged.
+    pub async fn record_warning(&self, reason: &str, action: &str, note: &str) {
+        let recorded = match self.store.object_ref().await {
+            Ok(regarding) => self
+                .events
+                .publish(&regarding, super::state::Severity::Warning, reason, action, note)
+                .await
+                .map_err(|e| error_chain(&e)),
+            Err(e) => Err(error_chain(&e)),
+        };
+        if let Err(e) = recorded {
+            tracing::warn!(error = %e, reason, "could not record an Event");
+        }
     }
 
     /// The address the HTTP server listens on (useful with `--listen 127.0.0.1:0`).

@@ -1,9 +1,11 @@
 //! Argument groups several commands share, each a `#[command(flatten)]` struct: one spelling,
 //! one default and one help text per flag across the binary.
 
+use crate::model::ForgeKind;
 use crate::releng::publish::PublishOptions;
 use crate::releng::{RelengError, Signer, Target};
 use crate::source::Credentials;
+use crate::status::ForgeSettings;
 use anyhow::Context;
 use std::path::PathBuf;
 
@@ -35,7 +37,8 @@ impl TargetArgs {
 /// Optional commit signing (promote, rollback).
 #[derive(Debug, clap::Args)]
 pub struct CommitSigning {
-    /// Sign the commit with this key (needed when the fleet requires signed commits).
+    /// Sign the commit with this key: a promotion key makes it a signed decision (needed with
+    /// `promotions: signed`, and to move a cluster back to an older release; docs/SECURITY.md).
     #[arg(long, value_name = "FINGERPRINT")]
     pub sign_key: Option<String>,
     /// GnuPG home holding --sign-key (default: $GNUPGHOME, else ~/.gnupg).
@@ -56,18 +59,55 @@ pub struct PublishArgs {
     /// Push the commit's branch (a rollback without --branch: the base branch itself).
     #[arg(long)]
     pub push: bool,
-    /// Push the branch and open a pull/merge request through fleet.yaml spec.status.forge (a
+    /// Push the branch and open a pull/merge request through the forge given with --forge-* (a
     /// rollback then commits on a new branch).
     #[arg(long)]
     pub open_pr: bool,
     /// Remote to push to, a name or URL (promote also fetches statuses from it).
     #[arg(long, default_value = "origin")]
     pub remote: String,
+    #[command(flatten)]
+    pub forge: ForgeArgs,
 }
 
 impl PublishArgs {
     pub fn options(&self) -> PublishOptions {
-        PublishOptions { push: self.push, open_pr: self.open_pr, remote: self.remote.clone() }
+        PublishOptions {
+            push: self.push,
+            open_pr: self.open_pr,
+            remote: self.remote.clone(),
+            forge: self.forge.settings(),
+        }
+    }
+}
+
+/// A forge's API (agent: commit statuses; promote, rollback: `--open-pr`). Always the caller's
+/// own configuration: the fleet repo cannot name a forge, a URL or a token, since anyone who can
+/// push to it could then collect the token.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ForgeArgs {
+    /// The forge's kind: github, gitea (also Forgejo) or gitlab.
+    #[arg(long, env = "FLEETGATE_FORGE_KIND", value_name = "KIND")]
+    pub forge_kind: Option<ForgeKind>,
+    /// The forge's API base URL (https://api.github.com, https://gitea.example.com, https://gitlab.com).
+    #[arg(long, env = "FLEETGATE_FORGE_URL", value_name = "URL")]
+    pub forge_url: Option<String>,
+    /// The fleet repo on the forge: OWNER/REPO (GitHub, Gitea) or the project path or id (GitLab).
+    #[arg(long, env = "FLEETGATE_FORGE_REPOSITORY", value_name = "REPOSITORY")]
+    pub forge_repository: Option<String>,
+    /// File holding the forge's API token [default: the token in $FLEETGATE_FORGE_TOKEN].
+    #[arg(long, env = "FLEETGATE_FORGE_TOKEN_FILE", value_name = "FILE")]
+    pub forge_token_file: Option<PathBuf>,
+}
+
+impl ForgeArgs {
+    pub fn settings(&self) -> ForgeSettings {
+        ForgeSettings {
+            kind: self.forge_kind,
+            url: self.forge_url.clone(),
+            repository: self.forge_repository.clone(),
+            token_file: self.forge_token_file.clone(),
+        }
     }
 }
 

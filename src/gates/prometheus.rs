@@ -1,8 +1,14 @@
 //! Prometheus gates: instant queries over the HTTP API, compared with an absolute bound or with a
 //! baseline sampled before the apply.
+//!
+//! The servers are the agent's ([`PrometheusEndpoints`], `--prometheus NAME=URL`); a GatePolicy
+//! only names one. Errors never carry a response body or a whole URL: they end up in statuses
+//! (Git notes anyone can read), Events and logs.
 
-use super::{GateEvaluation, Threshold};
-use crate::model::{PrometheusBound, PrometheusGate, Quantity, Unit};
+use super::{GateError, GateEvaluation, Threshold};
+use crate::model::{
+    GatePolicyProblem, GatePolicySpec, PrometheusBound, PrometheusGate, Quantity, Unit, error_chain, redacted_url,
+};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -14,14 +20,57 @@ pub struct Sample {
     pub value: f64,
 }
 
+/// The agent's Prometheus servers by logical name (`--prometheus [NAME=]URL`, a bare URL being
+/// [`crate::model::DEFAULT_ENDPOINT`]). URLs may carry credentials (`https://user:pw@…`, which
+/// the HTTP client sends as basic auth), so they are shown only redacted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PrometheusEndpoints(BTreeMap<String, reqwest::Url>);
+
+impl PrometheusEndpoints {
+    pub fn new(endpoints: BTreeMap<String, reqwest::Url>) -> PrometheusEndpoints {
+        PrometheusEndpoints(endpoints)
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.0.keys().map(String::as_str)
+    }
+
+    /// The server `policy`'s `prometheus` gates query: None when it has no such gate.
+    ///
+    /// # Errors
+    /// [`GateError::InvalidPolicy`] ([`GatePolicyProblem::UnknownPrometheus`]) when the policy names
+    /// an endpoint this agent does not have: a configuration problem to fix on the agent (or in
+    /// the policy), not a gate that fails.
+    pub fn for_policy(&self, policy: &GatePolicySpec) -> Result<Option<&reqwest::Url>, GateError> {
+        let gates = policy.prometheus_gates();
+        if gates.is_empty() {
+            return Ok(None);
+        }
+        let name = policy.prometheus_endpoint();
+        match self.0.get(name) {
+            Some(url) => Ok(Some(url)),
+            None => Err(GateError::InvalidPolicy(vec![GatePolicyProblem::UnknownPrometheus {
+                name: name.to_string(),
+                gates,
+                known: if self.0.is_empty() { "none".to_string() } else { self.names().collect::<Vec<_>>().join(", ") },
+            }])),
+        }
+    }
+}
+
+/// Longest text from Prometheus' own error fields that a message repeats.
+const MAX_ERROR_TEXT: usize = 200;
+
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PrometheusError {
     #[error("Prometheus did not answer within {0:?}")]
     Timeout(Duration),
+    /// `url` is redacted ([`redacted_url`]), `reason` the client's error chain without the URL.
     #[error("cannot reach Prometheus at {url}: {reason}")]
     Unreachable { url: String, reason: String },
-    #[error("Prometheus answered HTTP {status}: {body}")]
-    Http { status: u16, body: String },
+    /// The body is not kept: it is not the API's JSON, so nothing in it is fit for a status.
+    #[error("Prometheus answered HTTP {status} without an API answer (the body is not shown)")]
+    Http { status: u16 },
     #[error("Prometheus refused the query ({error_type}): {error}")]
     Query { error_type: String, error: String },
     #[error("unexpected answer from Prometheus: {0}")]
@@ -40,14 +89,16 @@ pub struct PrometheusClient {
 
 impl PrometheusClient {
     /// `url` is the server's base URL (`http://prometheus:9090`); `timeout` bounds each query.
-    pub fn new(url: &str, timeout: Duration) -> Result<PrometheusClient, PrometheusError> {
-        let unreachable = |reason: String| PrometheusError::Unreachable { url: url.to_string(), reason };
-        let mut base = reqwest::Url::parse(url).map_err(|e| unreachable(e.to_string()))?;
+    pub fn new(url: &reqwest::Url, timeout: Duration) -> Result<PrometheusClient, PrometheusError> {
+        let mut base = url.clone();
         if !base.path().ends_with('/') {
             let p = format!("{}/", base.path());
             base.set_path(&p);
         }
-        let http = reqwest::Client::builder().timeout(timeout).build().map_err(|e| unreachable(e.to_string()))?;
+        let http = reqwest::Client::builder().timeout(timeout).build().map_err(|e| PrometheusError::Unreachable {
+            url: redacted_url(url),
+            reason: error_chain(&e.without_url()),
+        })?;
         Ok(PrometheusClient { http, base, timeout })
     }
 
@@ -60,14 +111,17 @@ impl PrometheusClient {
             Err(_) => return Err(PrometheusError::Timeout(self.timeout)),
             Ok(Err(e)) if e.is_timeout() => return Err(PrometheusError::Timeout(self.timeout)),
             Ok(Err(e)) => {
-                return Err(PrometheusError::Unreachable { url: self.base.to_string(), reason: e.to_string() });
+                return Err(PrometheusError::Unreachable {
+                    url: redacted_url(&self.base),
+                    reason: error_chain(&e.without_url()),
+                });
             }
             Ok(Ok(r)) => r,
         };
         let status = resp.status();
         let body = match tokio::time::timeout(self.timeout, resp.text()).await {
             Err(_) => return Err(PrometheusError::Timeout(self.timeout)),
-            Ok(Err(e)) => return Err(PrometheusError::Decode(e.to_string())),
+            Ok(Err(e)) => return Err(PrometheusError::Decode(error_chain(&e.without_url()))),
             Ok(Ok(b)) => b,
         };
         parse_response(status.as_u16(), &body)
@@ -105,19 +159,19 @@ struct VectorItem {
 fn parse_response(status: u16, body: &str) -> Result<Vec<Sample>, PrometheusError> {
     let resp: ApiResponse = match serde_json::from_str(body) {
         Ok(r) => r,
-        Err(_) if status != 200 => {
-            return Err(PrometheusError::Http { status, body: body.chars().take(300).collect() });
-        }
+        Err(_) if status != 200 => return Err(PrometheusError::Http { status }),
         Err(e) => return Err(PrometheusError::Decode(e.to_string())),
     };
     if resp.status != "success" {
+        // The API's own error fields (a PromQL parse error names the query's position); cut short.
         return Err(PrometheusError::Query {
-            error_type: resp.error_type.unwrap_or_default(),
-            error: resp.error.unwrap_or_default(),
+            error_type: cut(&resp.error_type.unwrap_or_default()),
+            error: cut(&resp.error.unwrap_or_default()),
         });
     }
     let data = resp.data.ok_or_else(|| PrometheusError::Decode("no data".into()))?;
-    let value = |s: &str| parse_value(s).ok_or_else(|| PrometheusError::Decode(format!("value {s:?} is not a number")));
+    let value =
+        |s: &str| parse_value(s).ok_or_else(|| PrometheusError::Decode(format!("value {:?} is not a number", cut(s))));
     match data.result_type.as_str() {
         "vector" => {
             let items: Vec<VectorItem> =
@@ -131,6 +185,13 @@ fn parse_response(status: u16, body: &str) -> Result<Vec<Sample>, PrometheusErro
         }
         "matrix" => Err(PrometheusError::RangeVector),
         other => Err(PrometheusError::Decode(format!("result type {other:?}"))),
+    }
+}
+
+fn cut(s: &str) -> String {
+    match s.char_indices().nth(MAX_ERROR_TEXT) {
+        Some((end, _)) => format!("{}…", &s[..end]),
+        None => s.to_string(),
     }
 }
 
@@ -265,6 +326,54 @@ mod tests {
         assert_eq!(judge("error-rate", &g, Ok(s), baseline).to_string(), want);
     }
 
+    #[tokio::test]
+    async fn unreachable_servers_are_named_without_credentials_or_path() {
+        let url: reqwest::Url = "http://scraper:s3cret@127.0.0.1:9/prom/?token=t0k".parse().unwrap();
+        let err = PrometheusClient::new(&url, Duration::from_secs(2)).unwrap().instant("up").await.unwrap_err();
+        let text = err.to_string();
+        assert!(text.starts_with("cannot reach Prometheus at http://127.0.0.1:9/…: "), "{text}");
+        for secret in ["s3cret", "t0k", "scraper", "/prom", "query="] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+    }
+
+    #[test]
+    fn query_errors_are_cut_short() {
+        let body = format!(r#"{{"status":"error","errorType":"bad_data","error":"{}"}}"#, "x".repeat(10_000));
+        assert!(parse_response(400, &body).unwrap_err().to_string().len() < 300);
+    }
+
+    fn policy(prometheus: &str) -> GatePolicySpec {
+        let text = format!(
+            "bakeTime: 1m\n{prometheus}gates:\n  - name: errors\n    prometheus: {{query: x, max: 5%}}\n  - name: up\n    podRestarts: {{max: 1}}\n"
+        );
+        serde_yaml_ng::from_str(&text).unwrap()
+    }
+
+    #[test]
+    fn policies_name_the_agents_endpoints() {
+        let url = |u: &str| reqwest::Url::parse(u).unwrap();
+        let endpoints = PrometheusEndpoints::new(BTreeMap::from([
+            ("default".to_string(), url("http://prom:9090")),
+            ("thanos".to_string(), url("http://thanos:9090")),
+        ]));
+        let got = |p: &str| endpoints.for_policy(&policy(p)).map(|u| u.map(|u| u.host_str().unwrap().to_string()));
+        assert_eq!(got("").unwrap().as_deref(), Some("prom"));
+        assert_eq!(got("prometheus: thanos\n").unwrap().as_deref(), Some("thanos"));
+        // The old form names a URL: ignored, the agent's default is used.
+        assert_eq!(got("prometheus: {url: 'http://attacker:1'}\n").unwrap().as_deref(), Some("prom"));
+        let err = got("prometheus: victoria\n").unwrap_err().to_string();
+        assert!(
+            err.contains("gate(s) errors query Prometheus \"victoria\", which this agent does not have (it has: default, thanos); pass --prometheus victoria=URL"),
+            "{err}"
+        );
+        let none = PrometheusEndpoints::default();
+        assert!(none.for_policy(&policy("")).unwrap_err().to_string().contains("(it has: none)"));
+        let no_prometheus_gates: GatePolicySpec =
+            serde_yaml_ng::from_str("bakeTime: 1m\ngates:\n  - name: up\n    podRestarts: {max: 1}\n").unwrap();
+        assert_eq!(none.for_policy(&no_prometheus_gates).unwrap(), None);
+    }
+
     #[test]
     fn errors_make_the_gate_unknown() {
         let e = judge("p99", &gate("max", "500ms"), Err(PrometheusError::Timeout(Duration::from_secs(2))), None);
@@ -286,7 +395,11 @@ mod tests {
         r#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#,
         Err("the query returned a range vector; gates need an instant vector or a scalar")
     )]
-    #[case::not_json(502, "bad gateway", Err("Prometheus answered HTTP 502: bad gateway"))]
+    #[case::not_json(
+        502,
+        "bad gateway <secret>",
+        Err("Prometheus answered HTTP 502 without an API answer (the body is not shown)")
+    )]
     fn api_responses_are_read(
         #[case] status: u16,
         #[case] body: &str,

@@ -54,7 +54,12 @@ pub struct Baseline {
 impl Baseline {
     /// Queries every relative Prometheus gate of `policy` and records its value (the worst series,
     /// as the gate will judge it) or why there is none. [`sample_baseline`] calls it.
-    pub async fn sample_metrics(&mut self, policy: &GatePolicySpec) -> Result<(), GateError> {
+    /// `prometheus` is the server the policy's gates query ([`super::PrometheusEndpoints::for_policy`]).
+    pub async fn sample_metrics(
+        &mut self,
+        policy: &GatePolicySpec,
+        prometheus: Option<&reqwest::Url>,
+    ) -> Result<(), GateError> {
         let relative: Vec<_> = policy
             .gates
             .iter()
@@ -65,9 +70,9 @@ impl Baseline {
                 _ => None,
             })
             .collect();
-        // `validate` guarantees an endpoint whenever there is a Prometheus gate.
-        let (Some(endpoint), false) = (&policy.prometheus, relative.is_empty()) else { return Ok(()) };
-        let client = PrometheusClient::new(&endpoint.url, policy.call_timeout)?;
+        // `PrometheusEndpoints::for_policy` gives a server whenever there is a Prometheus gate.
+        let (Some(endpoint), false) = (prometheus, relative.is_empty()) else { return Ok(()) };
+        let client = PrometheusClient::new(endpoint, policy.call_timeout)?;
         for (gate, p) in relative {
             match client.instant(&p.query).await.map_err(|e| e.to_string()).and_then(|s| prometheus::worst(p, &s)) {
                 Ok(sample) => {
@@ -89,6 +94,7 @@ impl Baseline {
 /// error, since restarts could then not be counted from the apply.
 pub async fn sample_baseline(
     policy: &GatePolicySpec,
+    prometheus: Option<&reqwest::Url>,
     client: &kube::Client,
     target: &OperatorTarget,
 ) -> Result<Baseline, GateError> {
@@ -102,7 +108,7 @@ pub async fn sample_baseline(
         restarts: workload::restart_counts(&list.items),
         ..Default::default()
     };
-    baseline.sample_metrics(policy).await?;
+    baseline.sample_metrics(policy, prometheus).await?;
     Ok(baseline)
 }
 
@@ -204,16 +210,14 @@ impl GateRunner {
     /// that resumes after a restart.
     pub fn new(
         policy: GatePolicySpec,
+        prometheus: Option<&reqwest::Url>,
         client: kube::Client,
         target: OperatorTarget,
         applied_at: DateTime<Utc>,
         baseline: Baseline,
     ) -> Result<GateRunner, GateError> {
         policy.validate().map_err(GateError::InvalidPolicy)?;
-        let prometheus = match &policy.prometheus {
-            Some(p) => Some(PrometheusClient::new(&p.url, policy.call_timeout)?),
-            None => None,
-        };
+        let prometheus = prometheus.map(|url| PrometheusClient::new(url, policy.call_timeout)).transpose()?;
         Ok(GateRunner { policy, client, target, applied_at, baseline, prometheus })
     }
 
@@ -327,7 +331,7 @@ impl GateRunner {
                     Some(client) => client.instant(&p.query).await,
                     None => Err(super::PrometheusError::Unreachable {
                         url: String::new(),
-                        reason: "no prometheus.url".into(),
+                        reason: "the agent gave the gates no Prometheus endpoint".into(),
                     }),
                 };
                 prometheus::judge(name, p, result, baseline)

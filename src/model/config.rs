@@ -4,9 +4,9 @@
 //! Loading reports every finding at once; a config with any finding is not returned.
 
 use super::{
-    Cluster, ClusterSpec, DocumentHead, Finding, Fleet, FleetSpec, GatePolicy, GatePolicySpec, Location,
-    MAX_YAML_BYTES, RELEASE_ADMISSION_POLICY_KIND, ReleaseAdmissionPolicy, ReleaseAdmissionPolicySpec, Rule,
-    check_cluster, check_fleet, join_findings, parse_document, parse_yaml,
+    Cluster, ClusterSpec, DEFAULT_ENDPOINT, DocumentHead, Finding, Fleet, FleetSpec, GatePolicy, GatePolicySpec,
+    Location, MAX_YAML_BYTES, RELEASE_ADMISSION_POLICY_KIND, ReleaseAdmissionPolicy, ReleaseAdmissionPolicySpec, Rule,
+    SpokeRef, check_cluster, check_fleet, join_findings, parse_document, parse_yaml,
 };
 use super::{EntryKind, RepoTree, TreeError};
 use serde::Serialize;
@@ -118,6 +118,106 @@ impl FleetConfig {
         ids.dedup();
         ids
     }
+}
+
+/// A setting in the repo that names a credential or a network destination — the old forms of
+/// `fleet.yaml` `spec.status.forge` / `notify` and of a GatePolicy's `prometheus` — which only the
+/// spoke may configure. Agents ignore it (and say so in a Warning Event); `fleetgate validate`
+/// reports it with its line ([`spoke_setting_findings`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpokeSetting {
+    /// The document's file, when known (`fleet.yaml`); a policy is named in `message`.
+    pub document: String,
+    /// The key that holds it, to locate its line.
+    pub key: &'static str,
+    /// What is ignored and where the setting belongs now. Never the value: a webhook URL is a
+    /// secret, and this text goes into Events.
+    pub message: String,
+}
+
+impl FleetSpec {
+    /// The settings of `fleet.yaml` that belong to the spoke (see [`SpokeSetting`]).
+    pub fn spoke_settings(&self) -> Vec<SpokeSetting> {
+        let status = &self.status;
+        let mut out = Vec::new();
+        if status.forge.as_ref().is_some_and(SpokeRef::is_legacy) {
+            out.push(SpokeSetting {
+                document: FLEET_FILE.to_string(),
+                key: "forge",
+                message: "spec.status.forge names a forge URL, repository or token, which is ignored: the forge is \
+                          the agent's configuration (--forge-kind, --forge-url, --forge-repository, \
+                          --forge-token-file; `forge:` in its config file) and `fleetgate promote --open-pr`'s \
+                          flags; here only `forge: true` or `forge: false`"
+                    .to_string(),
+            });
+        }
+        if let Some(n) = &status.notify
+            && n.name().is_none()
+        {
+            out.push(SpokeSetting {
+                document: FLEET_FILE.to_string(),
+                key: "notify",
+                message: format!(
+                    "spec.status.notify is not an endpoint name, so it is ignored and `{DEFAULT_ENDPOINT}` is used: \
+                     notification URLs are the agent's configuration (--notify-url NAME=URL); here only a \
+                     name such as `notify: oncall`"
+                ),
+            });
+        }
+        out
+    }
+}
+
+impl GatePolicy {
+    /// The settings of this policy that belong to the spoke (see [`SpokeSetting`]).
+    pub fn spoke_settings(&self, file: &str) -> Vec<SpokeSetting> {
+        match &self.spec.prometheus {
+            Some(p) if p.name().is_none() => vec![SpokeSetting {
+                document: file.to_string(),
+                key: "prometheus",
+                message: format!(
+                    "GatePolicy {}: spec.prometheus names a URL, which is ignored and `{DEFAULT_ENDPOINT}` is used: \
+                     Prometheus endpoints are the agent's configuration (--prometheus NAME=URL); here only a \
+                     name such as `prometheus: {DEFAULT_ENDPOINT}`",
+                    self.name()
+                ),
+            }],
+            _ => Vec::new(),
+        }
+    }
+}
+
+impl FleetConfig {
+    /// Every setting of this configuration that belongs to the spoke and is therefore ignored.
+    pub fn spoke_settings(&self) -> Vec<SpokeSetting> {
+        let mut out = self.fleet.spec.spoke_settings();
+        out.extend(self.gate_policies.iter().flat_map(|p| p.spoke_settings(POLICIES_DIR)));
+        out
+    }
+}
+
+/// [`SpokeSetting`]s of the configuration in `tree` as findings (rule `spoke-setting`) at their
+/// file and line. Documents that do not parse are skipped: [`FleetConfig::load`] reports them.
+pub fn spoke_setting_findings(tree: &dyn RepoTree) -> Result<Vec<Finding>, TreeError> {
+    let mut out = Vec::new();
+    let mut ignored = Vec::new();
+    let mut push = |settings: Vec<SpokeSetting>, text: &str| {
+        out.extend(
+            settings.into_iter().map(|s| Finding::at_key(Rule::SpokeSetting, &s.document, text, s.key, s.message)),
+        )
+    };
+    if let Some(text) = read(tree, FLEET_FILE, &mut ignored)?
+        && let Ok(fleet) = parse_document::<FleetSpec>(FLEET_FILE, &text, "Fleet")
+    {
+        push(fleet.spec.spoke_settings(), &text);
+    }
+    for path in yaml_files(tree, POLICIES_DIR, &mut ignored)? {
+        let Some(text) = read(tree, &path, &mut ignored)? else { continue };
+        if let Ok(policy) = parse_document::<GatePolicySpec>(&path, &text, GATE_POLICY_KIND) {
+            push(policy.spoke_settings(&path), &text);
+        }
+    }
+    Ok(out)
 }
 
 /// Reads `path` as text; content problems become findings, read failures errors.
@@ -328,6 +428,58 @@ mod tests {
         let got: Vec<(Rule, Option<u32>)> = err.findings().iter().map(|f| (f.rule, f.at.line)).collect();
         assert_eq!(got, expected, "{err}");
         assert!(err.findings().iter().all(|f| f.at.file == file || expected.len() > 1), "{err}");
+    }
+
+    #[test]
+    fn settings_that_belong_to_the_spoke_still_load_and_are_found_at_their_line() {
+        let dir = template_dir();
+        let edit = |file: &str, from: &str, to: &str| {
+            let path = dir.path().join(file);
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(text.contains(from), "{file} lacks {from:?}");
+            std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
+        };
+        edit(
+            FLEET_FILE,
+            "    forge: true\n",
+            "    forge:\n      kind: gitea\n      url: http://127.0.0.1:1\n      repository: o/r\n      tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token\n",
+        );
+        edit(FLEET_FILE, "notify: default", "notify: https://hooks.slack.com/services/T/B/secret");
+        edit("policies/gates.yaml", "  prometheus: default\n", "  prometheus:\n    url: http://127.0.0.1:1\n");
+        let tree = DirTree::new(dir.path());
+        let config = FleetConfig::load(&tree).expect("old forms still load");
+        assert_eq!(
+            config.spoke_settings().iter().map(|s| s.key).collect::<Vec<_>>(),
+            ["forge", "notify", "prometheus"]
+        );
+        assert!(config.fleet.spec.status.forge_enabled());
+        assert_eq!(config.fleet.spec.status.notify_endpoint(), DEFAULT_ENDPOINT);
+        assert_eq!(config.gate_policies[0].spec.prometheus_endpoint(), DEFAULT_ENDPOINT);
+
+        let findings = spoke_setting_findings(&tree).unwrap();
+        let fleet_text = std::fs::read_to_string(dir.path().join(FLEET_FILE)).unwrap();
+        let line_of = |text: &str, needle: &str| text.lines().position(|l| l.contains(needle)).map(|i| i as u32 + 1);
+        let gates_text = std::fs::read_to_string(dir.path().join("policies/gates.yaml")).unwrap();
+        let got: Vec<(Rule, &str, Option<u32>)> =
+            findings.iter().map(|f| (f.rule, f.at.file.as_str(), f.at.line)).collect();
+        assert_eq!(
+            got,
+            [
+                (Rule::SpokeSetting, FLEET_FILE, line_of(&fleet_text, "forge:")),
+                (Rule::SpokeSetting, FLEET_FILE, line_of(&fleet_text, "notify:")),
+                (Rule::SpokeSetting, "policies/gates.yaml", line_of(&gates_text, "  prometheus:")),
+            ]
+        );
+        assert!(findings[0].message.contains("--forge-url"), "{}", findings[0]);
+        assert!(findings[1].message.contains("--notify-url NAME=URL"), "{}", findings[1]);
+        assert!(findings[2].message.contains("--prometheus NAME=URL"), "{}", findings[2]);
+        // The values are never repeated: a webhook URL is a secret, and these messages go to Events.
+        assert!(findings.iter().all(|f| !f.message.contains("secret") && !f.message.contains("127.0.0.1")));
+    }
+
+    #[test]
+    fn the_template_names_no_destination() {
+        assert_eq!(spoke_setting_findings(&DirTree::new(template_dir().path())).unwrap(), []);
     }
 
     #[test]

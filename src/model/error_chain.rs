@@ -21,6 +21,16 @@ pub fn error_chain(err: &(dyn Error + 'static)) -> String {
     out
 }
 
+/// `url` as messages may show it: scheme, host and port, then `/…` when it had more. A webhook
+/// URL's path is its secret (Slack's `https://hooks.slack.com/services/T…/B…/…`), and user info
+/// or a query may hold credentials; logs, Events and statuses get only where it points.
+pub fn redacted_url(url: &reqwest::Url) -> String {
+    let host = url.host_str().unwrap_or("");
+    let port = url.port().map(|p| format!(":{p}")).unwrap_or_default();
+    let more = url.path() != "/" || url.query().is_some() || url.fragment().is_some() || !url.username().is_empty();
+    format!("{}://{host}{port}{}", url.scheme(), if more { "/…" } else { "" })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -35,6 +45,15 @@ mod tests {
     enum Middle {
         #[error("fetching git://host/fleet.git")]
         Fetch(#[source] Inner),
+    }
+
+    #[rstest::rstest]
+    #[case("https://hooks.slack.com/services/T000/B000/XXXX", "https://hooks.slack.com/…")]
+    #[case("http://prometheus.monitoring:9090", "http://prometheus.monitoring:9090")]
+    #[case("https://user:pw@prom.example.com/", "https://prom.example.com/…")]
+    #[case("http://127.0.0.1:9090/?token=s3cret", "http://127.0.0.1:9090/…")]
+    fn urls_keep_only_where_they_point(#[case] url: &str, #[case] shown: &str) {
+        assert_eq!(redacted_url(&url.parse().unwrap()), shown);
     }
 
     /// A foreign-style error that prints its source itself as well as returning it.

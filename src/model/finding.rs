@@ -34,6 +34,13 @@ pub enum Rule {
     Signature,
     /// A CRD change between consecutive releases that would break stored objects.
     CrdCompatibility,
+    /// A credential or network destination (forge, token, notification or Prometheus URL) the
+    /// repo names, which is the spoke's to configure; agents ignore it.
+    SpokeSetting,
+    /// A release that does not name this repo's fleet (`spec.fleet` vs `fleet.yaml` `metadata.name`).
+    Fleet,
+    /// Release order: a missing or repeated `sequence`, a `rollbackTo` or `revokes` that is not older.
+    Ordering,
 }
 
 impl fmt::Display for Rule {

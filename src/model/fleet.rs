@@ -54,14 +54,79 @@ impl Default for RolloutSettings {
     }
 }
 
-/// Where statuses go besides Git notes (which are always written).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// Where statuses go besides Git notes (which are always written) and who hears of failures. Only
+/// logical names: the forge, its token and the notification endpoints are the spoke's
+/// configuration (agent flags), so nobody who can push to the repo can point an agent's
+/// credentials or requests at an address of their choosing.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct StatusSettings {
+    /// `false` keeps this fleet's statuses off the agent's forge (`--forge-*`); absent or `true`
+    /// mirrors them there when the agent has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub forge: Option<ForgeSettings>,
+    pub forge: Option<SpokeRef<bool>>,
+    /// Which of the agent's notification endpoints (`--notify-url NAME=URL`) hears of failures and
+    /// rollbacks; absent = `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notify: Option<SpokeRef<String>>,
 }
 
+impl StatusSettings {
+    /// Whether statuses go to the agent's forge too. The old map form is ignored, as if absent.
+    pub fn forge_enabled(&self) -> bool {
+        !matches!(self.forge, Some(SpokeRef::Ref(false)))
+    }
+
+    /// The agent's notification endpoint this fleet names ([`DEFAULT_ENDPOINT`] unless it names
+    /// one by a valid name).
+    pub fn notify_endpoint(&self) -> &str {
+        self.notify.as_ref().and_then(SpokeRef::name).unwrap_or(DEFAULT_ENDPOINT)
+    }
+}
+
+/// The endpoint name the repo means when it names none (`--prometheus URL`, `--notify-url URL`
+/// without `NAME=` register this name).
+pub const DEFAULT_ENDPOINT: &str = "default";
+
+/// A repo setting that refers to something the spoke configures: by logical name (or on/off), or
+/// in an old map form that named a URL, a token file or an environment variable itself. The old
+/// form still parses, so an old repo loads, but nothing reads it; `fleetgate validate` reports it
+/// and the agent records a Warning Event ([`super::FleetConfig::spoke_settings`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum SpokeRef<T> {
+    Ref(T),
+    /// The old form, kept only to be reported.
+    Legacy(serde_yaml_ng::Mapping),
+}
+
+impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for SpokeRef<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match serde_yaml_ng::Value::deserialize(d)? {
+            serde_yaml_ng::Value::Mapping(m) => Ok(SpokeRef::Legacy(m)),
+            v => serde_yaml_ng::from_value(v).map(SpokeRef::Ref).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+impl SpokeRef<String> {
+    /// The name, when it is one: a DNS-1123 label. A URL written as a string is no name and is
+    /// ignored like the old map form.
+    pub fn name(&self) -> Option<&str> {
+        match self {
+            SpokeRef::Ref(n) if super::is_dns_label(n) => Some(n),
+            _ => None,
+        }
+    }
+}
+
+impl<T> SpokeRef<T> {
+    pub fn is_legacy(&self) -> bool {
+        matches!(self, SpokeRef::Legacy(_))
+    }
+}
+
+/// The forges fleetgate speaks to (the agent's `--forge-kind`, `promote --forge-kind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ForgeKind {
@@ -70,19 +135,50 @@ pub enum ForgeKind {
     Gitlab,
 }
 
-/// A forge whose commit-status (and pull-request) API mirrors what fleetgate writes to Git.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ForgeSettings {
-    pub kind: ForgeKind,
-    /// API base URL, e.g. `https://api.github.com`, `https://gitea.example.com`, `https://gitlab.com`.
-    pub url: String,
-    /// `owner/repo` (GitHub, Gitea) or the project path or id (GitLab).
-    pub repository: String,
-    /// Environment variable holding the API token.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub token_env: Option<String>,
-    /// File holding the API token (takes precedence over `tokenEnv`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub token_file: Option<String>,
+impl std::str::FromStr for ForgeKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "github" => Ok(ForgeKind::Github),
+            "gitea" => Ok(ForgeKind::Gitea),
+            "gitlab" => Ok(ForgeKind::Gitlab),
+            other => Err(format!("unknown forge kind {other:?}; use github, gitea (also Forgejo) or gitlab")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::parse_document;
+    use rstest::rstest;
+
+    fn status(yaml: &str) -> StatusSettings {
+        let text = format!(
+            "apiVersion: fleetgate.io/v1alpha1\nkind: Fleet\nmetadata: {{name: f}}\nspec:\n  operator: {{name: o, namespace: o}}\n  waves: [a]\n  status: {yaml}\n"
+        );
+        parse_document::<FleetSpec>("fleet.yaml", &text, "Fleet").unwrap().spec.status
+    }
+
+    #[rstest]
+    #[case::absent("{}", true, "default", false)]
+    #[case::names("{forge: true, notify: oncall}", true, "oncall", false)]
+    #[case::forge_off("{forge: false}", false, "default", false)]
+    #[case::old_forge_map("{forge: {kind: github, url: 'http://x', repository: a/b, tokenFile: /t}}", true, "default", true)]
+    #[case::url_as_notify_name("{notify: 'https://hooks.slack.com/services/T/B/X'}", true, "default", false)]
+    #[case::old_notify_map("{notify: {url: 'https://hooks.slack.com/x'}}", true, "default", true)]
+    fn only_names_are_used(#[case] yaml: &str, #[case] forge: bool, #[case] notify: &str, #[case] legacy: bool) {
+        let s = status(yaml);
+        assert_eq!((s.forge_enabled(), s.notify_endpoint()), (forge, notify));
+        let any_legacy = s.forge.as_ref().is_some_and(SpokeRef::is_legacy) || s.notify.as_ref().is_some_and(SpokeRef::is_legacy);
+        assert_eq!(any_legacy, legacy);
+    }
+
+    #[test]
+    fn a_wrong_type_is_still_an_error() {
+        let text = "apiVersion: fleetgate.io/v1alpha1\nkind: Fleet\nmetadata: {name: f}\nspec:\n  operator: {name: o, namespace: o}\n  waves: [a]\n  status: {forge: [1]}\n";
+        let err = parse_document::<FleetSpec>("fleet.yaml", text, "Fleet").unwrap_err().to_string();
+        assert!(err.contains("boolean"), "{err}");
+    }
 }

@@ -7,7 +7,7 @@
 //! Thresholds are written as people say them (`5%`, `500ms`, `3`) and read as [`Quantity`]s in
 //! Prometheus' base units (fractions, seconds). The annotated reference is `policies/gate-policy.yaml`.
 
-use super::Document;
+use super::{DEFAULT_ENDPOINT, Document, SpokeRef};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
@@ -29,9 +29,10 @@ pub struct GatePolicySpec {
     /// What a gate whose data is missing means; a gate may override it.
     #[serde(default)]
     pub on_unknown: OnUnknown,
-    /// Where `prometheus` gates send their queries.
+    /// Which of the agent's Prometheus endpoints (`--prometheus NAME=URL`) the `prometheus` gates
+    /// query; absent = `default`. A name only: the URL (and any credentials) is the spoke's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prometheus: Option<PrometheusEndpoint>,
+    pub prometheus: Option<SpokeRef<String>>,
     pub gates: Vec<Gate>,
 }
 
@@ -54,13 +55,6 @@ pub enum OnUnknown {
     Fail,
     /// Never fails the release (the figure is still reported).
     Ignore,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct PrometheusEndpoint {
-    /// Base URL of the Prometheus HTTP API, e.g. `http://prometheus.monitoring:9090`.
-    pub url: String,
 }
 
 /// One named gate: a name and exactly one check.
@@ -261,10 +255,12 @@ pub enum GatePolicyProblem {
     EmptyName,
     #[error("gate name {0:?} is used twice; names identify gates in statuses")]
     DuplicateName(String),
-    #[error("gate {gate:?} queries Prometheus but the policy has no `prometheus.url`")]
-    NoPrometheusEndpoint { gate: String },
-    #[error("prometheus.url {url:?} is not an http(s) URL: {reason}")]
-    BadPrometheusUrl { url: String, reason: String },
+    #[error(
+        "gate(s) {} query Prometheus {name:?}, which this agent does not have (it has: {known}); \
+         pass --prometheus {name}=URL to the agent",
+        gates.join(", ")
+    )]
+    UnknownPrometheus { name: String, gates: Vec<String>, known: String },
     #[error("gate {gate:?} needs exactly one of max, min, maxIncreaseOverBaseline")]
     PrometheusBound { gate: String },
     #[error("gate {gate:?}: maxIncreaseOverBaseline must be a percentage such as `20%`, not {value}")]
@@ -281,7 +277,7 @@ pub enum GatePolicyProblem {
 
 impl GatePolicySpec {
     /// Everything that parses but could not be evaluated: empty or duplicate names, a Prometheus
-    /// gate without an endpoint or with no (or several) bounds, a CEL expression that does not
+    /// gate with no (or several) bounds, a CEL expression that does not
     /// compile, ratios outside 0–100 %, an interval longer than the bake time.
     pub fn validate(&self) -> Result<(), Vec<GatePolicyProblem>> {
         let mut problems = Vec::new();
@@ -296,18 +292,6 @@ impl GatePolicySpec {
         if self.call_timeout.is_zero() {
             problems.push(GatePolicyProblem::ZeroCallTimeout);
         }
-        if let Some(p) = &self.prometheus {
-            match reqwest::Url::parse(&p.url) {
-                Ok(u) if matches!(u.scheme(), "http" | "https") => {}
-                Ok(u) => problems.push(GatePolicyProblem::BadPrometheusUrl {
-                    url: p.url.clone(),
-                    reason: format!("scheme {:?}", u.scheme()),
-                }),
-                Err(e) => {
-                    problems.push(GatePolicyProblem::BadPrometheusUrl { url: p.url.clone(), reason: e.to_string() })
-                }
-            }
-        }
         let mut seen = std::collections::BTreeSet::new();
         for g in &self.gates {
             if g.name.trim().is_empty() {
@@ -318,18 +302,13 @@ impl GatePolicySpec {
             let gate = || g.name.clone();
             match &g.check {
                 GateCheck::DeploymentAvailable(_) | GateCheck::PodRestarts(_) => {}
-                GateCheck::Prometheus(p) => {
-                    if self.prometheus.is_none() {
-                        problems.push(GatePolicyProblem::NoPrometheusEndpoint { gate: gate() });
+                GateCheck::Prometheus(p) => match p.bound() {
+                    None => problems.push(GatePolicyProblem::PrometheusBound { gate: gate() }),
+                    Some(PrometheusBound::MaxIncreaseOverBaseline(q)) if q.unit != Unit::Percent => {
+                        problems.push(GatePolicyProblem::IncreaseNotPercent { gate: gate(), value: q })
                     }
-                    match p.bound() {
-                        None => problems.push(GatePolicyProblem::PrometheusBound { gate: gate() }),
-                        Some(PrometheusBound::MaxIncreaseOverBaseline(q)) if q.unit != Unit::Percent => {
-                            problems.push(GatePolicyProblem::IncreaseNotPercent { gate: gate(), value: q })
-                        }
-                        Some(_) => {}
-                    }
-                }
+                    Some(_) => {}
+                },
                 GateCheck::CustomResources(c) => {
                     let r = c.min_healthy_ratio;
                     if !matches!(r.unit, Unit::Percent | Unit::Number) || !(0.0..=1.0).contains(&r.value) {
@@ -356,6 +335,18 @@ impl GatePolicySpec {
             }
         }
         if problems.is_empty() { Ok(()) } else { Err(problems) }
+    }
+
+    /// The agent's Prometheus endpoint this policy's `prometheus` gates query: its name, else
+    /// [`DEFAULT_ENDPOINT`] (also when the policy still writes the old `{url: …}` form, which is
+    /// ignored).
+    pub fn prometheus_endpoint(&self) -> &str {
+        self.prometheus.as_ref().and_then(SpokeRef::name).unwrap_or(DEFAULT_ENDPOINT)
+    }
+
+    /// The names of the `prometheus` gates.
+    pub fn prometheus_gates(&self) -> Vec<String> {
+        self.gates.iter().filter(|g| matches!(g.check, GateCheck::Prometheus(_))).map(|g| g.name.clone()).collect()
     }
 
     /// The effective unknown-handling of `gate`.
@@ -524,7 +515,7 @@ metadata: { name: default }
 spec:
   bakeTime: 5m
   interval: 15s
-  prometheus: { url: "http://prometheus:9090" }
+  prometheus: monitoring
   gates:
     - name: available
       deploymentAvailable: {}
@@ -559,6 +550,8 @@ spec:
             other => panic!("{other:?}"),
         }
         p.spec.validate().unwrap();
+        assert_eq!(p.spec.prometheus_endpoint(), "monitoring");
+        assert_eq!(p.spec.prometheus_gates(), ["error-rate", "latency"]);
         let back: GatePolicy = serde_yaml_ng::from_str(&serde_yaml_ng::to_string(&p).unwrap()).unwrap();
         assert_eq!(back, p);
     }
@@ -623,7 +616,6 @@ spec:
         let has = |f: fn(&GatePolicyProblem) -> bool| problems.iter().any(f);
         assert!(has(|p| matches!(p, GatePolicyProblem::IntervalOverBake { .. })), "{problems:?}");
         assert!(has(|p| matches!(p, GatePolicyProblem::DuplicateName(n) if n == "a")));
-        assert!(has(|p| matches!(p, GatePolicyProblem::NoPrometheusEndpoint { .. })));
         assert!(has(|p| matches!(p, GatePolicyProblem::PrometheusBound { .. })));
         assert!(has(|p| matches!(p, GatePolicyProblem::IncreaseNotPercent { .. })));
         assert!(has(|p| matches!(p, GatePolicyProblem::BadRatio { .. })));

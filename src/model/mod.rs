@@ -26,7 +26,7 @@ pub use admission::*;
 pub use checks::*;
 pub use cluster::*;
 pub use config::*;
-pub use error_chain::error_chain;
+pub use error_chain::{error_chain, redacted_url};
 pub use error_class::*;
 pub use finding::*;
 pub use fleet::*;

@@ -1,5 +1,8 @@
 //! Opening the pull request (GitHub, Gitea/Forgejo) or merge request (GitLab) for a promotion or
-//! rollback branch, through the forge configured in `fleet.yaml` `spec.status.forge`.
+//! rollback branch, through the forge the person running the command configures
+//! (`--forge-kind`, `--forge-url`, `--forge-repository`, token from `--forge-token-file` or
+//! `$FLEETGATE_FORGE_TOKEN`) — never the fleet repo's, which anyone who can push could point at a
+//! listener of their own.
 //!
 //! Request shapes, as each API documents them:
 //! * GitHub — `POST {url}/repos/{owner}/{repo}/pulls`, `Authorization: Bearer <token>`,
@@ -15,8 +18,8 @@
 //! do about it. The token, the forge's name and the reading of its error bodies are
 //! [`crate::status::forge`]'s, shared with the commit-status mirror.
 
-use crate::model::{ForgeKind, ForgeSettings};
-use crate::status::forge::{GITHUB_API_VERSION, error_message, forge_name};
+use crate::model::ForgeKind;
+use crate::status::forge::{ForgeConfig, GITHUB_API_VERSION, TokenSource, error_message, forge_name};
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -47,13 +50,16 @@ pub struct OpenedPullRequest {
 pub enum ForgeError {
     #[error("{forge} refused to open the {what} (HTTP {status}): {message}{hint}")]
     Rejected { forge: String, what: &'static str, status: u16, message: String, hint: String },
-    #[error("cannot reach {forge} at {url}; check spec.status.forge.url in fleet.yaml and the network")]
+    /// `source` has its URL stripped ([`reqwest::Error::without_url`]): `url` says where, once.
+    #[error("cannot reach {forge} at {url}; check --forge-url and the network")]
     Transport { forge: String, url: String, source: reqwest::Error },
-    #[error("{forge} answered HTTP {status} but not with a {what} fleetgate understands: {body}")]
-    BadResponse { forge: String, what: &'static str, status: u16, body: String },
-    #[error("spec.status.forge: {0}")]
+    /// The body is not shown: it is whatever the server sent, and this message reaches the terminal
+    /// and CI logs.
+    #[error("{forge} answered HTTP {status} but not with a {what} fleetgate understands (no number or URL in it)")]
+    BadResponse { forge: String, what: &'static str, status: u16 },
+    #[error("--forge-*: {0}")]
     Config(String),
-    /// The token `spec.status.forge` names cannot be read ([`crate::status::Token::from_settings`]).
+    /// The forge settings are incomplete or their token cannot be read ([`crate::status::Token::read`]).
     #[error(transparent)]
     Token(#[from] crate::status::ForgeError),
 }
@@ -67,7 +73,7 @@ fn what(kind: ForgeKind) -> &'static str {
 
 /// The endpoint URL for `forge`: base URL + the API's path, each segment percent-encoded (a
 /// GitLab project path `group/app` becomes one segment `group%2Fapp`).
-pub fn endpoint(forge: &ForgeSettings) -> Result<reqwest::Url, ForgeError> {
+pub fn endpoint(forge: &ForgeConfig) -> Result<reqwest::Url, ForgeError> {
     let mut url = reqwest::Url::parse(&forge.url)
         .map_err(|e| ForgeError::Config(format!("url {:?} is not a URL: {e}", forge.url)))?;
     let owner_repo = || -> Result<(String, String), ForgeError> {
@@ -116,14 +122,19 @@ pub fn request_body(kind: ForgeKind, pr: &PullRequestSpec) -> Value {
 /// Errors: [`ForgeError::Rejected`] when the forge answers with an error status (its message and
 /// a hint included), [`ForgeError::Transport`] when it cannot be reached, [`ForgeError::BadResponse`]
 /// when a success answer lacks the number or URL, [`ForgeError::Config`] for unusable settings.
-pub async fn open(forge: &ForgeSettings, token: &str, pr: &PullRequestSpec) -> Result<OpenedPullRequest, ForgeError> {
+pub async fn open(forge: &ForgeConfig, token: &str, pr: &PullRequestSpec) -> Result<OpenedPullRequest, ForgeError> {
     let url = endpoint(forge)?;
     let name = forge_name(forge.kind).to_string();
+    let transport = |source: reqwest::Error| ForgeError::Transport {
+        forge: name.clone(),
+        url: url.to_string(),
+        source: source.without_url(),
+    };
     let client = reqwest::Client::builder()
         .timeout(TIMEOUT)
         .user_agent(format!("fleetgate/{}", crate::VERSION))
         .build()
-        .map_err(|source| ForgeError::Transport { forge: name.clone(), url: url.to_string(), source })?;
+        .map_err(transport)?;
     let mut req = client.post(url.clone()).json(&request_body(forge.kind, pr));
     req = match forge.kind {
         ForgeKind::Github => req
@@ -133,17 +144,9 @@ pub async fn open(forge: &ForgeSettings, token: &str, pr: &PullRequestSpec) -> R
         ForgeKind::Gitea => req.header("Accept", "application/json").header("Authorization", format!("token {token}")),
         ForgeKind::Gitlab => req.header("Accept", "application/json").header("PRIVATE-TOKEN", token),
     };
-    let resp = req.send().await.map_err(|source| ForgeError::Transport {
-        forge: name.clone(),
-        url: url.to_string(),
-        source,
-    })?;
+    let resp = req.send().await.map_err(transport)?;
     let status = resp.status();
-    let text = resp.text().await.map_err(|source| ForgeError::Transport {
-        forge: name.clone(),
-        url: url.to_string(),
-        source,
-    })?;
+    let text = resp.text().await.map_err(transport)?;
     if !status.is_success() {
         return Err(ForgeError::Rejected {
             forge: name,
@@ -153,12 +156,7 @@ pub async fn open(forge: &ForgeSettings, token: &str, pr: &PullRequestSpec) -> R
             hint: hint(forge, status.as_u16(), pr),
         });
     }
-    let bad = || ForgeError::BadResponse {
-        forge: name.clone(),
-        what: what(forge.kind),
-        status: status.as_u16(),
-        body: crate::status::truncate(&text, 300),
-    };
+    let bad = || ForgeError::BadResponse { forge: name.clone(), what: what(forge.kind), status: status.as_u16() };
     let v: Value = serde_json::from_str(&text).map_err(|_| bad())?;
     let (number, link) = match forge.kind {
         ForgeKind::Gitlab => (v.get("iid"), v.get("web_url")),
@@ -170,17 +168,17 @@ pub async fn open(forge: &ForgeSettings, token: &str, pr: &PullRequestSpec) -> R
     }
 }
 
-fn hint(forge: &ForgeSettings, status: u16, pr: &PullRequestSpec) -> String {
-    let token = match (&forge.token_file, &forge.token_env) {
-        (Some(f), _) => format!("the token in {f}"),
-        (None, Some(e)) => format!("the token in ${e}"),
-        (None, None) => "the API token".to_string(),
+fn hint(forge: &ForgeConfig, status: u16, pr: &PullRequestSpec) -> String {
+    let token = match &forge.token {
+        TokenSource::File(f) => format!("the token in {}", f.display()),
+        TokenSource::Env(e) => format!("the token in ${e}"),
+        TokenSource::Given => "the API token".to_string(),
     };
     match status {
         401 => format!("; {token} was not accepted — renew it"),
         403 => format!("; {token} may lack permission to open {}s on {}", what(forge.kind), forge.repository),
         404 => format!(
-            "; check spec.status.forge.url ({}) and repository ({}) — and that branch {} was pushed",
+            "; check --forge-url ({}) and --forge-repository ({}) — and that branch {} was pushed",
             forge.url, forge.repository, pr.head
         ),
         409 | 422 => format!(
@@ -197,8 +195,8 @@ mod tests {
     use super::*;
     use rstest::rstest;
 
-    fn settings(kind: ForgeKind, url: &str, repository: &str) -> ForgeSettings {
-        ForgeSettings { kind, url: url.into(), repository: repository.into(), token_env: None, token_file: None }
+    fn settings(kind: ForgeKind, url: &str, repository: &str) -> ForgeConfig {
+        ForgeConfig { kind, url: url.into(), repository: repository.into(), token: TokenSource::Given }
     }
 
     #[rstest]

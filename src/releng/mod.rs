@@ -141,7 +141,7 @@ pub enum RelengError {
     #[error("{0}")]
     Usage(String),
     #[error(
-        "--open-pr needs a forge: add spec.status.forge {{kind, url, repository, tokenEnv}} to fleet.yaml, or push and open the PR by hand"
+        "--open-pr needs a forge: pass --forge-kind, --forge-url and --forge-repository (token from --forge-token-file or $FLEETGATE_FORGE_TOKEN), or push and open the PR by hand"
     )]
     NoForge,
     #[error("cannot fetch statuses from {remote} (pass --offline to use the local ones)")]

@@ -1,6 +1,6 @@
 //! Sending out what [`promote`](super::promote) and [`rollback`](super::rollback) wrote: push the
-//! branch to a remote, then open the pull/merge request through `fleet.yaml`
-//! `spec.status.forge`. Each command is one call here: check the forge (before anything is
+//! branch to a remote, then open the pull/merge request through the caller's forge
+//! ([`PublishOptions::forge`], never the repo's). Each command is one call here: check the forge (before anything is
 //! written), write the commit, publish it. A failure while publishing keeps what was done, so
 //! the report can still show the pushed branch.
 
@@ -9,9 +9,8 @@ use super::promote::{self, PromoteOutcome, PromoteReport, PromoteRequest};
 use super::push::{self, Pushed};
 use super::rollback::{self, RollbackReport, RollbackRequest};
 use super::{FleetRepo, RelengError, Signer};
-use crate::model::ForgeSettings;
 use crate::release::TrustConfig;
-use crate::status::{self, GitRemote, Token};
+use crate::status::{self, ForgeConfig, ForgeSettings, GitRemote, Token};
 
 /// Where the new commit goes besides the local clone.
 #[derive(Debug, Clone)]
@@ -22,6 +21,8 @@ pub struct PublishOptions {
     pub open_pr: bool,
     /// A remote name or URL; a promotion also fetches statuses from it.
     pub remote: String,
+    /// The forge `open_pr` opens the request on: the caller's flags and environment.
+    pub forge: ForgeSettings,
 }
 
 /// A command's report with what publishing did, and the error that stopped it after the commit
@@ -36,22 +37,19 @@ pub struct Published<R> {
 
 /// The forge and its token for `--open-pr`.
 struct ForgeAccess {
-    settings: ForgeSettings,
+    settings: ForgeConfig,
     token: Token,
 }
 
-/// Reads the forge settings of branch `base` and the token they name.
-fn forge_for_pr(repo: &FleetRepo, base: &str) -> Result<ForgeAccess, RelengError> {
-    let tip = repo.branch_tip(base)?;
-    let state = repo.fleet_state(&tip.tree()?, base)?;
-    let settings = state.config.fleet.spec.status.forge.clone().ok_or(RelengError::NoForge)?;
-    let token = Token::from_settings(&settings).map_err(forge_pr::ForgeError::from)?;
-    Ok(ForgeAccess { settings, token })
-}
-
-/// The forge when `open_pr` asks for one.
-fn forge_if(repo: &FleetRepo, base: &str, open_pr: bool) -> Result<Option<ForgeAccess>, RelengError> {
-    open_pr.then(|| forge_for_pr(repo, base)).transpose()
+/// The caller's forge and its token when `opts.open_pr` asks for one, read before anything is
+/// written.
+fn forge_if(opts: &PublishOptions) -> Result<Option<ForgeAccess>, RelengError> {
+    if !opts.open_pr {
+        return Ok(None);
+    }
+    let settings = opts.forge.clone().resolve().map_err(forge_pr::ForgeError::from)?.ok_or(RelengError::NoForge)?;
+    let token = Token::read(&settings).map_err(forge_pr::ForgeError::from)?;
+    Ok(Some(ForgeAccess { settings, token }))
 }
 
 /// Folds the remote's status notes into the local clone, when the remote exists. Returns
@@ -113,7 +111,7 @@ pub async fn promote_and_publish(
     opts: &PublishOptions,
     offline: bool,
 ) -> Result<Published<PromoteReport>, RelengError> {
-    let forge = forge_if(repo, &req.base, opts.open_pr)?;
+    let forge = forge_if(opts)?;
     if !offline {
         fetch_statuses(repo, &opts.remote)?;
     }
@@ -135,7 +133,7 @@ pub async fn roll_back_and_publish(
     signer: Option<&mut Signer>,
     opts: &PublishOptions,
 ) -> Result<Published<RollbackReport>, RelengError> {
-    let forge = forge_if(repo, &req.base, opts.open_pr)?;
+    let forge = forge_if(opts)?;
     if req.branch.is_none() && opts.open_pr {
         req.branch = Some(format!("rollback/{}-{}", req.target.slug(), chrono::Utc::now().format("%Y%m%d-%H%M%S")));
     }

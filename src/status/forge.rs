@@ -15,7 +15,7 @@
 //! Descriptions are cut to 140 characters (GitHub's documented limit), for every forge alike.
 
 use super::model::{State, Status, truncate};
-use crate::model::{ForgeKind, ForgeSettings};
+use crate::model::ForgeKind;
 use reqwest::StatusCode;
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
@@ -25,6 +25,8 @@ use std::time::Duration;
 
 /// Longest description sent to a forge.
 pub const MAX_DESCRIPTION: usize = 140;
+/// Longest forge error message shown.
+pub const MAX_ERROR_MESSAGE: usize = 300;
 /// The GitHub REST API version requests are written against.
 pub const GITHUB_API_VERSION: &str = "2022-11-28";
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -36,6 +38,67 @@ pub(crate) fn forge_name(kind: ForgeKind) -> &'static str {
         ForgeKind::Gitea => "Gitea",
         ForgeKind::Gitlab => "GitLab",
     }
+}
+
+/// The variable a forge token is read from when no token file is configured.
+pub const FORGE_TOKEN_ENV: &str = "FLEETGATE_FORGE_TOKEN";
+
+/// The forge as one source configures it, every field optional: the agent's flags and its config
+/// file (`forge: {kind, url, repository, tokenFile}`), or the flags of `fleetgate promote` /
+/// `rollback --open-pr`. Never the fleet repo: whoever can push to it could otherwise send the
+/// token to an address of their choosing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ForgeSettings {
+    pub kind: Option<ForgeKind>,
+    /// API base URL, e.g. `https://api.github.com`, `https://gitea.example.com`, `https://gitlab.com`.
+    pub url: Option<String>,
+    /// `owner/repo` (GitHub, Gitea) or the project path or id (GitLab).
+    pub repository: Option<String>,
+    /// File holding the API token (a mounted Secret); without it, [`FORGE_TOKEN_ENV`].
+    pub token_file: Option<PathBuf>,
+}
+
+impl ForgeSettings {
+    /// Field by field, `higher` wins where it says something.
+    pub fn overlay(self, higher: ForgeSettings) -> ForgeSettings {
+        ForgeSettings {
+            kind: higher.kind.or(self.kind),
+            url: higher.url.or(self.url),
+            repository: higher.repository.or(self.repository),
+            token_file: higher.token_file.or(self.token_file),
+        }
+    }
+
+    /// No forge when nothing is set; else all of kind, URL and repository, and the token from
+    /// its file or [`FORGE_TOKEN_ENV`].
+    ///
+    /// # Errors
+    /// [`ForgeError::Incomplete`] naming the first missing flag.
+    pub fn resolve(self) -> Result<Option<ForgeConfig>, ForgeError> {
+        if self == ForgeSettings::default() {
+            return Ok(None);
+        }
+        let missing = |flag| ForgeError::Incomplete { missing: flag };
+        Ok(Some(ForgeConfig {
+            kind: self.kind.ok_or(missing("--forge-kind"))?,
+            url: self.url.ok_or(missing("--forge-url"))?,
+            repository: self.repository.ok_or(missing("--forge-repository"))?,
+            token: match self.token_file {
+                Some(path) => TokenSource::File(path),
+                None => TokenSource::Env(FORGE_TOKEN_ENV.to_string()),
+            },
+        }))
+    }
+}
+
+/// A complete forge configuration: where statuses are mirrored and pull requests opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForgeConfig {
+    pub kind: ForgeKind,
+    pub url: String,
+    pub repository: String,
+    pub token: TokenSource,
 }
 
 /// Where a token came from, so errors can say which one to fix.
@@ -79,48 +142,40 @@ impl Token {
         &self.secret
     }
 
-    /// Reads the token `settings` point at: `tokenFile` if set (it takes precedence), else `tokenEnv`.
-    pub fn from_settings(settings: &ForgeSettings) -> Result<Token, ForgeError> {
-        let forge = forge_name(settings.kind);
-        let token = if let Some(file) = &settings.token_file {
-            let path = PathBuf::from(file);
-            let text = std::fs::read_to_string(&path).map_err(|e| ForgeError::TokenUnreadable {
-                forge,
-                source_name: TokenSource::File(path.clone()).to_string(),
-                reason: e.to_string(),
-            })?;
-            Token { secret: text.trim().to_string(), source: TokenSource::File(path) }
-        } else if let Some(var) = &settings.token_env {
-            let value = std::env::var(var).map_err(|e| match e {
-                std::env::VarError::NotPresent => ForgeError::TokenEnvUnset { forge, var: var.clone() },
-                e => ForgeError::TokenUnreadable {
-                    forge,
-                    source_name: TokenSource::Env(var.clone()).to_string(),
-                    reason: e.to_string(),
-                },
-            })?;
-            Token { secret: value.trim().to_string(), source: TokenSource::Env(var.clone()) }
-        } else {
-            return Err(ForgeError::TokenNotConfigured { forge });
+    /// Where it came from.
+    pub fn source(&self) -> &TokenSource {
+        &self.source
+    }
+
+    /// Reads the token of `forge`, trimmed; an empty one is an error.
+    pub fn read(forge: &ForgeConfig) -> Result<Token, ForgeError> {
+        let name = forge_name(forge.kind);
+        let unreadable =
+            |reason: String| ForgeError::TokenUnreadable { forge: name, source_name: forge.token.to_string(), reason };
+        let secret = match &forge.token {
+            TokenSource::File(path) => std::fs::read_to_string(path).map_err(|e| unreadable(e.to_string()))?,
+            TokenSource::Env(var) => std::env::var(var).map_err(|e| match e {
+                std::env::VarError::NotPresent => ForgeError::TokenEnvUnset { forge: name, var: var.clone() },
+                e => unreadable(e.to_string()),
+            })?,
+            TokenSource::Given => return Err(unreadable("no token was given".into())),
         };
-        if token.secret.is_empty() {
-            return Err(ForgeError::TokenUnreadable {
-                forge,
-                source_name: token.source.to_string(),
-                reason: "it is empty".into(),
-            });
+        let secret = secret.trim().to_string();
+        if secret.is_empty() {
+            return Err(unreadable("it is empty".into()));
         }
-        Ok(token)
+        Ok(Token { secret, source: forge.token.clone() })
     }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum ForgeError {
-    #[error("{forge} has no API token: set tokenFile or tokenEnv under spec.status.forge in fleet.yaml")]
-    TokenNotConfigured { forge: &'static str },
     #[error(
-        "{forge} token: tokenEnv says ${var}, which is not set; export the {forge} API token in environment variable {var}"
+        "the forge is configured only in part: {missing} is missing (a forge needs --forge-kind, --forge-url and \
+         --forge-repository, and a token from --forge-token-file or ${FORGE_TOKEN_ENV})"
     )]
+    Incomplete { missing: &'static str },
+    #[error("{forge} token: no --forge-token-file given and ${var} is not set; export the {forge} API token there")]
     TokenEnvUnset { forge: &'static str, var: String },
     #[error("{forge} token: cannot read {source_name}: {reason}")]
     TokenUnreadable { forge: &'static str, source_name: String, reason: String },
@@ -135,7 +190,7 @@ pub enum ForgeError {
     )]
     Forbidden { forge: &'static str, repository: String, message: String },
     #[error(
-        "{forge} found no repository {repository} or commit {sha} (404: {message}); check spec.status.forge.repository, \
+        "{forge} found no repository {repository} or commit {sha} (404: {message}); check --forge-repository, \
          that the commit was pushed there, and that the token can see the repository"
     )]
     NotFound { forge: &'static str, repository: String, sha: String, message: String },
@@ -153,6 +208,7 @@ pub enum ForgeError {
     },
     #[error("{forge} answered {status}: {message}")]
     Unexpected { forge: &'static str, status: u16, message: String },
+    /// `source` has its URL stripped ([`reqwest::Error::without_url`]): `url` says where, once.
     #[error("{forge} at {url}")]
     Transport { forge: &'static str, url: String, source: reqwest::Error },
 }
@@ -218,14 +274,14 @@ impl ForgeBackend {
         let client = reqwest::Client::builder().timeout(TIMEOUT).build().map_err(|source| ForgeError::Transport {
             forge,
             url: api.clone(),
-            source,
+            source: source.without_url(),
         })?;
         Ok(ForgeBackend { kind, api, repository: repository.to_string(), token, client })
     }
 
-    /// A backend from `fleet.yaml`'s `spec.status.forge` (token read from its file or variable).
-    pub fn from_settings(settings: &ForgeSettings) -> Result<ForgeBackend, ForgeError> {
-        ForgeBackend::new(settings.kind, &settings.url, &settings.repository, Token::from_settings(settings)?)
+    /// A backend for `forge`, its token read now (so a rotated Secret is picked up by the next one).
+    pub fn from_config(forge: &ForgeConfig) -> Result<ForgeBackend, ForgeError> {
+        ForgeBackend::new(forge.kind, &forge.url, &forge.repository, Token::read(forge)?)
     }
 
     pub fn kind(&self) -> ForgeKind {
@@ -283,7 +339,11 @@ impl ForgeBackend {
         for (name, value) in &req.headers {
             builder = builder.header(*name, value);
         }
-        let transport = |source| ForgeError::Transport { forge, url: req.url.clone(), source };
+        let transport = |source: reqwest::Error| ForgeError::Transport {
+            forge,
+            url: req.url.clone(),
+            source: source.without_url(),
+        };
         let response = builder.send().await.map_err(transport)?;
         let code = response.status();
         if code.is_success() {
@@ -348,7 +408,9 @@ fn encode_path_segment(s: &str) -> String {
 
 /// The forge's own words from an error body: `message` (a string, a list, or GitLab's field →
 /// list), `error` / `error_description` (GitLab, OAuth), and `errors[]` (GitHub's objects — their
-/// `message`, else `field code` — or Gitea's strings), joined with "; "; else the raw text.
+/// `message`, else `field code` — or Gitea's strings), joined with "; " and cut to
+/// [`MAX_ERROR_MESSAGE`] characters. A body that is not the forge's JSON error (a proxy's HTML
+/// page, anything else) is never echoed: these messages reach logs, Events and statuses.
 pub(crate) fn error_message(body: &str) -> String {
     fn flatten(v: &Value, out: &mut Vec<String>) {
         match v {
@@ -381,10 +443,10 @@ pub(crate) fn error_message(body: &str) -> String {
     }
     parts.dedup();
     if parts.is_empty() {
-        let raw = body.trim();
-        if raw.is_empty() { "(empty response body)".to_string() } else { truncate(raw, 300) }
+        let what = if body.trim().is_empty() { "an empty body" } else { "a body that is not its JSON error" };
+        format!("no error message ({what}, not shown)")
     } else {
-        parts.join("; ")
+        truncate(&parts.join("; "), MAX_ERROR_MESSAGE)
     }
 }
 
@@ -439,9 +501,9 @@ mod tests {
         r#"{"error":"insufficient_scope","error_description":"The request requires higher privileges."}"#,
         "insufficient_scope; The request requires higher privileges."
     )]
-    #[case("<html>bad gateway</html>", "<html>bad gateway</html>")]
-    #[case("Retry later\n", "Retry later")]
-    #[case("", "(empty response body)")]
+    #[case("<html>bad gateway</html>", "no error message (a body that is not its JSON error, not shown)")]
+    #[case("Retry later token=s3cret\n", "no error message (a body that is not its JSON error, not shown)")]
+    #[case("", "no error message (an empty body, not shown)")]
     fn error_messages_come_from_the_forge(#[case] body: &str, #[case] expected: &str) {
         assert_eq!(error_message(body), expected);
     }
@@ -458,6 +520,43 @@ mod tests {
             Err(ForgeError::InvalidUrl { .. })
         ));
         assert!(ForgeBackend::new(ForgeKind::Gitlab, "https://gitlab.com/", "g/s/p", t()).is_ok());
+    }
+
+    #[test]
+    fn long_forge_messages_are_cut() {
+        let body = serde_json::json!({ "message": "x".repeat(5000) }).to_string();
+        assert!(error_message(&body).chars().count() <= MAX_ERROR_MESSAGE);
+    }
+
+    #[tokio::test]
+    async fn transport_errors_name_the_url_once_and_never_the_query() {
+        let backend = ForgeBackend::new(ForgeKind::Gitea, "http://127.0.0.1:9", "o/r", Token::new("s3cret")).unwrap();
+        let err = backend.send(&Status::new("c", "r", "deadbeef", State::Success, "d")).await.unwrap_err();
+        let chain = crate::model::error_chain(&err);
+        assert_eq!(chain.matches("127.0.0.1:9").count(), 1, "{chain}");
+        assert!(!chain.contains("s3cret"), "{chain}");
+    }
+
+    #[rstest]
+    #[case::nothing(ForgeSettings::default(), Ok(None))]
+    #[case::no_url(ForgeSettings { kind: Some(ForgeKind::Github), repository: Some("o/r".into()), ..Default::default() }, Err("--forge-url is missing"))]
+    #[case::token_from_env(
+        ForgeSettings { kind: Some(ForgeKind::Gitea), url: Some("https://g".into()), repository: Some("o/r".into()), token_file: None },
+        Ok(Some(TokenSource::Env(FORGE_TOKEN_ENV.into())))
+    )]
+    #[case::token_from_file(
+        ForgeSettings { kind: Some(ForgeKind::Gitea), url: Some("https://g".into()), repository: Some("o/r".into()), token_file: Some("/t".into()) },
+        Ok(Some(TokenSource::File("/t".into())))
+    )]
+    fn settings_resolve_whole_or_say_what_is_missing(
+        #[case] settings: ForgeSettings,
+        #[case] want: Result<Option<TokenSource>, &str>,
+    ) {
+        match (settings.resolve(), want) {
+            (Ok(got), Ok(want)) => assert_eq!(got.map(|f| f.token), want),
+            (Err(e), Err(want)) => assert!(e.to_string().contains(want), "{e}"),
+            (got, want) => panic!("{got:?} vs {want:?}"),
+        }
     }
 
     #[test]

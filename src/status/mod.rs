@@ -22,7 +22,7 @@ mod view;
 pub mod waves;
 
 pub use backend::{GitNotesBackend, Publisher, StatusBackend, StatusError};
-pub use forge::{ForgeBackend, ForgeError, Token};
+pub use forge::{FORGE_TOKEN_ENV, ForgeBackend, ForgeConfig, ForgeError, ForgeSettings, Token, TokenSource};
 pub use matrix::{Matrix, Origin, ReleaseRef, RenderOptions, render_release, render_table};
 pub use model::*;
 pub use notes::{GitRemote, NotesError, Written, notes_ref, read_all, sync, write};

@@ -47,5 +47,5 @@ pub fn policy(bake: &str, interval: &str, gates: &str) -> GatePolicySpec {
 /// A runner for the operator selected by `selector` in [`OPERATOR_NS`], baking from now.
 pub fn runner(cluster: &TestCluster, policy: GatePolicySpec, selector: &str, baseline: Baseline) -> GateRunner {
     let target = OperatorTarget { namespace: OPERATOR_NS.into(), selector: selector.into() };
-    GateRunner::new(policy, cluster.client(), target, chrono::Utc::now(), baseline).unwrap()
+    GateRunner::new(policy, None, cluster.client(), target, chrono::Utc::now(), baseline).unwrap()
 }
