@@ -35,6 +35,9 @@ fn manifests(namespace: &str, n: usize) -> String {
 
 fn release(text: String) -> VerifiedRelease {
     let spec = ReleaseSpec {
+        fleet: Some("redis-fleet".into()),
+        sequence: Some(1),
+        revokes: Vec::new(),
         git_commit: "bench".into(),
         image: ImageRef { repository: "example/bench".into(), tag: "v1".into(), digest: None },
         images: Vec::new(),

@@ -23,7 +23,8 @@ fn fleet(clusters: usize, releases: &[ReleaseRef]) -> FleetConfig {
             operator: OperatorIdentity { name: "redis-operator".into(), namespace: "redis-system".into(), image: None },
             release: Some(newest.clone()),
             waves: WAVES.iter().map(|w| w.to_string()).collect(),
-            rollout: RolloutSettings { max_failed_clusters: 5, require_signed_commits: false },
+            rollout: RolloutSettings { max_failed_clusters: 5 },
+                promotions: Default::default(),
             status: Default::default(),
         },
     );

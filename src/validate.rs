@@ -3,6 +3,8 @@
 //!
 //! * the branch tip's configuration ([`FleetConfig::load`]): schemas, names, waves, policies;
 //!   every release a cluster or the fleet asks for exists as a tag and targets those clusters;
+//!   no setting names a credential or destination that is the spoke's (a forge, token or
+//!   notification URL, a Prometheus URL: [`spoke_setting_findings`], rule `spoke-setting`);
 //! * the branch tip's `release.yaml` (the release being prepared): document rules, mapping
 //!   consistency, targets that are known clusters, CRD compatibility with the newest release tag
 //!   when its id is not tagged yet;
@@ -15,8 +17,10 @@
 use crate::gates::crd_compat;
 use crate::manifests::crds_in_files;
 use crate::model::error_chain;
-use crate::model::{ConfigError, Finding, FleetConfig, Location, RELEASE_FILE, Rule};
-use crate::model::{RepoTree, TreeError};
+use crate::model::{
+    ConfigError, Finding, FleetConfig, Location, PromotionMode, RELEASE_FILE, Release, Rule, ordering_findings,
+};
+use crate::model::{RepoTree, TreeError, spoke_setting_findings};
 use crate::release::{Keyring, ReleaseContent, read_release, split_signed_tag, verify_commit};
 use crate::source::{Checkout, GitTree, SourceError, TagRef};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -115,6 +119,7 @@ pub fn validate_repo(
         Err(ConfigError::Invalid { findings, .. }) => (None, findings),
         Err(ConfigError::Read(e)) => return Err(e.into()),
     };
+    config_findings.extend(spoke_setting_findings(&tip_tree)?);
 
     // Release tags, oldest first (tagger time, then name).
     let mut tags = Vec::new();
@@ -158,19 +163,30 @@ pub fn validate_repo(
         }
     }
 
+    // Release order is a property of the whole history: checked on full runs only.
+    if only.is_none() {
+        let all: BTreeMap<&str, &Release> = contents.values().map(|c| (c.release.name(), &c.release)).collect();
+        for (n, &i) in wanted.iter().enumerate() {
+            if let Some(c) = contents.get(&i) {
+                let file = format!("{}:{RELEASE_FILE}", tags[i].name);
+                releases[n].findings.extend(ordering_findings(&c.release, &all, &file));
+            }
+        }
+    }
+
     let tip_release =
         if only.is_none() { check_tip_release(checkout, &tip_tree, config.as_ref(), &tags)? } else { None };
 
     if let Some(c) = &config {
         config_findings.extend(reference_findings(checkout, c, &tip_tree)?);
         if let Some(k) = keyring
-            && c.fleet.spec.rollout.require_signed_commits
+            && c.fleet.spec.promotions == PromotionMode::Signed
             && let Err(e) = verify_commit(checkout, checkout.tip(), k)
         {
             config_findings.push(Finding::in_file(
                 Rule::Signature,
                 "fleet.yaml",
-                format!("rollout.requireSignedCommits is on, but {}", error_chain(&e)),
+                format!("promotions are signed, but {}", error_chain(&e)),
             ));
         }
     }

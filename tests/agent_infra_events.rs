@@ -33,7 +33,7 @@ async fn transitions_and_errors_become_events_on_the_state_configmap() {
     let steps = [
         store
             .update(|s| {
-                s.observe_desired(Some("rel-1"));
+                s.observe_desired(Some("rel-1"), false);
                 s.begin("rel-1", "c1", Utc::now())
             })
             .await

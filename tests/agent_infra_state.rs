@@ -40,7 +40,7 @@ async fn state_survives_a_restart_mid_operation_and_damage_is_refused() {
     within("rel-1", 30, async {
         store
             .update(|s| {
-                s.observe_desired(Some("rel-1"));
+                s.observe_desired(Some("rel-1"), false);
                 Ok(())
             })
             .await
@@ -58,7 +58,7 @@ async fn state_survives_a_restart_mid_operation_and_damage_is_refused() {
         store.update(|s| s.bake_passed()).await.unwrap();
         store
             .update(|s| {
-                s.observe_desired(Some("rel-2"));
+                s.observe_desired(Some("rel-2"), false);
                 Ok(())
             })
             .await
@@ -154,7 +154,7 @@ async fn concurrent_writers_conflict_and_the_loser_reapplies_or_refuses() {
     // after reloading and is refused: no lost update, no double start.
     within("begin", 30, async {
         a.update(|s| {
-            s.observe_desired(Some("rel-2"));
+            s.observe_desired(Some("rel-2"), false);
             Ok(())
         })
         .await

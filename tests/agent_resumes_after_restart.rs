@@ -30,7 +30,7 @@ async fn an_agent_restarted_in_each_phase_finishes_what_the_last_one_started() {
         store.load().await.unwrap();
         store
             .update(|s| {
-                s.observe_desired(Some("rel-1"));
+                s.observe_desired(Some("rel-1"), false);
                 s.begin("rel-1", &commits[0], Utc::now())
             })
             .await
@@ -52,7 +52,7 @@ async fn an_agent_restarted_in_each_phase_finishes_what_the_last_one_started() {
         store.load().await.unwrap();
         store
             .update(|s| {
-                s.observe_desired(Some("rel-2"));
+                s.observe_desired(Some("rel-2"), false);
                 s.begin("rel-2", &commits[1], Utc::now())?;
                 s.start_apply(Some("rel-1"), None)
             })
@@ -75,7 +75,7 @@ async fn an_agent_restarted_in_each_phase_finishes_what_the_last_one_started() {
         store.load().await.unwrap();
         store
             .update(|s| {
-                s.observe_desired(Some("rel-3"));
+                s.observe_desired(Some("rel-3"), false);
                 s.begin("rel-3", &commits[2], Utc::now())?;
                 s.start_apply(Some("rel-2"), None)?;
                 s.applied(Utc::now() - chrono::Duration::minutes(5))
@@ -103,7 +103,7 @@ async fn an_agent_restarted_in_each_phase_finishes_what_the_last_one_started() {
         store.load().await.unwrap();
         store
             .update(|s| {
-                s.observe_desired(Some("rel-4"));
+                s.observe_desired(Some("rel-4"), false);
                 s.begin("rel-4", &commits[3], Utc::now())?;
                 s.start_apply(Some("rel-3"), None)?;
                 s.applied(Utc::now())?;

@@ -5,9 +5,10 @@
 mod fleet_support;
 
 use fleet_support::{FleetRemote, RELEASE};
-use fleetgate::model::ErrorClass;
+use fleetgate::model::{ErrorClass, PromotionMode};
 use fleetgate::release::{
-    Keyring, SignatureProblem, TagPins, TrustConfig, VerifyError, resolve, resolve_release, verify,
+    Keyring, PromotionError, SignatureProblem, TagPins, TipTrust, TrustConfig, VerifyError, check_tip, resolve,
+    resolve_release, verify,
 };
 use fleetgate_testenv::GpgHome;
 use rstest::rstest;
@@ -205,24 +206,39 @@ fn a_signed_release_whose_mapping_disagrees_is_refused_with_every_finding() {
 }
 
 #[test]
-fn signed_commits_mode_requires_a_signed_branch_tip() {
+fn signed_promotions_require_a_signed_tip_that_descends_from_the_accepted_one() {
     let remote = FleetRemote::new();
     remote.signed_tag(RELEASE);
     let state = tempfile::tempdir().unwrap();
-    let mut trust = trust(&remote);
-    trust.require_signed_commits = true;
+    let keys = trust(&remote).keyring;
 
     let (mut source, checkout) = remote.checkout(state.path());
-    let desired = resolve(&checkout, "cluster-a").unwrap();
-    let err = verify(&checkout, &desired, &trust, &mut TagPins::in_memory()).unwrap_err();
-    assert!(matches!(&err, VerifyError::CommitSignature { problem: SignatureProblem::Missing, .. }), "{err:?}");
+    let err = check_tip(&checkout, PromotionMode::Signed, &keys, None).unwrap_err();
+    assert!(matches!(&err, PromotionError::UnsignedTip { problem: SignatureProblem::Missing, .. }), "{err:?}");
+    // Unsigned promotions take the same tip, as a choice that is not a signed decision.
+    assert_eq!(check_tip(&checkout, PromotionMode::Unsigned, &keys, None).unwrap(), TipTrust::Unsigned);
 
     remote.git(&["commit", "-q", "-S", "--allow-empty", "-m", "signed promotion"]);
     remote.git(&["push", "-q", "origin", "main"]);
     source.sync().unwrap();
     let checkout = source.checkout().unwrap();
-    let desired = resolve(&checkout, "cluster-a").unwrap();
-    verify(&checkout, &desired, &trust, &mut TagPins::in_memory()).unwrap();
+    let accepted = checkout.tip().to_string();
+    assert!(check_tip(&checkout, PromotionMode::Signed, &keys, None).unwrap().is_signed());
+    assert!(check_tip(&checkout, PromotionMode::Unsigned, &keys, None).unwrap().is_signed());
+
+    // A signed fork of the parent: signed too, but not a descendant of the tip accepted last.
+    remote.git(&["commit", "-q", "-S", "--allow-empty", "-m", "another signed promotion"]);
+    remote.git(&["push", "-q", "origin", "main"]);
+    source.sync().unwrap();
+    let newer = source.checkout().unwrap();
+    assert!(check_tip(&newer, PromotionMode::Signed, &keys, Some(&accepted)).unwrap().is_signed());
+    remote.git(&["reset", "-q", "--hard", "HEAD~1"]);
+    remote.git(&["commit", "-q", "-S", "--allow-empty", "-m", "a signed fork"]);
+    remote.git(&["push", "-q", "-f", "origin", "main"]);
+    source.sync().unwrap();
+    let forked = source.checkout().unwrap();
+    let err = check_tip(&forked, PromotionMode::Signed, &keys, Some(&newer.tip().to_string())).unwrap_err();
+    assert!(matches!(err, PromotionError::NotDescendant { .. }), "{err:?}");
 }
 
 #[test]

@@ -14,9 +14,15 @@
 //! has one) from applying concurrently. `--leader-elect=false` turns it off for environments whose
 //! RBAC does not grant `leases`.
 
-use crate::model::{RELEASE_ADMISSION_POLICY_KIND, ReleaseAdmissionPolicy, ReleaseAdmissionPolicySpec, parse_document};
+use crate::model::{
+    PromotionMode, RELEASE_ADMISSION_POLICY_KIND, ReleaseAdmissionPolicy, ReleaseAdmissionPolicySpec, parse_document,
+};
+use crate::gates::PrometheusEndpoints;
+use crate::model::{DEFAULT_ENDPOINT, is_dns_label};
 use crate::source::Credentials;
+use crate::status::{ForgeConfig, ForgeError, ForgeSettings};
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -168,9 +174,18 @@ pub struct AgentConfig {
     pub listen: SocketAddr,
     pub write_back: bool,
     pub git_credentials: GitCredentials,
-    /// Where failure and rollback notifications are POSTed (Slack-compatible JSON).
-    pub notify_url: Option<reqwest::Url>,
+    /// Where failure and rollback notifications are POSTed (Slack-compatible JSON), by the name
+    /// `fleet.yaml` `spec.status.notify` picks (absent: `default`).
+    pub notify: BTreeMap<String, reqwest::Url>,
     pub notify_timeout: Duration,
+    /// The forge commit statuses are mirrored to (token read at each status, so a rotated Secret
+    /// is picked up); `fleet.yaml` can only switch it off (`spec.status.forge: false`).
+    pub forge: Option<ForgeConfig>,
+    /// The Prometheus servers a GatePolicy's `prometheus: NAME` refers to.
+    pub prometheus: PrometheusEndpoints,
+    /// `KIND.GROUP`s (e.g. `Certificate.cert-manager.io`) that `customResources` gates may read
+    /// besides the kinds of the release's own CRDs.
+    pub allowed_gate_kinds: Vec<String>,
     /// Shared secret for `POST /hooks/git` (GitHub/Gitea HMAC or GitLab token); none = accept any.
     pub webhook_secret_file: Option<PathBuf>,
     /// `None` when leader election is turned off.
@@ -180,8 +195,12 @@ pub struct AgentConfig {
     /// The upper bound of what any release may touch; the repo's `ReleaseAdmissionPolicy`
     /// documents can only narrow it. Default: anything but bindings to `cluster-admin`.
     pub admission_baseline: ReleaseAdmissionPolicySpec,
-    /// Also require the tracked branch's tip commit to be signed by a trusted key.
-    pub require_signed_commits: bool,
+    /// The promotion mode; `None` leaves it to the fleet repo (docs/SECURITY.md).
+    pub promotions: Option<PromotionMode>,
+    /// Keys that may sign promotion commits; empty: the trusted (release) keys.
+    pub promotion_keys: Vec<PathBuf>,
+    /// The fleet every release must name; `None`: pinned from the first accepted `fleet.yaml`.
+    pub fleet: Option<String>,
 }
 
 impl AgentConfig {
@@ -216,15 +235,26 @@ pub struct AgentSettings {
     pub write_back: Option<bool>,
     pub git_ssh_key: Option<PathBuf>,
     pub git_token_file: Option<PathBuf>,
-    pub notify_url: Option<String>,
+    #[serde(default)]
+    pub notify_url: NamedUrls,
     #[serde(default, with = "humantime_serde")]
     pub notify_timeout: Option<Duration>,
     pub webhook_secret_file: Option<PathBuf>,
+    /// `forge: {kind, url, repository, tokenFile}`.
+    #[serde(default)]
+    pub forge: ForgeSettings,
+    #[serde(default)]
+    pub prometheus: NamedUrls,
+    #[serde(default)]
+    pub allow_gate_kinds: Vec<String>,
     pub leader_elect: Option<bool>,
     #[serde(default, with = "humantime_serde")]
     pub lease_duration: Option<Duration>,
     pub admission_policy: Option<PathBuf>,
-    pub require_signed_commits: Option<bool>,
+    pub promotions: Option<PromotionMode>,
+    #[serde(default)]
+    pub promotion_keys: Vec<PathBuf>,
+    pub fleet: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -251,8 +281,15 @@ pub enum ConfigError {
     EmptyKeyDir(PathBuf),
     #[error("--interval {given:?} is below the minimum of {min:?}; the webhook and file watcher are the fast paths")]
     IntervalTooShort { given: Duration, min: Duration },
-    #[error("--notify-url {url:?} is not an http(s) URL: {message}")]
-    InvalidNotifyUrl { url: String, message: String },
+    /// The URL itself is not shown: a webhook URL is a secret, and this message reaches logs.
+    #[error("{flag} {name}=…: not an http(s) URL ({message})")]
+    InvalidEndpointUrl { flag: &'static str, name: String, message: String },
+    #[error("{flag} {name:?}=…: the name must be a DNS-1123 label (what the fleet repo refers to it by)")]
+    InvalidEndpointName { flag: &'static str, name: String },
+    #[error("--allow-gate-kind {0:?} is not KIND.GROUP (e.g. Certificate.cert-manager.io)")]
+    InvalidGateKind(String),
+    #[error(transparent)]
+    Forge(#[from] ForgeError),
     #[error("--lease-duration {0:?} is too short; use at least 3s")]
     LeaseTooShort(Duration),
     #[error("Kubernetes client configuration: {0}")]
@@ -288,13 +325,22 @@ impl AgentSettings {
             write_back: higher.write_back.or(self.write_back),
             git_ssh_key: higher.git_ssh_key.or(self.git_ssh_key),
             git_token_file: higher.git_token_file.or(self.git_token_file),
-            notify_url: higher.notify_url.or(self.notify_url),
+            notify_url: self.notify_url.overlay(higher.notify_url),
             notify_timeout: higher.notify_timeout.or(self.notify_timeout),
             webhook_secret_file: higher.webhook_secret_file.or(self.webhook_secret_file),
+            forge: self.forge.overlay(higher.forge),
+            prometheus: self.prometheus.overlay(higher.prometheus),
+            allow_gate_kinds: if higher.allow_gate_kinds.is_empty() {
+                self.allow_gate_kinds
+            } else {
+                higher.allow_gate_kinds
+            },
             leader_elect: higher.leader_elect.or(self.leader_elect),
             lease_duration: higher.lease_duration.or(self.lease_duration),
             admission_policy: higher.admission_policy.or(self.admission_policy),
-            require_signed_commits: higher.require_signed_commits.or(self.require_signed_commits),
+            promotions: higher.promotions.or(self.promotions),
+            promotion_keys: if higher.promotion_keys.is_empty() { self.promotion_keys } else { higher.promotion_keys },
+            fleet: higher.fleet.or(self.fleet),
         }
     }
 
@@ -313,12 +359,18 @@ impl AgentSettings {
             ("git SSH key", &self.git_ssh_key),
             ("git token file", &self.git_token_file),
             ("webhook secret file", &self.webhook_secret_file),
+            ("forge token file", &self.forge.token_file),
         ] {
             if let Some(path) = path {
                 check_readable(what, path)?;
             }
         }
-        let notify_url = self.notify_url.map(|u| parse_notify_url(&u)).transpose()?;
+        let notify = self.notify_url.resolve("--notify-url")?;
+        let prometheus = PrometheusEndpoints::new(self.prometheus.resolve("--prometheus")?);
+        let forge = self.forge.resolve()?;
+        if let Some(kind) = self.allow_gate_kinds.iter().find(|k| !is_kind_group(k)) {
+            return Err(ConfigError::InvalidGateKind(kind.clone()));
+        }
         let leader_election = if self.leader_elect.unwrap_or(true) {
             let lease_duration = self.lease_duration.unwrap_or(DEFAULT_LEASE_DURATION);
             if lease_duration < Duration::from_secs(3) {
@@ -349,13 +401,18 @@ impl AgentSettings {
             listen: self.listen.unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("default listen address parses")),
             write_back: self.write_back.unwrap_or(false),
             git_credentials: GitCredentials { ssh_key: self.git_ssh_key, token_file: self.git_token_file },
-            notify_url,
+            notify,
             notify_timeout: self.notify_timeout.unwrap_or(DEFAULT_NOTIFY_TIMEOUT),
+            forge,
+            prometheus,
+            allowed_gate_kinds: self.allow_gate_kinds,
             webhook_secret_file: self.webhook_secret_file,
             leader_election,
             identity: instance_identity(),
             admission_baseline,
-            require_signed_commits: self.require_signed_commits.unwrap_or(false),
+            promotions: self.promotions,
+            promotion_keys: if self.promotion_keys.is_empty() { Vec::new() } else { expand_key_files(&self.promotion_keys)? },
+            fleet: self.fleet,
             cluster,
         })
     }
@@ -422,12 +479,79 @@ fn unreadable_key(path: &Path, source: std::io::Error) -> ConfigError {
     ConfigError::Unreadable { what: "trusted key", path: path.to_path_buf(), source }
 }
 
-fn parse_notify_url(url: &str) -> Result<reqwest::Url, ConfigError> {
-    let invalid = |message: String| ConfigError::InvalidNotifyUrl { url: url.to_string(), message };
-    let parsed = reqwest::Url::parse(url).map_err(|e| invalid(e.to_string()))?;
-    match parsed.scheme() {
-        "http" | "https" => Ok(parsed),
-        other => Err(invalid(format!("scheme {other:?}"))),
+/// HTTP endpoints by the logical name the fleet repo refers to them by (`--prometheus`,
+/// `--notify-url`). Flags give `[NAME=]URL` (repeatable; a bare URL is [`DEFAULT_ENDPOINT`]); the
+/// config file a URL, a list of `[NAME=]URL`, or a map `NAME: URL`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NamedUrls(BTreeMap<String, String>);
+
+impl NamedUrls {
+    /// `NAME=URL` when the part before the first `=` is a DNS-1123 label, else all of it is the
+    /// URL of [`DEFAULT_ENDPOINT`] (a URL's own `=` comes after its `://`).
+    pub fn parse<S: AsRef<str>>(items: &[S]) -> NamedUrls {
+        NamedUrls(
+            items
+                .iter()
+                .map(|item| {
+                    let item = item.as_ref();
+                    match item.split_once('=') {
+                        Some((name, url)) if is_dns_label(name) => (name.to_string(), url.to_string()),
+                        _ => (DEFAULT_ENDPOINT.to_string(), item.to_string()),
+                    }
+                })
+                .collect(),
+        )
+    }
+
+    /// Name by name, `higher` wins.
+    fn overlay(mut self, higher: NamedUrls) -> NamedUrls {
+        self.0.extend(higher.0);
+        self
+    }
+
+    fn resolve(self, flag: &'static str) -> Result<BTreeMap<String, reqwest::Url>, ConfigError> {
+        self.0
+            .into_iter()
+            .map(|(name, url)| {
+                if !is_dns_label(&name) {
+                    return Err(ConfigError::InvalidEndpointName { flag, name });
+                }
+                let invalid = |message: String| ConfigError::InvalidEndpointUrl { flag, name: name.clone(), message };
+                let parsed = reqwest::Url::parse(&url).map_err(|e| invalid(e.to_string()))?;
+                match parsed.scheme() {
+                    "http" | "https" => Ok((name, parsed)),
+                    other => Err(invalid(format!("scheme {other:?}"))),
+                }
+            })
+            .collect()
+    }
+}
+
+impl<'de> Deserialize<'de> for NamedUrls {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged, expecting = "a URL, a list of [NAME=]URL, or a map of NAME: URL")]
+        enum Form {
+            One(String),
+            List(Vec<String>),
+            Map(BTreeMap<String, String>),
+        }
+        Ok(match Form::deserialize(d)? {
+            Form::One(url) => NamedUrls::parse(&[url]),
+            Form::List(items) => NamedUrls::parse(&items),
+            Form::Map(map) => NamedUrls(map),
+        })
+    }
+}
+
+/// `KIND.GROUP` as Kubernetes writes a kind of an API group (`Certificate.cert-manager.io`,
+/// `Deployment.apps`): a kind of letters and digits, then the group's DNS labels.
+fn is_kind_group(s: &str) -> bool {
+    match s.split_once('.') {
+        Some((kind, group)) => {
+            !kind.is_empty() && kind.chars().all(|c| c.is_ascii_alphanumeric()) && group.split('.').all(is_dns_label)
+        }
+        None => false,
     }
 }
 
@@ -506,6 +630,51 @@ mod tests {
     }
 
     #[test]
+    fn destinations_and_credentials_come_from_flags_and_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("forge-token");
+        std::fs::write(&token, "t0k\n").unwrap();
+        let file_path = dir.path().join("agent.yaml");
+        std::fs::write(
+            &file_path,
+            format!(
+                "forge: {{kind: gitea, url: 'https://gitea.example.com', repository: platform/fleet, tokenFile: {}}}\n\
+                 prometheus: {{default: 'http://prom:9090', thanos: 'http://thanos:9090'}}\n\
+                 notifyUrl: 'https://hooks.slack.com/services/T/B/X'\n\
+                 allowGateKinds: [Certificate.cert-manager.io]\n",
+                token.display()
+            ),
+        )
+        .unwrap();
+        let file = AgentSettings::from_file(&file_path).unwrap();
+        let flags = AgentSettings {
+            prometheus: NamedUrls::parse(&["http://prom-2:9090"]),
+            notify_url: NamedUrls::parse(&["oncall=https://hooks.example.com/x?a=b"]),
+            ..minimal(dir.path())
+        };
+        let c = file.overlay(flags).resolve().unwrap();
+        let forge = c.forge.unwrap();
+        assert_eq!((forge.kind, forge.repository.as_str()), (crate::model::ForgeKind::Gitea, "platform/fleet"));
+        assert_eq!(forge.token, crate::status::TokenSource::File(token));
+        let host = |u: &reqwest::Url| u.host_str().unwrap().to_string();
+        assert_eq!(c.prometheus.names().collect::<Vec<_>>(), ["default", "thanos"]);
+        let policy: crate::model::GatePolicySpec =
+            serde_yaml_ng::from_str("bakeTime: 1m\ngates: [{name: e, prometheus: {query: x, max: 1}}]\n").unwrap();
+        assert_eq!(c.prometheus.for_policy(&policy).unwrap().map(host).as_deref(), Some("prom-2"), "the flag wins");
+        let notify: Vec<(&str, String)> = c.notify.iter().map(|(n, u)| (n.as_str(), host(u))).collect();
+        assert_eq!(notify, [("default", "hooks.slack.com".into()), ("oncall", "hooks.example.com".into())]);
+        assert_eq!(c.allowed_gate_kinds, ["Certificate.cert-manager.io"]);
+    }
+
+    #[test]
+    fn without_destinations_there_are_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = minimal(dir.path()).resolve().unwrap();
+        assert_eq!((c.forge, c.notify.len(), c.prometheus.names().count()), (None, 0, 0));
+        assert!(c.allowed_gate_kinds.is_empty());
+    }
+
+    #[test]
     fn unknown_file_keys_are_errors() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("agent.yaml");
@@ -535,7 +704,12 @@ mod tests {
     #[case::no_keys(|s: &mut AgentSettings| s.trusted_keys.clear(), "--trusted-keys")]
     #[case::missing_key(|s: &mut AgentSettings| s.trusted_keys = vec!["/nonexistent/k.asc".into()], "/nonexistent/k.asc")]
     #[case::fast_poll(|s: &mut AgentSettings| s.interval = Some(Duration::from_millis(200)), "minimum")]
-    #[case::notify_scheme(|s: &mut AgentSettings| s.notify_url = Some("ftp://x".into()), "not an http(s) URL")]
+    #[case::notify_scheme(|s: &mut AgentSettings| s.notify_url = NamedUrls::parse(&["ftp://x/secret-path"]), "--notify-url default=…: not an http(s) URL (scheme \"ftp\")")]
+    #[case::prometheus_url(|s: &mut AgentSettings| s.prometheus = NamedUrls::parse(&["thanos=not a url"]), "--prometheus thanos=…: not an http(s) URL")]
+    #[case::endpoint_name(|s: &mut AgentSettings| s.prometheus = NamedUrls(BTreeMap::from([("Thanos".into(), "http://t".into())])), "must be a DNS-1123 label")]
+    #[case::half_a_forge(|s: &mut AgentSettings| s.forge.url = Some("https://api.github.com".into()), "--forge-kind is missing")]
+    #[case::missing_forge_token(|s: &mut AgentSettings| s.forge.token_file = Some("/nonexistent/forge-token".into()), "forge token file")]
+    #[case::gate_kind(|s: &mut AgentSettings| s.allow_gate_kinds = vec!["secrets".into()], "--allow-gate-kind \"secrets\"")]
     #[case::missing_token(|s: &mut AgentSettings| s.git_token_file = Some("/nonexistent/token".into()), "git token file")]
     #[case::short_lease(|s: &mut AgentSettings| s.lease_duration = Some(Duration::from_secs(1)), "lease-duration")]
     fn invalid_settings_say_what_to_fix(#[case] edit: fn(&mut AgentSettings), #[case] expected: &str) {

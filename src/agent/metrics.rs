@@ -234,7 +234,7 @@ mod tests {
     fn state_replaces_release_info_and_phase() {
         let m = Metrics::new("c");
         let mut s = AgentState::default();
-        s.observe_desired(Some("rel-1"));
+        s.observe_desired(Some("rel-1"), false);
         s.begin("rel-1", "abc", chrono::Utc::now()).unwrap();
         m.observe_state(&s);
         let text = m.encode();
@@ -244,7 +244,7 @@ mod tests {
         );
         assert!(text.contains("fleetgate_phase{cluster=\"c\",phase=\"Verifying\"} 1"), "{text}");
         assert!(text.contains("fleetgate_phase{cluster=\"c\",phase=\"Idle\"} 0"), "{text}");
-        s.observe_desired(Some("rel-2"));
+        s.observe_desired(Some("rel-2"), false);
         s.abort("test").unwrap();
         m.observe_state(&s);
         let text = m.encode();

@@ -2,9 +2,9 @@
 //! other, each persisted in the state ConfigMap before the next starts so a restart resumes.
 //!
 //! ```text
-//! wake ─► sync (ls-remote, fetch if changed) ─► resolve ─► state.next()
-//!   Start:  wave gate ─► verify ─► pre-apply gates + dry run ─► baseline ─► snapshot
-//!           ─► apply + prune ─► bake ─► success │ failure ─► rollback (rollback.rs)
+//! wake ─► sync (ls-remote, fetch if changed) ─► judge the tip ─► resolve ─► state.next()
+//!   Start:  verify + check the move ─► wave gate ─► pre-apply gates + dry run ─► baseline
+//!           ─► snapshot ─► apply + prune ─► bake ─► success │ failure ─► rollback (rollback.rs)
 //!   Resume: Verifying → start over · Applying → apply again, bake · Baking → bake on
 //!           · RollingBack → roll back again (every step is idempotent)
 //! ```
@@ -13,10 +13,16 @@
 //! [`conclude`](super::report::conclude) computed for it (the table is in [`super::report`]): `pending`
 //! when the apply starts and when the bake starts, `success` after the bake, `failure` when a
 //! pre-apply gate blocks the release (nothing applied) or after a rollback, `error` when the
-//! release cannot be used at all (bad signature, bad mapping; nothing applied) or a rollback
-//! attempt failed. A release that was blocked or rolled back is remembered as rejected and not
-//! started again until Git desires another. Any error before the apply starts defers the release
-//! (Verifying → Idle) for the next pass.
+//! release cannot be used at all (bad signature, bad mapping, another fleet's, revoked, an
+//! unsigned move back in time; nothing applied) or a rollback attempt failed. A release that was
+//! refused, blocked or rolled back is remembered as rejected and not started again until a signed
+//! decision clears it. Any error before the apply starts defers the release (Verifying → Idle)
+//! for the next pass.
+//!
+//! Trust (docs/SECURITY.md): the branch tip is judged first ([`release::check_tip`]). Unless a
+//! promotion key signed it, the tip only chooses which signed release runs and when; the safety
+//! settings (gate and admission policies, operator namespace, `maxFailedClusters`) come from the
+//! fleet configuration in the release tag's own tree ([`Agent::policy_config`]).
 
 use super::AgentServices;
 use super::metrics::ReconcileResult;
@@ -27,8 +33,8 @@ use crate::apply::{AdmittedSet, ApplyError, ApplyOptions, Engine};
 use crate::gates::{self, BakeVerdict, GateError, GateEvaluation, GateRunner, OperatorTarget, Verdict};
 use crate::manifests::AdmissionPolicy;
 use crate::model::error_chain;
-use crate::model::{ErrorClass, FleetConfig, GatePolicySpec, ReleaseAdmissionPolicySpec};
-use crate::release::{self, DesiredRelease, Keyring, TrustConfig, VerifiedRelease, VerifyError};
+use crate::model::{ErrorClass, FleetConfig, GatePolicySpec, PromotionMode, ReleaseAdmissionPolicySpec};
+use crate::release::{self, DesiredRelease, Keyring, TipTrust, TrustConfig, VerifiedRelease, VerifyError};
 use crate::source::{Checkout, Source, SourceError};
 use crate::status::{self, GateFigure, GitNotesBackend, GitRemote, Publisher, State, Status, StatusBackend};
 use chrono::Utc;
@@ -60,6 +66,8 @@ pub enum ReconcileError {
     Status(#[from] status::StatusError),
     #[error("the release's state is inconsistent")]
     Transition(#[from] super::state::TransitionError),
+    #[error("the branch tip is not accepted")]
+    Promotion(#[from] release::PromotionError),
 }
 
 impl ReconcileError {
@@ -70,6 +78,7 @@ impl ReconcileError {
             ReconcileError::Gates(e) => e.class(),
             ReconcileError::Apply(e) => e.class(),
             ReconcileError::Verify(e) => e.class(),
+            ReconcileError::Promotion(e) => e.class(),
             ReconcileError::State(_) | ReconcileError::Status(_) | ReconcileError::Transition(_) => {
                 ErrorClass::Retryable
             }
@@ -87,6 +96,7 @@ impl ReconcileError {
             ReconcileError::Verify(e) => verify_reason(e),
             ReconcileError::Status(_) => "StatusWriteFailed",
             ReconcileError::Transition(_) => "StateInconsistent",
+            ReconcileError::Promotion(_) => "PromotionRefused",
         }
     }
 }
@@ -125,6 +135,10 @@ pub struct Agent {
     pub(super) services: AgentServices,
     pub(super) source: Source,
     pub(super) trust: TrustConfig,
+    /// Who may sign promotion commits (the release keys when the agent is given none).
+    promotion_keys: Option<Keyring>,
+    /// Signed release documents seen so far: revocations and rollbackTo chains.
+    signed_releases: release::SignedReleases,
     pub(super) engine: Engine,
     /// The same engine waiting for rollouts: a rollback is only done when the old release serves.
     pub(super) rollback_engine: Engine,
@@ -143,7 +157,9 @@ impl Agent {
         let source = Source::open(&config.repo.url(), &config.state_dir, config.git_credentials.to_source()?)?
             .with_branch(config.branch.clone());
         let keyring = Keyring::from_files(&config.trusted_keys)?;
-        let trust = TrustConfig { keyring, require_signed_commits: config.require_signed_commits };
+        let trust = TrustConfig { keyring, fleet: config.fleet.clone() };
+        let promotion_keys =
+            if config.promotion_keys.is_empty() { None } else { Some(Keyring::from_files(&config.promotion_keys)?) };
         let mut options = ApplyOptions::for_cluster(config.state_namespace.clone(), &config.cluster);
         let engine = Engine::new(services.client.clone(), options.clone());
         options.rollout_timeout = Some(ROLLBACK_ROLLOUT_TIMEOUT);
@@ -153,6 +169,8 @@ impl Agent {
             services,
             source,
             trust,
+            promotion_keys,
+            signed_releases: release::SignedReleases::default(),
             engine,
             rollback_engine,
             admission_baseline,
@@ -219,39 +237,106 @@ impl Agent {
         }
         let checkout = tokio::task::block_in_place(|| self.source.checkout())?;
         let state = self.services.store.load().await?;
+        let tip = self.judge_tip(&checkout, &state);
         if let Next::Resume(progress) = state.next() {
             let progress = progress.clone();
-            return self.resume(&checkout, progress).await;
+            // A refused tip never stops an operation in flight (a rollback must finish); it only
+            // loses the trust a signed tip would give.
+            let tip = tip.unwrap_or(TipTrust::Unsigned);
+            return self.resume(&checkout, progress, &tip).await;
         }
+        let tip = tip?;
         let desired = match tokio::task::block_in_place(|| release::resolve(&checkout, &self.services.config.cluster)) {
             Ok(d) => d,
             Err(release::ResolveError::NoDesiredRelease { .. }) => return Ok(Outcome::UpToDate),
             Err(e) => return Err(e.into()),
         };
+        let signed_mode = self.promotion_mode(&state, &desired.config) == PromotionMode::Signed;
+        let tip_commit = checkout.tip().to_string();
         let state = self
             .update(|s| {
-                s.observe_desired(Some(&desired.id));
+                s.observe_desired(Some(&desired.id), tip.is_signed());
+                if signed_mode {
+                    s.accept_signed_tip(&tip_commit);
+                }
                 Ok(())
             })
             .await?;
         match state.next() {
             Next::Nothing => Ok(Outcome::UpToDate),
             Next::Rejected { release, .. } => Ok(Outcome::Rejected(release.to_string())),
-            Next::Start { .. } => self.start(&checkout, desired).await,
+            Next::Start { .. } => self.start(&checkout, desired, &tip).await,
             Next::Resume(_) => unreachable!("handled above"),
         }
     }
 
-    /// Wave gate, verification, pre-apply gates, then apply and bake.
-    async fn start(&mut self, checkout: &Checkout, desired: DesiredRelease) -> Result<Outcome, ReconcileError> {
+    /// The promotion mode in force: the agent's own setting, else signed once signed, else the
+    /// tip's `fleet.yaml`.
+    fn promotion_mode(&self, state: &AgentState, tip_config: &FleetConfig) -> PromotionMode {
+        release::effective_mode(
+            self.services.config.promotions,
+            state.trust().signed_promotions,
+            tip_config.fleet.spec.promotions,
+        )
+    }
+
+    /// How far this pass trusts the branch tip; an error when signed promotions refuse it.
+    fn judge_tip(&self, checkout: &Checkout, state: &AgentState) -> Result<TipTrust, ReconcileError> {
+        // An invalid tip configuration is reported by resolve; its mode falls back to unsigned.
+        let tip_says = self.config_at_tip(checkout).map(|c| c.fleet.spec.promotions).unwrap_or_default();
+        let mode = release::effective_mode(self.services.config.promotions, state.trust().signed_promotions, tip_says);
+        let keys = self.promotion_keys.as_ref().unwrap_or(&self.trust.keyring);
+        let accepted = state.trust().accepted_tip.as_deref();
+        Ok(tokio::task::block_in_place(|| release::check_tip(checkout, mode, keys, accepted))?)
+    }
+
+    /// The configuration the safety settings of `release` (tagged at `commit`) come from: the
+    /// tip's when a promotion key signed it, else the one in the release tag's own signed tree.
+    pub(super) fn policy_config(
+        &self,
+        checkout: &Checkout,
+        tip: &TipTrust,
+        release: &str,
+        commit: &str,
+    ) -> Result<FleetConfig, ReconcileError> {
+        if tip.is_signed() {
+            return self.config_at_tip(checkout);
+        }
+        tokio::task::block_in_place(|| release::signed_config(checkout, release, commit)).map_err(ReconcileError::Verify)
+    }
+
+    /// Verification, the wave gate, pre-apply gates, then apply and bake.
+    async fn start(
+        &mut self,
+        checkout: &Checkout,
+        desired: DesiredRelease,
+        tip: &TipTrust,
+    ) -> Result<Outcome, ReconcileError> {
         let cluster = self.services.config.cluster.clone();
         let id = desired.id.clone();
         let commit = desired.tag.commit.to_string();
 
+        // Verify first: a release that cannot be trusted (or may not run here now) is refused
+        // wherever its wave stands, without touching anything.
+        let verified = match self.verify(checkout, &desired, tip).await? {
+            Ok(verified) => verified,
+            Err(e) => return self.refuse(&desired.config, &id, commit, &e).await,
+        };
+        let config = match self.policy_config(checkout, tip, &id, &commit) {
+            Ok(config) => config,
+            Err(ReconcileError::Verify(e)) if e.class() == ErrorClass::Stalling => {
+                return self.refuse(&desired.config, &id, commit, &e).await;
+            }
+            Err(e) => return Err(e),
+        };
+
         let statuses = tokio::task::block_in_place(|| status::read_all(checkout.repo(), &[desired.tag.commit]))
             .map_err(status::StatusError::from)?;
         let members = status::members(&desired.config);
-        let decision = status::may_start(&desired.config.fleet, &members, &statuses, &cluster, &id);
+        // Waves and membership are the tip's to choose; how many failures halt a release is not.
+        let mut fleet = desired.config.fleet.clone();
+        fleet.spec.rollout = config.fleet.spec.rollout.clone();
+        let decision = status::may_start(&fleet, &members, &statuses, &cluster, &id);
         if !decision.allowed {
             if self.last_wait.as_deref() != Some(decision.reason.as_str()) {
                 tracing::info!(release = %id, reason = %decision.reason, "waiting for earlier waves");
@@ -261,20 +346,8 @@ impl Agent {
         }
         self.last_wait = None;
         tracing::info!(release = %id, reason = %decision.reason, "starting release");
-
-        let config = &desired.config;
+        let config = &config;
         self.step(config, Step::Begin { release: id.clone(), commit }).await?;
-
-        // Verify: a release that cannot be trusted or read is refused without touching anything.
-        let verified = match self.verify(checkout, &desired).await {
-            Ok(Ok(verified)) => verified,
-            Ok(Err(e)) => {
-                let message = error_chain(&e);
-                self.step(config, Step::Refused { reason: verify_reason(&e), message: message.clone() }).await?;
-                return Ok(Outcome::Refused { release: id, reason: message });
-            }
-            Err(e) => return self.defer(config, e).await,
-        };
 
         // Pre-apply gates: requirements, CRD compatibility, live CRs, admission, dry run.
         let policy = self.admission_policy(config);
@@ -296,16 +369,52 @@ impl Agent {
         self.apply_and_bake(checkout, config, &verified, Some(admitted), baseline).await
     }
 
+    /// Refuses `id` (status `error`, rejected until a signed decision): it cannot be used here.
+    async fn refuse(
+        &mut self,
+        config: &FleetConfig,
+        id: &str,
+        commit: String,
+        e: &VerifyError,
+    ) -> Result<Outcome, ReconcileError> {
+        let message = error_chain(e);
+        self.step(config, Step::Begin { release: id.to_string(), commit }).await?;
+        self.step(config, Step::Refused { reason: verify_reason(e), message: message.clone() }).await?;
+        Ok(Outcome::Refused { release: id.to_string(), reason: message })
+    }
+
     /// Verifies the desired release against the trusted keys and the recorded tag pins (recording
-    /// new ones): `Ok(Err(_))` is a release that cannot be used, `Err(_)` trouble worth a retry.
+    /// new ones and the fleet's name), then checks the move from what the cluster runs
+    /// ([`release::check_move`]): `Ok(Err(_))` is a release that cannot be used, `Err(_)`
+    /// trouble worth a retry.
     async fn verify(
-        &self,
+        &mut self,
         checkout: &Checkout,
         desired: &DesiredRelease,
+        tip: &TipTrust,
     ) -> Result<Result<VerifiedRelease, VerifyError>, ReconcileError> {
-        let mut pins = self.services.store.load().await?.tag_pins().clone();
-        let verified = match tokio::task::block_in_place(|| release::verify(checkout, desired, &self.trust, &mut pins))
-        {
+        let state = self.services.store.load().await?;
+        let mut pins = state.tag_pins().clone();
+        self.trust.fleet = self.services.config.fleet.clone().or_else(|| state.trust().fleet.clone());
+        let fleet = self.trust.fleet.clone().unwrap_or_else(|| desired.config.fleet.name().to_string());
+        let (trust, signed) = (&self.trust, &mut self.signed_releases);
+        let judged = tokio::task::block_in_place(|| {
+            let verified = release::verify(checkout, desired, trust, &mut pins)?;
+            let revoked = signed.revocations(checkout, &trust.keyring, &pins, &fleet)?;
+            let newest = state.trust().newest.as_ref();
+            let undo = match newest {
+                Some(n) => signed.get(checkout, &trust.keyring, &pins, &fleet, &n.release)?.and_then(|r| r.spec.rollback_to.clone()),
+                None => None,
+            };
+            let standing = release::Standing {
+                newest,
+                undo: undo.as_deref(),
+                revoked: &revoked,
+                signed_decision: tip.is_signed(),
+            };
+            release::check_move(&verified, &standing).map(|()| verified)
+        });
+        let verified = match judged {
             Ok(v) => v,
             // Reading the repo or storing a pin failed: nothing was decided.
             Err(e) if e.class() == ErrorClass::Retryable => return Err(ReconcileError::Verify(e)),
@@ -313,6 +422,7 @@ impl Agent {
         };
         self.update(|s| {
             s.record_tag_pins(&pins);
+            s.pin_fleet(&fleet);
             Ok(())
         })
         .await?;
@@ -327,10 +437,17 @@ impl Agent {
         config: &FleetConfig,
         verified: &VerifiedRelease,
     ) -> Result<(gates::Baseline, Option<String>, Option<String>), ReconcileError> {
+        let policy = gate_policy(config);
+        let prometheus = self.services.config.prometheus.for_policy(&policy)?;
         let baseline =
-            gates::sample_baseline(&gate_policy(config), &self.services.client, &operator_target(config)).await?;
+            gates::sample_baseline(&policy, prometheus, &self.services.client, &operator_target(config)).await?;
         let saved = serde_json::to_value(&baseline).expect("a baseline serializes");
-        self.update(|s| s.record_baseline(saved.clone())).await?;
+        let sequence = verified.release().spec.sequence;
+        self.update(|s| {
+            s.record_baseline(saved.clone())?;
+            s.record_sequence(sequence)
+        })
+        .await?;
         let snapshot = self.engine.snapshot().await?;
         let rollback_target = self.rollback_target(checkout, verified)?;
         Ok((baseline, snapshot.map(|s| s.id), rollback_target))
@@ -418,8 +535,15 @@ impl Agent {
         };
         let policy = gate_policy(config);
         let bake_time = policy.bake_time;
-        let runner =
-            GateRunner::new(policy, self.services.client.clone(), operator_target(config), *applied_at, baseline)?;
+        let prometheus = self.services.config.prometheus.for_policy(&policy)?;
+        let runner = GateRunner::new(
+            policy,
+            prometheus,
+            self.services.client.clone(),
+            operator_target(config),
+            *applied_at,
+            baseline,
+        )?;
         let metrics = self.services.metrics.clone();
         let verdict = runner
             .run(|round| {
@@ -442,10 +566,15 @@ impl Agent {
     }
 
     /// Picks up an operation a previous run of the agent left unfinished.
-    async fn resume(&mut self, checkout: &Checkout, progress: Progress) -> Result<Outcome, ReconcileError> {
+    async fn resume(
+        &mut self,
+        checkout: &Checkout,
+        progress: Progress,
+        tip: &TipTrust,
+    ) -> Result<Outcome, ReconcileError> {
         let Some(operation) = progress.operation() else { return Ok(Outcome::UpToDate) };
         tracing::warn!(release = %operation.release, phase = %progress.phase(), "resuming an unfinished operation");
-        let config = self.config_at_tip(checkout)?;
+        let config = self.policy_config(checkout, tip, &operation.release, &operation.commit)?;
         match &progress {
             Progress::Idle => Ok(Outcome::UpToDate),
             Progress::Verifying(_) => {
@@ -482,8 +611,9 @@ impl Agent {
         match saved.map(serde_json::from_value) {
             Some(Ok(b)) => Ok(b),
             _ => {
-                Ok(gates::sample_baseline(&gate_policy(config), &self.services.client, &operator_target(config))
-                    .await?)
+                let policy = gate_policy(config);
+                let prometheus = self.services.config.prometheus.for_policy(&policy)?;
+                Ok(gates::sample_baseline(&policy, prometheus, &self.services.client, &operator_target(config)).await?)
             }
         }
     }
@@ -571,7 +701,7 @@ impl Agent {
             self.publish(config, status).await;
         }
         if let Some(n) = &report.notification {
-            self.notify(n).await;
+            self.notify(config, n).await;
         }
         if let Some(wb) = &report.write_back {
             self.write_back(&wb.failed, &wb.target, &wb.failure).await;
@@ -596,7 +726,7 @@ impl Agent {
     /// fatal: the cluster's state is already decided and persisted; the next pass does not
     /// repeat the release, so the failure is also recorded as an Event.
     async fn publish(&self, config: &FleetConfig, status: &Status) {
-        let publisher = self.publisher(config);
+        let publisher = self.publisher(config).await;
         match publisher.publish(status).await {
             Ok(()) => {
                 tracing::info!(release = %status.release, state = status.state.as_str(), "{}", status.description)
@@ -608,29 +738,46 @@ impl Agent {
         }
     }
 
-    fn publisher(&self, config: &FleetConfig) -> Publisher {
+    /// Git notes, and the agent's own forge (`--forge-*`) unless the fleet switched it off. The
+    /// forge, its token and every other destination are never the repo's: a setting in the repo
+    /// that still names one is ignored, with a Warning Event `RepoSettingIgnored` each time a
+    /// status is written (so whoever reads the cluster's Events learns why).
+    async fn publisher(&self, config: &FleetConfig) -> Publisher {
+        for ignored in config.spoke_settings() {
+            tracing::warn!(document = %ignored.document, key = ignored.key, "{}", ignored.message);
+            self.services.record_warning("RepoSettingIgnored", "Publish", &ignored.message).await;
+        }
         let remote = GitRemote::new(self.source.url());
         let remote = match self.services.config.git_credentials.to_source() {
             Ok(creds) => remote.with_credentials(move |_url, user, allowed| creds.cred(user, allowed)),
             Err(_) => remote,
         };
         let git = GitNotesBackend::new(self.source.state_dir().join("mirror.git"), remote);
-        let forge =
-            config.fleet.spec.status.forge.as_ref().and_then(|f| match status::ForgeBackend::from_settings(f) {
+        let forge = match &self.services.config.forge {
+            Some(forge) if config.fleet.spec.status.forge_enabled() => match status::ForgeBackend::from_config(forge) {
                 Ok(b) => Some(b),
                 Err(e) => {
                     tracing::warn!(error = %error_chain(&e), "forge statuses disabled");
                     None
                 }
-            });
+            },
+            _ => None,
+        };
         Publisher::new(git, forge)
     }
 
-    /// Sends the notification, when a notification URL is configured; a failure is logged.
-    async fn notify(&self, n: &Notification) {
+    /// Sends the notification to the agent's endpoint the fleet names (`spec.status.notify`), when
+    /// the agent has any; a failure is logged and, for an endpoint it lacks, recorded as a Warning
+    /// Event (a configuration problem someone must fix).
+    async fn notify(&self, config: &FleetConfig, n: &Notification) {
         let Some(notifier) = &self.services.notifier else { return };
-        if let Err(e) = notifier.send(n).await {
-            tracing::warn!(error = %error_chain(&e), "notification failed");
+        match notifier.send(config.fleet.spec.status.notify_endpoint(), n).await {
+            Ok(()) => {}
+            Err(e @ super::notifier::NotifyError::UnknownEndpoint { .. }) => {
+                tracing::warn!(error = %error_chain(&e), "notification not sent");
+                self.services.record_warning("NotifyEndpointUnknown", "Notify", &error_chain(&e)).await;
+            }
+            Err(e) => tracing::warn!(error = %error_chain(&e), "notification failed"),
         }
     }
 
@@ -666,6 +813,10 @@ fn verify_reason(e: &VerifyError) -> &'static str {
         | VerifyError::CommitSignature { .. } => "SignatureInvalid",
         VerifyError::NotTargeted { .. } => "NotTargeted",
         VerifyError::MappingMismatch { .. } => "MappingMismatch",
+        VerifyError::OtherFleet { .. } => "OtherFleet",
+        VerifyError::Revoked { .. } => "ReleaseRevoked",
+        VerifyError::Downgrade { .. } => super::state::NEEDS_SIGNED_DECISION,
+        VerifyError::SignedConfig { .. } => "SignedConfigInvalid",
         VerifyError::Pins(_) | VerifyError::Source(_) | VerifyError::Tree(_) => "VerifyFailed",
     }
 }

@@ -294,7 +294,7 @@ mod tests {
     /// rel-1 ran and passed; Git now desires rel-2; `phase` says how far rel-2 got.
     fn state_in(phase: Phase) -> AgentState {
         let mut s = on_rel1();
-        s.observe_desired(Some("rel-2"));
+        s.observe_desired(Some("rel-2"), false);
         if phase == Phase::Idle {
             return s;
         }

@@ -1,7 +1,10 @@
 //! `fleetgate agent`: flags (each also a `FLEETGATE_*` environment variable and a camelCase key of
 //! the optional `--config` file) into an [`AgentConfig`], then the agent until SIGTERM or Ctrl-C.
 
+use super::args::ForgeArgs;
+use crate::agent::config::NamedUrls;
 use crate::agent::{Agent, AgentConfig, AgentServices, AgentSettings};
+use crate::model::PromotionMode;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -53,9 +56,22 @@ pub struct Args {
     /// File holding a token for https:// repos.
     #[arg(long, env = "FLEETGATE_GIT_TOKEN_FILE", value_name = "FILE")]
     git_token_file: Option<PathBuf>,
-    /// POST a Slack-compatible JSON notification here on failures and rollbacks.
-    #[arg(long, env = "FLEETGATE_NOTIFY_URL", value_name = "URL")]
-    notify_url: Option<String>,
+    /// POST a Slack-compatible JSON notification here on failures and rollbacks; repeatable,
+    /// `NAME=URL` for the endpoint fleet.yaml spec.status.notify names (a bare URL is `default`).
+    #[arg(long, env = "FLEETGATE_NOTIFY_URL", value_name = "[NAME=]URL", value_delimiter = ',')]
+    notify_url: Vec<String>,
+    /// A Prometheus server for the gates; repeatable, `NAME=URL` for the one a GatePolicy's
+    /// `prometheus: NAME` names (a bare URL is `default`, what policies use by default).
+    #[arg(long, env = "FLEETGATE_PROMETHEUS", value_name = "[NAME=]URL", value_delimiter = ',')]
+    prometheus: Vec<String>,
+    /// A kind (KIND.GROUP, e.g. Certificate.cert-manager.io) customResources gates may read besides
+    /// the release's own CRDs; repeatable.
+    #[arg(long = "allow-gate-kind", env = "FLEETGATE_ALLOW_GATE_KINDS", value_name = "KIND.GROUP", value_delimiter = ',')]
+    allow_gate_kinds: Vec<String>,
+    /// Where commit statuses are mirrored besides Git notes (the token: --forge-token-file, else
+    /// $FLEETGATE_FORGE_TOKEN). Never taken from the fleet repo.
+    #[command(flatten)]
+    forge: ForgeArgs,
     /// Timeout of each notification POST [default: 5s].
     #[arg(long, env = "FLEETGATE_NOTIFY_TIMEOUT", value_parser = humantime::parse_duration)]
     notify_timeout: Option<Duration>,
@@ -72,9 +88,20 @@ pub struct Args {
     /// [default: anything but bindings to cluster-admin].
     #[arg(long, env = "FLEETGATE_ADMISSION_POLICY", value_name = "FILE")]
     admission_policy: Option<PathBuf>,
-    /// Also require the tracked branch's tip commit to carry a trusted signature.
-    #[arg(long, env = "FLEETGATE_REQUIRE_SIGNED_COMMITS", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
-    require_signed_commits: Option<bool>,
+    /// Who decides what this cluster runs: `signed` (every branch tip must be a commit signed by a
+    /// promotion key, descending from the last accepted tip) or `unsigned` (pushes choose among
+    /// signed releases; policies come from the release's own tag) [default: fleet.yaml's
+    /// spec.promotions; this setting wins over it]. See docs/SECURITY.md.
+    #[arg(long, env = "FLEETGATE_PROMOTIONS", value_name = "MODE")]
+    promotions: Option<PromotionMode>,
+    /// Public keys (files or directories) that may sign promotion commits: a release manager's,
+    /// or the forge's merge key [default: the --trusted-keys].
+    #[arg(long, env = "FLEETGATE_PROMOTION_KEYS", value_name = "FILE|DIR", value_delimiter = ',')]
+    promotion_keys: Vec<PathBuf>,
+    /// The fleet's name (fleet.yaml metadata.name) every release must name in spec.fleet
+    /// [default: the name in the first fleet.yaml this agent accepts, remembered in its state].
+    #[arg(long, env = "FLEETGATE_FLEET", value_name = "NAME")]
+    fleet: Option<String>,
 }
 
 impl Args {
@@ -98,13 +125,18 @@ impl Args {
             write_back: self.write_back,
             git_ssh_key: self.git_ssh_key,
             git_token_file: self.git_token_file,
-            notify_url: self.notify_url,
+            notify_url: NamedUrls::parse(&self.notify_url),
+            prometheus: NamedUrls::parse(&self.prometheus),
+            allow_gate_kinds: self.allow_gate_kinds,
+            forge: self.forge.settings(),
             notify_timeout: self.notify_timeout,
             webhook_secret_file: self.webhook_secret_file,
             leader_elect: self.leader_elect,
             lease_duration: self.lease_duration,
             admission_policy: self.admission_policy,
-            require_signed_commits: self.require_signed_commits,
+            promotions: self.promotions,
+            promotion_keys: self.promotion_keys,
+            fleet: self.fleet,
         };
         Ok(file.overlay(flags).resolve()?)
     }

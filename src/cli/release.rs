@@ -67,6 +67,10 @@ pub struct CreateArgs {
     /// Explicit rollback target (default: the previous release tag).
     #[arg(long)]
     pub rollback_to: Option<String>,
+    /// Earlier releases this one withdraws (comma-separated; spec.revokes): no agent applies
+    /// them again, e.g. a build with a known vulnerability.
+    #[arg(long, value_delimiter = ',')]
+    pub revokes: Vec<String>,
     /// Kubernetes versions the release needs, as a semver range (e.g. ">=1.28").
     #[arg(long)]
     pub requires_kubernetes: Option<String>,
@@ -144,6 +148,7 @@ fn create_and_push(args: &CreateArgs) -> Result<Created, RelengError> {
         git_commit: args.git_commit.clone(),
         targets: if args.all { Targets::All } else { Targets::List(args.targets.clone()) },
         rollback_to: args.rollback_to.clone(),
+        revokes: args.revokes.clone(),
         requires,
         branch: args.branch.clone(),
         allow_incompatible_crds: args.allow_incompatible_crds.clone(),

@@ -483,6 +483,9 @@ pub(crate) mod tests {
 
     pub(crate) fn release(files: &[(&str, &str)]) -> VerifiedRelease {
         let spec = ReleaseSpec {
+            fleet: Some("redis-fleet".into()),
+            sequence: Some(1),
+            revokes: Vec::new(),
             git_commit: "a1b2c3d".into(),
             image: ImageRef { repository: "example/op".into(), tag: "v1".into(), digest: None },
             images: Vec::new(),

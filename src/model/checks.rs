@@ -4,6 +4,7 @@
 //! `release::mapping`.
 
 use super::{Cluster, Finding, Fleet, PRIMARY_IMAGE_NAME, Release, Rule};
+use std::collections::BTreeMap;
 
 /// Node architectures Kubernetes reports (`kubernetes.io/arch`); anything else is a typo.
 pub const KNOWN_ARCHITECTURES: [&str; 7] = ["amd64", "arm64", "arm", "ppc64le", "s390x", "386", "riscv64"];
@@ -182,6 +183,40 @@ pub fn check_cluster(cluster: &Cluster, file: &str, text: &str) -> Vec<Finding> 
     out
 }
 
+/// Release order across the fleet's releases (`all`: id → release): a `sequence` another release
+/// also has, and a `rollbackTo` or `revokes` naming a release that is not older. `file` is where
+/// `release`'s findings are reported.
+pub fn ordering_findings(release: &Release, all: &BTreeMap<&str, &Release>, file: &str) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let id = release.name();
+    let Some(sequence) = release.spec.sequence else { return out };
+    let mut bad = |message: String| out.push(Finding::in_file(Rule::Ordering, file, message));
+    for (other, r) in all {
+        if *other != id && r.spec.sequence == Some(sequence) {
+            bad(format!("sequence {sequence} is also {other}'s; every release needs its own"));
+        }
+    }
+    let older = |what: &str, target: &str| -> Option<String> {
+        let r = all.get(target)?;
+        match r.spec.sequence {
+            Some(s) if s < sequence => None,
+            s => Some(format!(
+                "{what} {target} (sequence {}) is not older than {id} (sequence {sequence})",
+                s.map_or_else(|| "none".to_string(), |s| s.to_string())
+            )),
+        }
+    };
+    if let Some(m) = release.spec.rollback_to.as_deref().and_then(|t| older("rollbackTo", t)) {
+        bad(m);
+    }
+    for r in &release.spec.revokes {
+        if let Some(m) = older("revokes", r) {
+            bad(m);
+        }
+    }
+    out
+}
+
 /// Checks of a release document on its own: id, commit, image, versions, targets, requirements,
 /// manifests path, timestamp.
 pub fn check_release(release: &Release, file: &str, text: &str) -> Vec<Finding> {
@@ -252,6 +287,35 @@ pub fn check_release(release: &Release, file: &str, text: &str) -> Vec<Finding> 
             "crdVersion",
             format!("crdVersion {:?} is not a version name like v1alpha2", s.crd_version),
         );
+    }
+    match &s.fleet {
+        None => bad(
+            Rule::Fleet,
+            "spec",
+            "release.yaml names no fleet; add `fleet: <fleet.yaml metadata.name>` (release create writes it)".to_string(),
+        ),
+        Some(f) if !is_dns_label(f) => bad(Rule::Naming, "fleet", format!("fleet {f:?} is not a DNS-1123 label")),
+        Some(_) => {}
+    }
+    if s.sequence.is_none() {
+        bad(
+            Rule::Ordering,
+            "spec",
+            "release.yaml has no sequence; add `sequence: N`, higher than every earlier release's (release create writes it)"
+                .to_string(),
+        );
+    }
+    for (i, r) in s.revokes.iter().enumerate() {
+        if !is_release_id(r) {
+            bad(Rule::Naming, "revokes", format!("revokes {r:?}: not a valid release id"));
+        } else if r == id {
+            bad(Rule::Reference, "revokes", "revokes names the release itself".to_string());
+        } else if s.rollback_to.as_deref() == Some(r.as_str()) {
+            bad(Rule::Reference, "revokes", format!("{r} is both revoked and the rollbackTo target"));
+        }
+        if s.revokes[..i].contains(r) {
+            bad(Rule::Duplicate, "revokes", format!("{r} is revoked twice"));
+        }
     }
     if s.target_clusters.is_empty() {
         bad(Rule::Reference, "targetClusters", "targetClusters is empty; the release could run nowhere".to_string());
@@ -389,6 +453,9 @@ spec:
     kubernetes: \">=1.28\"
     architectures: [amd64, arm64]
   manifests: operator/
+  fleet: redis-fleet
+  sequence: 3
+  revokes: [rel-20250310-001]
 ";
 
     fn findings(text: &str) -> Vec<(Rule, Option<u32>)> {
@@ -409,9 +476,39 @@ spec:
     #[case::unknown_arch("[amd64, arm64]", "[amd64, x86]", vec![(Rule::Requires, Some(15))])]
     #[case::escaping_manifests("manifests: operator/", "manifests: ../operator/", vec![(Rule::ManifestPath, Some(16))])]
     #[case::absolute_manifests("manifests: operator/", "manifests: /etc", vec![(Rule::ManifestPath, Some(16))])]
+    #[case::no_fleet("  fleet: redis-fleet\n", "", vec![(Rule::Fleet, Some(5))])]
+    #[case::no_sequence("  sequence: 3\n", "", vec![(Rule::Ordering, Some(5))])]
+    #[case::revokes_itself("[rel-20250310-001]", "[rel-20250315-001]", vec![(Rule::Reference, Some(19))])]
     #[case::several_at_once("chartVersion: 1.2.3\n  crdVersion: v1alpha2", "chartVersion: x\n  crdVersion: y", vec![(Rule::Schema, Some(10)), (Rule::CrdVersion, Some(11))])]
     fn release_rules(#[case] from: &str, #[case] to: &str, #[case] expected: Vec<(Rule, Option<u32>)>) {
         let text = if from.is_empty() { BASE.to_string() } else { BASE.replacen(from, to, 1) };
         assert_eq!(findings(&text), expected);
+    }
+
+    #[test]
+    fn release_order_findings() {
+        let text = |id: &str, sequence: u64, extra: &str| {
+            BASE.replace("rel-20250315-001", id).replace("sequence: 3", &format!("sequence: {sequence}")).replace(
+                "  revokes: [rel-20250310-001]\n",
+                extra,
+            )
+        };
+        let parse = |t: String| parse_release("release.yaml", &t, None).unwrap();
+        let r1 = parse(text("rel-1", 1, ""));
+        let r2 = parse(text("rel-2", 2, "  rollbackTo: rel-3\n"));
+        let r3 = parse(text("rel-3", 2, "  revokes: [rel-1]\n"));
+        let all = BTreeMap::from([("rel-1", &r1), ("rel-2", &r2), ("rel-3", &r3)]);
+        let messages = |r: &Release| -> Vec<String> {
+            ordering_findings(r, &all, "x").into_iter().map(|f| f.message).collect()
+        };
+        assert_eq!(messages(&r1), Vec::<String>::new());
+        assert_eq!(
+            messages(&r2),
+            [
+                "sequence 2 is also rel-3's; every release needs its own",
+                "rollbackTo rel-3 (sequence 2) is not older than rel-2 (sequence 2)"
+            ]
+        );
+        assert_eq!(messages(&r3), ["sequence 2 is also rel-2's; every release needs its own"]);
     }
 }

@@ -15,6 +15,9 @@ pub struct FleetSpec {
     pub release: Option<String>,
     /// Wave names in rollout order; every cluster names one of them.
     pub waves: Vec<String>,
+    /// How far agents trust the branch tip (the agent's own `--promotions` wins).
+    #[serde(default)]
+    pub promotions: PromotionMode,
     #[serde(default)]
     pub rollout: RolloutSettings,
     #[serde(default)]
@@ -39,9 +42,41 @@ pub struct RolloutSettings {
     /// A release halts fleet-wide once this many clusters report `failure` for it.
     #[serde(default = "default_max_failed")]
     pub max_failed_clusters: u32,
-    /// Require every commit on the tracked branch tip to be signed by a trusted key.
-    #[serde(default)]
-    pub require_signed_commits: bool,
+}
+
+/// Who may decide what the fleet runs (docs/SECURITY.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PromotionMode {
+    /// Anyone who can push chooses which signed release each cluster runs and when; everything
+    /// that could weaken safety (gate and admission policies, bake time, `maxFailedClusters`) is
+    /// read from the signed release tag's own tree, and moving a cluster to an older release
+    /// needs a signed decision.
+    #[default]
+    Unsigned,
+    /// The branch tip must be a commit signed by a trusted promotion key that descends from the
+    /// last tip the agent accepted; then the tip's settings are trusted.
+    Signed,
+}
+
+impl PromotionMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PromotionMode::Unsigned => "unsigned",
+            PromotionMode::Signed => "signed",
+        }
+    }
+}
+
+impl std::str::FromStr for PromotionMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<PromotionMode, String> {
+        match s {
+            "unsigned" => Ok(PromotionMode::Unsigned),
+            "signed" => Ok(PromotionMode::Signed),
+            other => Err(format!("unknown promotion mode {other:?}; expected signed or unsigned")),
+        }
+    }
 }
 
 fn default_max_failed() -> u32 {
@@ -50,7 +85,7 @@ fn default_max_failed() -> u32 {
 
 impl Default for RolloutSettings {
     fn default() -> Self {
-        RolloutSettings { max_failed_clusters: default_max_failed(), require_signed_commits: false }
+        RolloutSettings { max_failed_clusters: default_max_failed() }
     }
 }
 

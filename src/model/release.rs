@@ -10,6 +10,18 @@ pub type Release = Document<ReleaseSpec>;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ReleaseSpec {
+    /// The fleet this release belongs to (`fleet.yaml` `metadata.name`). Signed with the release,
+    /// so a tag cut for another fleet that trusts the same key is refused here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<String>,
+    /// The release's place in the fleet's history: strictly greater than every earlier release's
+    /// (`release create` writes one more than the highest so far). Agents refuse to move to a
+    /// lower one than they last ran successfully unless the move is signed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequence: Option<u64>,
+    /// Earlier releases this one withdraws: no agent applies a revoked release again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub revokes: Vec<String>,
     /// The Operator's source commit this release was built from.
     pub git_commit: String,
     /// The operator's own (manager) image; at least one container runs it.
@@ -156,8 +168,8 @@ pub fn parse_version_range(range: &str) -> Result<semver::VersionReq, BadVersion
 pub const RELEASE_KIND: &str = "Release";
 
 /// Keys of the seed's ConfigMap form (`data:` of a `v1` ConfigMap). The first eight are the seed's;
-/// `image.repository`, `image.digest`, `requires.kubernetes`, `requires.architectures` and
-/// `manifests` are fleetgate's additions so the ConfigMap form can say everything the typed one can.
+/// `image.repository`, `image.digest`, `requires.kubernetes`, `requires.architectures`,
+/// `manifests`, `fleet`, `sequence` and `revokes` are fleetgate's additions so the ConfigMap form can say everything the typed one can.
 pub mod seed_keys {
     pub const RELEASE_ID: &str = "release.id";
     pub const GIT_COMMIT: &str = "git.commit";
@@ -172,10 +184,13 @@ pub mod seed_keys {
     pub const REQUIRES_KUBERNETES: &str = "requires.kubernetes";
     pub const REQUIRES_ARCHITECTURES: &str = "requires.architectures";
     pub const MANIFESTS: &str = "manifests";
+    pub const FLEET: &str = "fleet";
+    pub const SEQUENCE: &str = "sequence";
+    pub const REVOKES: &str = "revokes";
 
     pub(super) const REQUIRED: [&str; 6] =
         [RELEASE_ID, GIT_COMMIT, IMAGE_TAG, CHART_VERSION, CRD_VERSION, TARGET_CLUSTERS];
-    pub(super) const ALL: [&str; 13] = [
+    pub(super) const ALL: [&str; 16] = [
         RELEASE_ID,
         GIT_COMMIT,
         IMAGE_TAG,
@@ -189,6 +204,9 @@ pub mod seed_keys {
         REQUIRES_KUBERNETES,
         REQUIRES_ARCHITECTURES,
         MANIFESTS,
+        FLEET,
+        SEQUENCE,
+        REVOKES,
     ];
 }
 
@@ -266,7 +284,14 @@ fn from_seed(
     let architectures = list(take(REQUIRES_ARCHITECTURES));
     let requires =
         (kubernetes.is_some() || !architectures.is_empty()).then_some(Requirements { kubernetes, architectures });
+    let sequence = match take(SEQUENCE) {
+        Some(v) => Some(v.parse::<u64>().map_err(|e| invalid(SEQUENCE, format!("{SEQUENCE} {v:?} is not a whole number: {e}")))?),
+        None => None,
+    };
     let spec = ReleaseSpec {
+        fleet: take(FLEET),
+        sequence,
+        revokes: list(take(REVOKES)),
         git_commit: take(GIT_COMMIT).unwrap_or_default(),
         image: ImageRef { repository, tag: take(IMAGE_TAG).unwrap_or_default(), digest: take(IMAGE_DIGEST) },
         images: Vec::new(),
@@ -294,6 +319,15 @@ pub fn release_seed_data(release: &Release) -> BTreeMap<String, String> {
         d.insert(k.to_string(), v.to_string());
     };
     put(RELEASE_ID, release.name());
+    if let Some(f) = &s.fleet {
+        put(FLEET, f);
+    }
+    if let Some(n) = s.sequence {
+        put(SEQUENCE, &n.to_string());
+    }
+    if !s.revokes.is_empty() {
+        put(REVOKES, &s.revokes.join(","));
+    }
     put(GIT_COMMIT, &s.git_commit);
     put(IMAGE_REPOSITORY, &s.image.repository);
     put(IMAGE_TAG, &s.image.tag);

@@ -495,6 +495,9 @@ mod tests {
             "Release",
             "rel-1",
             ReleaseSpec {
+                fleet: Some("redis-fleet".into()),
+                sequence: Some(1),
+                revokes: Vec::new(),
                 git_commit: "a1b2c3d4e5f6".into(),
                 image: ImageRef {
                     repository: "registry.example.com/redis-operator".into(),

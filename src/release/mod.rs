@@ -9,14 +9,18 @@
 //! Checking a release against the live cluster (`gates::check_requirements`) and validating a whole
 //! repo (`validate`) sit above this module.
 
+mod history;
 pub mod mapping;
 mod pins;
+mod promotion;
 mod resolve;
 mod trust;
 mod verified;
 mod verify;
 
+pub use history::*;
 pub use pins::*;
+pub use promotion::*;
 pub use resolve::*;
 pub use trust::*;
 pub use verified::*;

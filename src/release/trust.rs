@@ -18,15 +18,17 @@ use std::path::{Path, PathBuf};
 
 /// The trust settings verification runs with (from the agent's configuration, not the repo).
 pub struct TrustConfig {
+    /// The release keys: who may sign a release tag.
     pub keyring: Keyring,
-    /// Also require the tracked branch's tip commit to carry a trusted signature. The repo's
-    /// `fleet.yaml` `rollout.requireSignedCommits` can switch this on, never off.
-    pub require_signed_commits: bool,
+    /// The fleet every release must name (`spec.fleet`). None: the name in the branch tip's
+    /// `fleet.yaml` — what a command run by a person uses; an agent pins the name it first
+    /// accepted (or is given `--fleet`), so a pusher cannot rename the fleet to fit a foreign tag.
+    pub fleet: Option<String>,
 }
 
 impl TrustConfig {
     pub fn new(keyring: Keyring) -> TrustConfig {
-        TrustConfig { keyring, require_signed_commits: false }
+        TrustConfig { keyring, fleet: None }
     }
 
     /// The trust of a command's key files (`--trusted-keys`): None when none are given, so the

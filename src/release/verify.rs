@@ -5,9 +5,12 @@
 //! 2. the tag still points where it pointed when first verified ([`TagPins`]);
 //! 3. the tag's signature verifies with a trusted key (every signature, fully valid);
 //!    the pin is recorded now, on first sight of a good signature;
-//! 4. optionally, the branch tip commit is signed by a trusted key too;
-//! 5. `release.yaml` and the manifests are read from the **tag's tree**, the release targets the
-//!    cluster, and the mapping agrees with the manifests (every finding reported at once).
+//! 4. `release.yaml` and the manifests are read from the **tag's tree**, the release names the
+//!    expected fleet, targets the cluster, and the mapping agrees with the manifests (every
+//!    finding reported at once).
+//!
+//! Whether the branch tip may choose this release at all (promotion mode, downgrades,
+//! revocations) is [`super::promotion`]'s and [`super::history`]'s concern.
 
 use super::VerifiedRelease;
 use super::mapping::{check_mapping, read_manifests};
@@ -15,7 +18,7 @@ use super::pins::{PinError, TagPins};
 use super::resolve::DesiredRelease;
 use super::trust::{Keyring, SignatureProblem, TrustConfig, split_signed_tag};
 use crate::model::{
-    ErrorClass, FLEET_FILE, Finding, FleetSpec, MAX_YAML_BYTES, RELEASE_FILE, Release, check_release, join_findings,
+    ErrorClass, FLEET_FILE, Finding, FleetConfig, FleetSpec, MAX_YAML_BYTES, RELEASE_FILE, Release, check_release, join_findings,
     parse_document, parse_release,
 };
 use crate::model::{RepoTree, TreeError};
@@ -46,10 +49,26 @@ pub enum VerifyError {
     InvalidSignature { tag: String, problem: SignatureProblem },
     #[error("the branch tip {commit} must be signed by a trusted key: {problem}")]
     CommitSignature { commit: String, problem: SignatureProblem },
+    #[error(
+        "release {release} belongs to fleet {}, not {expected}; a tag signed for another fleet cannot run here",
+        found.as_deref().unwrap_or("(none named)")
+    )]
+    OtherFleet { release: String, found: Option<String>, expected: String },
+    #[error(
+        "release {release} is revoked by the signed release {by}; promote a newer release (fleetgate promote), revoked releases never run again"
+    )]
+    Revoked { release: String, by: String },
+    #[error(
+        "release {release} (sequence {}) is older than {newest} (sequence {newest_sequence}), the newest release this cluster ran successfully; moving back needs a signed decision: promote {newest}'s rollbackTo, cut a newer release, or sign the promotion commit with a promotion key (fleetgate promote --sign-key)",
+        sequence.map_or_else(|| "none".to_string(), |s| s.to_string())
+    )]
+    Downgrade { release: String, sequence: Option<u64>, newest: String, newest_sequence: u64 },
     #[error("release {release} does not target cluster {cluster} (targetClusters: {})", targets.join(", "))]
     NotTargeted { release: String, cluster: String, targets: Vec<String> },
     #[error("release {release} at {commit} is inconsistent:\n{}", join_findings(findings))]
     MappingMismatch { release: String, commit: String, findings: Vec<Finding> },
+    #[error("the fleet configuration in release {release}'s signed tree is invalid")]
+    SignedConfig { release: String, source: crate::model::ConfigError },
     #[error(transparent)]
     Pins(#[from] PinError),
     #[error(transparent)]
@@ -65,6 +84,7 @@ impl VerifyError {
         match self {
             VerifyError::Source(e) => e.class(),
             VerifyError::Tree(_) | VerifyError::Pins(_) => ErrorClass::Retryable,
+            VerifyError::SignedConfig { source: crate::model::ConfigError::Read(_), .. } => ErrorClass::Retryable,
             VerifyError::InvalidSignature { problem, .. } | VerifyError::CommitSignature { problem, .. } => {
                 problem.class()
             }
@@ -118,13 +138,13 @@ pub fn read_release(
     };
     // Releases in the seed's ConfigMap form take their image repository from the same commit's
     // fleet.yaml; problems of that file are reported by the configuration check, not here.
-    let default_repository = tree
+    let fleet = tree
         .read_text(FLEET_FILE, MAX_YAML_BYTES)
         .ok()
         .flatten()
-        .and_then(|t| parse_document::<FleetSpec>(FLEET_FILE, &t, "Fleet").ok())
-        .and_then(|f| f.spec.operator.image);
-    let release = match parse_release(RELEASE_FILE, &text, default_repository.as_deref()) {
+        .and_then(|t| parse_document::<FleetSpec>(FLEET_FILE, &t, "Fleet").ok());
+    let default_repository = fleet.as_ref().and_then(|f| f.spec.operator.image.as_deref());
+    let release = match parse_release(RELEASE_FILE, &text, default_repository) {
         Ok(r) => r,
         Err(e) => {
             findings.push(e.into());
@@ -132,6 +152,17 @@ pub fn read_release(
         }
     };
     findings.extend(check_release(&release, RELEASE_FILE, &text));
+    if let (Some(fleet), Some(named)) = (&fleet, &release.spec.fleet)
+        && fleet.name() != named
+    {
+        findings.push(Finding::at_key(
+            crate::model::Rule::Fleet,
+            RELEASE_FILE,
+            &text,
+            "fleet",
+            format!("release.yaml names fleet {named:?}, but fleet.yaml of the same commit is fleet {:?}", fleet.name()),
+        ));
+    }
     let (files, read_findings) = read_manifests(tree, &release.spec.manifests)?;
     findings.extend(read_findings);
     findings.extend(check_mapping(tag, &release, RELEASE_FILE, &text, &files));
@@ -163,21 +194,22 @@ pub fn verify(
     {
         return Err(VerifyError::MovedTag { tag: id.clone(), pinned: pinned.to_string(), now: commit });
     }
-    let raw = checkout.raw_object(object)?;
-    let signer = split_signed_tag(&raw)
-        .and_then(|(payload, signature)| trust.keyring.verify_detached(payload, signature))
-        .map_err(|p| VerifyError::tag_signature(id, p))?;
+    let signer = verify_tag_signature(checkout, id, object, &trust.keyring)?;
     pins.pin(id, &commit)?;
-
-    if trust.require_signed_commits || desired.config.fleet.spec.rollout.require_signed_commits {
-        verify_commit(checkout, desired.branch_commit, &trust.keyring)?;
-    }
 
     let tree = checkout.tag_tree(tag)?;
     let (content, findings) = read_release(&tree, Some(id))?;
     let mapping_error =
         |findings| VerifyError::MappingMismatch { release: id.clone(), commit: short(tag.commit), findings };
     let Some(content) = content else { return Err(mapping_error(findings)) };
+    let expected = trust.fleet.as_deref().unwrap_or(desired.config.fleet.name());
+    if content.release.spec.fleet.as_deref() != Some(expected) {
+        return Err(VerifyError::OtherFleet {
+            release: id.clone(),
+            found: content.release.spec.fleet.clone(),
+            expected: expected.to_string(),
+        });
+    }
     let targets = &content.release.spec.target_clusters;
     if !targets.contains(&desired.cluster) {
         return Err(VerifyError::NotTargeted {
@@ -190,6 +222,28 @@ pub fn verify(
         return Err(mapping_error(findings));
     }
     Ok(VerifiedRelease::new(id.clone(), commit, Some(signer), content.release, content.files))
+}
+
+/// Checks the signature of tag object `object` (named `id`); returns the signer's fingerprint.
+pub fn verify_tag_signature(
+    checkout: &Checkout,
+    id: &str,
+    object: git2::Oid,
+    keyring: &Keyring,
+) -> Result<String, VerifyError> {
+    let raw = checkout.raw_object(object)?;
+    split_signed_tag(&raw)
+        .and_then(|(payload, signature)| keyring.verify_detached(payload, signature))
+        .map_err(|p| VerifyError::tag_signature(id, p))
+}
+
+/// The fleet configuration in the tree of a verified release's tag: what `promotions: unsigned`
+/// reads every safety setting from, since the branch tip may be anyone's push.
+/// `commit` is the release's verified tag commit (`VerifiedRelease::commit`, `Operation::commit`).
+pub fn signed_config(checkout: &Checkout, release: &str, commit: &str) -> Result<FleetConfig, VerifyError> {
+    let commit = git2::Oid::from_str(commit).map_err(SourceError::from)?;
+    let tree = checkout.commit_tree(commit, &format!("tag {release} ({})", short(commit)))?;
+    FleetConfig::load(&tree).map_err(|e| VerifyError::SignedConfig { release: release.to_string(), source: e })
 }
 
 /// Checks that `commit` carries a trusted OpenPGP signature; returns the signer's fingerprint.
@@ -237,6 +291,8 @@ mod tests {
             (seed_keys::CHART_VERSION, "1.2.3"),
             (seed_keys::CRD_VERSION, "v1alpha2"),
             (seed_keys::TARGET_CLUSTERS, "cluster-a,cluster-b,cluster-c"),
+            (seed_keys::FLEET, "redis-fleet"),
+            (seed_keys::SEQUENCE, "1"),
         ]
         .iter()
         .map(|(k, v)| format!("  {k}: \"{v}\"\n"))

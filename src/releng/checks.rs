@@ -90,14 +90,11 @@ pub fn verify_release(
 ) -> Result<String, RelengError> {
     let env = |source: VerifyError| RelengError::Verify { id: id.to_string(), source: Box::new(source) };
     let checkout = Checkout::open_local(repo.path(), Some(base)).map_err(|e| env(e.into()))?;
-    let mut desired = resolve_release(&checkout, cluster, id).map_err(|e| RelengError::Resolve {
+    let desired = resolve_release(&checkout, cluster, id).map_err(|e| RelengError::Resolve {
         id: id.to_string(),
         base: base.to_string(),
         source: Box::new(e),
     })?;
-    // Whether the branch tip is signed is the agent's concern once the promotion is merged; a
-    // promotion vouches for the release.
-    desired.config.fleet.spec.rollout.require_signed_commits = false;
     match verify(&checkout, &desired, trust, &mut TagPins::in_memory()) {
         Ok(v) => Ok(v.signer().unwrap_or_default().to_string()),
         Err(VerifyError::MappingMismatch { findings, .. }) => {

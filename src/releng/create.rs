@@ -51,6 +51,8 @@ pub struct CreateRequest {
     pub targets: Targets,
     /// Default: the previous release tag in the branch's history.
     pub rollback_to: Option<String>,
+    /// Earlier releases this one withdraws (`spec.revokes`).
+    pub revokes: Vec<String>,
     pub requires: Option<Requirements>,
     /// Branch to commit on; default: the branch HEAD points at.
     pub branch: Option<String>,
@@ -206,7 +208,7 @@ fn content(repo: &FleetRepo, req: &CreateRequest, tip: &git2::Commit<'_>) -> Res
 fn release_document(
     req: &CreateRequest,
     chart: Option<&ChartSource>,
-    targets: Vec<String>,
+    place: Place,
     rollback_to: Option<String>,
     crds: Vec<CrdVersions>,
 ) -> Release {
@@ -214,6 +216,9 @@ fn release_document(
         "Release",
         req.id.clone(),
         ReleaseSpec {
+            fleet: Some(place.fleet),
+            sequence: Some(place.sequence),
+            revokes: req.revokes.clone(),
             git_commit: req.git_commit.clone(),
             image: req.image.clone(),
             images: req.images.clone(),
@@ -222,7 +227,7 @@ fn release_document(
             crd_version: req.crd_version.clone(),
             crds,
             accept_crd_changes: req.accept_crd_changes.clone(),
-            target_clusters: targets,
+            target_clusters: place.targets,
             rollback_to,
             requires: req.requires.clone(),
             manifests: default_manifests(),
@@ -269,6 +274,13 @@ pub fn mapping_lines(spec: &ReleaseSpec) -> Vec<String> {
         }
     }
     lines
+}
+
+/// Where a new release sits: its fleet, its place in the fleet's history, the clusters it targets.
+struct Place {
+    fleet: String,
+    sequence: u64,
+    targets: Vec<String>,
 }
 
 /// What a computed release would put in the repo, before anything is written.
@@ -321,8 +333,18 @@ fn plan(
         }
         None => previous.as_ref().map(|p| p.id.clone()),
     };
+    let tags = repo.release_tags()?;
+    for r in &req.revokes {
+        if !tags.iter().any(|t| &t.id == r) {
+            return Err(RelengError::UnknownRelease(r.clone()));
+        }
+    }
+    // One more than every other release's, so agents can order releases by signed content alone.
+    // The release itself is left out: cutting the same content again yields the same document.
+    let sequence = tags.iter().filter(|t| t.id != req.id).filter_map(|t| t.release.spec.sequence).max().unwrap_or(0) + 1;
+    let place = Place { fleet: fleet.config.fleet.name().to_string(), sequence, targets };
     let files: BTreeMap<String, Vec<u8>> = manifests.iter().map(|(p, (b, _))| (p.clone(), b.clone())).collect();
-    let release = release_document(req, content.chart.as_ref(), targets, rollback_to, mapping::crd_versions(&files));
+    let release = release_document(req, content.chart.as_ref(), place, rollback_to, mapping::crd_versions(&files));
     let release_text = release_yaml(&release)?;
 
     let mut edit = TreeEdit::new(repo.git(), Some(&base_tree))?;

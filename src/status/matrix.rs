@@ -449,7 +449,8 @@ mod tests {
                 },
                 release: Some("rel-20250315-001".into()),
                 waves: vec!["canary".into(), "early".into(), "prod".into()],
-                rollout: RolloutSettings { max_failed_clusters: 2, require_signed_commits: false },
+                rollout: RolloutSettings { max_failed_clusters: 2 },
+                promotions: Default::default(),
                 status: Default::default(),
             },
         )

@@ -150,7 +150,8 @@ mod tests {
                 operator: OperatorIdentity { name: "op".into(), namespace: "op-system".into(), image: None },
                 release: Some(R.into()),
                 waves: vec!["canary".into(), "early".into(), "prod".into()],
-                rollout: RolloutSettings { max_failed_clusters: max_failed, require_signed_commits: false },
+                rollout: RolloutSettings { max_failed_clusters: max_failed },
+                promotions: Default::default(),
                 status: Default::default(),
             },
         )

@@ -108,6 +108,15 @@ impl Fleet {
 
     /// [`release`](Self::release) signed by any key.
     pub fn release_signed_by(&self, id: &str, gpg: &GpgHome, fpr: &str, edit: impl FnOnce(&Path)) -> String {
+        self.cut(id, gpg, fpr, &[], edit)
+    }
+
+    /// [`release`](Self::release) with more `release create` arguments (e.g. `--revokes rel-1`).
+    pub fn release_with(&self, args: &[&str], id: &str, edit: impl FnOnce(&Path)) -> String {
+        self.cut(id, &self.gpg, &self.fpr, args, edit)
+    }
+
+    fn cut(&self, id: &str, gpg: &GpgHome, fpr: &str, args: &[&str], edit: impl FnOnce(&Path)) -> String {
         let render = self.dir.path().join("render").join(id);
         copy_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("fleet-repo-template/operator"), &render);
         let deployment = render.join("deployment.yaml");
@@ -124,6 +133,7 @@ impl Fleet {
             .args(["--chart-version", "1.0.0", "--crd-version", "v1alpha2", "--git-commit", "a1b2c3d4e5f6", "--all"])
             .args(["--sign-key", fpr, "--gpg-home"])
             .arg(gpg.path())
+            .args(args)
             .arg("--push")
             .output()
             .unwrap();
@@ -133,6 +143,12 @@ impl Fleet {
 
     /// Asks for `id` fleet-wide (`fleet.yaml` `spec.release`), commits and pushes.
     pub fn promote(&self, id: &str) {
+        self.write_fleet_release(id);
+        self.commit_and_push(&format!("promote {id} to the fleet"));
+    }
+
+    /// Sets `fleet.yaml` `spec.release` in the working clone.
+    pub fn write_fleet_release(&self, id: &str) {
         let path = self.work.join("fleet.yaml");
         let text = std::fs::read_to_string(&path).unwrap();
         let mut done = false;
@@ -150,7 +166,6 @@ impl Fleet {
             .collect();
         assert!(done, "fleet.yaml has no spec.release line");
         std::fs::write(&path, lines.join("\n") + "\n").unwrap();
-        self.commit_and_push(&format!("promote {id} to the fleet"));
     }
 
     /// Agent settings for [`CLUSTER`] against this fleet: no leader election, HTTP on a free port,
@@ -240,4 +255,122 @@ fn copy_dir(from: &Path, to: &Path) {
             std::fs::copy(entry.path(), target).unwrap();
         }
     }
+}
+
+/// Everything the process logs through `tracing` from now on (every test of the binary shares
+/// it: the subscriber is global, as the agent's tasks run on every runtime thread), at the
+/// agent's production level (`info`) and everything fleetgate says at `debug`.
+#[derive(Clone, Default)]
+pub struct LogCapture(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl LogCapture {
+    pub fn install() -> LogCapture {
+        static CAPTURE: std::sync::OnceLock<LogCapture> = std::sync::OnceLock::new();
+        CAPTURE
+            .get_or_init(|| {
+                let capture = LogCapture::default();
+                let subscriber = tracing_subscriber::fmt()
+                    .json()
+                    .with_env_filter(tracing_subscriber::EnvFilter::new("info,fleetgate=debug"))
+                    .with_writer(capture.clone())
+                    .finish();
+                tracing::subscriber::set_global_default(subscriber).expect("no other global subscriber");
+                capture
+            })
+            .clone()
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for LogCapture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogCapture {
+    type Writer = LogCapture;
+
+    fn make_writer(&'a self) -> LogCapture {
+        self.clone()
+    }
+}
+
+impl Fleet {
+    /// Every object in the git daemon's repo (commits, trees, blobs, notes of every ref), as text.
+    pub fn repo_objects(&self) -> String {
+        let out = Command::new("git")
+            .arg("--git-dir")
+            .arg(self.daemon.path("fleet.git"))
+            .args(["cat-file", "--batch-all-objects", "--batch"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git cat-file: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Every Event in the cluster (`events.k8s.io/v1` and core `v1`), as JSON.
+    pub async fn events_json(&self) -> String {
+        use kube::api::ListParams;
+        let client = self.cluster.client();
+        let new =
+            Api::<k8s_openapi::api::events::v1::Event>::all(client.clone()).list(&ListParams::default()).await.unwrap();
+        let core = Api::<k8s_openapi::api::core::v1::Event>::all(client).list(&ListParams::default()).await.unwrap();
+        format!("{}\n{}", serde_json::to_string(&new.items).unwrap(), serde_json::to_string(&core.items).unwrap())
+    }
+}
+
+/// What someone who can push, but holds no key, can do to the fleet repo (the attack tests).
+impl Fleet {
+    /// Replaces `from` with `to` in `path` of the working clone (the text must be there).
+    pub fn edit(&self, path: &str, from: &str, to: &str) {
+        let file = self.work.join(path);
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(text.contains(from), "{path} does not contain {from:?}");
+        std::fs::write(&file, text.replacen(from, to, 1)).unwrap();
+    }
+
+    /// Commits everything as a promotion signed by the release key (which the agents also take
+    /// as their promotion key when given none), and pushes.
+    pub fn commit_signed_and_push(&self, message: &str) {
+        self.git(&["add", "-A"]);
+        self.gpg.run_git(&self.work, &self.fpr, &["commit", "-q", "-S", "--allow-empty", "-m", message]).unwrap();
+        self.git(&["push", "-q", "origin", "main"]);
+    }
+
+    /// [`promote`](Self::promote) as a signed decision.
+    pub fn promote_signed(&self, id: &str) {
+        self.write_fleet_release(id);
+        self.commit_signed_and_push(&format!("promote {id} to the fleet (signed)"));
+    }
+
+    /// Force-pushes `commit` as the branch tip.
+    pub fn force_push(&self, commit: &str) {
+        self.git(&["reset", "-q", "--hard", commit]);
+        self.git(&["push", "-q", "-f", "origin", "main"]);
+    }
+
+    pub fn tip(&self) -> String {
+        self.git(&["rev-parse", "HEAD"])
+    }
+}
+
+/// A [`Fleet::release`] edit: the Operator's pods crash-loop (in a cluster with workloads).
+pub fn crash_looping(render: &Path) {
+    let path = render.join("deployment.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let label = format!("{}: \"true\"", fleetgate_testenv::TEST_FAIL_LABEL);
+    // The pod template's labels are the second `labels:` block of the Deployment.
+    let (head, tail) = text.split_at(text.match_indices("labels:").nth(1).expect("pod template labels").0);
+    let indent = head.rsplit('\n').next().unwrap_or_default().len();
+    let tail = tail.replacen("labels:\n", &format!("labels:\n{}  {label}\n", " ".repeat(indent)), 1);
+    std::fs::write(&path, format!("{head}{tail}")).unwrap();
 }

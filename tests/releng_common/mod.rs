@@ -163,6 +163,7 @@ impl Fixture {
             git_commit: "a1b2c3d4e5f6".into(),
             targets: Targets::All,
             rollback_to: None,
+            revokes: Vec::new(),
             requires: None,
             branch: None,
             allow_incompatible_crds: None,

@@ -11,9 +11,13 @@
 //!                                  rollback_finished (current = rollback target, release rejected)
 //! ```
 //!
-//! A **rejected** release (blocked by a pre-apply gate, or rolled back) is never started again
-//! while Git keeps desiring it; [`AgentState::observe_desired`] forgets rejections as soon as Git
-//! desires a different release, so promoting it again later is an explicit human decision.
+//! A **rejected** release (refused, blocked by a pre-apply gate, or rolled back) is never started
+//! again on this cluster until a *signed decision* clears it: [`AgentState::observe_desired`]
+//! forgets a rejection only when a branch tip signed by a promotion key desires another release.
+//! An unsigned push that toggles A→B→A therefore cannot re-apply A.
+//!
+//! [`TrustMemory`] keeps what judging the branch tip needs across restarts: the fleet's pinned
+//! name, the last tip accepted in signed mode, and the newest release that passed here.
 //!
 //! The tag pins of verification ([`TagPins`], `tag → commit` recorded the first time a release tag is
 //! verified) are kept here too: they must survive restarts, and the agent's local Git cache is an
@@ -22,7 +26,7 @@
 //! Each transition returns a [`Transition`] (reason, message, severity) that the caller turns into
 //! a Kubernetes Event and log line; the state itself never does I/O.
 
-use crate::release::TagPins;
+use crate::release::{Ran, TagPins};
 use crate::status::GateFigure;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -104,6 +108,8 @@ pub struct Operation {
     /// The gates' baseline sampled just before the apply (a `gates::Baseline`, opaque here), so
     /// an agent restarted mid-bake still counts restarts and compares metrics from before it.
     pub baseline: Option<serde_json::Value>,
+    /// The release's signed `sequence`: passing the bake makes it the newest this cluster ran.
+    pub sequence: Option<u64>,
 }
 
 /// A rollback in progress: what failed, with the figures that failed it.
@@ -153,6 +159,9 @@ impl Progress {
     }
 }
 
+/// The rejection reason of a release refused only because an unsigned tip asked for it.
+pub const NEEDS_SIGNED_DECISION: &str = "DowngradeRefused";
+
 /// A release the agent will not start again while Git keeps desiring it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -173,6 +182,25 @@ pub struct AgentState {
     pub(super) last_known_good: Option<String>,
     pub(super) rejected: BTreeMap<String, Rejection>,
     pub(super) tag_pins: TagPins,
+    pub(super) trust: TrustMemory,
+}
+
+/// What the agent remembers to judge the branch tip and moves back in time (docs/SECURITY.md).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TrustMemory {
+    /// The fleet name of the first accepted release, when the agent is not given `--fleet`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<String>,
+    /// The last branch tip accepted in signed mode; the next one must descend from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted_tip: Option<String>,
+    /// Signed promotions were in force once: a push writing `promotions: unsigned` cannot leave.
+    #[serde(default)]
+    pub signed_promotions: bool,
+    /// The newest release (by signed sequence) that passed its bake here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub newest: Option<Ran>,
 }
 
 /// What the loop should do next, read from the state alone.
@@ -180,7 +208,7 @@ pub struct AgentState {
 pub enum Next<'a> {
     /// Git desires nothing for this cluster yet, or the desired release already runs.
     Nothing,
-    /// Git desires a release that was rejected; it stays rejected until Git desires another.
+    /// Git desires a release that was rejected; it stays rejected until a signed decision clears it.
     Rejected { release: &'a str, rejection: &'a Rejection },
     /// Start rolling out the desired release (call [`AgentState::begin`]).
     Start { release: &'a str },
@@ -261,14 +289,43 @@ impl AgentState {
         }
     }
 
-    /// Records what Git desires for this cluster now (`None`: no release set). A change forgets every
-    /// rejection except one of the newly desired release itself.
-    pub fn observe_desired(&mut self, desired: Option<&str>) {
-        if self.desired.as_deref() == desired {
-            return;
-        }
+    /// Records what Git desires for this cluster now (`None`: no release set). A branch tip signed
+    /// by a promotion key (`signed`) is a decision: it forgets every rejection but the desired
+    /// release's own — unless that one was refused only for want of a signed decision (an
+    /// unsigned move back in time), which this is. An unsigned tip forgets nothing.
+    pub fn observe_desired(&mut self, desired: Option<&str>, signed: bool) {
         self.desired = desired.map(str::to_string);
-        self.rejected.retain(|release, _| Some(release.as_str()) == desired);
+        if signed {
+            self.rejected.retain(|release, r| {
+                Some(release.as_str()) == desired && r.failure.reason != NEEDS_SIGNED_DECISION
+            });
+        }
+    }
+
+    pub fn trust(&self) -> &TrustMemory {
+        &self.trust
+    }
+
+    /// Remembers the fleet's name (the first time only: a later push cannot rename the fleet).
+    pub fn pin_fleet(&mut self, name: &str) {
+        self.trust.fleet.get_or_insert_with(|| name.to_string());
+    }
+
+    /// Remembers a branch tip accepted in signed mode.
+    pub fn accept_signed_tip(&mut self, commit: &str) {
+        self.trust.accepted_tip = Some(commit.to_string());
+        self.trust.signed_promotions = true;
+    }
+
+    /// Keeps the release's signed sequence with the operation (recorded while verifying).
+    pub fn record_sequence(&mut self, sequence: Option<u64>) -> Result<(), TransitionError> {
+        match &mut self.progress {
+            Progress::Verifying(op) => {
+                op.sequence = sequence;
+                Ok(())
+            }
+            _ => Err(self.wrong_phase("record a sequence", "Verifying")),
+        }
     }
 
     /// Adds the pins verification recorded. A union, so re-applying it after a write conflict
@@ -302,6 +359,7 @@ impl AgentState {
             rollback_target: None,
             snapshot: None,
             baseline: None,
+            sequence: None,
         };
         let from = self.current.as_deref().unwrap_or("nothing");
         let message = format!("verifying {release} (from {from})");
@@ -364,6 +422,11 @@ impl AgentState {
             return Err(self.wrong_phase("pass the bake", "Baking"));
         };
         let release = operation.release.clone();
+        if let Some(sequence) = operation.sequence
+            && self.trust.newest.as_ref().is_none_or(|n| sequence >= n.sequence)
+        {
+            self.trust.newest = Some(Ran { release: release.clone(), sequence });
+        }
         self.current = Some(release.clone());
         self.last_known_good = Some(release.clone());
         Ok(self.go(Progress::Idle, "ReleaseSucceeded", Severity::Normal, format!("{release} passed its gates")))
@@ -444,7 +507,7 @@ pub(crate) mod fixtures {
     /// A state that ran rel-1 successfully.
     pub(crate) fn on_rel1() -> AgentState {
         let mut s = AgentState::default();
-        s.observe_desired(Some("rel-1"));
+        s.observe_desired(Some("rel-1"), false);
         s.begin("rel-1", "c1", t(0)).unwrap();
         s.start_apply(None, None).unwrap();
         s.applied(t(1)).unwrap();
@@ -467,7 +530,7 @@ mod tests {
     fn happy_path_makes_release_current_and_good() {
         let mut s = on_rel1();
         assert_eq!((s.phase(), s.current(), s.last_known_good()), (Phase::Idle, Some("rel-1"), Some("rel-1")));
-        s.observe_desired(Some("rel-2"));
+        s.observe_desired(Some("rel-2"), false);
         assert_eq!(s.next(), Next::Start { release: "rel-2" });
         let tr = s.begin("rel-2", "c2", t(10)).unwrap();
         assert_eq!(
@@ -493,7 +556,7 @@ mod tests {
     #[case::from_baking(true)]
     fn rollback_returns_to_target_and_rejects(#[case] baked: bool) {
         let mut s = on_rel1();
-        s.observe_desired(Some("rel-2"));
+        s.observe_desired(Some("rel-2"), false);
         s.begin("rel-2", "c2", t(10)).unwrap();
         s.start_apply(None, None).unwrap();
         if baked {
@@ -519,7 +582,7 @@ mod tests {
     #[test]
     fn explicit_rollback_target_wins_over_last_known_good() {
         let mut s = on_rel1();
-        s.observe_desired(Some("rel-3"));
+        s.observe_desired(Some("rel-3"), false);
         s.begin("rel-3", "c3", t(0)).unwrap();
         s.start_apply(Some("rel-0"), None).unwrap();
         assert_eq!(s.operation().unwrap().rollback_target.as_deref(), Some("rel-0"));
@@ -528,7 +591,7 @@ mod tests {
     #[test]
     fn first_release_failing_rolls_back_to_nothing() {
         let mut s = AgentState::default();
-        s.observe_desired(Some("rel-1"));
+        s.observe_desired(Some("rel-1"), false);
         s.begin("rel-1", "c1", t(0)).unwrap();
         s.start_apply(None, None).unwrap();
         let tr = s.start_rollback(fail("ApplyFailed"), Vec::new(), t(1)).unwrap();
@@ -538,28 +601,65 @@ mod tests {
     }
 
     #[test]
-    fn rejection_lasts_until_git_desires_another_release() {
+    fn a_rejection_lasts_until_a_signed_decision_clears_it() {
         let mut s = on_rel1();
-        s.observe_desired(Some("rel-2"));
+        s.observe_desired(Some("rel-2"), false);
         s.begin("rel-2", "c2", t(0)).unwrap();
         s.block(Failure::new("CrdIncompatible", "field spec.size removed"), t(1)).unwrap();
         assert_eq!(s.phase(), Phase::Idle);
         assert_eq!(s.current(), Some("rel-1"));
-        // Git still says rel-2 (another commit changed something else): still rejected.
-        s.observe_desired(Some("rel-2"));
+        // Unsigned pushes toggle rel-2 → rel-1 → rel-2: still rejected.
+        for desired in ["rel-2", "rel-1", "rel-2"] {
+            s.observe_desired(Some(desired), false);
+        }
         assert!(matches!(s.next(), Next::Rejected { release: "rel-2", .. }));
-        // Git moves on (revert to rel-1): forgotten; a later re-promotion of rel-2 is tried again.
-        s.observe_desired(Some("rel-1"));
+        // A signed tip that still desires rel-2 does not clear it either.
+        s.observe_desired(Some("rel-2"), true);
+        assert!(matches!(s.next(), Next::Rejected { release: "rel-2", .. }));
+        // A signed tip that moves on (revert to rel-1) forgets it; promoting rel-2 again is tried.
+        s.observe_desired(Some("rel-1"), true);
         assert_eq!(s.next(), Next::Nothing);
         assert!(s.rejected().is_empty());
-        s.observe_desired(Some("rel-2"));
+        s.observe_desired(Some("rel-2"), false);
         assert_eq!(s.next(), Next::Start { release: "rel-2" });
+    }
+
+    #[test]
+    fn a_refused_downgrade_is_cleared_by_a_signed_tip_that_asks_for_it() {
+        let mut s = on_rel1();
+        s.observe_desired(Some("rel-0"), false);
+        s.begin("rel-0", "c0", t(0)).unwrap();
+        s.block(Failure::new(NEEDS_SIGNED_DECISION, "older than rel-1"), t(1)).unwrap();
+        s.observe_desired(Some("rel-0"), false);
+        assert!(matches!(s.next(), Next::Rejected { release: "rel-0", .. }));
+        s.observe_desired(Some("rel-0"), true);
+        assert_eq!(s.next(), Next::Start { release: "rel-0" });
+    }
+
+    #[test]
+    fn passing_the_bake_remembers_the_newest_sequence_and_signed_mode_sticks() {
+        let mut s = AgentState::default();
+        for (release, sequence) in [("rel-2", 2), ("rel-1", 1)] {
+            s.observe_desired(Some(release), true);
+            s.begin(release, "c", t(0)).unwrap();
+            s.record_sequence(Some(sequence)).unwrap();
+            s.start_apply(None, None).unwrap();
+            s.applied(t(1)).unwrap();
+            s.bake_passed().unwrap();
+        }
+        // rel-1 ran later (a signed downgrade), but rel-2 stays the newest.
+        assert_eq!(s.trust().newest, Some(Ran { release: "rel-2".into(), sequence: 2 }));
+        s.pin_fleet("redis-fleet");
+        s.pin_fleet("other-fleet");
+        assert_eq!(s.trust().fleet.as_deref(), Some("redis-fleet"));
+        s.accept_signed_tip("abc");
+        assert!(s.trust().signed_promotions);
     }
 
     #[test]
     fn abort_does_not_reject() {
         let mut s = on_rel1();
-        s.observe_desired(Some("rel-2"));
+        s.observe_desired(Some("rel-2"), false);
         s.begin("rel-2", "c2", t(0)).unwrap();
         let tr = s.abort("wave-1 waits for canary").unwrap();
         assert_eq!((tr.reason, tr.release.as_str()), ("ReleaseDeferred", "rel-2"));

@@ -4,7 +4,8 @@
 //!
 //! The encoding is the one every agent since `fleetgate.io/agent-state/v1` wrote — keys `phase`,
 //! `operation` (JSON, one flat object whatever the phase), `desired`, `current`, `lastKnownGood`,
-//! `rejected`, `tagPins` — so an agent upgraded mid-operation resumes what the previous one left.
+//! `rejected`, `tagPins` (and, since fleetgate tracked promotions, `trust`, absent in older
+//! states) — so an agent upgraded mid-operation resumes what the previous one left.
 //! Decoding checks that the operation carries what its phase needs.
 
 use super::machine::{AgentState, Failure, Operation, Phase, Progress, Rollback, TransitionError};
@@ -29,6 +30,7 @@ mod key {
     pub const LAST_KNOWN_GOOD: &str = "lastKnownGood";
     pub const REJECTED: &str = "rejected";
     pub const TAG_PINS: &str = "tagPins";
+    pub const TRUST: &str = "trust";
 }
 const SCHEMA: &str = "fleetgate.io/agent-state/v1";
 
@@ -52,6 +54,8 @@ struct WireOperation {
     baseline: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     evidence: Vec<GateFigure>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sequence: Option<u64>,
 }
 
 impl WireOperation {
@@ -72,6 +76,7 @@ impl WireOperation {
             failure,
             baseline: op.baseline.clone(),
             evidence,
+            sequence: op.sequence,
         })
     }
 
@@ -83,6 +88,7 @@ impl WireOperation {
             rollback_target: self.rollback_target,
             snapshot: self.snapshot,
             baseline: self.baseline,
+            sequence: self.sequence,
         };
         Ok(match phase {
             Phase::Idle => return Err("phase Idle with an operation".to_string()),
@@ -122,6 +128,7 @@ pub(super) fn to_data(state: &AgentState) -> BTreeMap<String, String> {
     }
     d.insert(key::REJECTED.into(), serde_json::to_string_pretty(&state.rejected).expect("rejections serialize"));
     d.insert(key::TAG_PINS.into(), serde_json::to_string_pretty(&state.tag_pins).expect("pins serialize"));
+    d.insert(key::TRUST.into(), serde_json::to_string_pretty(&state.trust).expect("trust memory serializes"));
     d
 }
 
@@ -151,6 +158,7 @@ pub(super) fn from_data(data: &BTreeMap<String, String>) -> Result<AgentState, S
         last_known_good: data.get(key::LAST_KNOWN_GOOD).cloned(),
         rejected: json(data, key::REJECTED)?,
         tag_pins: json(data, key::TAG_PINS)?,
+        trust: json(data, key::TRUST)?,
     })
 }
 
@@ -361,7 +369,7 @@ mod tests {
     #[test]
     fn configmap_data_round_trips_mid_operation() {
         let mut s = on_rel1();
-        s.observe_desired(Some("rel-2"));
+        s.observe_desired(Some("rel-2"), false);
         let pins: TagPins = serde_json::from_value(serde_json::json!({ "pins": { "rel-2": "c2" } })).unwrap();
         s.record_tag_pins(&pins);
         s.begin("rel-2", "c2", t(10)).unwrap();

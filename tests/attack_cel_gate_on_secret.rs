@@ -1,0 +1,73 @@
+//! Attack: a signed release whose gate policy points a `customResources` gate at `kind: Secret`
+//! with `expression: self.data`. Before issue #12 the non-bool result (the Secret's data) was
+//! echoed into the agent's log, the failure note in Git and the Events.
+//!
+//! Now a gate may read only kinds of the release's own CRDs (or kinds the agent allows), so the
+//! release is refused before anything is applied, with a configuration error naming the gate;
+//! and whatever path it takes, the Secret's value appears in no log line, no Git object and no
+//! Event. (With Secret allow-listed, the non-bool result is a configuration error naming gate and
+//! expression: `tests/gates_custom_resources.rs` shows it against the real API server.)
+
+mod agent_support;
+
+use agent_support::*;
+use base64::Engine as _;
+use fleetgate::agent::Outcome;
+use fleetgate::status::State;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, PostParams};
+
+const VALUE: &str = "s3cr3t-do-not-leak-7f3a";
+
+const SECRET_GATE: &str = "    - name: peek-secrets\n      customResources:\n        apiVersion: v1\n        kind: Secret\n        \
+                           namespace: redis-system\n        expression: self.data\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cel_gate_on_a_secret_is_refused_and_leaks_nothing() {
+    let logs = LogCapture::install();
+    let fleet = Fleet::start("attack-cel", true).await;
+    fleet.cluster.create_namespace(OPERATOR_NS).await.unwrap();
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "redis-password", "namespace": OPERATOR_NS},
+        "stringData": {"password": VALUE},
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(fleet.cluster.client(), OPERATOR_NS)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+
+    // The policy is committed before the release is cut, so it is in the signed tag's tree too.
+    fleet.set_gates("3s", &format!("{QUICK_GATES}{SECRET_GATE}"));
+    let commit = fleet.release("rel-1", |_| {});
+    fleet.promote("rel-1");
+    let mut agent = fleet.agent().await;
+    let outcome = within("rel-1", 240, agent.reconcile()).await.unwrap();
+    let statuses = fleet.statuses(&commit);
+
+    // Whatever happened, the value is nowhere: not in plain text, not base64 as the API serves it.
+    let encoded = base64::engine::general_purpose::STANDARD.encode(VALUE);
+    let logged = logs.text();
+    assert!(logged.contains("rel-1"), "the capture sees the agent's log");
+    let events = fleet.events_json().await;
+    assert!(events.contains("rel-1"), "the agent emitted Events about rel-1: {events}");
+    for (place, text) in
+        [("the agent's log", &logged), ("the fleet repo", &fleet.repo_objects()), ("the Events", &events)]
+    {
+        assert!(!text.contains(VALUE) && !text.contains(&encoded), "the Secret's value is in {place}");
+    }
+
+    // Refused before apply, naming the gate and the kind; nothing of the Operator was created.
+    let Outcome::Blocked { release, reason } = &outcome else {
+        panic!("expected the release to be refused before apply, got {outcome:?}; statuses: {statuses:?}")
+    };
+    assert_eq!(release, "rel-1");
+    assert!(reason.contains("gate \"peek-secrets\" reads Secret"), "{reason}");
+    let status = statuses.last().expect("a status for rel-1");
+    assert_eq!(status.state, State::Failure);
+    assert!(status.description.contains("peek-secrets"), "{}", status.description);
+    assert_eq!(status.applied_at, None);
+    assert_eq!(fleet.operator_image().await, None, "the Operator was never applied");
+    assert_eq!(within("again", 30, agent.reconcile()).await.unwrap(), Outcome::Rejected("rel-1".into()));
+}

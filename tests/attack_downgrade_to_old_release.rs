@@ -1,0 +1,69 @@
+//! Attack: someone who can push, but holds no key, points `spec.release` back at an old signed
+//! release (say, one with a known vulnerability). It verifies, and it already has `success`
+//! statuses, so nothing else would stop it. The agent refuses a move to a release older than
+//! the newest it ran successfully unless the move is signed; the one exception is the newest
+//! release's own signed `rollbackTo` (reverting the last promotion).
+
+mod agent_support;
+
+use agent_support::*;
+use fleetgate::agent::Outcome;
+use fleetgate::status::State;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsigned_move_back_to_an_old_release_is_refused_with_the_reason() {
+    let fleet = Fleet::start("atk-downgrade", false).await;
+    let mut agent = fleet.agent().await;
+    let mut commits = Vec::new();
+    for id in ["rel-1", "rel-2", "rel-3"] {
+        commits.push(fleet.release(id, |_| {}));
+        fleet.promote(id);
+        assert_eq!(within(id, 120, agent.reconcile()).await.unwrap(), Outcome::Succeeded(id.into()));
+    }
+
+    // Two releases back: refused, nothing applied, the reason in rel-1's status for this cluster.
+    fleet.promote("rel-1");
+    let Outcome::Refused { release, reason } = within("rel-1 again", 60, agent.reconcile()).await.unwrap() else {
+        panic!("the downgrade was not refused")
+    };
+    assert_eq!(release, "rel-1");
+    assert!(reason.contains("older than rel-3"), "{reason}");
+    let status = fleet.statuses(&commits[0]).pop().unwrap();
+    assert_eq!(status.state, State::Error);
+    assert!(status.description.contains("needs a signed decision"), "{}", status.description);
+    assert_eq!(fleet.operator_image().await, Some(image_of("rel-3")));
+    assert_eq!(within("after", 30, agent.reconcile()).await.unwrap(), Outcome::Rejected("rel-1".into()));
+
+    // Reverting the last promotion (rel-3's signed rollbackTo is rel-2) needs no signature...
+    fleet.promote("rel-2");
+    assert_eq!(within("rel-2", 120, agent.reconcile()).await.unwrap(), Outcome::Succeeded("rel-2".into()));
+    // ...but walking on back one more step does: rel-3 is still the newest this cluster ran.
+    fleet.promote("rel-1");
+    assert!(matches!(within("rel-1", 60, agent.reconcile()).await.unwrap(), Outcome::Rejected(r) if r == "rel-1"));
+
+    // A promotion commit signed by a promotion key is the signed decision that allows it.
+    fleet.promote_signed("rel-1");
+    assert_eq!(within("signed", 120, agent.reconcile()).await.unwrap(), Outcome::Succeeded("rel-1".into()));
+    assert_eq!(fleet.operator_image().await, Some(image_of("rel-1")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_release_never_runs_again_even_when_signed() {
+    let fleet = Fleet::start("atk-revoked", false).await;
+    let mut agent = fleet.agent().await;
+    fleet.release("rel-1", |_| {});
+    fleet.promote("rel-1");
+    assert_eq!(within("rel-1", 120, agent.reconcile()).await.unwrap(), Outcome::Succeeded("rel-1".into()));
+    fleet.release("rel-2", |_| {});
+    // rel-3 withdraws rel-2 (e.g. a vulnerable build) before any cluster ran it.
+    fleet.release_with(&["--revokes", "rel-2"], "rel-3", |_| {});
+
+    fleet.promote_signed("rel-2");
+    let Outcome::Refused { reason, .. } = within("rel-2", 60, agent.reconcile()).await.unwrap() else {
+        panic!("the revoked release was not refused")
+    };
+    assert!(reason.contains("revoked by the signed release rel-3"), "{reason}");
+    assert_eq!(fleet.operator_image().await, Some(image_of("rel-1")));
+    fleet.promote("rel-3");
+    assert_eq!(within("rel-3", 120, agent.reconcile()).await.unwrap(), Outcome::Succeeded("rel-3".into()));
+}
