@@ -8,8 +8,9 @@ mod releng_common;
 use axum::body::Bytes;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::IntoResponse;
-use fleetgate::model::{ForgeKind, ForgeSettings};
+use fleetgate::model::ForgeKind;
 use fleetgate::releng::forge_pr::{self, ForgeError, PullRequestSpec};
+use fleetgate::status::{ForgeConfig, TokenSource};
 use fleetgate_testenv::GitDaemon;
 use releng_common::*;
 use serde_json::{Value, json};
@@ -149,14 +150,8 @@ async fn start_forge() -> (String, Forge) {
     (format!("http://{addr}"), forge)
 }
 
-fn settings(kind: ForgeKind, url: &str, repository: &str) -> ForgeSettings {
-    ForgeSettings {
-        kind,
-        url: url.to_string(),
-        repository: repository.to_string(),
-        token_env: Some("FORGE_TOKEN".into()),
-        token_file: None,
-    }
+fn settings(kind: ForgeKind, url: &str, repository: &str) -> ForgeConfig {
+    ForgeConfig { kind, url: url.to_string(), repository: repository.to_string(), token: TokenSource::Given }
 }
 
 fn spec() -> PullRequestSpec {
@@ -218,8 +213,7 @@ async fn forge_errors_are_shown_with_status_message_and_what_to_do() {
     );
     let err = forge_pr::open(&settings(ForgeKind::Gitea, &url, "acme/missing"), TOKEN, &spec()).await.unwrap_err();
     assert!(
-        err.to_string()
-            .contains("(HTTP 404): Not Found: /api/v1/repos/acme/missing/pulls; check spec.status.forge.url"),
+        err.to_string().contains("(HTTP 404): Not Found: /api/v1/repos/acme/missing/pulls; check --forge-url"),
         "{err}"
     );
     let err = forge_pr::open(&settings(ForgeKind::Gitea, "http://127.0.0.1:9", "acme/fleet"), TOKEN, &spec())
@@ -229,17 +223,13 @@ async fn forge_errors_are_shown_with_status_message_and_what_to_do() {
         err.to_string().starts_with("cannot reach Gitea at http://127.0.0.1:9/api/v1/repos/acme/fleet/pulls"),
         "{err}"
     );
+    let chain = fleetgate::model::error_chain(&err);
+    assert_eq!(chain.matches("127.0.0.1:9").count(), 1, "the URL once, not again in reqwest's text: {chain}");
 }
 
-/// A fixture whose fleet.yaml names the fake forge, with a `git daemon` remote as origin.
-fn fixture_with_forge(kind: &str, url: &str, repository: &str) -> (Fixture, GitDaemon) {
+/// A fixture with a `git daemon` remote as origin.
+fn fixture_with_origin() -> (Fixture, GitDaemon) {
     let f = Fixture::new();
-    let fleet = FLEET.replace(
-        "  waves: [canary, prod]\n",
-        &format!("  waves: [canary, prod]\n  status:\n    forge:\n      kind: {kind}\n      url: {url}\n      repository: {repository}\n      tokenEnv: FORGE_TOKEN\n"),
-    );
-    std::fs::write(f.repo.join("fleet.yaml"), fleet).unwrap();
-    f.git(&["commit", "-q", "-am", "forge"]);
     let daemon = GitDaemon::start().unwrap();
     let origin = daemon.create_bare("fleet.git").unwrap();
     f.git(&["remote", "add", "origin", &origin]);
@@ -247,6 +237,12 @@ fn fixture_with_forge(kind: &str, url: &str, repository: &str) -> (Fixture, GitD
     (f, daemon)
 }
 
+/// The caller's forge flags (the token comes from `$FLEETGATE_FORGE_TOKEN`).
+fn forge_flags(kind: &str, url: &str, repository: &str) -> Vec<String> {
+    ["--forge-kind", kind, "--forge-url", url, "--forge-repository", repository].map(str::to_string).to_vec()
+}
+
+/// `fleetgate ARGS --repo fleet --trusted-keys …` with the forge token in the caller's environment.
 fn promote_cli(f: &Fixture, args: &[&str]) -> std::process::Output {
     let keys = f.keys.to_str().unwrap().to_string();
     let mut all: Vec<&str> = args.to_vec();
@@ -255,7 +251,7 @@ fn promote_cli(f: &Fixture, args: &[&str]) -> std::process::Output {
     cmd.args(&all)
         .env("GNUPGHOME", f.gpg.path())
         .env("NO_COLOR", "1")
-        .env("FORGE_TOKEN", TOKEN)
+        .env("FLEETGATE_FORGE_TOKEN", TOKEN)
         .current_dir(f.dir.path());
     cmd.output().unwrap()
 }
@@ -263,14 +259,16 @@ fn promote_cli(f: &Fixture, args: &[&str]) -> std::process::Output {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promote_open_pr_pushes_the_branch_and_opens_a_pr_showing_mapping_crds_and_waves() {
     let (url, forge) = start_forge().await;
-    let (f, daemon) =
-        tokio::task::spawn_blocking(move || fixture_with_forge("gitea", &url, "acme/fleet")).await.unwrap();
+    let (f, daemon) = tokio::task::spawn_blocking(fixture_with_origin).await.unwrap();
     let f = Arc::new(f);
     let g = f.clone();
     let out = tokio::task::spawn_blocking(move || {
         g.release("rel-1", "v1.0.0");
         g.git(&["push", "-q", "origin", "main", "rel-1"]);
-        promote_cli(&g, &["promote", "rel-1", "--wave", "prod", "--open-pr"])
+        let flags = forge_flags("gitea", &url, "acme/fleet");
+        let mut args = vec!["promote", "rel-1", "--wave", "prod", "--open-pr"];
+        args.extend(flags.iter().map(String::as_str));
+        promote_cli(&g, &args)
     })
     .await
     .unwrap();
@@ -301,17 +299,20 @@ async fn promote_open_pr_pushes_the_branch_and_opens_a_pr_showing_mapping_crds_a
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forge_refusal_is_shown_clearly_and_exits_2() {
     let (url, _forge) = start_forge().await;
-    let (f, _daemon) =
-        tokio::task::spawn_blocking(move || fixture_with_forge("github", &url, "acme/taken")).await.unwrap();
+    let (f, _daemon) = tokio::task::spawn_blocking(fixture_with_origin).await.unwrap();
     let out = tokio::task::spawn_blocking(move || {
         f.release("rel-1", "v1.0.0");
-        let out = promote_cli(&f, &["promote", "rel-1", "--cluster", "cluster-a", "--open-pr", "--offline"]);
+        let flags = forge_flags("github", &url, "acme/taken");
+        let mut args = vec!["promote", "rel-1", "--cluster", "cluster-a", "--open-pr", "--offline"];
+        args.extend(flags.iter().map(String::as_str));
+        let out = promote_cli(&f, &args);
         // Without the token the command stops before writing anything.
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_fleetgate"));
         let no_token = cmd
             .args(["promote", "rel-1", "--fleet", "--repo", "fleet", "--open-pr", "--offline", "--force"])
+            .args(&flags)
             .env("NO_COLOR", "1")
-            .env_remove("FORGE_TOKEN")
+            .env_remove("FLEETGATE_FORGE_TOKEN")
             .current_dir(f.dir.path())
             .output()
             .unwrap();
@@ -332,15 +333,18 @@ async fn a_forge_refusal_is_shown_clearly_and_exits_2() {
         "{err}"
     );
     assert_eq!(no_token.status.code(), Some(2));
-    assert!(stderr(&no_token).contains("tokenEnv says $FORGE_TOKEN, which is not set"), "{}", stderr(&no_token));
+    assert!(
+        stderr(&no_token).contains("no --forge-token-file given and $FLEETGATE_FORGE_TOKEN is not set"),
+        "{}",
+        stderr(&no_token)
+    );
     assert!(fleet_branch.is_empty(), "nothing was written before the forge settings were checked");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollback_open_pr_opens_a_gitlab_merge_request_from_a_new_branch() {
     let (url, forge) = start_forge().await;
-    let (f, daemon) =
-        tokio::task::spawn_blocking(move || fixture_with_forge("gitlab", &url, "platform/redis/fleet")).await.unwrap();
+    let (f, daemon) = tokio::task::spawn_blocking(fixture_with_origin).await.unwrap();
     let (out, f) = tokio::task::spawn_blocking(move || {
         for (id, tag) in [("rel-1", "v1.0.0"), ("rel-2", "v1.1.0")] {
             f.release(id, tag);
@@ -366,8 +370,9 @@ async fn rollback_open_pr_opens_a_gitlab_merge_request_from_a_new_branch() {
             "--reason",
             "reconcile latency +35 %",
         ])
+        .args(forge_flags("gitlab", &url, "platform/redis/fleet"))
         .env("NO_COLOR", "1")
-        .env("FORGE_TOKEN", TOKEN)
+        .env("FLEETGATE_FORGE_TOKEN", TOKEN)
         .current_dir(f.dir.path());
         (cmd.output().unwrap(), f)
     })
@@ -395,4 +400,33 @@ async fn rollback_open_pr_opens_a_gitlab_merge_request_from_a_new_branch() {
     let remote = daemon.path("fleet.git");
     assert_eq!(git_in(&remote, &["rev-parse", branch]), f.git(&["rev-parse", branch]), "the branch was pushed");
     assert!(f.show(branch, "clusters/cluster-a.yaml").contains("  release: rel-1"));
+}
+
+/// A fleet.yaml that still names a forge (the old `spec.status.forge` map, pointing at a
+/// listener) is never used by `--open-pr`: without the caller's own --forge-* flags there is no
+/// forge, and nothing is sent anywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_pr_never_takes_the_forge_from_the_repo() {
+    let (url, forge) = start_forge().await;
+    let (f, _daemon) = tokio::task::spawn_blocking(fixture_with_origin).await.unwrap();
+    let (out, branch) = tokio::task::spawn_blocking(move || {
+        let fleet = FLEET.replace(
+            "  waves: [canary, prod]\n",
+            &format!(
+                "  waves: [canary, prod]\n  status:\n    forge:\n      kind: gitea\n      url: {url}\n      \
+                 repository: acme/fleet\n      tokenEnv: FLEETGATE_FORGE_TOKEN\n"
+            ),
+        );
+        std::fs::write(f.repo.join("fleet.yaml"), fleet).unwrap();
+        f.git(&["commit", "-q", "-am", "forge"]);
+        f.release("rel-1", "v1.0.0");
+        let out = promote_cli(&f, &["promote", "rel-1", "--wave", "prod", "--open-pr", "--offline"]);
+        (out, f.git(&["branch", "--list", "promote/rel-1-wave-prod"]))
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(stderr(&out).contains("--open-pr needs a forge: pass --forge-kind, --forge-url"), "{}", stderr(&out));
+    assert!(branch.is_empty(), "nothing was written");
+    assert!(forge.requests.lock().unwrap().is_empty(), "the repo's forge was contacted");
 }

@@ -4,10 +4,11 @@
 
 use axum::body::Bytes;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
-use fleetgate::model::{ForgeKind, ForgeSettings};
+use fleetgate::model::ForgeKind;
 use fleetgate::status::{
     ForgeBackend, ForgeError, GitNotesBackend, GitRemote, Publisher, State, Status, StatusBackend, StatusError, Token,
 };
+use fleetgate::status::{ForgeSettings, TokenSource};
 use fleetgate_testenv::git_in;
 use rstest::rstest;
 use serde_json::{Value, json};
@@ -187,8 +188,10 @@ async fn gitlab_shows_an_agent_at_work_as_running() {
 #[case::gitlab_401(ForgeKind::Gitlab, 401, &[], r#"{"message":"401 Unauthorized"}"#, "Unauthorized", "GitLab rejected the token from the token given to fleetgate (401: 401 Unauthorized)")]
 #[case::gitlab_404(ForgeKind::Gitlab, 404, &[], r#"{"message":"404 Project Not Found"}"#, "NotFound", "404: 404 Project Not Found")]
 #[case::gitlab_400(ForgeKind::Gitlab, 400, &[], r#"{"error":"state does not have a valid value"}"#, "Rejected", "GitLab rejected the status (400: state does not have a valid value)")]
-#[case::gitlab_429(ForgeKind::Gitlab, 429, &[("ratelimit-limit", "600"), ("ratelimit-remaining", "0"), ("ratelimit-reset", "1742032800"), ("retry-after", "30")], "Retry later", "RateLimited", "GitLab rate limit reached (429: Retry later); retry after 30 s")]
-#[case::server_error(ForgeKind::Gitea, 502, &[], "<html>Bad Gateway</html>", "Unexpected", "Gitea answered 502: <html>Bad Gateway</html>")]
+#[case::gitlab_429(ForgeKind::Gitlab, 429, &[("ratelimit-limit", "600"), ("ratelimit-remaining", "0"), ("ratelimit-reset", "1742032800"), ("retry-after", "30")], "Retry later", "RateLimited", "GitLab rate limit reached (429: no error message (a body that is not its JSON error, not shown)); retry after 30 s")]
+// A body that is not the forge's JSON error (a proxy's page, anything a server sends) is never
+// repeated: these messages reach logs, Events and statuses.
+#[case::server_error(ForgeKind::Gitea, 502, &[], "<html>Bad Gateway token=s3cret</html>", "Unexpected", "Gitea answered 502: no error message (a body that is not its JSON error, not shown)")]
 #[tokio::test]
 async fn forge_errors_are_specific(
     #[case] kind: ForgeKind,
@@ -212,6 +215,7 @@ async fn forge_errors_are_specific(
     };
     assert_eq!(name, variant, "{err}");
     assert!(err.to_string().contains(message), "{err}");
+    assert!(!err.to_string().contains("s3cret"), "{err}");
     if let ForgeError::RateLimited { retry_after, reset_at, .. } = &err {
         assert!(retry_after.is_some() || reset_at.is_some(), "{err:?}");
     }
@@ -223,29 +227,40 @@ async fn an_unreachable_forge_is_a_transport_error() {
     let err =
         backend(ForgeKind::Github, &format!("http://127.0.0.1:{port}"), "o/r", "t").send(&failure()).await.unwrap_err();
     assert!(matches!(err, ForgeError::Transport { .. }), "{err:?}");
+    // The URL once (reqwest's own text would repeat it), with the path but never the token.
+    let chain = fleetgate::model::error_chain(&err);
+    assert_eq!(chain.matches(&format!("127.0.0.1:{port}")).count(), 1, "{chain}");
+    assert!(!chain.contains("ghp_") && !chain.contains("Bearer"), "{chain}");
 }
 
 #[test]
-fn tokens_come_from_a_file_or_an_environment_variable() {
+fn tokens_come_from_the_callers_file_or_fleetgate_forge_token() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("token");
     std::fs::write(&file, "ghp_from_file\n").unwrap();
-    let settings = |token_file: Option<String>, token_env: Option<&str>| ForgeSettings {
-        kind: ForgeKind::Github,
-        url: "https://api.github.com".into(),
-        repository: "octo/fleet".into(),
-        token_env: token_env.map(str::to_string),
-        token_file,
+    let config = |token_file: Option<std::path::PathBuf>| {
+        ForgeSettings {
+            kind: Some(ForgeKind::Github),
+            url: Some("https://api.github.com".into()),
+            repository: Some("octo/fleet".into()),
+            token_file,
+        }
+        .resolve()
+        .unwrap()
+        .unwrap()
     };
-    // The file wins over the variable.
-    let from_file = ForgeBackend::from_settings(&settings(Some(file.display().to_string()), Some("FG_UNSET_VAR")));
-    assert!(from_file.is_ok(), "{from_file:?}");
-    let missing = ForgeBackend::from_settings(&settings(None, Some("FG_STATUS_TEST_UNSET_TOKEN"))).unwrap_err();
-    assert!(missing.to_string().contains("environment variable FG_STATUS_TEST_UNSET_TOKEN"), "{missing}");
-    let none = ForgeBackend::from_settings(&settings(None, None)).unwrap_err();
-    assert!(none.to_string().contains("set tokenFile or tokenEnv"), "{none}");
-    let gone = ForgeBackend::from_settings(&settings(Some("/nonexistent/token".into()), None)).unwrap_err();
+    let from_file = config(Some(file.clone()));
+    assert_eq!(from_file.token, TokenSource::File(file));
+    assert!(ForgeBackend::from_config(&from_file).is_ok());
+    // Without a file: $FLEETGATE_FORGE_TOKEN (unset in tests).
+    let from_env = config(None);
+    assert_eq!(from_env.token, TokenSource::Env(fleetgate::status::FORGE_TOKEN_ENV.into()));
+    let unset = ForgeBackend::from_config(&from_env).unwrap_err();
+    assert!(unset.to_string().contains("no --forge-token-file given and $FLEETGATE_FORGE_TOKEN is not set"), "{unset}");
+    let gone = ForgeBackend::from_config(&config(Some("/nonexistent/token".into()))).unwrap_err();
     assert!(gone.to_string().contains("token file /nonexistent/token"), "{gone}");
+    let partial = ForgeSettings { kind: Some(ForgeKind::Github), ..Default::default() }.resolve().unwrap_err();
+    assert!(partial.to_string().contains("--forge-url is missing"), "{partial}");
 }
 
 /// The publisher writes the note first; a forge failure is reported but never loses the status.
