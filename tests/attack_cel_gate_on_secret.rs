@@ -3,17 +3,17 @@
 //! echoed into the agent's log, the failure note in Git and the Events.
 //!
 //! Now a gate may read only kinds of the release's own CRDs (or kinds the agent allows), so the
-//! release is refused before anything is applied, with a configuration error naming the gate;
-//! and whatever path it takes, the Secret's value appears in no log line, no Git object and no
-//! Event. (With Secret allow-listed, the non-bool result is a configuration error naming gate and
-//! expression: `tests/gates_custom_resources.rs` shows it against the real API server.)
+//! release is refused before anything is applied, with a configuration error naming the gate.
+//! With Secret allow-listed (`--allow-gate-kind Secret`) the release applies, and the non-bool
+//! result is a configuration error naming gate and expression that rolls it back. Either way the
+//! Secret's value appears in no log line, no Git object and no Event.
 
 mod agent_support;
 
 use agent_support::*;
 use base64::Engine as _;
-use fleetgate::agent::Outcome;
-use fleetgate::status::State;
+use fleetgate::agent::{AgentSettings, Outcome};
+use fleetgate::status::{State, Status};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
 
@@ -22,10 +22,10 @@ const VALUE: &str = "s3cr3t-do-not-leak-7f3a";
 const SECRET_GATE: &str = "    - name: peek-secrets\n      customResources:\n        apiVersion: v1\n        kind: Secret\n        \
                            namespace: redis-system\n        expression: self.data\n";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cel_gate_on_a_secret_is_refused_and_leaks_nothing() {
-    let logs = LogCapture::install();
-    let fleet = Fleet::start("attack-cel", true).await;
+/// A fleet whose operator namespace holds a Secret with [`VALUE`], and a signed release `rel-1`
+/// (promoted) whose policy has [`SECRET_GATE`]; returns the release commit.
+async fn fleet_with_a_secret_gate(name: &str) -> (Fleet, String) {
+    let fleet = Fleet::start(name, true).await;
     fleet.cluster.create_namespace(OPERATOR_NS).await.unwrap();
     let secret: Secret = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1", "kind": "Secret",
@@ -37,16 +37,15 @@ async fn a_cel_gate_on_a_secret_is_refused_and_leaks_nothing() {
         .create(&PostParams::default(), &secret)
         .await
         .unwrap();
-
     // The policy is committed before the release is cut, so it is in the signed tag's tree too.
     fleet.set_gates("3s", &format!("{QUICK_GATES}{SECRET_GATE}"));
     let commit = fleet.release("rel-1", |_| {});
     fleet.promote("rel-1");
-    let mut agent = fleet.agent().await;
-    let outcome = within("rel-1", 240, agent.reconcile()).await.unwrap();
-    let statuses = fleet.statuses(&commit);
+    (fleet, commit)
+}
 
-    // Whatever happened, the value is nowhere: not in plain text, not base64 as the API serves it.
+/// The value is nowhere: not in plain text, not base64 as the API serves it.
+async fn assert_leaked_nowhere(fleet: &Fleet, logs: &LogCapture) {
     let encoded = base64::engine::general_purpose::STANDARD.encode(VALUE);
     let logged = logs.text();
     assert!(logged.contains("rel-1"), "the capture sees the agent's log");
@@ -57,17 +56,56 @@ async fn a_cel_gate_on_a_secret_is_refused_and_leaks_nothing() {
     {
         assert!(!text.contains(VALUE) && !text.contains(&encoded), "the Secret's value is in {place}");
     }
+}
+
+fn last_failure(statuses: &[Status]) -> &Status {
+    let status = statuses.last().expect("a status for rel-1");
+    assert_eq!(status.state, State::Failure, "{status:?}");
+    status
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cel_gate_on_a_secret_is_refused_and_leaks_nothing() {
+    let logs = LogCapture::install();
+    let (fleet, commit) = fleet_with_a_secret_gate("attack-cel").await;
+    let mut agent = fleet.agent().await;
+    let outcome = within("rel-1", 240, agent.reconcile()).await.unwrap();
+    assert_leaked_nowhere(&fleet, &logs).await;
 
     // Refused before apply, naming the gate and the kind; nothing of the Operator was created.
+    let statuses = fleet.statuses(&commit);
     let Outcome::Blocked { release, reason } = &outcome else {
         panic!("expected the release to be refused before apply, got {outcome:?}; statuses: {statuses:?}")
     };
     assert_eq!(release, "rel-1");
     assert!(reason.contains("gate \"peek-secrets\" reads Secret"), "{reason}");
-    let status = statuses.last().expect("a status for rel-1");
-    assert_eq!(status.state, State::Failure);
+    let status = last_failure(&statuses);
     assert!(status.description.contains("peek-secrets"), "{}", status.description);
     assert_eq!(status.applied_at, None);
     assert_eq!(fleet.operator_image().await, None, "the Operator was never applied");
     assert_eq!(within("again", 30, agent.reconcile()).await.unwrap(), Outcome::Rejected("rel-1".into()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_secrets_allowed_the_non_bool_result_is_a_configuration_error_and_leaks_nothing() {
+    let logs = LogCapture::install();
+    let (fleet, commit) = fleet_with_a_secret_gate("attack-cel-allowed").await;
+    let settings = AgentSettings { allow_gate_kinds: vec!["Secret".into()], ..fleet.settings() };
+    let mut agent = fleet.agent_with(settings).await;
+    let outcome = within("rel-1", 240, agent.reconcile()).await.unwrap();
+    assert_leaked_nowhere(&fleet, &logs).await;
+
+    assert_eq!(outcome, Outcome::RolledBack { release: "rel-1".into(), to: None });
+    let statuses = fleet.statuses(&commit);
+    let status = last_failure(&statuses);
+    assert!(
+        status.description.ends_with(
+            "configuration error: gate \"peek-secrets\": CEL expression `self.data` returned a map, not a bool"
+        ),
+        "{}",
+        status.description
+    );
+    let gate = status.gates.iter().find(|g| g.name == "peek-secrets").expect("the gate's figure");
+    assert_eq!((gate.observed.as_str(), gate.verdict.as_str()), ("", "fail"));
+    assert_eq!(fleet.state().await.rejected()["rel-1"].failure.reason, "GateFailed");
 }
