@@ -5,7 +5,8 @@
 mod agent_support;
 
 use agent_support::*;
-use fleetgate::agent::Outcome;
+use fleetgate::agent::config::NamedUrls;
+use fleetgate::agent::{AgentSettings, Outcome};
 use fleetgate::status::State;
 use fleetgate_testenv::Prometheus;
 use std::sync::{Arc, Mutex};
@@ -34,15 +35,17 @@ async fn an_error_rate_above_the_gate_rolls_back_to_the_previous_release() {
     let prometheus = Prometheus::start(addr).await.unwrap();
     prometheus.wait_for_scrape(Duration::from_secs(30)).await.unwrap();
     let fleet = Fleet::start("agent-prom", true).await;
+    // The policy names the agent's endpoint; the agent maps it (`--prometheus monitoring=URL`).
     fleet.set_policy(
         "4s",
-        &format!("  prometheus: {{url: \"{}\"}}\n", prometheus.url()),
+        "  prometheus: monitoring\n",
         "    - name: error-rate\n      onUnknown: fail\n      prometheus: {query: max(operator_error_ratio), max: 5%}\n",
     );
 
     let rel1 = fleet.release("rel-1", |_| {});
     fleet.promote("rel-1");
-    let mut agent = fleet.agent().await;
+    let prometheus_flag = NamedUrls::parse(&[format!("monitoring={}", prometheus.url())]);
+    let mut agent = fleet.agent_with(AgentSettings { prometheus: prometheus_flag, ..fleet.settings() }).await;
     assert_eq!(within("rel-1", 120, agent.reconcile()).await.unwrap(), Outcome::Succeeded("rel-1".into()));
     let passed = fleet.statuses(&rel1).pop().unwrap();
     assert_eq!(passed.gates[0].observed, "1 %");

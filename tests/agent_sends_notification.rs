@@ -1,4 +1,4 @@
-//! With `--notify-url`, a rollback is POSTed to a receiver this test runs on loopback, naming the
+//! With `--notify-url oncall=URL` (and `notify: oncall` in fleet.yaml), a rollback is POSTed to a receiver this test runs on loopback, naming the
 //! release, the release rolled back to, and the failing gate with its figure and threshold. A
 //! release that passes sends nothing.
 
@@ -7,6 +7,7 @@ mod agent_support;
 use agent_support::*;
 use axum::routing::post;
 use fleetgate::agent::Outcome;
+use fleetgate::agent::config::NamedUrls;
 use tokio::sync::mpsc;
 
 /// A gate that fails at once: the Deployment it waits for never exists.
@@ -30,10 +31,13 @@ async fn a_rollback_is_notified_with_the_failing_gate() {
     tokio::spawn(async move { axum::serve(listener, app).await });
 
     let fleet = Fleet::start("agent-notify", true).await;
+    // The fleet names the agent's endpoint; the URL (a secret) is only the agent's.
+    fleet.edit("fleet.yaml", "notify: default", "notify: oncall");
+    fleet.commit_and_push("notify the on-call channel");
     fleet.release("rel-1", |_| {});
     fleet.promote("rel-1");
-    let mut agent =
-        fleet.agent_with(fleetgate::agent::AgentSettings { notify_url: Some(url), ..fleet.settings() }).await;
+    let notify_url = NamedUrls::parse(&[format!("oncall={url}")]);
+    let mut agent = fleet.agent_with(fleetgate::agent::AgentSettings { notify_url, ..fleet.settings() }).await;
     assert_eq!(within("rel-1", 120, agent.reconcile()).await.unwrap(), Outcome::Succeeded("rel-1".into()));
     assert!(received.try_recv().is_err(), "a release that passes is not notified");
 

@@ -5,9 +5,12 @@
 //! These policies hold only Prometheus gates, so the runner's Kubernetes client (pointed at a
 //! closed port) is never called; a Kubernetes call would turn a gate unknown and fail the test.
 
-use fleetgate::gates::{BakeVerdict, Baseline, GateEvaluation, GateRunner, OperatorTarget, Verdict};
+use fleetgate::gates::{
+    BakeVerdict, Baseline, GateEvaluation, GateRunner, OperatorTarget, PrometheusEndpoints, Verdict,
+};
 use fleetgate::model::{GatePolicy, GatePolicySpec, parse_document};
 use fleetgate_testenv::Prometheus;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -105,10 +108,11 @@ const P99: &str = "histogram_quantile(0.99, sum(rate(http_request_duration_secon
 const RECONCILE: &str =
     "sum(rate(controller_reconcile_time_seconds_sum[5s])) / sum(rate(controller_reconcile_time_seconds_count[5s]))";
 
-fn policy(prometheus: &str, bake: &str, gates: &str) -> GatePolicySpec {
+/// A policy whose Prometheus gates query the agent's endpoint `monitoring` (see [`endpoints`]).
+fn policy(bake: &str, gates: &str) -> GatePolicySpec {
     let text = format!(
         "apiVersion: fleetgate.io/v1alpha1\nkind: GatePolicy\nmetadata: {{name: t}}\nspec:\n  bakeTime: {bake}\n  interval: 1s\n  \
-         callTimeout: 3s\n  prometheus: {{url: \"{prometheus}\"}}\n  gates:\n{gates}"
+         callTimeout: 3s\n  prometheus: monitoring\n  gates:\n{gates}"
     );
     let p: GatePolicy = parse_document("policy.yaml", &text, "GatePolicy").unwrap();
     p.spec
@@ -127,10 +131,17 @@ fn unused_kube_client() -> kube::Client {
     kube::Client::try_from(config).unwrap()
 }
 
-fn runner(policy: GatePolicySpec, bake_from_now: bool, baseline: Baseline) -> GateRunner {
+/// The agent's Prometheus endpoints, as `--prometheus monitoring=URL` gives them.
+fn endpoints(prom: &Prometheus) -> PrometheusEndpoints {
+    PrometheusEndpoints::new(BTreeMap::from([("monitoring".to_string(), prom.url().parse().unwrap())]))
+}
+
+fn runner(policy: GatePolicySpec, prom: &Prometheus, bake_from_now: bool, baseline: Baseline) -> GateRunner {
     let target = OperatorTarget { namespace: "unused".into(), selector: String::new() };
     let applied_at = if bake_from_now { chrono::Utc::now() } else { chrono::Utc::now() - chrono::Duration::hours(1) };
-    GateRunner::new(policy, unused_kube_client(), target, applied_at, baseline).unwrap()
+    let endpoints = endpoints(prom);
+    let url = endpoints.for_policy(&policy).unwrap();
+    GateRunner::new(policy, url, unused_kube_client(), target, applied_at, baseline).unwrap()
 }
 
 /// Evaluates until every gate satisfies `done`: after a change, figures move while the 5 s rate
@@ -169,7 +180,7 @@ async fn start(f: Figures) -> (FakeService, Prometheus) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn error_rate_and_p99_pass_then_fail_when_the_figures_rise() {
     let (service, prom) = start(Figures { error_ratio: 0.02, latency_seconds: 0.3, reconcile_seconds: 0.1 }).await;
-    let r = runner(policy(&prom.url(), "1h", &absolute_gates()), true, Baseline::default());
+    let r = runner(policy("1h", &absolute_gates()), &prom, true, Baseline::default());
 
     // All latencies in the (250 ms, 500 ms] bucket: histogram_quantile puts P99 at 497.5 ms.
     let evals = evaluate_until(&r, "pass at 2 % / 300 ms", |e| {
@@ -180,7 +191,7 @@ async fn error_rate_and_p99_pass_then_fail_when_the_figures_rise() {
     assert_eq!(evals[1].to_string(), "p99-latency 497.5 ms ≤ 500 ms");
 
     // A bake over the passing figures ends Passed after the bake time.
-    let short = runner(policy(&prom.url(), "3s", &absolute_gates()), true, Baseline::default());
+    let short = runner(policy("3s", &absolute_gates()), &prom, true, Baseline::default());
     let mut rounds = Vec::new();
     let verdict =
         tokio::time::timeout(Duration::from_secs(30), short.run(|round| rounds.push(round.clone()))).await.unwrap();
@@ -217,20 +228,20 @@ async fn baseline_relative_gate_passes_at_plus_10_and_fails_at_plus_30_percent()
     let gates = format!(
         "    - name: reconcile-latency\n      prometheus: {{query: '{RECONCILE}', unit: seconds, maxIncreaseOverBaseline: 20%}}\n"
     );
-    let spec = policy(&prom.url(), "1h", &gates);
+    let spec = policy("1h", &gates);
 
     // Before the apply: wait for a steady 100 ms, then sample the baseline.
-    let client = fleetgate::gates::PrometheusClient::new(&prom.url(), Duration::from_secs(3)).unwrap();
+    let client = fleetgate::gates::PrometheusClient::new(&prom.url().parse().unwrap(), Duration::from_secs(3)).unwrap();
     let deadline = Instant::now() + Duration::from_secs(45);
     while !client.instant(RECONCILE).await.is_ok_and(|s| s.len() == 1 && near(s[0].value, 0.1)) {
         assert!(Instant::now() < deadline, "reconcile time never settled at 100 ms");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let mut baseline = Baseline::default();
-    baseline.sample_metrics(&spec).await.unwrap();
+    baseline.sample_metrics(&spec, endpoints(&prom).for_policy(&spec).unwrap()).await.unwrap();
     assert!(near(baseline.metrics["reconcile-latency"], 0.1), "{baseline:?}");
 
-    let r = runner(spec.clone(), true, baseline);
+    let r = runner(spec.clone(), &prom, true, baseline);
     service.set(|f| f.reconcile_seconds = 0.11);
     let evals = evaluate_until(&r, "110 ms", |e| near(observed(e), 0.11)).await;
     assert!(evals[0].is_pass(), "{}", evals[0]);
@@ -242,7 +253,7 @@ async fn baseline_relative_gate_passes_at_plus_10_and_fails_at_plus_30_percent()
     assert_eq!(evals[0].to_string(), "reconcile-latency 130 ms > 120 ms (baseline 100 ms + 20 %)");
 
     // Without a baseline the same gate is unknown, and fails only once the bake is over.
-    let unsampled = runner(spec, false, Baseline::default());
+    let unsampled = runner(spec, &prom, false, Baseline::default());
     let verdict = tokio::time::timeout(Duration::from_secs(30), unsampled.run(|_| {})).await.unwrap();
     let BakeVerdict::Failed { gate, at_bake_end: true, .. } = &verdict else { panic!("{verdict}") };
     assert_eq!(gate.verdict, Verdict::Unknown { reason: "no baseline: not sampled before the apply".into() });

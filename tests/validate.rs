@@ -87,6 +87,53 @@ fn every_finding_is_reported_with_file_and_line() {
     assert_eq!(rules, ["reference", "schema", "image"], "{report:#}");
 }
 
+/// Settings that belong to the spoke (a forge with its token, a notification URL, a Prometheus
+/// URL) still parse, and each is reported where it is written, saying which agent flag it belongs
+/// to now.
+#[test]
+fn destinations_and_credentials_in_the_repo_are_findings_at_their_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("x");
+    assert!(fleetgate(&["init", repo.to_str().unwrap()]).status.success());
+    let edit = |file: &str, from: &str, to: &str| {
+        let p = repo.join(file);
+        let t = std::fs::read_to_string(&p).unwrap();
+        assert!(t.contains(from), "{file} lacks {from}");
+        std::fs::write(&p, t.replacen(from, to, 1)).unwrap();
+    };
+    edit(
+        "fleet.yaml",
+        "    forge: true\n",
+        "    forge:\n      kind: github\n      url: https://api.github.com\n      repository: acme/fleet\n      \
+         tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token\n",
+    );
+    edit("fleet.yaml", "    notify: default\n", "    notify:\n      url: https://hooks.slack.com/services/T/B/XXXX\n");
+    edit("policies/gates.yaml", "  prometheus: default\n", "  prometheus:\n    url: http://prometheus:9090\n");
+    git_in(&repo, &["commit", "-q", "-a", "-m", "old forms"]);
+    let line = |file: &str, needle: &str| {
+        let t = std::fs::read_to_string(repo.join(file)).unwrap();
+        format!("{file}:{}", t.lines().position(|l| l.starts_with(needle)).unwrap() + 1)
+    };
+    let expected = [
+        (line("fleet.yaml", "    forge:"), "--forge-url"),
+        (line("fleet.yaml", "    notify:"), "--notify-url NAME=URL"),
+        (line("policies/gates.yaml", "  prometheus:"), "--prometheus NAME=URL"),
+    ];
+
+    let out = fleetgate(&["validate", "--repo", repo.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let t = text(&out);
+    for (at, flag) in &expected {
+        let finding = t.lines().find(|l| l.contains(at.as_str())).unwrap_or_else(|| panic!("no {at} in:\n{t}"));
+        assert!(finding.contains("[spoke-setting]") && finding.contains(flag), "{finding}");
+    }
+    assert!(!t.contains("XXXX"), "a webhook URL is a secret: {t}");
+
+    let report = json(&fleetgate(&["validate", "--repo", repo.to_str().unwrap(), "-o", "json"]));
+    let rules: Vec<&str> = report["config"].as_array().unwrap().iter().map(|f| f["rule"].as_str().unwrap()).collect();
+    assert_eq!(rules, ["spoke-setting"; 3], "{report:#}");
+}
+
 #[test]
 fn signed_releases_are_checked_against_trusted_keys_over_git() {
     let remote = FleetRemote::new();
