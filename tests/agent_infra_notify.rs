@@ -6,6 +6,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use fleetgate::agent::notifier::{Notification, NotificationKind, Notifier, NotifyError};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
@@ -35,6 +36,11 @@ async fn receiver(
     (url, rx)
 }
 
+/// A notifier whose `default` endpoint is `url`.
+fn notifier(url: reqwest::Url, timeout: Duration) -> Notifier {
+    Notifier::new(BTreeMap::from([("default".to_string(), url)]), "canary", timeout).unwrap()
+}
+
 fn rollback() -> Notification {
     Notification {
         kind: NotificationKind::Rollback,
@@ -51,7 +57,7 @@ fn rollback() -> Notification {
 #[tokio::test]
 async fn a_rollback_is_posted_as_slack_compatible_json() {
     let (url, mut rx) = receiver(StatusCode::OK, Duration::ZERO).await;
-    Notifier::new(url, "canary", Duration::from_secs(5)).unwrap().send(&rollback()).await.expect("delivered");
+    notifier(url, Duration::from_secs(5)).send("default", &rollback()).await.expect("delivered");
     let (headers, body) = rx.recv().await.unwrap();
     assert_eq!(headers["content-type"], "application/json");
     assert!(headers["user-agent"].to_str().unwrap().starts_with("fleetgate/"));
@@ -69,11 +75,14 @@ async fn a_rollback_is_posted_as_slack_compatible_json() {
 async fn slow_and_refusing_receivers_are_errors_not_hangs() {
     let (slow, _rx) = receiver(StatusCode::OK, Duration::from_secs(30)).await;
     let started = Instant::now();
-    let err = Notifier::new(slow, "canary", Duration::from_millis(300)).unwrap().send(&rollback()).await.unwrap_err();
+    let err = notifier(slow, Duration::from_millis(300)).send("default", &rollback()).await.unwrap_err();
     assert!(matches!(err, NotifyError::Timeout { .. }), "{err}");
     assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
 
     let (refusing, _rx) = receiver(StatusCode::FORBIDDEN, Duration::ZERO).await;
-    let err = Notifier::new(refusing, "canary", Duration::from_secs(5)).unwrap().send(&rollback()).await.unwrap_err();
+    let err = notifier(refusing, Duration::from_secs(5)).send("default", &rollback()).await.unwrap_err();
     assert!(err.to_string().contains("HTTP 403"), "{err}");
+    // The webhook URL is a secret: only its scheme and host are named.
+    assert!(err.to_string().starts_with("notification to http://127.0.0.1:"), "{err}");
+    assert!(err.to_string().contains("/… was refused") && !err.to_string().contains("/hook"), "{err}");
 }
