@@ -142,11 +142,6 @@ impl Token {
         &self.secret
     }
 
-    /// Where it came from.
-    pub fn source(&self) -> &TokenSource {
-        &self.source
-    }
-
     /// Reads the token of `forge`, trimmed; an empty one is an error.
     pub fn read(forge: &ForgeConfig) -> Result<Token, ForgeError> {
         let name = forge_name(forge.kind);
