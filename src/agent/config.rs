@@ -286,7 +286,7 @@ pub enum ConfigError {
     InvalidEndpointUrl { flag: &'static str, name: String, message: String },
     #[error("{flag} {name:?}=…: the name must be a DNS-1123 label (what the fleet repo refers to it by)")]
     InvalidEndpointName { flag: &'static str, name: String },
-    #[error("--allow-gate-kind {0:?} is not KIND.GROUP (e.g. Certificate.cert-manager.io)")]
+    #[error("--allow-gate-kind {0:?} is not KIND.GROUP (e.g. Certificate.cert-manager.io) or a core KIND (e.g. Secret)")]
     InvalidGateKind(String),
     #[error(transparent)]
     Forge(#[from] ForgeError),
@@ -545,13 +545,15 @@ impl<'de> Deserialize<'de> for NamedUrls {
 }
 
 /// `KIND.GROUP` as Kubernetes writes a kind of an API group (`Certificate.cert-manager.io`,
-/// `Deployment.apps`): a kind of letters and digits, then the group's DNS labels.
+/// `Deployment.apps`): a kind of letters and digits, then the group's DNS labels; or a bare
+/// `KIND` of the core group (`Secret`).
 fn is_kind_group(s: &str) -> bool {
     match s.split_once('.') {
         Some((kind, group)) => {
             !kind.is_empty() && kind.chars().all(|c| c.is_ascii_alphanumeric()) && group.split('.').all(is_dns_label)
         }
-        None => false,
+        // A kind of the core group (`Secret`, `ConfigMap`).
+        None => s.starts_with(|c: char| c.is_ascii_uppercase()) && s.chars().all(|c| c.is_ascii_alphanumeric()),
     }
 }
 

@@ -350,8 +350,7 @@ impl Agent {
         self.step(config, Step::Begin { release: id.clone(), commit }).await?;
 
         // Pre-apply gates: requirements, CRD compatibility, live CRs, admission, dry run.
-        let policy = self.admission_policy(config);
-        let admitted = match self.preapply(&verified, &policy).await {
+        let admitted = match self.preapply(&verified, config).await {
             Ok(Ok(admitted)) => admitted,
             Ok(Err(blocker)) => {
                 let reason = format!("{}: {}", blocker.gate(), blocker.problems());
@@ -647,13 +646,18 @@ impl Agent {
     async fn preapply<'r>(
         &self,
         verified: &'r VerifiedRelease,
-        policy: &AdmissionPolicy,
+        config: &FleetConfig,
     ) -> Result<Result<AdmittedSet<'r>, Blocker>, ReconcileError> {
-        let admitted = match self.engine.admit(verified, policy).await {
+        let admitted = match self.engine.admit(verified, &self.admission_policy(config)).await {
             Ok(admitted) => admitted,
             Err(e) if e.class() == ErrorClass::Stalling => return Ok(Err(Blocker::Admission(error_chain(&e)))),
             Err(e) => return Err(e.into()),
         };
+        // Gates read with the agent's permissions: only the release's own kinds, or the spoke's.
+        let allowed = &self.services.config.allowed_gate_kinds;
+        if let Err(e) = gates::check_gate_kinds(&gate_policy(config), admitted.crds(), allowed) {
+            return Ok(Err(Blocker::GatePolicy(e.to_string())));
+        }
         let accept = match gates::crd_compat::Acceptance::parse_all(&verified.release().spec.accept_crd_changes) {
             Ok(accept) => accept,
             Err(why) => return Ok(Err(Blocker::Admission(why))),

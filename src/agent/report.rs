@@ -33,6 +33,8 @@ pub enum Blocker {
     Admission(String),
     /// The server-side dry run refused an object.
     DryRun(String),
+    /// The gate policy reads what the release may not (`customResources` on a foreign kind).
+    GatePolicy(String),
 }
 
 impl Blocker {
@@ -42,6 +44,7 @@ impl Blocker {
             Blocker::Gate(b) => b.gate(),
             Blocker::Admission(_) => "admission",
             Blocker::DryRun(_) => "dry-run",
+            Blocker::GatePolicy(_) => "gate-policy",
         }
     }
 
@@ -51,6 +54,7 @@ impl Blocker {
             Blocker::Gate(b) => b.reason(),
             Blocker::Admission(_) => "AdmissionRefused",
             Blocker::DryRun(_) => "DryRunFailed",
+            Blocker::GatePolicy(_) => "GatePolicyRefused",
         }
     }
 
@@ -58,7 +62,7 @@ impl Blocker {
     pub fn problems(&self) -> String {
         match self {
             Blocker::Gate(b) => b.problems().join("; "),
-            Blocker::Admission(m) | Blocker::DryRun(m) => m.clone(),
+            Blocker::Admission(m) | Blocker::DryRun(m) | Blocker::GatePolicy(m) => m.clone(),
         }
     }
 }

@@ -64,7 +64,7 @@ pub struct Args {
     /// `prometheus: NAME` names (a bare URL is `default`, what policies use by default).
     #[arg(long, env = "FLEETGATE_PROMETHEUS", value_name = "[NAME=]URL", value_delimiter = ',')]
     prometheus: Vec<String>,
-    /// A kind (KIND.GROUP, e.g. Certificate.cert-manager.io) customResources gates may read besides
+    /// A kind (KIND.GROUP, e.g. Certificate.cert-manager.io, or a core KIND such as Secret) customResources gates may read besides
     /// the release's own CRDs; repeatable.
     #[arg(long = "allow-gate-kind", env = "FLEETGATE_ALLOW_GATE_KINDS", value_name = "KIND.GROUP", value_delimiter = ',')]
     allow_gate_kinds: Vec<String>,
