@@ -26,7 +26,7 @@ async fn a_force_push_to_an_older_signed_commit_is_refused() {
 
     // Replay: the older signed tip, force-pushed.
     fleet.force_push(&old_tip);
-    let err = within("replay", 60, agent.reconcile()).await.unwrap_err();
+    let err = within("replay", 60, agent.pass()).await.unwrap_err();
     assert_eq!(err.reason(), "PromotionRefused");
     let message = fleetgate::model::error_chain(&err);
     assert!(message.contains("does not descend from"), "{message}");

@@ -178,6 +178,7 @@ fn crd_changes_that_break_stored_objects_are_found_between_consecutive_releases(
     // The next release stops serving v1alpha1 and drops a field of v1alpha2.
     let next = "rel-20250316-001";
     remote.edit("release.yaml", RELEASE, next);
+    remote.edit("release.yaml", "sequence: 1", "sequence: 2");
     remote.edit(
         "operator/crds/redisclusters.cache.example.com.yaml",
         "    - name: v1alpha1\n      served: true",

@@ -203,7 +203,7 @@ impl Agent {
             let started = Instant::now();
             let mut leadership = self.services.leader.subscribe();
             let result = tokio::select! {
-                r = self.reconcile() => r,
+                r = self.pass() => r,
                 () = &mut shutdown => break,
                 // Another agent leads now: stop at once; the state says where it resumes.
                 Ok(_) = leadership.wait_for(|l| !l.is_leading()) => {
@@ -222,11 +222,20 @@ impl Agent {
                 Err(e) => {
                     self.services.metrics.observe_reconcile(took, ReconcileResult::Error);
                     tracing::warn!(error = %error_chain(e), class = ?e.class(), "reconcile failed");
-                    self.record_error(e).await;
                 }
             }
         }
         self.services
+    }
+
+    /// One pass as the agent's loop runs it: [`Self::reconcile`], and a failed pass recorded as a
+    /// Warning Event that names the reason (what `kubectl describe` shows an operator).
+    pub async fn pass(&mut self) -> Result<Outcome, ReconcileError> {
+        let result = self.reconcile().await;
+        if let Err(e) = &result {
+            self.record_error(e).await;
+        }
+        result
     }
 
     /// One pass of the pipeline.

@@ -18,7 +18,7 @@ use crate::model::{
 };
 use crate::release::mapping;
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Which clusters a release may run on.
@@ -301,7 +301,7 @@ fn plan(
 ) -> Result<Plan, RelengError> {
     let manifests = &content.manifests;
     let base_tree = base.tree()?;
-    let previous = repo.previous_release(base.id(), &req.id)?;
+    let previous = repo.previous_release(base.id(), |id| id == req.id)?;
     let fleet = repo.fleet_state(&base_tree, &format!("commit {}", base.id()))?;
     let targets = match &req.targets {
         Targets::All => fleet.config.clusters.keys().cloned().collect::<Vec<_>>(),
@@ -324,6 +324,12 @@ fn plan(
             "the release targets no cluster; pass --targets a,b or --all (with clusters/*.yaml present)".into(),
         ));
     }
+    let tags = repo.release_tags()?;
+    for r in &req.revokes {
+        if !tags.iter().any(|t| &t.id == r) {
+            return Err(RelengError::UnknownRelease(r.clone()));
+        }
+    }
     let rollback_to = match &req.rollback_to {
         Some(r) => {
             if repo.release_tag(r)?.is_none() {
@@ -331,14 +337,18 @@ fn plan(
             }
             Some(r.clone())
         }
-        None => previous.as_ref().map(|p| p.id.clone()),
-    };
-    let tags = repo.release_tags()?;
-    for r in &req.revokes {
-        if !tags.iter().any(|t| &t.id == r) {
-            return Err(RelengError::UnknownRelease(r.clone()));
+        // The default undo skips withdrawn releases: an agent would refuse to roll back onto one.
+        None => {
+            let revoked: BTreeSet<&str> = tags
+                .iter()
+                .filter(|t| t.id != req.id)
+                .flat_map(|t| t.release.spec.revokes.iter())
+                .chain(&req.revokes)
+                .map(String::as_str)
+                .collect();
+            repo.previous_release(base.id(), |id| id == req.id || revoked.contains(id))?.map(|p| p.id)
         }
-    }
+    };
     // One more than every other release's, so agents can order releases by signed content alone.
     // The release itself is left out: cutting the same content again yields the same document.
     let sequence = tags.iter().filter(|t| t.id != req.id).filter_map(|t| t.release.spec.sequence).max().unwrap_or(0) + 1;

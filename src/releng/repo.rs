@@ -252,10 +252,10 @@ impl FleetRepo {
 
     /// The nearest release at or before `from` in history (other than `excluding`): the release
     /// a new one follows, and the default rollback target of a new release.
-    pub fn previous_release(&self, from: Oid, excluding: &str) -> Result<Option<ReleaseTag>, RelengError> {
+    pub fn previous_release(&self, from: Oid, skip: impl Fn(&str) -> bool) -> Result<Option<ReleaseTag>, RelengError> {
         let mut by_commit: BTreeMap<Oid, Vec<ReleaseTag>> = BTreeMap::new();
         for t in self.release_tags()? {
-            if t.id != excluding {
+            if !skip(&t.id) {
                 by_commit.entry(t.commit).or_default().push(t);
             }
         }
