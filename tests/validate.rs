@@ -58,12 +58,7 @@ fn every_finding_is_reported_with_file_and_line() {
     let dir = tempfile::tempdir().unwrap();
     let repo = dir.path().join("x");
     assert!(fleetgate(&["init", repo.to_str().unwrap()]).status.success());
-    let edit = |file: &str, from: &str, to: &str| {
-        let p = repo.join(file);
-        let t = std::fs::read_to_string(&p).unwrap();
-        assert!(t.contains(from), "{file} lacks {from}");
-        std::fs::write(&p, t.replacen(from, to, 1)).unwrap();
-    };
+    let edit = |file: &str, from: &str, to: &str| replace_in(&repo, file, from, to);
     edit("clusters/cluster-b.yaml", "wave: wave-1", "wave: wave-7");
     edit("policies/gates.yaml", "bakeTime: 10m", "bakeTime: 10m\n  bakeTimes: 5m");
     edit("operator/deployment.yaml", "redis-operator:v1.2.3-build.456", "redis-operator:v1.2.2");
@@ -95,12 +90,7 @@ fn destinations_and_credentials_in_the_repo_are_findings_at_their_line() {
     let dir = tempfile::tempdir().unwrap();
     let repo = dir.path().join("x");
     assert!(fleetgate(&["init", repo.to_str().unwrap()]).status.success());
-    let edit = |file: &str, from: &str, to: &str| {
-        let p = repo.join(file);
-        let t = std::fs::read_to_string(&p).unwrap();
-        assert!(t.contains(from), "{file} lacks {from}");
-        std::fs::write(&p, t.replacen(from, to, 1)).unwrap();
-    };
+    let edit = |file: &str, from: &str, to: &str| replace_in(&repo, file, from, to);
     edit(
         "fleet.yaml",
         "    forge: true\n",
@@ -224,4 +214,12 @@ fn unreadable_keys_and_repos_are_usage_errors() {
     let out = fleetgate(&["validate", "--repo", repo.to_str().unwrap(), "--trusted-keys", "/nonexistent.asc"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("/nonexistent.asc"), "{}", text(&out));
+}
+
+/// Replaces the first `from` in `repo`'s `file` by `to`; the file must contain it.
+fn replace_in(repo: &Path, file: &str, from: &str, to: &str) {
+    let p = repo.join(file);
+    let t = std::fs::read_to_string(&p).unwrap();
+    assert!(t.contains(from), "{file} lacks {from}");
+    std::fs::write(&p, t.replacen(from, to, 1)).unwrap();
 }

@@ -330,6 +330,12 @@ fn plan(
             return Err(RelengError::UnknownRelease(r.clone()));
         }
     }
+    // One more than every other release's, so agents can order releases by signed content alone.
+    // A release cut again keeps its number, so the same content yields the same document.
+    let sequence = match tags.iter().find(|t| t.id == req.id).and_then(|t| t.release.spec.sequence) {
+        Some(own) => own,
+        None => tags.iter().filter_map(|t| t.release.spec.sequence).max().unwrap_or(0) + 1,
+    };
     let rollback_to = match &req.rollback_to {
         Some(r) => {
             if repo.release_tag(r)?.is_none() {
@@ -338,10 +344,11 @@ fn plan(
             Some(r.clone())
         }
         // The default undo skips withdrawn releases: an agent would refuse to roll back onto one.
+        // Only earlier releases' revocations count, so cutting a release again yields the same.
         None => {
             let revoked: BTreeSet<&str> = tags
                 .iter()
-                .filter(|t| t.id != req.id)
+                .filter(|t| t.release.spec.sequence.is_some_and(|n| n < sequence))
                 .flat_map(|t| t.release.spec.revokes.iter())
                 .chain(&req.revokes)
                 .map(String::as_str)
@@ -349,9 +356,6 @@ fn plan(
             repo.previous_release(base.id(), |id| id == req.id || revoked.contains(id))?.map(|p| p.id)
         }
     };
-    // One more than every other release's, so agents can order releases by signed content alone.
-    // The release itself is left out: cutting the same content again yields the same document.
-    let sequence = tags.iter().filter(|t| t.id != req.id).filter_map(|t| t.release.spec.sequence).max().unwrap_or(0) + 1;
     let place = Place { fleet: fleet.config.fleet.name().to_string(), sequence, targets };
     let files: BTreeMap<String, Vec<u8>> = manifests.iter().map(|(p, (b, _))| (p.clone(), b.clone())).collect();
     let release = release_document(req, content.chart.as_ref(), place, rollback_to, mapping::crd_versions(&files));
