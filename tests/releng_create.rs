@@ -5,7 +5,7 @@
 mod releng_common;
 
 use fleetgate::release::{TagPins, VerifyError, resolve_release, verify};
-use fleetgate::releng::create::CreateOutcome;
+use fleetgate::releng::create::{CreateOutcome, CreateRequest};
 use fleetgate::releng::{Refusal, RelengError, Signer, sign};
 use fleetgate::source::Checkout;
 use fleetgate_testenv::GitDaemon;
@@ -345,4 +345,22 @@ fn local_changes_stop_the_release_except_manifests_rendered_into_the_repo() {
         f.show("rel-1", "operator/deployment.yaml"),
         deployment_yaml(&format!("{IMAGE_REPO}:v1.0.0")).trim_end()
     );
+}
+
+/// Releases are numbered in signed content; a revoking release's default undo skips what it
+/// withdraws (an agent would refuse to roll back onto it), and re-cutting keeps both.
+#[test]
+fn sequences_count_up_and_the_default_rollback_skips_revoked_releases() {
+    let f = Fixture::new();
+    assert_eq!(f.release("rel-1", "v1.0.0").mapping.sequence, Some(1));
+    assert_eq!(f.release("rel-2", "v1.1.0").mapping.sequence, Some(2));
+    let m = f.manifests("render-rel-3", "v1.2.0", "v1alpha2", &["size"], &[]);
+    let req = CreateRequest { revokes: vec!["rel-2".into()], ..f.request("rel-3", &m, "v1.2.0") };
+    let r3 = f.create(&req).unwrap();
+    assert_eq!((r3.mapping.sequence, r3.mapping.rollback_to.as_deref()), (Some(3), Some("rel-1")));
+    assert_eq!(r3.mapping.revokes, ["rel-2"]);
+    assert_eq!(f.create(&req).unwrap().outcome, CreateOutcome::AlreadyReleased);
+
+    let unknown = CreateRequest { revokes: vec!["rel-9".into()], ..f.request("rel-4", &m, "v1.2.0") };
+    assert!(matches!(f.create(&unknown), Err(RelengError::UnknownRelease(id)) if id == "rel-9"));
 }
