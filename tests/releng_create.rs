@@ -8,6 +8,7 @@ use fleetgate::release::{TagPins, VerifyError, resolve_release, verify};
 use fleetgate::releng::create::{CreateOutcome, CreateRequest};
 use fleetgate::releng::{Refusal, RelengError, Signer, sign};
 use fleetgate::source::Checkout;
+use fleetgate::status::State;
 use fleetgate_testenv::GitDaemon;
 use releng_common::*;
 
@@ -43,10 +44,13 @@ fn the_signed_tag_is_accepted_by_the_agents_verification_and_by_git() {
     assert!(f.repo.join("operator/deployment.yaml").exists());
     assert_eq!(f.git(&["status", "--porcelain"]), "");
 
-    // The next release follows the first: previous, default rollback target, CRD verdict.
+    // The next release follows the first: previous, default rollback target (rel-1 succeeded on
+    // cluster-a), CRD verdict.
+    f.report("cluster-a", "rel-1", State::Success);
     let r2 = f.release("rel-2", "v1.1.0");
     assert_eq!(r2.previous.as_deref(), Some("rel-1"));
     assert_eq!(r2.mapping.rollback_to.as_deref(), Some("rel-1"));
+    assert_eq!(r2.rollback_succeeded_on, ["cluster-a"]);
     assert!(r2.crd_compatibility.compared && r2.crd_compatibility.compatible, "{:?}", r2.crd_compatibility);
     let message = f.git(&["cat-file", "-p", "rel-2"]);
     assert!(message.contains("CRD compatibility against rel-1: compatible"), "{message}");
@@ -347,20 +351,40 @@ fn local_changes_stop_the_release_except_manifests_rendered_into_the_repo() {
     );
 }
 
-/// Releases are numbered in signed content; a revoking release's default undo skips what it
-/// withdraws (an agent would refuse to roll back onto it), and re-cutting keeps both.
+/// Releases are numbered in signed content. The default rollback target is the newest earlier
+/// release some cluster reported `success` for: never one that only failed (or never ran), never
+/// a revoked one; with none, no target (each agent returns to its last-known-good). Re-cutting a
+/// release keeps its number and target even after statuses moved on.
 #[test]
-fn sequences_count_up_and_the_default_rollback_skips_revoked_releases() {
+fn sequences_count_up_and_the_default_rollback_is_the_newest_success_not_revoked() {
     let f = Fixture::new();
-    assert_eq!(f.release("rel-1", "v1.0.0").mapping.sequence, Some(1));
-    assert_eq!(f.release("rel-2", "v1.1.0").mapping.sequence, Some(2));
-    let m = f.manifests("render-rel-3", "v1.2.0", "v1alpha2", &["size"], &[]);
-    let req = CreateRequest { revokes: vec!["rel-2".into()], ..f.request("rel-3", &m, "v1.2.0") };
-    let r3 = f.create(&req).unwrap();
-    assert_eq!((r3.mapping.sequence, r3.mapping.rollback_to.as_deref()), (Some(3), Some("rel-1")));
-    assert_eq!(r3.mapping.revokes, ["rel-2"]);
-    assert_eq!(f.create(&req).unwrap().outcome, CreateOutcome::AlreadyReleased);
+    let r1 = f.release("rel-1", "v1.0.0");
+    assert_eq!((r1.mapping.sequence, r1.mapping.rollback_to.as_deref()), (Some(1), None));
+    let r2 = f.release("rel-2", "v1.1.0");
+    assert_eq!((r2.mapping.sequence, r2.mapping.rollback_to.as_deref()), (Some(2), None), "nothing succeeded yet");
 
-    let unknown = CreateRequest { revokes: vec!["rel-9".into()], ..f.request("rel-4", &m, "v1.2.0") };
+    // The canary halted rel-2; rel-1 runs on cluster-a and cluster-b.
+    f.report("cluster-b", "rel-1", State::Success);
+    f.report("cluster-a", "rel-1", State::Success);
+    f.report("cluster-a", "rel-2", State::Failure);
+    let r3 = f.release("rel-3", "v1.2.0");
+    assert_eq!((r3.mapping.sequence, r3.mapping.rollback_to.as_deref()), (Some(3), Some("rel-1")));
+    assert_eq!(r3.rollback_succeeded_on, ["cluster-a", "cluster-b"]);
+
+    // rel-3 succeeds somewhere; rel-4 withdraws it, so its undo skips it.
+    f.report("cluster-b", "rel-3", State::Success);
+    let m = f.manifests("render-rel-4", "v1.3.0", "v1alpha2", &["size"], &[]);
+    let req = CreateRequest { revokes: vec!["rel-3".into()], ..f.request("rel-4", &m, "v1.3.0") };
+    let r4 = f.create(&req).unwrap();
+    assert_eq!((r4.mapping.sequence, r4.mapping.rollback_to.as_deref()), (Some(4), Some("rel-1")));
+    assert_eq!(r4.mapping.revokes, ["rel-3"]);
+
+    // Statuses move on; cutting rel-2 or rel-4 again yields the same documents.
+    f.report("cluster-b", "rel-2", State::Success);
+    assert_eq!(f.create(&req).unwrap().outcome, CreateOutcome::AlreadyReleased);
+    let m2 = f.manifests("render-rel-2", "v1.1.0", "v1alpha2", &["size"], &[]);
+    assert_eq!(f.create(&f.request("rel-2", &m2, "v1.1.0")).unwrap().outcome, CreateOutcome::AlreadyReleased);
+
+    let unknown = CreateRequest { revokes: vec!["rel-9".into()], ..f.request("rel-5", &m, "v1.3.0") };
     assert!(matches!(f.create(&unknown), Err(RelengError::UnknownRelease(id)) if id == "rel-9"));
 }

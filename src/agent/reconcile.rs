@@ -36,7 +36,7 @@ use crate::model::error_chain;
 use crate::model::{ErrorClass, FleetConfig, GatePolicySpec, PromotionMode, ReleaseAdmissionPolicySpec};
 use crate::release::{self, DesiredRelease, Keyring, TipTrust, TrustConfig, VerifiedRelease, VerifyError};
 use crate::source::{Checkout, Source, SourceError};
-use crate::status::{self, GateFigure, GitNotesBackend, GitRemote, Publisher, State, Status, StatusBackend};
+use crate::status::{self, GateFigure, GitNotesBackend, GitRemote, Publisher, Status, StatusBackend};
 use chrono::Utc;
 use std::time::{Duration, Instant};
 
@@ -369,7 +369,7 @@ impl Agent {
             Err(e) => return self.defer(config, e).await,
         };
 
-        let (baseline, snapshot, rollback_target) = match self.prepare(checkout, config, &verified).await {
+        let (baseline, snapshot, rollback_target) = match self.prepare(config, &verified).await {
             Ok(prepared) => prepared,
             Err(e) => return self.defer(config, e).await,
         };
@@ -441,7 +441,6 @@ impl Agent {
     /// snapshot of the current release, the rollback target.
     async fn prepare(
         &self,
-        checkout: &Checkout,
         config: &FleetConfig,
         verified: &VerifiedRelease,
     ) -> Result<(gates::Baseline, Option<String>, Option<String>), ReconcileError> {
@@ -457,8 +456,9 @@ impl Agent {
         })
         .await?;
         let snapshot = self.engine.snapshot().await?;
-        let rollback_target = self.rollback_target(checkout, verified)?;
-        Ok((baseline, snapshot.map(|s| s.id), rollback_target))
+        // The state machine keeps it only if it succeeded here (else: last-known-good).
+        let rollback_to = verified.release().spec.rollback_to.clone();
+        Ok((baseline, snapshot.map(|s| s.id), rollback_to))
     }
 
     /// Ends a pass that failed before the apply: the release is deferred (not rejected) and the
@@ -466,27 +466,6 @@ impl Agent {
     async fn defer(&mut self, config: &FleetConfig, e: ReconcileError) -> Result<Outcome, ReconcileError> {
         self.step(config, Step::Deferred { why: error_chain(&e) }).await?;
         Err(e)
-    }
-
-    /// The release's `rollbackTo` — unless this cluster already reported `failure` for it, in
-    /// which case None (the state machine then takes the last-known-good release): a rollback
-    /// must never return to a release this cluster rejected.
-    fn rollback_target(
-        &self,
-        checkout: &Checkout,
-        verified: &VerifiedRelease,
-    ) -> Result<Option<String>, ReconcileError> {
-        let Some(target) = verified.release().spec.rollback_to.clone() else { return Ok(None) };
-        let Some(tag) = checkout.tag(&target)? else { return Ok(Some(target)) };
-        let statuses = tokio::task::block_in_place(|| status::read_all(checkout.repo(), &[tag.commit]))
-            .map_err(status::StatusError::from)?;
-        let failed_here =
-            statuses.latest(&self.services.config.cluster, &target).is_some_and(|s| s.state == State::Failure);
-        if failed_here {
-            tracing::warn!(release = verified.id(), rollback_to = %target, "rollbackTo names a release that failed here; using the last-known-good release instead");
-            return Ok(None);
-        }
-        Ok(Some(target))
     }
 
     /// The apply proper: `admitted` (admitting `verified` again when this pass has no set), then

@@ -205,8 +205,11 @@ pub fn conclude(state: &mut AgentState, step: &Step, ctx: &Context<'_>) -> Resul
             };
             let op = &r.operation;
             let target = op.rollback_target.clone();
-            let to = target.as_deref().unwrap_or("nothing (no earlier release)");
-            let mut s = status(op, State::Failure, format!("rolled back to {to}: {}", r.failure.message))
+            let done = match &target {
+                Some(t) => format!("rolled back to {t}"),
+                None => "workloads and webhooks removed (no earlier release succeeded here)".to_string(),
+            };
+            let mut s = status(op, State::Failure, format!("{done}: {}", r.failure.message))
                 .with_gates(r.evidence.clone())
                 .decided(ctx.now);
             if let Some(at) = r.applied_at {
@@ -244,7 +247,7 @@ pub fn conclude(state: &mut AgentState, step: &Step, ctx: &Context<'_>) -> Resul
                 });
             };
             let op = &r.operation;
-            let to = op.rollback_target.as_deref().unwrap_or("nothing");
+            let to = op.rollback_target.as_deref().unwrap_or("nothing (removing workloads and webhooks)");
             report.status = Some(status(
                 op,
                 State::Error,

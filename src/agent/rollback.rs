@@ -1,8 +1,10 @@
 //! Automatic rollback: after a failed gate or a failed apply, put the cluster back on the rollback
-//! target (`rollbackTo` of the failed release, else the last-known-good release) from that
-//! release's own verified tag, prune what the failed release added, restore the snapshotted
-//! custom resources, wait until the old release has rolled out, and only then report `failure`
-//! naming the gate, its figure and threshold, and the release rolled back to.
+//! target (`rollbackTo` of the failed release when that succeeded here, else the last-known-good
+//! release) from that release's own verified tag, prune what the failed release added, restore
+//! the snapshotted custom resources, wait until the old release has rolled out, and only then
+//! report `failure` naming the gate, its figure and threshold, and the release rolled back to.
+//! With no target (the first release here failed), the failed release's workloads and webhook
+//! configurations are removed and its CRDs and custom resources kept.
 //!
 //! Every step is idempotent, so an agent killed during a rollback does it again on restart
 //! (phase `RollingBack` is persisted before the first step). A failed attempt is reported once
@@ -108,7 +110,10 @@ impl Agent {
     ) -> Result<(), ReconcileError> {
         let operation = &rollback.operation;
         let Some(target) = &operation.rollback_target else {
-            tracing::error!(release = %operation.release, "no earlier release to roll back to; the failed release stays applied");
+            // Nothing succeeded here before: take the failed release's workloads and webhooks
+            // out, keep its CRDs and custom resources (the users' data).
+            let removed = self.rollback_engine.withdraw().await?;
+            tracing::warn!(release = %operation.release, removed = removed.len(), "no earlier release succeeded here; workloads and webhooks removed, CRDs and custom resources kept");
             return Ok(());
         };
         let verified = self.verify_known(checkout, target).await?;

@@ -40,6 +40,7 @@ mod phases;
 mod prune;
 mod rollout;
 mod snapshot;
+mod withdraw;
 
 pub use changes::*;
 pub use drift::*;

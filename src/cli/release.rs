@@ -5,6 +5,7 @@ use super::output::{Done, OutputFormat, crd_line, fail, heading, next};
 use crate::model::Requirements;
 use crate::releng::chart::ChartInput;
 use crate::releng::create::{self, CreateOutcome, CreateReport, CreateRequest, Targets};
+use crate::releng::publish;
 use crate::releng::push::{self, Pushed};
 use crate::releng::{FleetRepo, RelengError, Signer};
 use std::path::PathBuf;
@@ -64,7 +65,8 @@ pub struct CreateArgs {
     /// Target every cluster in clusters/.
     #[arg(long)]
     pub all: bool,
-    /// Explicit rollback target (default: the previous release tag).
+    /// Explicit rollback target (default: the newest earlier release that some cluster reported
+    /// `success` for, from the remote's statuses when it has one).
     #[arg(long)]
     pub rollback_to: Option<String>,
     /// Earlier releases this one withdraws (comma-separated; spec.revokes): no agent applies
@@ -154,6 +156,10 @@ fn create_and_push(args: &CreateArgs) -> Result<Created, RelengError> {
         allow_incompatible_crds: args.allow_incompatible_crds.clone(),
     };
     let repo = FleetRepo::open(&args.repo)?;
+    // The default rollback target is chosen by the clusters' statuses: read the newest ones.
+    if req.rollback_to.is_none() {
+        publish::fetch_statuses(&repo, &args.remote)?;
+    }
     let mut signer = Signer::open(&args.sign_key, args.gpg_home.as_deref())?;
     let report = create::create(&repo, &req, &mut signer)?;
     let pushed = if args.push {
@@ -188,7 +194,11 @@ fn print_human(args: &CreateArgs, c: &Created) {
         println!("  values     {}", c.values_digest);
     }
     println!("  targets    {}", m.target_clusters.join(", "));
-    println!("  rollback   {}", m.rollback_to.as_deref().unwrap_or("(the cluster's last good release)"));
+    match (&m.rollback_to, r.rollback_succeeded_on.as_slice()) {
+        (None, _) => println!("  rollback   (each cluster's last-known-good release: no earlier release succeeded anywhere yet)"),
+        (Some(to), []) => println!("  rollback   {to}"),
+        (Some(to), on) => println!("  rollback   {to} (succeeded on {})", on.join(", ")),
+    }
     println!("  manifests  {} file(s) under {}", r.manifest_files, m.manifests);
     println!("  CRDs       {}", crd_line(&r.crd_compatibility, r.previous.as_deref()));
     for f in &r.crd_compatibility.findings {

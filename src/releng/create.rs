@@ -17,6 +17,7 @@ use crate::model::{
     default_manifests,
 };
 use crate::release::mapping;
+use crate::status::{self, State};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -49,7 +50,7 @@ pub struct CreateRequest {
     /// The Operator's source commit.
     pub git_commit: String,
     pub targets: Targets,
-    /// Default: the previous release tag in the branch's history.
+    /// Default: the newest earlier release some cluster reported `success` for (not revoked).
     pub rollback_to: Option<String>,
     /// Earlier releases this one withdraws (`spec.revokes`).
     pub revokes: Vec<String>,
@@ -81,6 +82,10 @@ pub struct CreateReport {
     pub tag: String,
     pub signer: String,
     pub previous: Option<String>,
+    /// Clusters that reported `success` for the default rollback target (empty when it was given
+    /// or none succeeded).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rollback_succeeded_on: Vec<String>,
     pub mapping: ReleaseSpec,
     pub crd_compatibility: CrdVerdict,
     /// Set when incompatible CRDs were let through on purpose.
@@ -290,7 +295,39 @@ struct Plan {
     release: Release,
     release_text: String,
     previous: Option<ReleaseTag>,
+    /// Clusters that reported `success` for the default rollback target.
+    rollback_succeeded_on: Vec<String>,
     files: BTreeMap<String, Vec<u8>>,
+}
+
+/// The newest earlier release, not revoked, that some cluster reported `success` for (statuses
+/// from the local notes refs), with those clusters. None when none succeeded anywhere yet: each
+/// agent then returns to its own last-known-good release. A release that only failed, or never
+/// ran, is never the default.
+fn default_rollback_target(
+    repo: &FleetRepo,
+    from: git2::Oid,
+    req: &CreateRequest,
+    tags: &[ReleaseTag],
+) -> Result<(Option<String>, Vec<String>), RelengError> {
+    // An agent would refuse to roll back onto a withdrawn release.
+    let revoked: BTreeSet<&str> =
+        tags.iter().flat_map(|t| t.release.spec.revokes.iter()).chain(&req.revokes).map(String::as_str).collect();
+    let candidates = repo.releases_back_from(from, |id| id == req.id || revoked.contains(id))?;
+    let commits: Vec<git2::Oid> = candidates.iter().map(|c| c.commit).collect();
+    let statuses = status::read_all(repo.git(), &commits).map_err(RelengError::StatusRead)?;
+    for candidate in candidates {
+        let mut on: Vec<String> = statuses
+            .for_release(&candidate.id)
+            .filter(|s| s.state == State::Success)
+            .map(|s| s.cluster.clone())
+            .collect();
+        if !on.is_empty() {
+            on.sort();
+            return Ok((Some(candidate.id), on));
+        }
+    }
+    Ok((None, Vec::new()))
 }
 
 fn plan(
@@ -330,31 +367,23 @@ fn plan(
             return Err(RelengError::UnknownRelease(r.clone()));
         }
     }
+    let own = tags.iter().find(|t| t.id == req.id);
     // One more than every other release's, so agents can order releases by signed content alone.
     // A release cut again keeps its number, so the same content yields the same document.
-    let sequence = match tags.iter().find(|t| t.id == req.id).and_then(|t| t.release.spec.sequence) {
-        Some(own) => own,
+    let sequence = match own.and_then(|t| t.release.spec.sequence) {
+        Some(n) => n,
         None => tags.iter().filter_map(|t| t.release.spec.sequence).max().unwrap_or(0) + 1,
     };
-    let rollback_to = match &req.rollback_to {
-        Some(r) => {
+    let (rollback_to, rollback_succeeded_on) = match (&req.rollback_to, own) {
+        (Some(r), _) => {
             if repo.release_tag(r)?.is_none() {
                 return Err(RelengError::UnknownRelease(r.clone()));
             }
-            Some(r.clone())
+            (Some(r.clone()), Vec::new())
         }
-        // The default undo skips withdrawn releases: an agent would refuse to roll back onto one.
-        // Only earlier releases' revocations count, so cutting a release again yields the same.
-        None => {
-            let revoked: BTreeSet<&str> = tags
-                .iter()
-                .filter(|t| t.release.spec.sequence.is_some_and(|n| n < sequence))
-                .flat_map(|t| t.release.spec.revokes.iter())
-                .chain(&req.revokes)
-                .map(String::as_str)
-                .collect();
-            repo.previous_release(base.id(), |id| id == req.id || revoked.contains(id))?.map(|p| p.id)
-        }
+        // Cut again: the target it was cut with (statuses have moved on; the document must not).
+        (None, Some(own)) => (own.release.spec.rollback_to.clone(), Vec::new()),
+        (None, None) => default_rollback_target(repo, base.id(), req, &tags)?,
     };
     let place = Place { fleet: fleet.config.fleet.name().to_string(), sequence, targets };
     let files: BTreeMap<String, Vec<u8>> = manifests.iter().map(|(p, (b, _))| (p.clone(), b.clone())).collect();
@@ -370,7 +399,7 @@ fn plan(
     let tree = edit.write()?;
     let new_tree = repo.git().find_tree(tree)?;
     let operator_tree = repo.subtree_id(&new_tree, &default_manifests());
-    Ok(Plan { tree, operator_tree, release, release_text, previous, files })
+    Ok(Plan { tree, operator_tree, release, release_text, previous, rollback_succeeded_on, files })
 }
 
 /// Cuts release `req.id` on its branch, signed by `signer`. See the module docs for the order of
@@ -445,6 +474,7 @@ pub fn create(repo: &FleetRepo, req: &CreateRequest, signer: &mut Signer) -> Res
         tag: tag.to_string(),
         signer: signer.fingerprint().to_string(),
         previous: plan.previous.map(|p| p.id),
+        rollback_succeeded_on: plan.rollback_succeeded_on,
         mapping: plan.release.spec,
         crd_compatibility: verdict,
         incompatible_crds_allowed: req.allow_incompatible_crds.clone(),
@@ -554,6 +584,7 @@ fn already_released(
         tag: existing.tag.map(|t| t.to_string()).unwrap_or_default(),
         signer: signer.fingerprint().to_string(),
         previous: plan.previous.map(|p| p.id),
+        rollback_succeeded_on: plan.rollback_succeeded_on,
         mapping: existing.release.spec.clone(),
         crd_compatibility: verdict,
         incompatible_crds_allowed: req.allow_incompatible_crds.clone(),

@@ -54,7 +54,7 @@ fn forge_if(opts: &PublishOptions) -> Result<Option<ForgeAccess>, RelengError> {
 
 /// Folds the remote's status notes into the local clone, when the remote exists. Returns
 /// whether there was one to fetch from.
-fn fetch_statuses(repo: &FleetRepo, remote: &str) -> Result<bool, RelengError> {
+pub fn fetch_statuses(repo: &FleetRepo, remote: &str) -> Result<bool, RelengError> {
     let url = match repo.git().find_remote(remote) {
         Ok(r) => r.url().ok().map(str::to_string),
         Err(_) if remote.contains("://") => Some(remote.to_string()),

@@ -250,29 +250,35 @@ impl FleetRepo {
         Ok(Some(ReleaseTag { id: id.to_string(), tag, commit: commit.id(), release }))
     }
 
-    /// The nearest release at or before `from` in history (other than `excluding`): the release
-    /// a new one follows, and the default rollback target of a new release.
+    /// The nearest release at or before `from` in history (other than those `skip` names): the
+    /// release a new one follows.
     pub fn previous_release(&self, from: Oid, skip: impl Fn(&str) -> bool) -> Result<Option<ReleaseTag>, RelengError> {
+        Ok(self.releases_back_from(from, skip)?.into_iter().next())
+    }
+
+    /// Every release at or before `from` in history (other than those `skip` names), nearest first.
+    pub fn releases_back_from(&self, from: Oid, skip: impl Fn(&str) -> bool) -> Result<Vec<ReleaseTag>, RelengError> {
         let mut by_commit: BTreeMap<Oid, Vec<ReleaseTag>> = BTreeMap::new();
         for t in self.release_tags()? {
             if !skip(&t.id) {
                 by_commit.entry(t.commit).or_default().push(t);
             }
         }
+        let mut found = Vec::new();
         if by_commit.is_empty() {
-            return Ok(None);
+            return Ok(found);
         }
         let mut walk = self.git.revwalk()?;
         walk.push(from)?;
         walk.set_sorting(git2::Sort::TOPOLOGICAL | git2::Sort::TIME)?;
         for oid in walk {
             if let Some(mut tags) = by_commit.remove(&oid?) {
-                // Two release tags on one commit: the later id wins (ids sort by date by convention).
-                tags.sort_by(|a, b| a.id.cmp(&b.id));
-                return Ok(tags.pop());
+                // Two release tags on one commit: the later id first (ids sort by date by convention).
+                tags.sort_by(|a, b| b.id.cmp(&a.id));
+                found.extend(tags);
             }
         }
-        Ok(None)
+        Ok(found)
     }
 }
 

@@ -30,7 +30,7 @@ use crate::release::{Ran, TagPins};
 use crate::status::GateFigure;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 /// The name of a phase, for Events, metrics, logs and errors; [`Progress`] is the phase with its data.
@@ -180,6 +180,8 @@ pub struct AgentState {
     pub(super) progress: Progress,
     pub(super) current: Option<String>,
     pub(super) last_known_good: Option<String>,
+    /// Every release that passed its bake here: the only ones a rollback may return to.
+    pub(super) succeeded: BTreeSet<String>,
     pub(super) rejected: BTreeMap<String, Rejection>,
     pub(super) tag_pins: TagPins,
     pub(super) trust: TrustMemory,
@@ -268,6 +270,11 @@ impl AgentState {
     }
     pub fn rejected(&self) -> &BTreeMap<String, Rejection> {
         &self.rejected
+    }
+    /// Whether `release` passed its bake on this cluster and was not rejected here since.
+    pub fn succeeded_here(&self, release: &str) -> bool {
+        (self.succeeded.contains(release) || self.last_known_good.as_deref() == Some(release))
+            && !self.rejected.contains_key(release)
     }
     /// Pins to hand to verification (clone, verify, then [`record_tag_pins`](Self::record_tag_pins)).
     pub fn tag_pins(&self) -> &TagPins {
@@ -387,19 +394,28 @@ impl AgentState {
     }
 
     /// Verifying → Applying: verification and pre-apply gates passed, the snapshot (if any) is
-    /// taken. `rollback_target` is the release's `rollbackTo`; `None` falls back to last-known-good.
+    /// taken. The rollback target is the release's signed `rollbackTo` when that release
+    /// succeeded here, else the last-known-good release: never one this cluster did not run
+    /// successfully (it may have failed elsewhere, or never been tried here).
     pub fn start_apply(
         &mut self,
-        rollback_target: Option<&str>,
+        rollback_to: Option<&str>,
         snapshot: Option<&str>,
     ) -> Result<Transition, TransitionError> {
         let Progress::Verifying(op) = &self.progress else {
             return Err(self.wrong_phase("start applying", "Verifying"));
         };
         let mut op = op.clone();
-        op.rollback_target = rollback_target.map(str::to_string).or_else(|| self.last_known_good.clone());
+        let usable = rollback_to.filter(|r| self.succeeded_here(r));
+        op.rollback_target = usable.map(str::to_string).or_else(|| self.last_known_good.clone());
         op.snapshot = snapshot.map(str::to_string);
-        let message = format!("applying {}", op.release);
+        let mut message = format!("applying {}", op.release);
+        if let Some(asked) = rollback_to.filter(|_| usable.is_none()) {
+            let instead = op.rollback_target.as_deref().unwrap_or("none");
+            message.push_str(&format!(
+                " (its rollbackTo {asked} never succeeded here; rollback target: {instead}, the last-known-good)"
+            ));
+        }
         Ok(self.go(Progress::Applying(op), "ApplyStarted", Severity::Normal, message))
     }
 
@@ -429,6 +445,7 @@ impl AgentState {
         }
         self.current = Some(release.clone());
         self.last_known_good = Some(release.clone());
+        self.succeeded.insert(release.clone());
         Ok(self.go(Progress::Idle, "ReleaseSucceeded", Severity::Normal, format!("{release} passed its gates")))
     }
 
@@ -448,14 +465,17 @@ impl AgentState {
         };
         let release = operation.release.clone();
         self.rejected.insert(release.clone(), Rejection { failure: failure.clone(), at: now });
-        let to = operation.rollback_target.as_deref().unwrap_or("nothing (no earlier release)");
-        let message = format!("{release} failed ({}: {}); rolling back to {to}", failure.reason, failure.message);
+        let to = match &operation.rollback_target {
+            Some(t) => format!("rolling back to {t}"),
+            None => "removing its workloads and webhooks (no earlier release succeeded here)".to_string(),
+        };
+        let message = format!("{release} failed ({}: {}); {to}", failure.reason, failure.message);
         let rollback = Rollback { operation, applied_at, failure, evidence };
         Ok(self.go(Progress::RollingBack(rollback), "RollbackStarted", Severity::Warning, message))
     }
 
-    /// RollingBack → Idle: the rollback target is applied and healthy (or, without a target, what
-    /// the failed release added is pruned).
+    /// RollingBack → Idle: the rollback target is applied and healthy (or, without a target, the
+    /// failed release's workloads and webhook configurations are removed).
     pub fn rollback_finished(&mut self) -> Result<Transition, TransitionError> {
         let Progress::RollingBack(r) = &self.progress else {
             return Err(self.wrong_phase("finish a rollback", "RollingBack"));
@@ -579,13 +599,36 @@ mod tests {
         assert!(matches!(s.begin("rel-2", "c2", t(40)), Err(TransitionError::Rejected { .. })));
     }
 
+    /// Runs `id` from idle through a passed bake.
+    fn succeed(s: &mut AgentState, id: &str, at: i64) {
+        s.observe_desired(Some(id), false);
+        s.begin(id, "c", t(at)).unwrap();
+        s.start_apply(None, None).unwrap();
+        s.applied(t(at + 1)).unwrap();
+        s.bake_passed().unwrap();
+    }
+
     #[test]
-    fn explicit_rollback_target_wins_over_last_known_good() {
+    fn rollback_to_wins_over_last_known_good_only_when_it_succeeded_here() {
+        let mut s = on_rel1();
+        succeed(&mut s, "rel-2", 10);
+        s.observe_desired(Some("rel-3"), false);
+        s.begin("rel-3", "c3", t(20)).unwrap();
+        let tr = s.start_apply(Some("rel-1"), None).unwrap();
+        assert_eq!(s.operation().unwrap().rollback_target.as_deref(), Some("rel-1"));
+        assert_eq!(tr.message, "applying rel-3");
+    }
+
+    /// The canary halted rel-0.5 elsewhere, so it never ran here: a release naming it as
+    /// `rollbackTo` still rolls this cluster back to its own last-known-good.
+    #[test]
+    fn rollback_to_a_release_that_never_succeeded_here_falls_back_to_last_known_good() {
         let mut s = on_rel1();
         s.observe_desired(Some("rel-3"), false);
         s.begin("rel-3", "c3", t(0)).unwrap();
-        s.start_apply(Some("rel-0"), None).unwrap();
-        assert_eq!(s.operation().unwrap().rollback_target.as_deref(), Some("rel-0"));
+        let tr = s.start_apply(Some("rel-2"), None).unwrap();
+        assert_eq!(s.operation().unwrap().rollback_target.as_deref(), Some("rel-1"));
+        assert!(tr.message.contains("its rollbackTo rel-2 never succeeded here; rollback target: rel-1"), "{}", tr.message);
     }
 
     #[test]
@@ -595,7 +638,7 @@ mod tests {
         s.begin("rel-1", "c1", t(0)).unwrap();
         s.start_apply(None, None).unwrap();
         let tr = s.start_rollback(fail("ApplyFailed"), Vec::new(), t(1)).unwrap();
-        assert!(tr.message.contains("rolling back to nothing"), "{}", tr.message);
+        assert!(tr.message.contains("removing its workloads and webhooks"), "{}", tr.message);
         s.rollback_finished().unwrap();
         assert_eq!(s.current(), None);
     }

@@ -4,8 +4,8 @@
 //!
 //! The encoding is the one every agent since `fleetgate.io/agent-state/v1` wrote — keys `phase`,
 //! `operation` (JSON, one flat object whatever the phase), `desired`, `current`, `lastKnownGood`,
-//! `rejected`, `tagPins` (and, since fleetgate tracked promotions, `trust`, absent in older
-//! states) — so an agent upgraded mid-operation resumes what the previous one left.
+//! `rejected`, `tagPins` (and, since fleetgate tracked promotions, `trust`, and since rollback
+//! targets are checked against this cluster's history, `succeeded`; both absent in older states) — so an agent upgraded mid-operation resumes what the previous one left.
 //! Decoding checks that the operation carries what its phase needs.
 
 use super::machine::{AgentState, Failure, Operation, Phase, Progress, Rollback, TransitionError};
@@ -31,6 +31,7 @@ mod key {
     pub const REJECTED: &str = "rejected";
     pub const TAG_PINS: &str = "tagPins";
     pub const TRUST: &str = "trust";
+    pub const SUCCEEDED: &str = "succeeded";
 }
 const SCHEMA: &str = "fleetgate.io/agent-state/v1";
 
@@ -129,6 +130,7 @@ pub(super) fn to_data(state: &AgentState) -> BTreeMap<String, String> {
     d.insert(key::REJECTED.into(), serde_json::to_string_pretty(&state.rejected).expect("rejections serialize"));
     d.insert(key::TAG_PINS.into(), serde_json::to_string_pretty(&state.tag_pins).expect("pins serialize"));
     d.insert(key::TRUST.into(), serde_json::to_string_pretty(&state.trust).expect("trust memory serializes"));
+    d.insert(key::SUCCEEDED.into(), serde_json::to_string(&state.succeeded).expect("releases serialize"));
     d
 }
 
@@ -156,6 +158,7 @@ pub(super) fn from_data(data: &BTreeMap<String, String>) -> Result<AgentState, S
         progress,
         current: data.get(key::CURRENT).cloned(),
         last_known_good: data.get(key::LAST_KNOWN_GOOD).cloned(),
+        succeeded: json(data, key::SUCCEEDED)?,
         rejected: json(data, key::REJECTED)?,
         tag_pins: json(data, key::TAG_PINS)?,
         trust: json(data, key::TRUST)?,
