@@ -64,7 +64,9 @@ async fn a_failed_first_release_loses_its_workloads_and_webhooks_and_keeps_its_c
     let failure = fleet.statuses(&rel1).pop().unwrap();
     assert_eq!((failure.state, failure.rollback_to.as_deref()), (State::Failure, None));
     assert!(
-        failure.description.starts_with("workloads and webhooks removed (no earlier release succeeded here): pod-restarts"),
+        failure
+            .description
+            .starts_with("workloads and webhooks removed (no earlier release succeeded here): pod-restarts"),
         "{}",
         failure.description
     );

@@ -14,11 +14,11 @@
 //! has one) from applying concurrently. `--leader-elect=false` turns it off for environments whose
 //! RBAC does not grant `leases`.
 
+use crate::gates::PrometheusEndpoints;
+use crate::model::{DEFAULT_ENDPOINT, is_dns_label};
 use crate::model::{
     PromotionMode, RELEASE_ADMISSION_POLICY_KIND, ReleaseAdmissionPolicy, ReleaseAdmissionPolicySpec, parse_document,
 };
-use crate::gates::PrometheusEndpoints;
-use crate::model::{DEFAULT_ENDPOINT, is_dns_label};
 use crate::source::Credentials;
 use crate::status::{ForgeConfig, ForgeError, ForgeSettings};
 use serde::Deserialize;
@@ -30,6 +30,8 @@ use std::time::Duration;
 pub const DEFAULT_BRANCH: &str = "main";
 pub const DEFAULT_STATE_NAMESPACE: &str = "fleetgate-system";
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
+/// How often an idle agent checks for drift, by default.
+pub const DEFAULT_DRIFT_INTERVAL: Duration = Duration::from_secs(300);
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 /// Polls closer together than this would hammer the Git server for no benefit: the webhook and the
 /// file-system watcher are the fast paths.
@@ -171,6 +173,9 @@ pub struct AgentConfig {
     pub state_dir: PathBuf,
     /// Poll interval; each wait is this ±10 %.
     pub interval: Duration,
+    /// How often an idle agent compares the live objects with its current release and re-applies
+    /// what drifted; `None`: never.
+    pub drift_interval: Option<Duration>,
     pub listen: SocketAddr,
     pub write_back: bool,
     pub git_credentials: GitCredentials,
@@ -231,6 +236,9 @@ pub struct AgentSettings {
     pub state_dir: Option<PathBuf>,
     #[serde(default, with = "humantime_serde")]
     pub interval: Option<Duration>,
+    /// `0s` turns drift correction off.
+    #[serde(default, with = "humantime_serde")]
+    pub drift_interval: Option<Duration>,
     pub listen: Option<SocketAddr>,
     pub write_back: Option<bool>,
     pub git_ssh_key: Option<PathBuf>,
@@ -286,7 +294,9 @@ pub enum ConfigError {
     InvalidEndpointUrl { flag: &'static str, name: String, message: String },
     #[error("{flag} {name:?}=…: the name must be a DNS-1123 label (what the fleet repo refers to it by)")]
     InvalidEndpointName { flag: &'static str, name: String },
-    #[error("--allow-gate-kind {0:?} is not KIND.GROUP (e.g. Certificate.cert-manager.io) or a core KIND (e.g. Secret)")]
+    #[error(
+        "--allow-gate-kind {0:?} is not KIND.GROUP (e.g. Certificate.cert-manager.io) or a core KIND (e.g. Secret)"
+    )]
     InvalidGateKind(String),
     #[error(transparent)]
     Forge(#[from] ForgeError),
@@ -321,6 +331,7 @@ impl AgentSettings {
             state_namespace: higher.state_namespace.or(self.state_namespace),
             state_dir: higher.state_dir.or(self.state_dir),
             interval: higher.interval.or(self.interval),
+            drift_interval: higher.drift_interval.or(self.drift_interval),
             listen: higher.listen.or(self.listen),
             write_back: higher.write_back.or(self.write_back),
             git_ssh_key: higher.git_ssh_key.or(self.git_ssh_key),
@@ -398,6 +409,7 @@ impl AgentSettings {
             state_namespace: self.state_namespace.unwrap_or_else(|| DEFAULT_STATE_NAMESPACE.to_string()),
             state_dir,
             interval,
+            drift_interval: Some(self.drift_interval.unwrap_or(DEFAULT_DRIFT_INTERVAL)).filter(|d| !d.is_zero()),
             listen: self.listen.unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("default listen address parses")),
             write_back: self.write_back.unwrap_or(false),
             git_credentials: GitCredentials { ssh_key: self.git_ssh_key, token_file: self.git_token_file },
@@ -411,7 +423,11 @@ impl AgentSettings {
             identity: instance_identity(),
             admission_baseline,
             promotions: self.promotions,
-            promotion_keys: if self.promotion_keys.is_empty() { Vec::new() } else { expand_key_files(&self.promotion_keys)? },
+            promotion_keys: if self.promotion_keys.is_empty() {
+                Vec::new()
+            } else {
+                expand_key_files(&self.promotion_keys)?
+            },
             fleet: self.fleet,
             cluster,
         })

@@ -19,6 +19,7 @@
 //! * [`services`] — starts and stops all of the above as one [`AgentServices`].
 
 pub mod config;
+mod drift;
 pub mod events;
 pub mod lease;
 pub mod metrics;

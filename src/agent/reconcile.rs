@@ -128,6 +128,11 @@ pub enum Outcome {
         release: String,
         to: Option<String>,
     },
+    /// The cluster ran the desired release, but `objects` had drifted from it: re-applied.
+    DriftCorrected {
+        release: String,
+        objects: Vec<String>,
+    },
 }
 
 /// The agent: services plus the pipeline's long-lived parts.
@@ -148,6 +153,8 @@ pub struct Agent {
     /// The last failed rollback attempt reported, so a rollback retried every pass reports each
     /// distinct failure once (status, notification), not once per pass.
     pub(super) last_rollback_error: Option<String>,
+    /// When drift was last checked (`--drift-interval`).
+    pub(super) last_drift_check: Option<Instant>,
 }
 
 impl Agent {
@@ -176,6 +183,7 @@ impl Agent {
             admission_baseline,
             last_wait: None,
             last_rollback_error: None,
+            last_drift_check: None,
         })
     }
 
@@ -272,6 +280,9 @@ impl Agent {
             })
             .await?;
         match state.next() {
+            Next::Nothing if state.current() == Some(desired.id.as_str()) => {
+                self.correct_drift(&checkout, &desired, &tip).await
+            }
             Next::Nothing => Ok(Outcome::UpToDate),
             Next::Rejected { release, .. } => Ok(Outcome::Rejected(release.to_string())),
             Next::Start { .. } => self.start(&checkout, desired, &tip).await,
@@ -311,7 +322,8 @@ impl Agent {
         if tip.is_signed() {
             return self.config_at_tip(checkout);
         }
-        tokio::task::block_in_place(|| release::signed_config(checkout, release, commit)).map_err(ReconcileError::Verify)
+        tokio::task::block_in_place(|| release::signed_config(checkout, release, commit))
+            .map_err(ReconcileError::Verify)
     }
 
     /// Verification, the wave gate, pre-apply gates, then apply and bake.
@@ -411,7 +423,9 @@ impl Agent {
             let revoked = signed.revocations(checkout, &trust.keyring, &pins, &fleet)?;
             let newest = state.trust().newest.as_ref();
             let undo = match newest {
-                Some(n) => signed.get(checkout, &trust.keyring, &pins, &fleet, &n.release)?.and_then(|r| r.spec.rollback_to.clone()),
+                Some(n) => signed
+                    .get(checkout, &trust.keyring, &pins, &fleet, &n.release)?
+                    .and_then(|r| r.spec.rollback_to.clone()),
                 None => None,
             };
             let standing = release::Standing {

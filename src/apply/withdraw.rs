@@ -49,7 +49,13 @@ mod tests {
     use super::*;
 
     fn entry(group: &str, kind: &str) -> InventoryEntry {
-        InventoryEntry { group: group.into(), version: "v1".into(), kind: kind.into(), namespace: None, name: "x".into() }
+        InventoryEntry {
+            group: group.into(),
+            version: "v1".into(),
+            kind: kind.into(),
+            namespace: None,
+            name: "x".into(),
+        }
     }
 
     #[test]

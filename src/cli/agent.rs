@@ -44,6 +44,10 @@ pub struct Args {
     /// Poll interval, each wait ±10 % [default: 10s].
     #[arg(long, env = "FLEETGATE_INTERVAL", value_parser = humantime::parse_duration)]
     interval: Option<Duration>,
+    /// How often an idle agent compares the cluster with its current release and re-applies
+    /// what drifted (`0s`: never) [default: 5m].
+    #[arg(long, env = "FLEETGATE_DRIFT_INTERVAL", value_parser = humantime::parse_duration)]
+    drift_interval: Option<Duration>,
     /// Address for /healthz, /readyz, /metrics and POST /hooks/git [default: 127.0.0.1:8080].
     #[arg(long, env = "FLEETGATE_LISTEN", value_name = "ADDR")]
     listen: Option<SocketAddr>,
@@ -66,7 +70,12 @@ pub struct Args {
     prometheus: Vec<String>,
     /// A kind (KIND.GROUP, e.g. Certificate.cert-manager.io, or a core KIND such as Secret) customResources gates may read besides
     /// the release's own CRDs; repeatable.
-    #[arg(long = "allow-gate-kind", env = "FLEETGATE_ALLOW_GATE_KINDS", value_name = "KIND.GROUP", value_delimiter = ',')]
+    #[arg(
+        long = "allow-gate-kind",
+        env = "FLEETGATE_ALLOW_GATE_KINDS",
+        value_name = "KIND.GROUP",
+        value_delimiter = ','
+    )]
     allow_gate_kinds: Vec<String>,
     /// Where commit statuses are mirrored besides Git notes (the token: --forge-token-file, else
     /// $FLEETGATE_FORGE_TOKEN). Never taken from the fleet repo.
@@ -121,6 +130,7 @@ impl Args {
             state_namespace: self.state_namespace,
             state_dir: self.state_dir,
             interval: self.interval,
+            drift_interval: self.drift_interval,
             listen: self.listen,
             write_back: self.write_back,
             git_ssh_key: self.git_ssh_key,

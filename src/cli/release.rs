@@ -195,7 +195,9 @@ fn print_human(args: &CreateArgs, c: &Created) {
     }
     println!("  targets    {}", m.target_clusters.join(", "));
     match (&m.rollback_to, r.rollback_succeeded_on.as_slice()) {
-        (None, _) => println!("  rollback   (each cluster's last-known-good release: no earlier release succeeded anywhere yet)"),
+        (None, _) => {
+            println!("  rollback   (each cluster's last-known-good release: no earlier release succeeded anywhere yet)")
+        }
         (Some(to), []) => println!("  rollback   {to}"),
         (Some(to), on) => println!("  rollback   {to} (succeeded on {})", on.join(", ")),
     }

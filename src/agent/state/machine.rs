@@ -303,9 +303,8 @@ impl AgentState {
     pub fn observe_desired(&mut self, desired: Option<&str>, signed: bool) {
         self.desired = desired.map(str::to_string);
         if signed {
-            self.rejected.retain(|release, r| {
-                Some(release.as_str()) == desired && r.failure.reason != NEEDS_SIGNED_DECISION
-            });
+            self.rejected
+                .retain(|release, r| Some(release.as_str()) == desired && r.failure.reason != NEEDS_SIGNED_DECISION);
         }
     }
 
@@ -628,7 +627,11 @@ mod tests {
         s.begin("rel-3", "c3", t(0)).unwrap();
         let tr = s.start_apply(Some("rel-2"), None).unwrap();
         assert_eq!(s.operation().unwrap().rollback_target.as_deref(), Some("rel-1"));
-        assert!(tr.message.contains("its rollbackTo rel-2 never succeeded here; rollback target: rel-1"), "{}", tr.message);
+        assert!(
+            tr.message.contains("its rollbackTo rel-2 never succeeded here; rollback target: rel-1"),
+            "{}",
+            tr.message
+        );
     }
 
     #[test]
