@@ -74,3 +74,35 @@ async fn a_failed_first_release_loses_its_workloads_and_webhooks_and_keeps_its_c
     assert_eq!(within("again", 60, agent.reconcile()).await.unwrap(), Outcome::Rejected("rel-1".into()));
     assert_eq!(fleet.operator_image().await, None);
 }
+
+/// rel-3 names rel-1 as its `rollbackTo`, but ran on top of rel-2: its snapshot holds rel-2's
+/// objects. Restoring it after going back to rel-1 would leave the cluster part rel-1, part
+/// rel-2, so the agent applies rel-1 and skips the restore, saying so; afterwards the live
+/// objects equal rel-1's manifests (`fleetgate diff --release rel-1` finds no drift).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_of_another_release_is_not_restored_over_the_target() {
+    let fleet = Fleet::start("rb-mixed", true).await;
+    fleet.set_gates("20s", STRICT);
+    let mut agent = fleet.agent().await;
+    for id in ["rel-1", "rel-2"] {
+        fleet.release(id, |_| {});
+        fleet.promote(id);
+        assert_eq!(within(id, 120, agent.reconcile()).await.unwrap(), Outcome::Succeeded(id.into()));
+    }
+    fleet.release_with(&["--rollback-to", "rel-1"], "rel-3", crash_looping);
+    fleet.promote("rel-3");
+    assert_eq!(
+        within("rel-3", 240, agent.reconcile()).await.unwrap(),
+        Outcome::RolledBack { release: "rel-3".into(), to: Some("rel-1".into()) }
+    );
+    assert_eq!(fleet.operator_image().await, Some(image_of("rel-1")), "not rel-2's Deployment from the snapshot");
+    let events = fleet.events_json().await;
+    assert!(events.contains("SnapshotSkipped") && events.contains("holds rel-2's objects, not rel-1's"), "{events}");
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fleetgate"))
+        .args(["diff", "--repo", &fleet.url, "--cluster", CLUSTER, "--release", "rel-1", "--kubeconfig"])
+        .arg(fleet.cluster.kubeconfig_path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+}

@@ -4,7 +4,8 @@
 //! the snapshotted custom resources, wait until the old release has rolled out, and only then
 //! report `failure` naming the gate, its figure and threshold, and the release rolled back to.
 //! With no target (the first release here failed), the failed release's workloads and webhook
-//! configurations are removed and its CRDs and custom resources kept.
+//! configurations are removed and its CRDs and custom resources kept. The snapshot is restored
+//! only when it holds the target's own objects.
 //!
 //! Every step is idempotent, so an agent killed during a rollback does it again on restart
 //! (phase `RollingBack` is persisted before the first step). A failed attempt is reported once
@@ -122,10 +123,19 @@ impl Agent {
         let changes = self.rollback_engine.apply(admitted).await?;
         let pruned = self.rollback_engine.prune().await?;
         tracing::info!(release = %target, changes = %changes.summary(), pruned = pruned.len(), "rollback applied");
-        if let Some(snapshot) = &operation.snapshot {
-            let restored = self.rollback_engine.restore(snapshot).await?;
-            tracing::info!(snapshot = %snapshot, changes = %restored.summary(), "custom resources restored");
+        let Some(snapshot) = &operation.snapshot else { return Ok(()) };
+        // A snapshot holds the objects of the release that ran when it was taken; restored on
+        // top of another release it would leave the cluster part one, part the other.
+        let taken_of = self.rollback_engine.snapshots().await?.into_iter().find(|s| &s.id == snapshot).map(|s| s.release);
+        if taken_of.as_deref() != Some(target.as_str()) {
+            let of = taken_of.map_or_else(|| "no longer exists".to_string(), |r| format!("holds {r}'s objects"));
+            let note = format!("snapshot {snapshot} {of}, not {target}'s: {target} applied, custom resources not restored");
+            tracing::warn!(snapshot = %snapshot, target = %target, "{note}");
+            self.services.record_warning("SnapshotSkipped", "RollingBack", &note).await;
+            return Ok(());
         }
+        let restored = self.rollback_engine.restore(snapshot).await?;
+        tracing::info!(snapshot = %snapshot, changes = %restored.summary(), "custom resources restored");
         Ok(())
     }
 }
