@@ -30,6 +30,11 @@ async fn two_releases_and_a_rollback_as_the_service_account_with_deploys_rbac() 
     assert_eq!(user.username, Some(AgentIdentity::username()));
     assert!(!user.groups.unwrap_or_default().iter().any(|g| g == "system:masters"));
 
+    // A crash-looping Operator restarts, and its rollout never completes: either fails rel-3.
+    fleet.set_gates(
+        "10s",
+        "    - name: available\n      deploymentAvailable: {}\n    - name: pod-restarts\n      podRestarts: {max: 1}\n",
+    );
     fleet.release("rel-1", |_| {});
     fleet.promote("rel-1");
     let mut agent = fleet.agent().await;
