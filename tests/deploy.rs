@@ -234,3 +234,35 @@ async fn deploy_manifests_pass_a_server_side_dry_run_and_rbac_is_least_privilege
         .unwrap_err();
     assert!(err.to_string().contains("forbidden"), "{err}");
 }
+
+/// `fleetgate agent rbac` on a signed release of the template Operator (cut with the real
+/// `release create`, signed by a throw-away gpg key) prints exactly the grants deploy/ ships.
+#[test]
+fn agent_rbac_of_the_template_release_is_what_deploy_grants() {
+    use fleetgate::apply::yaml_grants;
+    const BIN: &str = env!("CARGO_BIN_EXE_fleetgate");
+    let dir = tempfile::Builder::new().prefix("fg-rbac").tempdir().unwrap();
+    let work = dir.path().join("fleet");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(BIN).args(args).output().unwrap();
+        assert!(out.status.success(), "fleetgate {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let w = work.to_str().unwrap();
+    run(&["init", w]);
+    let gpg = fleetgate_testenv::GpgHome::new().unwrap();
+    let fpr = gpg.generate_key("Release Bot", "release@example.com").unwrap();
+    let key = gpg.write_public_key(&fpr, &dir.path().join("key.asc")).unwrap();
+    let manifests = repo().join("fleet-repo-template/operator");
+    run(&[
+        "release", "create", "--repo", w, "--id", "rel-1", "--manifests", manifests.to_str().unwrap(),
+        "--image", "registry.example.com/redis-operator:v1.2.3-build.456", "--chart-version", "1.0.0",
+        "--crd-version", "v1alpha2", "--git-commit", "a1b2c3d4e5f6", "--all", "--sign-key", &fpr,
+        "--gpg-home", gpg.path().to_str().unwrap(),
+    ]);
+    let printed = run(&["agent", "rbac", "--repo", w, "--release", "rel-1", "--trusted-keys", key.to_str().unwrap()]);
+
+    let shipped = std::fs::read_to_string(repo().join("deploy/rbac-operator.yaml")).unwrap();
+    assert_eq!(yaml_grants(&printed).unwrap(), yaml_grants(&shipped).unwrap(), "printed:\n{printed}");
+    assert!(printed.contains("kind: ClusterRoleBinding") && printed.contains("kind: RoleBinding"), "{printed}");
+}

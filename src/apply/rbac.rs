@@ -293,9 +293,9 @@ fn plural_of(gvk: &GroupVersionKind) -> String {
     ApiResource::from_gvk(gvk).plural
 }
 
-/// Every (namespace, group, resource, verb, name) a list of rules grants: two rule lists grant the
+/// Every [`Grant`] of a list of rules: two rule lists grant the
 /// same when these sets are equal, however the rules are grouped.
-pub fn grants(namespace: &str, rules: &[PolicyRule]) -> BTreeSet<(String, String, String, String, String)> {
+fn grants(namespace: &str, rules: &[PolicyRule]) -> BTreeSet<Grant> {
     let mut out = BTreeSet::new();
     for r in rules {
         let names = r.resource_names.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| vec![String::new()]);
@@ -312,12 +312,37 @@ pub fn grants(namespace: &str, rules: &[PolicyRule]) -> BTreeSet<(String, String
     out
 }
 
+/// One grant: (namespace or "" for cluster-wide, API group, resource, verb, name or "").
+pub type Grant = (String, String, String, String, String);
+
+/// The grants of every ClusterRole and Role in YAML `text` (other documents are skipped), to
+/// compare RBAC files however their rules are grouped.
+pub fn yaml_grants(text: &str) -> Result<BTreeSet<Grant>, serde_yaml_ng::Error> {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, Role};
+    use serde::Deserialize as _;
+    let mut out = BTreeSet::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(text) {
+        let v = serde_json::Value::deserialize(doc)?;
+        let as_yaml = |e: serde_json::Error| <serde_yaml_ng::Error as serde::de::Error>::custom(e);
+        match v["kind"].as_str() {
+            Some("ClusterRole") => {
+                let r: ClusterRole = serde_json::from_value(v).map_err(as_yaml)?;
+                out.extend(grants("", &r.rules.unwrap_or_default()));
+            }
+            Some("Role") => {
+                let r: Role = serde_json::from_value(v).map_err(as_yaml)?;
+                out.extend(grants(r.metadata.namespace.as_deref().unwrap_or_default(), &r.rules.unwrap_or_default()));
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::manifests::tests::release;
-    use k8s_openapi::api::rbac::v1::{ClusterRole, Role};
-    use serde::Deserialize;
     use std::path::Path;
 
     /// The template Operator's manifest files, as a release holds them.
@@ -340,30 +365,11 @@ mod tests {
         ManifestSet::from_release(&release(&refs), Some("redis-system"), &builtin_scope).unwrap()
     }
 
-    fn grants_of_yaml(text: &str) -> BTreeSet<(String, String, String, String, String)> {
-        let mut out = BTreeSet::new();
-        for doc in serde_yaml_ng::Deserializer::from_str(text) {
-            let v = serde_json::Value::deserialize(doc).unwrap();
-            match v["kind"].as_str() {
-                Some("ClusterRole") => {
-                    let r: ClusterRole = serde_json::from_value(v).unwrap();
-                    out.extend(grants("", &r.rules.unwrap_or_default()));
-                }
-                Some("Role") => {
-                    let r: Role = serde_json::from_value(v).unwrap();
-                    out.extend(grants(&r.metadata.namespace.clone().unwrap(), &r.rules.unwrap_or_default()));
-                }
-                _ => {}
-            }
-        }
-        out
-    }
-
     #[test]
     fn the_template_release_needs_exactly_what_deploy_grants() {
         let generated = AgentRbac::for_release(&template_set()).to_yaml("fleetgate-system");
         let shipped = include_str!("../../deploy/rbac-operator.yaml");
-        let (g, s) = (grants_of_yaml(&generated), grants_of_yaml(shipped));
+        let (g, s) = (yaml_grants(&generated).unwrap(), yaml_grants(shipped).unwrap());
         let missing: Vec<_> = g.difference(&s).collect();
         let extra: Vec<_> = s.difference(&g).collect();
         assert!(missing.is_empty() && extra.is_empty(), "deploy/ lacks {missing:#?}\ndeploy/ grants more: {extra:#?}");
