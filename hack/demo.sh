@@ -2,8 +2,10 @@
 # `make demo`: the whole fleetgate story on this machine, told as it happens.
 #
 #   three local control planes (cluster-a = canary, cluster-b = wave-1, cluster-c = wave-2) with a
-#   simulated node each · a fleet repo served by `git daemon` · a throw-away signing key · one
-#   `fleetgate agent` per cluster (processes of the real binary)
+#   simulated node each, deploy/ applied to each (`kubectl apply -k deploy/` less the agent's
+#   Deployment) · a fleet repo served by `git daemon` · a throw-away signing key · one
+#   `fleetgate agent` per cluster (processes of the real binary), each authenticated as the
+#   `fleetgate-agent` ServiceAccount with a TokenRequest token: exactly deploy/'s RBAC, as in a spoke
 #
 #   rel-1 (good)  promoted fleet-wide → applied wave by wave, all success
 #   rel-2 (bad)   its pods crash-loop → the canary's gate fails, the canary rolls itself back to
@@ -61,13 +63,12 @@ wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
 
 say "Starting three local Kubernetes control planes (etcd, kube-apiserver, controller-manager, scheduler, kwok)"
 mkdir -p "$DIR/clusters"
-"$TESTENV" up --clusters "$(IFS=,; echo "${CLUSTERS[*]}")" --workloads --dir "$DIR/clusters" >"$DIR/clusters/up.log" 2>&1 &
+"$TESTENV" up --clusters "$(IFS=,; echo "${CLUSTERS[*]}")" --workloads --deploy "$ROOT/deploy" --dir "$DIR/clusters" >"$DIR/clusters/up.log" 2>&1 &
 pids+=($!)
 wait_for "$STEP_TIMEOUT" "the clusters to start" test -f "$DIR/clusters/ready"
 for c in "${CLUSTERS[@]}"; do
-  # What deploy/ would create in a real spoke: the agent's namespace (state, inventory, snapshots).
-  kubectl --kubeconfig "$DIR/clusters/$c.kubeconfig" create namespace fleetgate-system >/dev/null
   ok "$c is up: kubectl --kubeconfig $DIR/clusters/$c.kubeconfig get nodes"
+  info "deploy/ applied; the agent's credential: $(kubectl --kubeconfig "$DIR/clusters/$c.agent.kubeconfig" auth whoami -o jsonpath='{.status.userInfo.username}' 2>/dev/null || echo '?')"
 done
 
 say "Serving a fleet repo over git:// and making a release-signing key"
@@ -207,7 +208,7 @@ promote rel-1
 
 start_agent() { # start_agent CLUSTER: one agent process; its pid in $DIR/agent-CLUSTER.pid
   local c=$1
-  "$FG" agent --repo "$REPO_URL" --cluster "$c" --kubeconfig "$DIR/clusters/$c.kubeconfig" \
+  "$FG" agent --repo "$REPO_URL" --cluster "$c" --kubeconfig "$DIR/clusters/$c.agent.kubeconfig" \
     --trusted-keys "$DIR/trusted.asc" --state-dir "$DIR/agents/$c" --interval 5s --lease-duration 5s \
     --listen "127.0.0.1:${AGENT_PORT[$c]}" --log-format json >>"$DIR/agent-$c.log" 2>&1 &
   echo $! >"$DIR/agent-$c.pid"

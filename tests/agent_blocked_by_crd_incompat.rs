@@ -58,7 +58,7 @@ async fn a_crd_type_change_blocks_the_release_before_anything_is_applied() {
 
     // Nothing applied: the live CRD keeps its integer, the Operator was never created.
     assert_eq!(size_type(&crds.get(CRD).await.unwrap()).as_deref(), Some("integer"));
-    assert!(!fleet.namespace_exists(OPERATOR_NS).await);
+    assert!(!fleet.namespace_applied(OPERATOR_NS).await);
     let state = fleet.state().await;
     assert_eq!(state.current(), None);
     assert_eq!(state.rejected()["rel-1"].failure.reason, "CrdIncompatible");

@@ -30,8 +30,8 @@ async fn a_release_signed_by_an_untrusted_key_is_refused_and_nothing_is_applied(
     assert_eq!(statuses[0].state, State::Error);
     assert_eq!(statuses[0].description, format!("refused, nothing applied: {reason}"));
 
-    // Nothing reached the cluster: no Operator namespace, no Deployment, no applied release.
-    assert!(!fleet.namespace_exists(OPERATOR_NS).await, "the release's namespace was created");
+    // Nothing reached the cluster: no Operator namespace applied, no Deployment, no applied release.
+    assert!(!fleet.namespace_applied(OPERATOR_NS).await, "the release's namespace was applied");
     assert_eq!(fleet.operator_image().await, None);
     let state = fleet.state().await;
     assert_eq!(state.current(), None);

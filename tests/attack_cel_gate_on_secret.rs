@@ -25,8 +25,8 @@ const SECRET_GATE: &str = "    - name: peek-secrets\n      customResources:\n   
 /// A fleet whose operator namespace holds a Secret with [`VALUE`], and a signed release `rel-1`
 /// (promoted) whose policy has [`SECRET_GATE`]; returns the release commit.
 async fn fleet_with_a_secret_gate(name: &str) -> (Fleet, String) {
+    // deploy/ creates the operator namespace.
     let fleet = Fleet::start(name, true).await;
-    fleet.cluster.create_namespace(OPERATOR_NS).await.unwrap();
     let secret: Secret = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "redis-password", "namespace": OPERATOR_NS},
@@ -90,6 +90,8 @@ async fn a_cel_gate_on_a_secret_is_refused_and_leaks_nothing() {
 async fn with_secrets_allowed_the_non_bool_result_is_a_configuration_error_and_leaks_nothing() {
     let logs = LogCapture::install();
     let (fleet, commit) = fleet_with_a_secret_gate("attack-cel-allowed").await;
+    // A spoke that allow-lists Secret gates also lets its agent read them: deploy/ does not.
+    grant_secret_reads(&fleet).await;
     let settings = AgentSettings { allow_gate_kinds: vec!["Secret".into()], ..fleet.settings() };
     let mut agent = fleet.agent_with(settings).await;
     let outcome = within("rel-1", 240, agent.reconcile()).await.unwrap();
@@ -108,4 +110,27 @@ async fn with_secrets_allowed_the_non_bool_result_is_a_configuration_error_and_l
     let gate = status.gates.iter().find(|g| g.name == "peek-secrets").expect("the gate's figure");
     assert_eq!((gate.observed.as_str(), gate.verdict.as_str()), ("", "fail"));
     assert_eq!(fleet.state().await.rejected()["rel-1"].failure.reason, "GateFailed");
+}
+
+/// A Role and RoleBinding in the operator namespace letting the agent's ServiceAccount read Secrets.
+async fn grant_secret_reads(fleet: &Fleet) {
+    use kube::api::{DynamicObject, Patch, PatchParams};
+    use kube::discovery::ApiResource;
+    for (kind, body) in [
+        ("Role", serde_json::json!({"rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}]})),
+        ("RoleBinding", serde_json::json!({
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "read-secrets"},
+            "subjects": [{"kind": "ServiceAccount", "name": "fleetgate-agent", "namespace": AGENT_NS}],
+        })),
+    ] {
+        let mut obj = body;
+        obj["apiVersion"] = "rbac.authorization.k8s.io/v1".into();
+        obj["kind"] = kind.into();
+        obj["metadata"] = serde_json::json!({"name": "read-secrets", "namespace": OPERATOR_NS});
+        let gvk = kube::api::GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", kind);
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(fleet.cluster.client(), OPERATOR_NS, &ApiResource::from_gvk(&gvk));
+        let obj: DynamicObject = serde_json::from_value(obj).unwrap();
+        api.patch("read-secrets", &PatchParams::apply("test"), &Patch::Apply(&obj)).await.unwrap();
+    }
 }

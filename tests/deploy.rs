@@ -1,13 +1,13 @@
 //! The shipped manifests in `deploy/` against a real API server: every object passes a server-side
 //! dry run (after its Namespaces are created for real), `kustomization.yaml` lists every manifest,
-//! and the agent's RBAC is least privilege in both directions — impersonating its ServiceAccount,
+//! and the agent's RBAC is least privilege in both directions — as its ServiceAccount (a token),
 //! the template Operator (`fleet-repo-template/operator/`) applies by server-side dry run, while
 //! what the agent must not do (delete Namespaces, read other namespaces' Secrets, grant
 //! `cluster-admin`) is denied.
 
 use fleetgate::agent::AgentSettings;
 use fleetgate::model::{RELEASE_ADMISSION_POLICY_KIND, ReleaseAdmissionPolicy, parse_document};
-use fleetgate_testenv::{ClusterOptions, TestCluster};
+use fleetgate_testenv::{ClusterOptions, DeployManifests, TestCluster};
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
@@ -152,24 +152,9 @@ async fn deploy_manifests_pass_a_server_side_dry_run_and_rbac_is_least_privilege
     listed.sort();
     assert_eq!(listed, top_level);
 
-    // RBAC for real, then act as the agent's ServiceAccount.
-    for (file, obj) in &rest {
-        let kind = gvk(obj).kind;
-        if ["ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"].contains(&kind.as_str()) {
-            api_for(admin.clone(), &discovery, obj)
-                .create(&PostParams::default(), obj)
-                .await
-                .unwrap_or_else(|e| panic!("{file}: {e}"));
-        }
-    }
-    let mut config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(cluster.kubeconfig_path()).unwrap(),
-        &Default::default(),
-    )
-    .await
-    .unwrap();
-    config.auth_info.impersonate = Some(SERVICE_ACCOUNT.into());
-    let agent = kube::Client::try_from(config).unwrap();
+    // deploy/ for real, then act as the agent's ServiceAccount with a TokenRequest token.
+    let manifests = DeployManifests::load(&repo().join("deploy")).unwrap();
+    let agent = cluster.deploy_agent(&manifests).await.unwrap_or_else(|e| panic!("{e:#}")).client();
 
     // The agent can apply the template Operator (server-side apply, as it does, dry run).
     let apply = PatchParams::apply("fleetgate").dry_run();
@@ -191,7 +176,13 @@ async fn deploy_manifests_pass_a_server_side_dry_run_and_rbac_is_least_privilege
         ("update", "", "configmaps", "fleetgate-system", "fleetgate-state-canary", true),
         ("create", "events.k8s.io", "events", "fleetgate-system", "", true),
         ("update", "coordination.k8s.io", "leases", "fleetgate-system", "fleetgate-agent-canary", true),
-        ("create", "apiextensions.k8s.io", "customresourcedefinitions", "", "", true),
+        ("create", "apiextensions.k8s.io", "customresourcedefinitions", "", "redisclusters.cache.example.com", true),
+        ("create", "", "secrets", "fleetgate-system", "", true),
+        ("create", "apiextensions.k8s.io", "customresourcedefinitions", "", "other.example.com", false),
+        ("patch", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "someone-else", false),
+        ("patch", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "redis-operator", false),
+        ("patch", "rbac.authorization.k8s.io", "clusterroles", "", "someone-else", false),
+        ("get", "", "secrets", "redis-system", "", false),
         ("patch", "cache.example.com", "redisclusters", "team-a", "cache-1", true),
         ("create", "apps", "deployments", "redis-system", "", true),
         ("escalate", "rbac.authorization.k8s.io", "clusterroles", "", "redis-operator", true),
@@ -242,4 +233,36 @@ async fn deploy_manifests_pass_a_server_side_dry_run_and_rbac_is_least_privilege
         .await
         .unwrap_err();
     assert!(err.to_string().contains("forbidden"), "{err}");
+}
+
+/// `fleetgate agent rbac` on a signed release of the template Operator (cut with the real
+/// `release create`, signed by a throw-away gpg key) prints exactly the grants deploy/ ships.
+#[test]
+fn agent_rbac_of_the_template_release_is_what_deploy_grants() {
+    use fleetgate::apply::yaml_grants;
+    const BIN: &str = env!("CARGO_BIN_EXE_fleetgate");
+    let dir = tempfile::Builder::new().prefix("fg-rbac").tempdir().unwrap();
+    let work = dir.path().join("fleet");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(BIN).args(args).output().unwrap();
+        assert!(out.status.success(), "fleetgate {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let w = work.to_str().unwrap();
+    run(&["init", w]);
+    let gpg = fleetgate_testenv::GpgHome::new().unwrap();
+    let fpr = gpg.generate_key("Release Bot", "release@example.com").unwrap();
+    let key = gpg.write_public_key(&fpr, &dir.path().join("key.asc")).unwrap();
+    let manifests = repo().join("fleet-repo-template/operator");
+    run(&[
+        "release", "create", "--repo", w, "--id", "rel-1", "--manifests", manifests.to_str().unwrap(),
+        "--image", "registry.example.com/redis-operator:v1.2.3-build.456", "--chart-version", "1.0.0",
+        "--crd-version", "v1alpha2", "--git-commit", "a1b2c3d4e5f6", "--all", "--sign-key", &fpr,
+        "--gpg-home", gpg.path().to_str().unwrap(),
+    ]);
+    let printed = run(&["agent", "rbac", "--repo", w, "--release", "rel-1", "--trusted-keys", key.to_str().unwrap()]);
+
+    let shipped = std::fs::read_to_string(repo().join("deploy/rbac-operator.yaml")).unwrap();
+    assert_eq!(yaml_grants(&printed).unwrap(), yaml_grants(&shipped).unwrap(), "printed:\n{printed}");
+    assert!(printed.contains("kind: ClusterRoleBinding") && printed.contains("kind: RoleBinding"), "{printed}");
 }

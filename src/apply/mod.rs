@@ -17,6 +17,8 @@
 //! apply(admit(N)) ; prune() ; restore(snapshot)      CR state back, not just the image
 //! ```
 //!
+//! [`AgentRbac`] is the least-privilege RBAC applying a release needs (`fleetgate agent rbac`).
+//!
 //! Every object fleetgate applies carries the labels [`LABEL_RELEASE`], [`LABEL_MANAGED_BY`] and
 //! [`LABEL_INVENTORY`]; the inventory ConfigMap in the agent's namespace is the record prune and
 //! snapshot read. [`Engine::drift`] compares live objects with a release without changing
@@ -38,6 +40,7 @@ mod fields;
 mod inventory;
 mod phases;
 mod prune;
+mod rbac;
 mod rollout;
 mod snapshot;
 mod withdraw;
@@ -45,6 +48,7 @@ mod withdraw;
 pub use changes::*;
 pub use drift::*;
 pub use inventory::*;
+pub use rbac::*;
 pub use snapshot::*;
 
 use crate::manifests::admission::{AdmissionError, AdmissionPolicy};

@@ -1,7 +1,10 @@
+//! `fleetgate agent rbac --release ID`: the RBAC that release needs, as YAML on stdout.
+//!
 //! `fleetgate agent`: flags (each also a `FLEETGATE_*` environment variable and a camelCase key of
 //! the optional `--config` file) into an [`AgentConfig`], then the agent until SIGTERM or Ctrl-C.
 
-use super::args::ForgeArgs;
+use super::args::{ForgeArgs, GitAccess};
+use anyhow::Context as _;
 use crate::agent::config::NamedUrls;
 use crate::agent::{Agent, AgentConfig, AgentServices, AgentSettings};
 use crate::model::PromotionMode;
@@ -13,7 +16,10 @@ use std::time::Duration;
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Precedence: flag or environment variable > config file > default.\n\
 Example: fleetgate agent --repo https://git.example.com/fleet.git --cluster canary --trusted-keys /etc/fleetgate/keys")]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// YAML config file with the same settings in camelCase (e.g. `stateNamespace: fleetgate-system`).
     #[arg(long, env = "FLEETGATE_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
@@ -152,7 +158,36 @@ impl Args {
     }
 }
 
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Print the least-privilege RBAC (ClusterRole, Role per namespace, bindings to the agent's
+    /// ServiceAccount) for the kinds and names a release contains: deploy/rbac-operator.yaml.
+    Rbac(RbacArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct RbacArgs {
+    /// The release (its tag).
+    #[arg(long, value_name = "ID")]
+    release: String,
+    /// The fleet repo: a local path or a Git URL.
+    #[arg(long, default_value = ".")]
+    repo: String,
+    /// Armored public key of a trusted release signer (repeatable): the tag's signature is
+    /// verified first. Without it the tag's content is read as it is.
+    #[arg(long = "trusted-keys", value_name = "FILE")]
+    trusted_keys: Vec<PathBuf>,
+    /// The agent's namespace (where its ServiceAccount lives).
+    #[arg(long, default_value = crate::agent::config::DEFAULT_STATE_NAMESPACE, value_name = "NAMESPACE")]
+    agent_namespace: String,
+    #[command(flatten)]
+    git: GitAccess,
+}
+
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if let Some(Command::Rbac(a)) = args.command {
+        return rbac(a).await;
+    }
     let config = args.into_config()?;
     tracing::info!(
         cluster = %config.cluster,
@@ -185,4 +220,21 @@ async fn shutdown_signal() {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
     }
+}
+
+async fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
+    let trust = crate::release::TrustConfig::from_key_files(&args.trusted_keys).context("loading --trusted-keys")?;
+    let credentials = args.git.credentials()?;
+    let unchecked = trust.is_none();
+    // git2 and gpgme block; keep them off the async runtime.
+    let rbac = tokio::task::spawn_blocking(move || -> anyhow::Result<crate::apply::AgentRbac> {
+        let opened = crate::source::open_repo(&args.repo, None, credentials)?;
+        Ok(crate::apply::release_rbac(opened.checkout(), &args.release, trust.as_ref())?)
+    })
+    .await??;
+    if unchecked {
+        eprintln!("note: without --trusted-keys the release's signature was not checked");
+    }
+    print!("{}", rbac.to_yaml(&args.agent_namespace));
+    Ok(ExitCode::SUCCESS)
 }

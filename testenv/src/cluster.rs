@@ -64,11 +64,7 @@ fn find_binaries_dir() -> anyhow::Result<PathBuf> {
 /// its location at once when it is there, and build it first otherwise. `hint` says what to do
 /// when the script is missing.
 pub(crate) fn run_hack_script(name: &str, hint: &str) -> anyhow::Result<PathBuf> {
-    let repo = match std::env::var_os("FLEETGATE_REPO").filter(|d| !d.is_empty()) {
-        Some(repo) => PathBuf::from(repo),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join(".."),
-    };
-    let script = repo.join("hack").join(name);
+    let script = checkout_dir().join("hack").join(name);
     anyhow::ensure!(script.is_file(), "{} not found: {hint}", script.display());
     // stderr is inherited so a cold build shows its progress.
     let out = Command::new("bash")
@@ -84,6 +80,14 @@ pub(crate) fn run_hack_script(name: &str, hint: &str) -> anyhow::Result<PathBuf>
         .rfind(|l| !l.is_empty())
         .with_context(|| format!("{} printed no path", script.display()))?;
     Ok(PathBuf::from(path))
+}
+
+/// The fleetgate checkout: `FLEETGATE_REPO`, else this crate's parent directory.
+fn checkout_dir() -> PathBuf {
+    match std::env::var_os("FLEETGATE_REPO").filter(|d| !d.is_empty()) {
+        Some(repo) => PathBuf::from(repo),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join(".."),
+    }
 }
 
 /// What to start. `ClusterOptions::new("a").with_workloads(true)`.
@@ -508,7 +512,7 @@ fn fake_node() -> Node {
     .expect("static node manifest")
 }
 
-async fn client_from_kubeconfig(path: &Path) -> anyhow::Result<kube::Client> {
+pub(crate) async fn client_from_kubeconfig(path: &Path) -> anyhow::Result<kube::Client> {
     let kubeconfig = kube::config::Kubeconfig::read_from(path)?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await?;
     Ok(kube::Client::try_from(config)?)

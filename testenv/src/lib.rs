@@ -3,6 +3,8 @@
 //!
 //! * [`TestCluster`] — etcd + kube-apiserver, optionally kube-controller-manager, kube-scheduler and
 //!   kwok with a fake node so Deployments really produce Pods ([`cluster`]).
+//! * [`TestCluster::deploy_agent`] — `deploy/` applied and a ServiceAccount token for the agent,
+//!   so it runs with deploy/'s RBAC as in a spoke ([`deployed`]).
 //! * [`GitDaemon`] — `git daemon` serving bare repos over `git://`, push enabled ([`git`]).
 //! * [`GpgHome`] — a throw-away `GNUPGHOME` with generated keys ([`gpg`]).
 //! * [`Prometheus`] — Debian's Prometheus scraping an endpoint the test serves ([`prometheus`]).
@@ -12,6 +14,7 @@
 //! [`wait`] has the bounded waits tests use around them.
 
 pub mod cluster;
+pub mod deployed;
 pub mod git;
 pub mod gpg;
 pub mod operator_fixture;
@@ -20,6 +23,7 @@ pub mod prometheus;
 pub mod wait;
 
 pub use cluster::*;
+pub use deployed::*;
 pub use git::*;
 pub use gpg::*;
 pub use prometheus::*;

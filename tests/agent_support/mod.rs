@@ -4,6 +4,11 @@
 //! served by a real `git daemon`, a throw-away GnuPG key that signs the release tags, and releases
 //! cut with the real `fleetgate release create`.
 //!
+//! The agents run as deployed: the cluster gets `deploy/` (what `kubectl apply -k deploy/`
+//! installs, less the agent's own Deployment) and every agent authenticates as the
+//! `fleetgate-agent` ServiceAccount with a TokenRequest token, so it holds exactly deploy/'s RBAC.
+//! The test itself observes and sets up with the admin client ([`Fleet::cluster`]).
+//!
 //! Each test makes a [`Fleet`], cuts and promotes releases, builds an [`Agent`] with
 //! [`Fleet::agent`] and calls [`Agent::reconcile`] for each pass it wants. Dropping an agent and
 //! building another over the same cluster is a restart: the state ConfigMap is all that survives
@@ -14,7 +19,7 @@ use fleetgate::agent::state::{AgentState, StateStore};
 use fleetgate::agent::{Agent, AgentServices, AgentSettings};
 use fleetgate::status::{Status, StatusNote};
 pub use fleetgate_testenv::wait::{eventually, within};
-use fleetgate_testenv::{ClusterOptions, GitDaemon, GpgHome, TestCluster, git_in};
+use fleetgate_testenv::{AgentIdentity, ClusterOptions, DeployManifests, GitDaemon, GpgHome, TestCluster, git_in};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::Api;
@@ -35,6 +40,8 @@ pub const QUICK_GATES: &str = "    - name: pod-restarts\n      podRestarts: {max
 
 pub struct Fleet {
     pub cluster: TestCluster,
+    /// The agents' credentials: the `fleetgate-agent` ServiceAccount of deploy/.
+    pub agent_identity: AgentIdentity,
     pub daemon: GitDaemon,
     /// `git://` URL of the fleet repo.
     pub url: String,
@@ -49,13 +56,19 @@ pub struct Fleet {
 }
 
 impl Fleet {
-    /// A cluster named `name` (with simulated workloads when `workloads`), the agent's namespace,
-    /// and the template fleet repo on a git daemon with a [`QUICK_GATES`] policy and no release yet.
+    /// A cluster named `name` (with simulated workloads when `workloads`) with [`deploy_manifests`]
+    /// applied, and the template fleet repo on a git daemon with a [`QUICK_GATES`] policy and no
+    /// release yet.
     pub async fn start(name: &str, workloads: bool) -> Fleet {
+        Fleet::start_deployed(name, workloads, &deploy_manifests()).await
+    }
+
+    /// [`start`](Self::start) with other manifests in place of deploy/'s (another Operator's RBAC).
+    pub async fn start_deployed(name: &str, workloads: bool, manifests: &DeployManifests) -> Fleet {
         let cluster = TestCluster::start(ClusterOptions::new(name).with_workloads(workloads))
             .await
             .unwrap_or_else(|e| panic!("{e:#}"));
-        cluster.create_namespace(AGENT_NS).await.unwrap();
+        let agent_identity = cluster.deploy_agent(manifests).await.unwrap_or_else(|e| panic!("deploying the agent: {e:#}"));
         let daemon = GitDaemon::start().expect("git daemon");
         let url = daemon.create_bare("fleet.git").expect("bare repo");
         let dir = tempfile::Builder::new().prefix("fg-agent").tempdir().unwrap();
@@ -65,7 +78,7 @@ impl Fleet {
         let gpg = GpgHome::new().expect("gpg home");
         let fpr = gpg.generate_key("Release Bot", "release@example.com").expect("gpg key");
         let trusted = gpg.write_public_key(&fpr, &dir.path().join("release-key.asc")).unwrap();
-        let fleet = Fleet { cluster, daemon, url, work, gpg, fpr, trusted, dir };
+        let fleet = Fleet { cluster, agent_identity, daemon, url, work, gpg, fpr, trusted, dir };
         fleet.git(&["remote", "add", "origin", &fleet.url]);
         fleet.set_gates("3s", QUICK_GATES);
         fleet
@@ -168,15 +181,15 @@ impl Fleet {
         std::fs::write(&path, lines.join("\n") + "\n").unwrap();
     }
 
-    /// Agent settings for [`CLUSTER`] against this fleet: no leader election, HTTP on a free port,
-    /// a fresh Git cache.
+    /// Agent settings for [`CLUSTER`] against this fleet: the ServiceAccount's kubeconfig, no
+    /// leader election, HTTP on a free port, a fresh Git cache.
     pub fn settings(&self) -> AgentSettings {
         static AGENTS: AtomicUsize = AtomicUsize::new(0);
         let cache = self.dir.path().join(format!("agent-cache-{}", AGENTS.fetch_add(1, Ordering::Relaxed)));
         AgentSettings {
             repo: Some(self.url.clone()),
             cluster: Some(CLUSTER.into()),
-            kubeconfig: Some(self.cluster.kubeconfig_path().to_path_buf()),
+            kubeconfig: Some(self.agent_identity.kubeconfig_path().to_path_buf()),
             trusted_keys: vec![self.trusted.clone()],
             state_dir: Some(cache),
             listen: Some("127.0.0.1:0".parse().unwrap()),
@@ -234,9 +247,17 @@ impl Fleet {
         d.spec?.template.spec?.containers.first()?.image.clone()
     }
 
-    pub async fn namespace_exists(&self, name: &str) -> bool {
-        Api::<Namespace>::all(self.cluster.client()).get_opt(name).await.unwrap().is_some()
+    /// Whether the agent applied Namespace `name` (it exists with fields owned by the agent's
+    /// field manager): deploy/ creates the Operator's namespace itself, so existence says nothing.
+    pub async fn namespace_applied(&self, name: &str) -> bool {
+        let Some(ns) = Api::<Namespace>::all(self.cluster.client()).get_opt(name).await.unwrap() else { return false };
+        ns.metadata.managed_fields.unwrap_or_default().iter().any(|f| f.manager.as_deref() == Some("fleetgate"))
     }
+}
+
+/// deploy/ of this checkout, as shipped.
+pub fn deploy_manifests() -> DeployManifests {
+    DeployManifests::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy")).unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 /// The image of release `id` as [`Fleet::release`] renders it.

@@ -1,6 +1,7 @@
-//! `fleetgate-testenv up --clusters a,b,c [--workloads] --dir DIR`: starts local test clusters for
-//! the demo and for poking around by hand, writes `DIR/<name>.kubeconfig` for each, then `DIR/ready`
-//! once all are up, and runs until SIGINT/SIGTERM, when it stops every process and removes what it
+//! `fleetgate-testenv up --clusters a,b,c [--workloads] [--deploy deploy/] --dir DIR`: starts local
+//! test clusters for the demo and for poking around by hand, writes `DIR/<name>.kubeconfig` (the
+//! admin) for each — with `--deploy`, also applies that directory's manifests and writes
+//! `DIR/<name>.agent.kubeconfig` (the agent's ServiceAccount token) — then `DIR/ready` once all are up, and runs until SIGINT/SIGTERM, when it stops every process and removes what it
 //! wrote.
 //!
 //! `fleetgate-testenv startup-time [--runs 5] [--workloads]`: measures how long one cluster takes
@@ -8,7 +9,7 @@
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use fleetgate_testenv::{ClusterOptions, TestCluster};
+use fleetgate_testenv::{ClusterOptions, DeployManifests, TestCluster};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -35,6 +36,10 @@ enum Cmd {
         /// Where to write `<name>.kubeconfig` and `ready`.
         #[arg(long)]
         dir: PathBuf,
+        /// Apply the agent's manifests from this directory (its kustomization.yaml's resources, as
+        /// `kubectl apply -k`) and write `<name>.agent.kubeconfig` with a token of its ServiceAccount.
+        #[arg(long, value_name = "DIR")]
+        deploy: Option<PathBuf>,
     },
     /// Start and stop one cluster several times and print each start-up time and the median.
     StartupTime {
@@ -50,7 +55,7 @@ enum Cmd {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let result = match Cli::parse().command {
-        Cmd::Up { clusters, workloads, dir } => up(clusters, workloads, &dir).await,
+        Cmd::Up { clusters, workloads, dir, deploy } => up(clusters, workloads, &dir, deploy.as_deref()).await,
         Cmd::StartupTime { runs, workloads } => startup_time(runs, workloads).await,
     };
     match result {
@@ -62,7 +67,8 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn up(names: Vec<String>, workloads: bool, dir: &Path) -> anyhow::Result<()> {
+async fn up(names: Vec<String>, workloads: bool, dir: &Path, deploy: Option<&Path>) -> anyhow::Result<()> {
+    let manifests = deploy.map(DeployManifests::load).transpose()?;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let ready = dir.join("ready");
     // A stale marker from an earlier run must not announce clusters that are not up yet.
@@ -84,6 +90,13 @@ async fn up(names: Vec<String>, workloads: bool, dir: &Path) -> anyhow::Result<(
         std::fs::copy(c.kubeconfig_path(), &path).with_context(|| format!("writing {}", path.display()))?;
         println!("cluster {} ready: server {} kubeconfig {}", c.name(), c.server_url(), path.display());
         written.push(path);
+        if let Some(manifests) = &manifests {
+            let agent = c.deploy_agent(manifests).await.with_context(|| format!("deploying the agent to {}", c.name()))?;
+            let path = dir.join(format!("{}.agent.kubeconfig", c.name()));
+            std::fs::copy(agent.kubeconfig_path(), &path).with_context(|| format!("writing {}", path.display()))?;
+            println!("cluster {}: agent as its ServiceAccount: kubeconfig {}", c.name(), path.display());
+            written.push(path);
+        }
     }
     std::fs::write(&ready, format!("{}\n", names.join("\n")))?;
     written.push(ready);
