@@ -206,6 +206,9 @@ pub struct AgentConfig {
     pub promotion_keys: Vec<PathBuf>,
     /// The fleet every release must name; `None`: pinned from the first accepted `fleet.yaml`.
     pub fleet: Option<String>,
+    /// The status key file (OpenSSH Ed25519 private key); `None`: the key in the Secret
+    /// `fleetgate-status-key-<cluster>`, generated on first start ([`super::identity`]).
+    pub status_key: Option<PathBuf>,
 }
 
 impl AgentConfig {
@@ -263,6 +266,7 @@ pub struct AgentSettings {
     #[serde(default)]
     pub promotion_keys: Vec<PathBuf>,
     pub fleet: Option<String>,
+    pub status_key: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -352,6 +356,7 @@ impl AgentSettings {
             promotions: higher.promotions.or(self.promotions),
             promotion_keys: if higher.promotion_keys.is_empty() { self.promotion_keys } else { higher.promotion_keys },
             fleet: higher.fleet.or(self.fleet),
+            status_key: higher.status_key.or(self.status_key),
         }
     }
 
@@ -429,6 +434,7 @@ impl AgentSettings {
                 expand_key_files(&self.promotion_keys)?
             },
             fleet: self.fleet,
+            status_key: self.status_key,
             cluster,
         })
     }

@@ -10,6 +10,7 @@
 //!   ConfigMap `fleetgate-state-<cluster>` with optimistic concurrency.
 //! * [`report`] — the pure function from each step of a pass to its report (transition, status,
 //!   notification, write-back), which the loop in [`reconcile`] persists and writes.
+//! * [`identity`] — the agent's own status key (a file, or a Secret generated on first start).
 //! * [`lease`] — leader election over a `coordination.k8s.io/v1` Lease.
 //! * [`triggers`] — poll interval with jitter, webhook and ref watcher merged into one coalescing
 //!   receiver.
@@ -21,6 +22,7 @@
 pub mod config;
 mod drift;
 pub mod events;
+pub mod identity;
 pub mod lease;
 pub mod metrics;
 pub mod notifier;

@@ -270,15 +270,25 @@ impl Agent {
         };
         let signed_mode = self.promotion_mode(&state, &desired.config) == PromotionMode::Signed;
         let tip_commit = checkout.tip().to_string();
+        let registered = status::StatusKeys::registrations(&desired.config);
+        let mut refused_keys = Vec::new();
         let state = self
             .update(|s| {
                 s.observe_desired(Some(&desired.id), tip.is_signed());
                 if signed_mode {
                     s.accept_signed_tip(&tip_commit);
                 }
+                refused_keys = s.pin_status_keys(&registered, tip.is_signed());
                 Ok(())
             })
             .await?;
+        for cluster in &refused_keys {
+            let message = format!(
+                "clusters/{cluster}.yaml registers a different statusKey than the one pinned here; keeping the pinned key until a commit signed by a promotion key changes it (statuses signed by the new key read as unverified)"
+            );
+            tracing::warn!(%cluster, "{message}");
+            self.services.record_warning("StatusKeyChangeRefused", "Reconcile", &message).await;
+        }
         match state.next() {
             Next::Nothing if state.current() == Some(desired.id.as_str()) => {
                 self.correct_drift(&checkout, &desired, &tip).await
@@ -351,7 +361,8 @@ impl Agent {
             Err(e) => return Err(e),
         };
 
-        let statuses = tokio::task::block_in_place(|| status::read_all(checkout.repo(), &[desired.tag.commit]))
+        let keys = self.status_keys(&desired.config).await?;
+        let statuses = tokio::task::block_in_place(|| status::read_all(checkout.repo(), &[desired.tag.commit], &keys))
             .map_err(status::StatusError::from)?;
         let members = status::members(&desired.config);
         // Waves and membership are the tip's to choose; how many failures halt a release is not.
@@ -387,6 +398,19 @@ impl Agent {
         };
         self.step(config, Step::StartApply { rollback_target, snapshot }).await?;
         self.apply_and_bake(checkout, config, &verified, Some(admitted), baseline).await
+    }
+
+    /// The fleet this agent belongs to: `--fleet`, else pinned from the first accepted release,
+    /// else (before any) the tip's `fleet.yaml`.
+    fn fleet_name(&self, config: &FleetConfig) -> String {
+        self.trust.fleet.clone().unwrap_or_else(|| config.fleet.name().to_string())
+    }
+
+    /// The keys statuses are believed with: the pinned ones ([`AgentState::pin_status_keys`]),
+    /// for this agent's fleet.
+    async fn status_keys(&self, config: &FleetConfig) -> Result<status::StatusKeys, ReconcileError> {
+        let state = self.services.store.load().await?;
+        Ok(status::StatusKeys::from_openssh(&self.fleet_name(config), &state.trust().status_keys))
     }
 
     /// Refuses `id` (status `error`, rejected until a signed decision): it cannot be used here.
@@ -758,7 +782,8 @@ impl Agent {
             Ok(creds) => remote.with_credentials(move |_url, user, allowed| creds.cred(user, allowed)),
             Err(_) => remote,
         };
-        let git = GitNotesBackend::new(self.source.state_dir().join("mirror.git"), remote);
+        let identity = status::StatusIdentity::new(self.fleet_name(config), self.services.status_signer.clone());
+        let git = GitNotesBackend::new(self.source.state_dir().join("mirror.git"), remote, identity);
         let forge = match &self.services.config.forge {
             Some(forge) if config.fleet.spec.status.forge_enabled() => match status::ForgeBackend::from_config(forge) {
                 Ok(b) => Some(b),

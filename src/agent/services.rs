@@ -29,6 +29,8 @@ pub enum StartError {
     Notifier(#[from] NotifyError),
     #[error("the forge given with --forge-* cannot be used")]
     Forge(#[from] crate::status::ForgeError),
+    #[error("this cluster's status key")]
+    Identity(#[from] super::identity::IdentityError),
 }
 
 /// The running infrastructure of one agent. Fields are public so the loop can borrow them
@@ -46,6 +48,8 @@ pub struct AgentServices {
     pub events: EventRecorder,
     /// None without `--notify-url`.
     pub notifier: Option<Notifier>,
+    /// Signs this cluster's status entries (and only this cluster's).
+    pub status_signer: crate::status::StatusSigner,
     pub health: Health,
     server: HttpServer,
     _ref_watcher: Option<RefWatcher>,
@@ -57,6 +61,13 @@ impl AgentServices {
     /// the triggers and the HTTP server. Fails early, with what to fix, when any of them cannot start.
     pub async fn start(config: AgentConfig) -> Result<AgentServices, StartError> {
         let client = config.kube.client().await?;
+        let status_signer = super::identity::load_or_create(
+            &client,
+            &config.state_namespace,
+            &config.cluster,
+            config.status_key.as_deref(),
+        )
+        .await?;
         let store = StateStore::new(client.clone(), &config.state_namespace, &config.cluster);
         let state = store.load().await?;
         let metrics = Arc::new(Metrics::new(&config.cluster));
@@ -125,6 +136,7 @@ impl AgentServices {
             metrics,
             events,
             notifier,
+            status_signer,
             health,
             server,
             _ref_watcher: ref_watcher,

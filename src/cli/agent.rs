@@ -117,6 +117,14 @@ pub struct Args {
     /// [default: the name in the first fleet.yaml this agent accepts, remembered in its state].
     #[arg(long, env = "FLEETGATE_FLEET", value_name = "NAME")]
     fleet: Option<String>,
+    /// This cluster's status key: an unencrypted OpenSSH Ed25519 private key file [default: the
+    /// Secret fleetgate-status-key-<cluster> in the state namespace, generated on first start].
+    #[arg(long, env = "FLEETGATE_STATUS_KEY", value_name = "FILE")]
+    status_key: Option<PathBuf>,
+    /// Print this cluster's public status key (generating it if there is none yet) and exit;
+    /// register it with `fleetgate cluster register NAME --status-key KEY`.
+    #[arg(long)]
+    print_status_key: bool,
 }
 
 impl Args {
@@ -153,6 +161,7 @@ impl Args {
             promotions: self.promotions,
             promotion_keys: self.promotion_keys,
             fleet: self.fleet,
+            status_key: self.status_key,
         };
         Ok(file.overlay(flags).resolve()?)
     }
@@ -188,7 +197,20 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(Command::Rbac(a)) = args.command {
         return rbac(a).await;
     }
+    let print_status_key = args.print_status_key;
     let config = args.into_config()?;
+    if print_status_key {
+        let client = config.kube.client().await?;
+        let signer = crate::agent::identity::load_or_create(
+            &client,
+            &config.state_namespace,
+            &config.cluster,
+            config.status_key.as_deref(),
+        )
+        .await?;
+        println!("{}", signer.public());
+        return Ok(ExitCode::SUCCESS);
+    }
     tracing::info!(
         cluster = %config.cluster,
         repo = %config.repo.url(),

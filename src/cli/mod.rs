@@ -9,6 +9,7 @@
 mod agent;
 mod args;
 mod check_crd;
+mod cluster;
 mod diff;
 mod init;
 mod output;
@@ -63,6 +64,9 @@ pub enum Command {
     Rollback(rollback::Args),
     /// Show per-cluster statuses of releases as a matrix.
     Status(status::Args),
+    /// Manage clusters of the fleet repo (register a cluster's status key).
+    #[command(subcommand)]
+    Cluster(cluster::Command),
     /// Show live vs desired objects of a cluster as a unified diff.
     Diff(diff::Args),
     /// Offline CRD compatibility verdict between two CRD files.
@@ -96,6 +100,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Promote(a) => promote::run(a).await,
         Command::Rollback(a) => rollback::run(a).await,
         Command::Status(a) => status::run(a).await,
+        Command::Cluster(c) => cluster::run(c).await,
         Command::Diff(a) => diff::run(a).await,
         Command::CheckCrd(a) => check_crd::run(a).await,
     }

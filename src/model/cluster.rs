@@ -13,4 +13,9 @@ pub struct ClusterSpec {
     /// Pins this cluster to a release, overriding `fleet.yaml` `spec.release`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub release: Option<String>,
+    /// The public key this cluster's agent signs its status entries with (`ssh-ed25519 AAAA…`,
+    /// what `fleetgate agent --print-status-key` prints). Without one, none of its statuses are
+    /// believed: they are shown as unverified and never open a later wave.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_key: Option<String>,
 }

@@ -300,8 +300,8 @@ struct Plan {
     files: BTreeMap<String, Vec<u8>>,
 }
 
-/// The newest earlier release, not revoked, that some cluster reported `success` for (statuses
-/// from the local notes refs), with those clusters. None when none succeeded anywhere yet: each
+/// The newest earlier release, not revoked, that some cluster reported `success` for (verified
+/// statuses from the local notes refs), with those clusters. None when none succeeded anywhere yet: each
 /// agent then returns to its own last-known-good release. A release that only failed, or never
 /// ran, is never the default.
 fn default_rollback_target(
@@ -315,7 +315,10 @@ fn default_rollback_target(
         tags.iter().flat_map(|t| t.release.spec.revokes.iter()).chain(&req.revokes).map(String::as_str).collect();
     let candidates = repo.releases_back_from(from, |id| id == req.id || revoked.contains(id))?;
     let commits: Vec<git2::Oid> = candidates.iter().map(|c| c.commit).collect();
-    let statuses = status::read_all(repo.git(), &commits).map_err(RelengError::StatusRead)?;
+    // Only statuses signed by a cluster key the base commit registers count.
+    let base = repo.git().find_commit(from)?.tree()?;
+    let keys = status::StatusKeys::registered(&repo.fleet_state(&base, "the release's base commit")?.config);
+    let statuses = status::read_all(repo.git(), &commits, &keys).map_err(RelengError::StatusRead)?;
     for candidate in candidates {
         let mut on: Vec<String> = statuses
             .for_release(&candidate.id)

@@ -21,6 +21,7 @@ pub mod forge_pr;
 pub mod promote;
 pub mod publish;
 pub mod push;
+pub mod register;
 pub mod repo;
 pub mod rollback;
 pub mod sign;

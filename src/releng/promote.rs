@@ -265,7 +265,8 @@ pub fn promote(
     }
 
     // 3. Not failed on an earlier wave.
-    let statuses = status::read_all(repo.git(), &[tag.commit]).map_err(RelengError::StatusRead)?;
+    let keys = status::StatusKeys::registered(&state.config);
+    let statuses = status::read_all(repo.git(), &[tag.commit], &keys).map_err(RelengError::StatusRead)?;
     let earlier_waves = earlier_wave_statuses(&state, &req.target, &selected, &statuses, &req.id);
     let failures: Vec<String> = earlier_waves
         .iter()

@@ -2,6 +2,7 @@
 //! notes always (the source of truth wave gating reads), then the configured forge, if any.
 
 use super::forge::{ForgeBackend, ForgeError};
+use super::identity::StatusIdentity;
 use super::model::Status;
 use super::notes::{self, GitRemote, NotesError};
 use futures::future::BoxFuture;
@@ -26,16 +27,18 @@ pub trait StatusBackend: Send + Sync {
     fn publish<'a>(&'a self, status: &'a Status) -> BoxFuture<'a, Result<(), StatusError>>;
 }
 
-/// Git notes pushed to the fleet repo from a local clone (the agent's bare state clone).
+/// Git notes pushed to the fleet repo from a local clone (the agent's bare state clone), each
+/// entry signed as the agent's identity.
 #[derive(Debug, Clone)]
 pub struct GitNotesBackend {
     repo: PathBuf,
     remote: GitRemote,
+    identity: StatusIdentity,
 }
 
 impl GitNotesBackend {
-    pub fn new(repo: impl Into<PathBuf>, remote: GitRemote) -> GitNotesBackend {
-        GitNotesBackend { repo: repo.into(), remote }
+    pub fn new(repo: impl Into<PathBuf>, remote: GitRemote, identity: StatusIdentity) -> GitNotesBackend {
+        GitNotesBackend { repo: repo.into(), remote, identity }
     }
 }
 
@@ -45,11 +48,12 @@ impl StatusBackend for GitNotesBackend {
     }
 
     fn publish<'a>(&'a self, status: &'a Status) -> BoxFuture<'a, Result<(), StatusError>> {
-        let (path, remote, status) = (self.repo.clone(), self.remote.clone(), status.clone());
+        let (path, remote, status, identity) =
+            (self.repo.clone(), self.remote.clone(), status.clone(), self.identity.clone());
         Box::pin(async move {
             tokio::task::spawn_blocking(move || -> Result<(), StatusError> {
                 let repo = git2::Repository::open(&path).map_err(NotesError::Repo)?;
-                notes::write(&repo, &remote, &status)?;
+                notes::write(&repo, &remote, &status, &identity)?;
                 Ok(())
             })
             .await

@@ -4,8 +4,12 @@
 //!
 //! [`Matrix`] is also the documented `fleetgate status -o json` format (docs/STATUS.md): fields are
 //! only ever added to it within `schema: 1`.
+//!
+//! States, summaries and gate decisions come from verified entries only; entries that did not
+//! verify are listed beside them (`unverified`, each `"verified": false` with its reason) so a
+//! person sees a forgery, and nothing counts it.
 
-use super::model::{SCHEMA, State, Status, StatusSet, truncate};
+use super::model::{State, Status, StatusSet, UnverifiedStatus, truncate};
 use super::waves::{Decision, Member, may_start};
 use crate::model::Fleet;
 use chrono::{DateTime, Utc};
@@ -30,6 +34,9 @@ pub struct Origin {
     pub branch: String,
     pub revision: String,
 }
+
+/// The version of the `-o json` document (independent of the note schema).
+pub const VIEW_SCHEMA: u32 = 1;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -126,6 +133,37 @@ pub struct Cell {
     /// For the desired release without a final state: may the cluster start it now, and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gate: Option<Decision>,
+    /// Entries in the cluster's notes on the release that did not verify: shown, never counted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unverified: Vec<UnverifiedEntry>,
+}
+
+/// An entry that did not verify, as `-o json` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnverifiedEntry {
+    /// Always `false`: says in the document itself that nothing was believed.
+    pub verified: bool,
+    /// Why it is not believed.
+    pub reason: String,
+    pub status: Status,
+}
+
+impl From<&UnverifiedStatus> for UnverifiedEntry {
+    fn from(u: &UnverifiedStatus) -> UnverifiedEntry {
+        UnverifiedEntry { verified: false, reason: u.reason.to_string(), status: u.status.clone() }
+    }
+}
+
+impl Cell {
+    /// The state shown: the verified one, else `unverified` where only unverified entries exist.
+    fn shown_state(&self) -> &'static str {
+        match (self.state, self.unverified.is_empty()) {
+            (Some(state), _) => state.as_str(),
+            (None, false) => "unverified",
+            (None, true) => "—",
+        }
+    }
 }
 
 impl Matrix {
@@ -177,7 +215,8 @@ impl Matrix {
                             .or_insert_with(|| may_start(fleet, members, statuses, &m.name, &col.id))
                             .clone()
                     });
-                    Cell { release: col.id.clone(), state, desired, status: status.cloned(), gate }
+                    let unverified = statuses.unverified(&m.name, &col.id).iter().map(UnverifiedEntry::from).collect();
+                    Cell { release: col.id.clone(), state, desired, status: status.cloned(), gate, unverified }
                 })
                 .collect();
             let row = ClusterRow { name: m.name.clone(), desired_release: m.desired_release.clone(), cells };
@@ -187,7 +226,7 @@ impl Matrix {
             }
         }
         Matrix {
-            schema: SCHEMA,
+            schema: VIEW_SCHEMA,
             fleet: fleet.name().to_string(),
             branch: origin.branch.clone(),
             revision: origin.revision.clone(),
@@ -225,10 +264,6 @@ pub struct RenderOptions {
 const MIN_CELL: usize = 8;
 const MAX_HEADER: usize = 16;
 const MAX_NAME: usize = 28;
-
-fn state_text(state: Option<State>) -> &'static str {
-    state.map(State::as_str).unwrap_or("—")
-}
 
 fn paint(text: &str, state: Option<State>, colours: bool) -> String {
     if !colours {
@@ -355,7 +390,7 @@ pub fn render_table(m: &Matrix, opts: RenderOptions) -> String {
         for row in &wave.clusters {
             let mut line = pad(&format!("  {}", truncate(&row.name, name_w - 2)), name_w);
             for (cell, w) in row.cells.iter().zip(&widths) {
-                let mut text = state_text(cell.state).to_string();
+                let mut text = cell.shown_state().to_string();
                 if cell.desired {
                     text.push('*');
                 }
@@ -375,6 +410,11 @@ pub fn render_table(m: &Matrix, opts: RenderOptions) -> String {
     }
     let hidden = m.releases.len() - shown;
     let mut notes = vec!["* desired release".to_string(), "`fleetgate status RELEASE` for details".to_string()];
+    let unverified: usize =
+        m.waves.iter().flat_map(|w| &w.clusters).flat_map(|c| &c.cells[..shown.min(c.cells.len())]).map(|c| c.unverified.len()).sum();
+    if unverified > 0 {
+        notes.push(format!("{unverified} unverified status entr{} (not counted)", if unverified == 1 { "y" } else { "ies" }));
+    }
     if hidden > 0 {
         notes.push(format!("{hidden} older release{} not shown (-o json has all)", if hidden == 1 { "" } else { "s" }));
     }
@@ -413,9 +453,17 @@ pub fn render_release(m: &Matrix, release: &str, opts: RenderOptions) -> Option<
                 (None, None, Some(other)) => format!("not targeted: desires {other}"),
                 (None, None, None) => "not targeted: no desired release".to_string(),
             };
-            let text = state_text(cell.state);
+            let text = cell.shown_state();
             // Descriptions carry the figures that matter ("7.3 % > 5 %"): wrap them, never cut.
-            let mut lines = wrap(&description, desc_w, 0).into_iter();
+            let mut lines: Vec<String> = wrap(&description, desc_w, 0);
+            for u in &cell.unverified {
+                let claim = format!(
+                    "unverified {} \"{}\" (reportedAt {}): {}",
+                    u.status.state, u.status.description, u.status.reported_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true), u.reason
+                );
+                lines.extend(wrap(&claim, desc_w, 2));
+            }
+            let mut lines = lines.into_iter();
             let _ = writeln!(
                 out,
                 "{}  {}{}  {}",

@@ -4,6 +4,8 @@
 //! * [`model`](Status) — a status (`fleetgate/<cluster>`, state, one-line description, gate
 //!   figures, timestamps, rollback target, agent version) and the versioned note that keeps a
 //!   release's history on one cluster ([`StatusNote`]).
+//! * [`identity`] — each cluster's status key, the canonical form entries are signed over, and
+//!   the check readers make before they believe an entry ([`StatusKeys::verify`]).
 //! * [`notes`] — the Git backend (default, the source of truth): `refs/notes/fleetgate/<cluster>`,
 //!   written and pushed by that cluster alone, with fetch-merge-retry when the remote refuses.
 //! * [`forge`] — GitHub, Gitea/Forgejo and GitLab commit-status APIs, mirrors of the notes.
@@ -15,6 +17,7 @@
 
 mod backend;
 pub mod forge;
+pub mod identity;
 pub mod matrix;
 mod model;
 pub mod notes;
@@ -22,6 +25,7 @@ mod view;
 pub mod waves;
 
 pub use backend::{GitNotesBackend, Publisher, StatusBackend, StatusError};
+pub use identity::{KeyError, STATUS_NAMESPACE, StatusIdentity, StatusKey, StatusKeys, StatusSigner, Unverified};
 pub use forge::{FORGE_TOKEN_ENV, ForgeBackend, ForgeConfig, ForgeError, ForgeSettings, Token, TokenSource};
 pub use matrix::{Matrix, Origin, ReleaseRef, RenderOptions, render_release, render_table};
 pub use model::*;

@@ -3,15 +3,23 @@
 //!
 //! Forward compatibility is a design rule here: readers ignore fields they do not know, and keep
 //! them (`extra`) when they rewrite a note, so a newer agent's additions survive an older agent's
-//! merge. `schema` is bumped only for changes an older reader cannot safely ignore.
+//! merge. `schema` is bumped only for changes an older reader cannot safely ignore (schema 2:
+//! signed entries, which an older reader would take on trust like any other).
+//!
+//! A [`StatusSet`] keeps what a reader believes apart from what it only shows: entries verified
+//! against their cluster's key (see [`super::identity`]), ordered by their signed sequence, and
+//! the rest with the reason each is unverified.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
-/// The note format this build writes and the highest it reads.
-pub const SCHEMA: u32 = 1;
+use super::identity::Unverified;
+
+/// The note format this build writes and the highest it reads (1: unsigned entries, still read
+/// and shown as unverified; 2: signed entries).
+pub const SCHEMA: u32 = 2;
 
 /// The status context of a cluster, as forges show it: `fleetgate/<cluster>`.
 pub fn context(cluster: &str) -> String {
@@ -96,8 +104,21 @@ pub struct Status {
     pub target_url: Option<String>,
     #[serde(default)]
     pub agent_version: String,
-    /// When the agent wrote this entry; histories are ordered by it.
+    /// When the agent says it wrote this entry: shown, never trusted for order (a clock can be
+    /// wrong, a forger can write 2099); histories are ordered by `sequence`.
     pub reported_at: DateTime<Utc>,
+    /// The fleet the writing agent belongs to (signed: a status cannot be replayed into another
+    /// fleet that has a cluster of the same name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<String>,
+    /// Per-cluster counter, one more than the highest this cluster's agent signed before: the
+    /// order of its statements.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequence: Option<u64>,
+    /// The agent's SSH signature (armored, namespace `fleetgate-status`) over the entry's
+    /// canonical form ([`super::identity::canonical_form`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
     /// Fields written by a newer fleetgate, kept verbatim when this build rewrites the note.
     #[serde(flatten)]
     pub extra: BTreeMap<String, serde_json::Value>,
@@ -126,6 +147,9 @@ impl Status {
             target_url: None,
             agent_version: crate::VERSION.to_string(),
             reported_at: Utc::now(),
+            fleet: None,
+            sequence: None,
+            signature: None,
             extra: BTreeMap::new(),
         }
     }
@@ -238,8 +262,9 @@ impl StatusNote {
     }
 
     /// The union of two histories of the same note (two writers of one cluster's ref): every
-    /// entry of either, once, ordered by `reportedAt`.
+    /// entry of either, once, in [`sort_history`] order.
     pub fn merge(mut self, other: &StatusNote) -> StatusNote {
+        self.schema = self.schema.max(other.schema);
         for entry in &other.entries {
             if !self.entries.contains(entry) {
                 self.entries.push(entry.clone());
@@ -252,20 +277,28 @@ impl StatusNote {
         self
     }
 
-    pub fn latest(&self) -> Option<&Status> {
-        self.entries.last()
-    }
 }
 
+/// Signed entries by sequence, after the unsigned ones (schema 1, kept in their written order);
+/// `reportedAt` only breaks ties between equal sequences (two replicas during a hand-over).
+/// Stable, so entries that tie on both keep their write order.
 fn sort_history(entries: &mut [Status]) {
-    // Stable: entries reported in the same instant keep their write order.
-    entries.sort_by_key(|s| s.reported_at);
+    entries.sort_by_key(|s| (s.sequence, s.sequence.map(|_| s.reported_at)));
 }
 
-/// Every status a reader collected, by cluster and release, each history oldest first.
+/// An entry a reader found but does not believe, with the reason.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnverifiedStatus {
+    pub status: Status,
+    pub reason: Unverified,
+}
+
+/// Every status a reader collected, by cluster and release: the verified histories (oldest first,
+/// by sequence), which every decision reads, and the unverified entries, which are only shown.
 #[derive(Debug, Clone, Default)]
 pub struct StatusSet {
     by_cluster: HashMap<String, HashMap<String, Vec<Status>>>,
+    unverified: HashMap<String, HashMap<String, Vec<UnverifiedStatus>>>,
 }
 
 impl StatusSet {
@@ -273,6 +306,7 @@ impl StatusSet {
         StatusSet::default()
     }
 
+    /// Adds an entry the caller verified (see [`super::identity::StatusKeys::verify`]).
     pub fn insert(&mut self, status: Status) {
         let history =
             self.by_cluster.entry(status.cluster.clone()).or_default().entry(status.release.clone()).or_default();
@@ -282,23 +316,37 @@ impl StatusSet {
         }
     }
 
-    /// The cluster's current word on the release.
+    /// Adds an entry found in `cluster`'s notes that did not verify; it is shown, never believed.
+    pub fn insert_unverified(&mut self, cluster: &str, status: Status, reason: Unverified) {
+        let list = self.unverified.entry(cluster.to_string()).or_default().entry(status.release.clone()).or_default();
+        if !list.iter().any(|u| u.status == status) {
+            list.push(UnverifiedStatus { status, reason });
+        }
+    }
+
+    /// The cluster's current (verified) word on the release.
     pub fn latest(&self, cluster: &str, release: &str) -> Option<&Status> {
         self.history(cluster, release).last()
     }
 
-    /// Everything the cluster said about the release, oldest first.
+    /// Everything the cluster verifiably said about the release, oldest first.
     pub fn history(&self, cluster: &str, release: &str) -> &[Status] {
         self.by_cluster.get(cluster).and_then(|r| r.get(release)).map(Vec::as_slice).unwrap_or(&[])
     }
 
-    /// Latest status of every cluster that reported on `release`, in no particular order.
+    /// Entries in the cluster's notes on the release that did not verify, in the note's order.
+    pub fn unverified(&self, cluster: &str, release: &str) -> &[UnverifiedStatus] {
+        self.unverified.get(cluster).and_then(|r| r.get(release)).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// Latest verified status of every cluster that reported on `release`, in no particular order.
     pub fn for_release<'a>(&'a self, release: &'a str) -> impl Iterator<Item = &'a Status> + 'a {
         self.by_cluster.values().filter_map(move |r| r.get(release).and_then(|h| h.last()))
     }
 
+    /// No entries at all, verified or not.
     pub fn is_empty(&self) -> bool {
-        self.by_cluster.is_empty()
+        self.by_cluster.is_empty() && self.unverified.is_empty()
     }
 }
 
@@ -321,9 +369,11 @@ mod tests {
         Utc.timestamp_opt(1_750_000_000 + secs, 0).unwrap()
     }
 
+    /// An entry as the agent writes it: its sequence follows its time, unless a test says otherwise.
     fn status(state: State, secs: i64) -> Status {
         let mut s = Status::new("cluster-a", "rel-8", "a".repeat(40), state, format!("{state} at {secs}"));
         s.reported_at = at(secs);
+        s.sequence = Some(secs as u64);
         s
     }
 
@@ -350,12 +400,12 @@ mod tests {
 
     #[test]
     fn newer_schemas_are_refused_with_a_hint() {
-        let err = StatusNote::parse(r#"{"schema":2,"context":"fleetgate/a","entries":[]}"#).unwrap_err();
+        let err = StatusNote::parse(r#"{"schema":3,"context":"fleetgate/a","entries":[]}"#).unwrap_err();
         assert!(err.to_string().contains("upgrade fleetgate"), "{err}");
     }
 
     #[test]
-    fn merge_is_a_union_ordered_by_report_time() {
+    fn merge_is_a_union_ordered_by_sequence() {
         let mut ours = StatusNote::new("cluster-a");
         ours.append(&status(State::Pending, 1));
         ours.append(&status(State::Success, 30));
@@ -365,7 +415,30 @@ mod tests {
         let merged = ours.merge(&theirs);
         let states: Vec<_> = merged.entries.iter().map(|s| s.state).collect();
         assert_eq!(states, [State::Pending, State::Error, State::Success]);
-        assert_eq!(merged.latest().unwrap().state, State::Success);
+    }
+
+    /// A clock (or a forger) that says 2099 does not make an entry the newest: the sequence does.
+    #[test]
+    fn a_future_report_time_never_hides_a_later_entry() {
+        let mut future = status(State::Success, 1);
+        future.reported_at = "2099-01-01T00:00:00Z".parse().unwrap();
+        let failure = status(State::Failure, 2);
+        let set: StatusSet = [future.clone(), failure.clone()].into_iter().collect();
+        assert_eq!(set.latest("cluster-a", "rel-8").unwrap().state, State::Failure);
+        let mut note = StatusNote::new("cluster-a");
+        note.append(&failure);
+        note.append(&future);
+        assert_eq!(note.entries.last().unwrap().state, State::Failure);
+    }
+
+    #[test]
+    fn unverified_entries_are_kept_apart_and_never_latest() {
+        let mut set = StatusSet::new();
+        set.insert(status(State::Pending, 1));
+        set.insert_unverified("cluster-a", status(State::Success, 99), Unverified::Unsigned);
+        assert_eq!(set.latest("cluster-a", "rel-8").unwrap().state, State::Pending);
+        assert_eq!(set.unverified("cluster-a", "rel-8").len(), 1);
+        assert_eq!(set.for_release("rel-8").count(), 1);
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! local `refs/notes/fleetgate/<cluster>` (fast-forward, or the same merge), so a local entry that
 //! was never pushed is never lost, and a plain `git log --notes='fleetgate/*'` shows them.
 
+use super::identity::{KeyError, StatusIdentity, StatusKeys};
 use super::model::{NoteParseError, Status, StatusNote, StatusSet};
 use crate::model::error_chain;
 use git2::{Cred, CredentialType, ErrorCode, FetchOptions, Oid, PushOptions, RemoteCallbacks, Repository, Signature};
@@ -91,6 +92,8 @@ pub enum NotesError {
     Contended { url: String, refname: String, attempts: u32, last: String },
     #[error("local repository")]
     Repo(#[from] git2::Error),
+    #[error("signing the status entry")]
+    Sign(#[from] KeyError),
 }
 
 /// What a successful [`write`] took.
@@ -121,20 +124,34 @@ fn signature(cluster: &str) -> Result<Signature<'static>, git2::Error> {
     Signature::now(&format!("fleetgate/{cluster}"), "fleetgate@localhost")
 }
 
-/// Appends `status` to its release commit's note in `refs/notes/fleetgate/<cluster>` and pushes the
-/// ref to `remote`. A refused push (someone else wrote the ref) is fetched, merged and retried up
-/// to [`MAX_PUSH_ATTEMPTS`] times. Writing the same status twice leaves one entry.
+/// Signs `status` as `identity` with the next sequence number of its cluster, appends it to its
+/// release commit's note in `refs/notes/fleetgate/<cluster>` and pushes the ref to `remote`. A
+/// refused push (someone else wrote the ref) is fetched, merged and retried up to
+/// [`MAX_PUSH_ATTEMPTS`] times.
+///
+/// The sequence is one more than the highest this key signed in the cluster's notes, after
+/// fetching the remote's: an agent with a fresh cache continues its count, and entries nobody
+/// can verify with this key (forgeries with huge numbers) do not move it.
 ///
 /// Blocking (network I/O); call it from `spawn_blocking` in async code.
 ///
 /// # Errors
 /// Invalid cluster name or commit id, a local repository failure, a fetch/push transport failure,
 /// or [`NotesError::Contended`] when every attempt was refused.
-pub fn write(repo: &Repository, remote: &GitRemote, status: &Status) -> Result<Written, NotesError> {
+pub fn write(
+    repo: &Repository,
+    remote: &GitRemote,
+    status: &Status,
+    identity: &StatusIdentity,
+) -> Result<Written, NotesError> {
     check_cluster(&status.cluster)?;
     let commit = parse_commit(&status.commit)?;
     let refname = notes_ref(&status.cluster);
-    append_local(repo, &refname, &status.cluster, commit, status)?;
+    sync(repo, remote)?;
+    let mut signed = status.clone();
+    let sequence = last_sequence(repo, &refname, &identity.keys_for(&status.cluster))? + 1;
+    identity.signer.sign(&mut signed, &identity.fleet, sequence)?;
+    append_local(repo, &refname, &status.cluster, commit, &signed)?;
     let mut last = String::new();
     for attempt in 1..=MAX_PUSH_ATTEMPTS {
         match push(repo, remote, &refname)? {
@@ -158,6 +175,31 @@ fn backoff(attempt: u32) {
     let base = 20u64 << attempt.min(5);
     let jitter = rand::rng().random_range(0..=base);
     std::thread::sleep(Duration::from_millis(base + jitter));
+}
+
+/// The highest sequence `keys` verify among the entries of `refname` (0 when none).
+fn last_sequence(repo: &Repository, refname: &str, keys: &StatusKeys) -> Result<u64, NotesError> {
+    let cluster = &refname[NOTES_PREFIX.len()..];
+    let notes = match repo.notes(Some(refname)) {
+        Ok(notes) => notes,
+        Err(e) if e.code() == ErrorCode::NotFound => return Ok(0),
+        Err(e) => return Err(e.into()),
+    };
+    let mut last = 0;
+    for item in notes {
+        let (blob, annotated) = item?;
+        let text = String::from_utf8_lossy(repo.find_blob(blob)?.content()).into_owned();
+        let Some(note) = parse_or_warn(&text, refname, annotated) else { continue };
+        for entry in &note.entries {
+            if let Some(n) = entry.sequence
+                && n > last
+                && keys.verify(cluster, &annotated.to_string(), entry).is_ok()
+            {
+                last = n;
+            }
+        }
+    }
+    Ok(last)
 }
 
 fn read_note(repo: &Repository, refname: &str, commit: Oid) -> Result<Option<String>, git2::Error> {
@@ -306,11 +348,12 @@ fn merge_notes(
 
 /// Reads the local notes of every cluster (`refs/notes/fleetgate/*`) on the given release commits.
 /// Call [`sync`] first to see what the remote has. Notes that cannot be read are skipped with a
-/// warning, as are entries that name another cluster than the ref they sit in.
+/// warning. Each entry is verified with `keys` ([`StatusKeys::verify`]: that cluster's key, this
+/// fleet, the commit the note is attached to); the rest are kept apart as unverified, with why.
 ///
 /// # Errors
 /// A local repository failure.
-pub fn read_all(repo: &Repository, commits: &[Oid]) -> Result<StatusSet, NotesError> {
+pub fn read_all(repo: &Repository, commits: &[Oid], keys: &StatusKeys) -> Result<StatusSet, NotesError> {
     let mut set = StatusSet::new();
     let refs: Vec<String> = repo
         .references_glob(&format!("{NOTES_PREFIX}*"))?
@@ -335,11 +378,14 @@ pub fn read_all(repo: &Repository, commits: &[Oid]) -> Result<StatusSet, NotesEr
             };
             let Some(text) = text else { continue };
             let Some(note) = parse_or_warn(&text, &refname, commit) else { continue };
+            let commit_hex = commit.to_string();
             for entry in note.entries {
-                if entry.cluster == cluster {
-                    set.insert(entry);
-                } else {
-                    tracing::warn!(%refname, %commit, named = %entry.cluster, "ignoring a status entry filed under another cluster's ref");
+                match keys.verify(cluster, &commit_hex, &entry) {
+                    Ok(()) => set.insert(entry),
+                    Err(reason) => {
+                        tracing::debug!(%refname, %commit, %reason, "status entry not verified");
+                        set.insert_unverified(cluster, entry, reason);
+                    }
                 }
             }
         }
@@ -378,9 +424,11 @@ mod tests {
         let (_d, repo) = repo();
         let commit = Oid::from_str(&"1".repeat(40)).unwrap();
         let sig = signature("a").unwrap();
+        let me = StatusIdentity::new("f", crate::status::StatusSigner::generate("a").unwrap());
         let entry = |state, secs: i64| {
             let mut s = Status::new("a", "rel-1", commit.to_string(), state, "x");
             s.reported_at = chrono::DateTime::from_timestamp(1_750_000_000 + secs, 0).unwrap();
+            me.signer.sign(&mut s, "f", secs as u64).unwrap();
             s
         };
         let other = Oid::from_str(&"2".repeat(40)).unwrap();
@@ -404,7 +452,7 @@ mod tests {
         integrate(&repo, "a", "refs/fleetgate/notes-remote/a", theirs_tip).unwrap();
         let tip = repo.refname_to_id("refs/notes/fleetgate/a").unwrap();
         assert!(repo.graph_descendant_of(tip, theirs_tip).unwrap());
-        let set = read_all(&repo, &[commit, other]).unwrap();
+        let set = read_all(&repo, &[commit, other], &me.keys_for("a")).unwrap();
         let states: Vec<_> = set.history("a", "rel-1").iter().map(|s| s.state).collect();
         assert_eq!(states, [State::Pending, State::Error, State::Success]);
         assert!(repo.find_note(Some("refs/notes/fleetgate/a"), other).is_ok());
@@ -415,8 +463,11 @@ mod tests {
     fn fanned_out_notes_trees_are_read() {
         let (_d, repo) = repo();
         let commit = Oid::from_str("ab0123456789abcdef0123456789abcdef012345").unwrap();
+        let me = StatusIdentity::new("f", crate::status::StatusSigner::generate("a").unwrap());
+        let mut entry = Status::new("a", "rel-1", commit.to_string(), State::Success, "ok");
+        me.signer.sign(&mut entry, "f", 1).unwrap();
         let mut note = StatusNote::new("a");
-        note.append(&Status::new("a", "rel-1", commit.to_string(), State::Success, "ok"));
+        note.append(&entry);
         let blob = repo.blob(note.to_text().as_bytes()).unwrap();
         let mut sub = repo.treebuilder(None).unwrap();
         sub.insert(&commit.to_string()[2..], blob, 0o100644).unwrap();
@@ -427,7 +478,7 @@ mod tests {
         let sig = signature("a").unwrap();
         let tip = repo.commit(None, &sig, &sig, "Notes added by 'git notes add'", &tree, &[]).unwrap();
         repo.reference("refs/notes/fleetgate/a", tip, true, "t").unwrap();
-        let set = read_all(&repo, &[commit]).unwrap();
+        let set = read_all(&repo, &[commit], &me.keys_for("a")).unwrap();
         assert_eq!(set.latest("a", "rel-1").unwrap().state, State::Success);
     }
 }

@@ -1,6 +1,7 @@
 //! Everything the status view needs from one state of the fleet repo: the branch tip's
 //! configuration, the release tags (newest first) and every cluster's statuses on them.
 
+use super::identity::StatusKeys;
 use super::matrix::{Matrix, Origin, ReleaseRef};
 use super::model::StatusSet;
 use super::notes::{self, NotesError};
@@ -33,7 +34,9 @@ pub struct FleetView {
 
 impl FleetView {
     /// Reads the view from a checkout (whose repository holds the notes refs: a
-    /// [`crate::source::Source`] mirror fetches them).
+    /// [`crate::source::Source`] mirror fetches them). Statuses are verified with the keys the
+    /// branch tip registers (`statusKey`); an agent additionally pins them (see
+    /// `crate::agent::state`), a one-off reader cannot.
     pub fn load(checkout: &Checkout) -> Result<FleetView, ViewError> {
         let config = FleetConfig::load(&checkout.tip_tree()?)?;
         let mut releases = Vec::new();
@@ -46,7 +49,7 @@ impl FleetView {
         }
         releases.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| b.id.cmp(&a.id)));
         let commits: Vec<git2::Oid> = releases.iter().filter_map(|r| git2::Oid::from_str(&r.commit).ok()).collect();
-        let statuses = notes::read_all(checkout.repo(), &commits)?;
+        let statuses = notes::read_all(checkout.repo(), &commits, &StatusKeys::registered(&config))?;
         let origin = Origin { branch: checkout.branch().to_string(), revision: checkout.tip().to_string() };
         Ok(FleetView { config, origin, releases, statuses })
     }

@@ -236,8 +236,8 @@ mod tests {
     fn members_take_the_pin_else_the_fleet_release() {
         use crate::model::ClusterSpec;
         let pinned =
-            Document::new("Cluster", "a", ClusterSpec { wave: "canary".into(), release: Some("rel-8".into()) });
-        let free = Document::new("Cluster", "b", ClusterSpec { wave: "prod".into(), release: None });
+            Document::new("Cluster", "a", ClusterSpec { wave: "canary".into(), release: Some("rel-8".into()), status_key: None });
+        let free = Document::new("Cluster", "b", ClusterSpec { wave: "prod".into(), release: None, status_key: None });
         let config = FleetConfig {
             fleet: fleet(1),
             clusters: [("a".to_string(), pinned), ("b".to_string(), free)].into_iter().collect(),

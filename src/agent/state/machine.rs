@@ -17,7 +17,8 @@
 //! An unsigned push that toggles A→B→A therefore cannot re-apply A.
 //!
 //! [`TrustMemory`] keeps what judging the branch tip needs across restarts: the fleet's pinned
-//! name, the last tip accepted in signed mode, and the newest release that passed here.
+//! name, the last tip accepted in signed mode, the newest release that passed here, and every
+//! cluster's status key as first seen ([`AgentState::pin_status_keys`]).
 //!
 //! The tag pins of verification ([`TagPins`], `tag → commit` recorded the first time a release tag is
 //! verified) are kept here too: they must survive restarts, and the agent's local Git cache is an
@@ -203,6 +204,10 @@ pub struct TrustMemory {
     /// The newest release (by signed sequence) that passed its bake here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub newest: Option<Ran>,
+    /// Each cluster's status key (`ssh-ed25519 AAAA…`) as this agent first saw it registered: the
+    /// keys wave gating verifies statuses with. A push cannot swap a key; a signed tip can.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub status_keys: BTreeMap<String, String>,
 }
 
 /// What the loop should do next, read from the state alone.
@@ -315,6 +320,25 @@ impl AgentState {
     /// Remembers the fleet's name (the first time only: a later push cannot rename the fleet).
     pub fn pin_fleet(&mut self, name: &str) {
         self.trust.fleet.get_or_insert_with(|| name.to_string());
+    }
+
+    /// Pins every cluster's registered status key (cluster → `ssh-ed25519 AAAA…`) the first time it
+    /// is seen. A key that differs from its pin replaces it only when the tip is a signed decision
+    /// (`signed`); otherwise the pin stays and the cluster is returned, so the caller can say why
+    /// that cluster's new statuses read as unverified. A registration removed from the tip keeps
+    /// its pin.
+    pub fn pin_status_keys(&mut self, registered: &BTreeMap<String, String>, signed: bool) -> Vec<String> {
+        let mut refused = Vec::new();
+        for (cluster, key) in registered {
+            match self.trust.status_keys.get(cluster) {
+                Some(pinned) if pinned == key => {}
+                Some(_) if !signed => refused.push(cluster.clone()),
+                _ => {
+                    self.trust.status_keys.insert(cluster.clone(), key.clone());
+                }
+            }
+        }
+        refused
     }
 
     /// Remembers a branch tip accepted in signed mode.
@@ -752,5 +776,18 @@ mod tests {
         s.record_tag_pins(&pins(&[("rel-1", "aaa")]));
         s.record_tag_pins(&pins(&[("rel-2", "bbb"), ("rel-1", "zzz")]));
         assert_eq!(s.tag_pins(), &pins(&[("rel-1", "aaa"), ("rel-2", "bbb")]));
+    }
+
+    #[test]
+    fn status_keys_are_pinned_on_first_sight_and_changed_only_by_a_signed_tip() {
+        let mut s = AgentState::default();
+        let keys = |k: &str| BTreeMap::from([("cluster-a".to_string(), k.to_string())]);
+        assert!(s.pin_status_keys(&keys("ssh-ed25519 AAAA1"), false).is_empty());
+        assert_eq!(s.pin_status_keys(&keys("ssh-ed25519 EVIL"), false), ["cluster-a"]);
+        assert_eq!(s.trust().status_keys["cluster-a"], "ssh-ed25519 AAAA1");
+        assert!(s.pin_status_keys(&BTreeMap::new(), false).is_empty(), "a removed registration keeps its pin");
+        assert_eq!(s.trust().status_keys["cluster-a"], "ssh-ed25519 AAAA1");
+        assert!(s.pin_status_keys(&keys("ssh-ed25519 AAAA2"), true).is_empty());
+        assert_eq!(s.trust().status_keys["cluster-a"], "ssh-ed25519 AAAA2");
     }
 }
