@@ -3,6 +3,7 @@
 //! refusal with its specific reason.
 
 mod releng_common;
+mod status_support;
 
 use fleetgate::releng::promote::{self, PromoteOutcome, PromoteReport, PromoteRequest};
 use fleetgate::releng::rollback::{self, RollbackMethod, RollbackRequest};
@@ -224,7 +225,19 @@ fn promotion_refuses_unsigned_untargeted_and_failed_releases() {
     git_in(f.dir.path(), &["init", "-q", "--bare", remote.to_str().unwrap()]);
     let failure =
         Status::new("cluster-a", "rel-4", &tag_commit, State::Failure, "rolled back to rel-1: error-rate 7.3 % > 5 %");
-    status::write(f.open().git(), &GitRemote::new(remote.to_str().unwrap()), &failure).unwrap();
+    let canary = status_support::identity("cluster-a");
+    // Unregistered, the failure is not believed and blocks nothing; `cluster register` fixes that.
+    status::write(f.open().git(), &GitRemote::new(remote.to_str().unwrap()), &failure, &canary).unwrap();
+    let unblocked = run_promote(&f, &promote_req("rel-4", Target::Cluster("cluster-b".into()))).unwrap();
+    f.git(&["branch", "-D", &unblocked.branch]);
+    let key = canary.signer.public().to_string();
+    let registered = fleetgate::releng::register::register(&f.open(), "main", "cluster-a", &key, None).unwrap();
+    assert!(matches!(registered, fleetgate::releng::register::Registered::Committed(_)));
+    assert!(f.show("main", "clusters/cluster-a.yaml").contains(&format!("\n  statusKey: {key}\n  wave: canary\n")));
+    assert_eq!(
+        fleetgate::releng::register::register(&f.open(), "main", "cluster-a", &key, None).unwrap(),
+        fleetgate::releng::register::Registered::Unchanged
+    );
     match run_promote(&f, &promote_req("rel-4", Target::Cluster("cluster-b".into()))) {
         Err(e @ RelengError::Refused(Refusal::FailedEarlierWave { .. })) => {
             let text = e.to_string();

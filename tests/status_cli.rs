@@ -1,7 +1,10 @@
 //! `fleetgate status` end to end: a fleet repo served by a real `git daemon`, release tags,
 //! statuses written by agents as Git notes, and the command's table, details, JSON and watch mode.
 
+mod status_support;
+
 use fleetgate::status::{self, GitRemote, Matrix, State, Status};
+use status_support::identity;
 use fleetgate_testenv::{GitDaemon, git_in, git_in_env};
 use std::io::BufRead;
 use std::path::Path;
@@ -17,9 +20,13 @@ fn write(dir: &Path, file: &str, text: &str) {
     std::fs::write(path, text).unwrap();
 }
 
+/// A cluster file registering the status key of `name`'s test identity.
 fn cluster(name: &str, wave: &str, pin: Option<&str>) -> String {
     let pin = pin.map(|r| format!("  release: {r}\n")).unwrap_or_default();
-    format!("apiVersion: fleetgate.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: {name}\nspec:\n  wave: {wave}\n{pin}")
+    let key = identity(name).signer.public();
+    format!(
+        "apiVersion: fleetgate.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: {name}\nspec:\n  wave: {wave}\n{pin}  statusKey: {key}\n"
+    )
 }
 
 struct Fleet {
@@ -70,10 +77,11 @@ fn fleet() -> Fleet {
     let remote = GitRemote::new(&fleet.url);
     for c in ["cluster-a", "cluster-b", "cluster-c", "cluster-d"] {
         let ok = Status::new(c, OLD, &fleet.old, State::Success, "all 4 gates passed over 10m");
-        status::write(&repo, &remote, &ok).unwrap();
+        status::write(&repo, &remote, &ok, &identity(c)).unwrap();
     }
-    status::write(&repo, &remote, &Status::new("cluster-a", NEW, &fleet.new, State::Pending, "baking")).unwrap();
-    status::write(&repo, &remote, &Status::new("cluster-a", NEW, &fleet.new, State::Success, "all 4 gates passed"))
+    let a = identity("cluster-a");
+    status::write(&repo, &remote, &Status::new("cluster-a", NEW, &fleet.new, State::Pending, "baking"), &a).unwrap();
+    status::write(&repo, &remote, &Status::new("cluster-a", NEW, &fleet.new, State::Success, "all 4 gates passed"), &a)
         .unwrap();
     let failed = Status::new(
         "cluster-b",
@@ -83,7 +91,7 @@ fn fleet() -> Fleet {
         "rolled back to rel-20250301-001: error-rate 7.3 % > 5 %",
     )
     .rolled_back_to(OLD);
-    status::write(&repo, &remote, &failed).unwrap();
+    status::write(&repo, &remote, &failed, &identity("cluster-b")).unwrap();
     fleet
 }
 
@@ -201,7 +209,8 @@ fn watch_refreshes_until_stopped() {
     let agent = tempfile::tempdir().unwrap();
     let repo = git2::Repository::init_bare(agent.path()).unwrap();
     let s = Status::new("cluster-a", NEW, &f.new, State::Error, "could not reach the API server");
-    status::write(&repo, &GitRemote::new(&f.url), &s).unwrap();
+    status::sync(&repo, &GitRemote::new(&f.url)).unwrap();
+    status::write(&repo, &GitRemote::new(&f.url), &s, &identity("cluster-a")).unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let line = rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())).expect("a refresh");

@@ -2,6 +2,8 @@
 //! API documentation specifies and answers as the forge does, errors included. The publisher is
 //! shown to write the Git note (real `git daemon`) whatever the forge answers.
 
+mod status_support;
+
 use axum::body::Bytes;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use fleetgate::model::ForgeKind;
@@ -279,7 +281,7 @@ async fn publisher_writes_git_notes_even_when_the_forge_fails() {
 
     let forge = FakeForge::start(401, &[], r#"{"message":"Bad credentials"}"#).await;
     let publisher = Publisher::new(
-        GitNotesBackend::new(state.path(), GitRemote::new(&url)),
+        GitNotesBackend::new(state.path(), GitRemote::new(&url), status_support::identity("cluster-a")),
         Some(backend(ForgeKind::Github, &forge.base, "octo/fleet", "expired")),
     );
     assert_eq!(publisher.name(), "git+github");
@@ -292,6 +294,7 @@ async fn publisher_writes_git_notes_even_when_the_forge_fails() {
     let reader = tempfile::tempdir().unwrap();
     let reader = git2::Repository::init_bare(reader.path()).unwrap();
     fleetgate::status::sync(&reader, &GitRemote::new(&url)).unwrap();
-    let set = fleetgate::status::read_all(&reader, &[git2::Oid::from_str(&sha).unwrap()]).unwrap();
+    let set =
+        fleetgate::status::read_all(&reader, &[git2::Oid::from_str(&sha).unwrap()], &status_support::keys()).unwrap();
     assert_eq!(set.latest("cluster-a", "rel-1").unwrap().description, "all gates passed");
 }

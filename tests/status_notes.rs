@@ -2,7 +2,10 @@
 //! must merge instead of overwrite, a server-side refusal reported only through git2's
 //! `push_update_reference` callback, and plain `git log --notes` showing what agents wrote.
 
+mod status_support;
+
 use fleetgate::status::{self, GateFigure, GitRemote, State, Status, StatusNote};
+use status_support::{identity, keys};
 use fleetgate_testenv::{GitDaemon, git_in};
 use git2::{Oid, Repository};
 use std::sync::{Arc, Barrier};
@@ -56,7 +59,7 @@ fn three_agents_write_concurrently_and_a_fourth_reader_sees_all() {
                 let remote = GitRemote::new(&url);
                 start.wait();
                 let pending = status_of(cluster, commit, State::Pending, "applying").started(chrono::Utc::now());
-                status::write(&repo, &remote, &pending).unwrap();
+                status::write(&repo, &remote, &pending, &identity(cluster)).unwrap();
                 let gates = vec![GateFigure {
                     name: "error-rate".into(),
                     observed: "0.4 %".into(),
@@ -66,7 +69,7 @@ fn three_agents_write_concurrently_and_a_fourth_reader_sees_all() {
                 let done = status_of(cluster, commit, State::Success, format!("{cluster}: all gates passed").as_str())
                     .with_gates(gates)
                     .decided(chrono::Utc::now());
-                status::write(&repo, &remote, &done).unwrap()
+                status::write(&repo, &remote, &done, &identity(cluster)).unwrap()
             })
         })
         .collect();
@@ -77,7 +80,7 @@ fn three_agents_write_concurrently_and_a_fourth_reader_sees_all() {
     }
 
     let (_dir, repo) = reader(&url);
-    let set = status::read_all(&repo, &[commit]).unwrap();
+    let set = status::read_all(&repo, &[commit], &keys()).unwrap();
     for cluster in ["cluster-a", "cluster-b", "cluster-c"] {
         let history: Vec<State> = set.history(cluster, RELEASE).iter().map(|s| s.state).collect();
         assert_eq!(history, [State::Pending, State::Success], "{cluster}");
@@ -99,7 +102,8 @@ fn a_reinstalled_agent_merges_its_history_instead_of_overwriting_it() {
     let (url, commit) = seeded(&daemon);
     let remote = GitRemote::new(&url);
     let (_a, old_install) = agent_clone(&url);
-    status::write(&old_install, &remote, &status_of("cluster-a", commit, State::Pending, "baking")).unwrap();
+    status::write(&old_install, &remote, &status_of("cluster-a", commit, State::Pending, "baking"), &identity("cluster-a"))
+        .unwrap();
 
     // A fresh clone that never saw the ref: its push is refused, it fetches, merges, pushes again.
     let (_b, new_install) = agent_clone(&url);
@@ -107,12 +111,13 @@ fn a_reinstalled_agent_merges_its_history_instead_of_overwriting_it() {
         &new_install,
         &remote,
         &status_of("cluster-a", commit, State::Failure, "rolled back to rel-20250310-002: error-rate 7.3 % > 5 %"),
+        &identity("cluster-a"),
     )
     .unwrap();
     assert_eq!(written.attempts, 2);
 
     let (_r, repo) = reader(&url);
-    let set = status::read_all(&repo, &[commit]).unwrap();
+    let set = status::read_all(&repo, &[commit], &keys()).unwrap();
     let history: Vec<State> = set.history("cluster-a", RELEASE).iter().map(|s| s.state).collect();
     assert_eq!(history, [State::Pending, State::Failure]);
     // The served ref's history contains both writers' commits.
@@ -135,7 +140,7 @@ fn concurrent_writers_of_one_cluster_lose_nothing() {
                 (0..3)
                     .map(|i| {
                         let s = status_of("cluster-a", commit, State::Pending, &format!("writer {w} entry {i}"));
-                        status::write(&repo, &remote, &s).unwrap().attempts
+                        status::write(&repo, &remote, &s, &identity("cluster-a")).unwrap().attempts
                     })
                     .sum::<u32>()
             })
@@ -145,7 +150,7 @@ fn concurrent_writers_of_one_cluster_lose_nothing() {
     assert!(pushes > 6, "two writers of one fresh ref must have collided at least once");
 
     let (_r, repo) = reader(&url);
-    let set = status::read_all(&repo, &[commit]).unwrap();
+    let set = status::read_all(&repo, &[commit], &keys()).unwrap();
     let mut seen: Vec<String> = set.history("cluster-a", RELEASE).iter().map(|s| s.description.clone()).collect();
     seen.sort();
     let expected: Vec<String> = (0..2).flat_map(|w| (0..3).map(move |i| format!("writer {w} entry {i}"))).collect();
@@ -175,12 +180,13 @@ fn a_refusal_reported_only_by_the_server_is_merged_and_retried() {
 
     let (_a, repo) = agent_clone(&url);
     let written =
-        status::write(&repo, &GitRemote::new(&url), &status_of("cluster-a", commit, State::Success, "ok")).unwrap();
+        status::write(&repo, &GitRemote::new(&url), &status_of("cluster-a", commit, State::Success, "ok"), &identity("cluster-a"))
+            .unwrap();
     assert_eq!(written.attempts, 2);
     assert!(!marker.exists());
     let (_r, reader) = reader(&url);
     assert_eq!(
-        status::read_all(&reader, &[commit]).unwrap().latest("cluster-a", RELEASE).unwrap().state,
+        status::read_all(&reader, &[commit], &keys()).unwrap().latest("cluster-a", RELEASE).unwrap().state,
         State::Success
     );
 }
@@ -196,7 +202,8 @@ fn a_remote_that_always_refuses_ends_in_a_bounded_contended_error() {
     let (_a, repo) = agent_clone(&url);
     let started = std::time::Instant::now();
     let err =
-        status::write(&repo, &GitRemote::new(&url), &status_of("cluster-a", commit, State::Success, "ok")).unwrap_err();
+        status::write(&repo, &GitRemote::new(&url), &status_of("cluster-a", commit, State::Success, "ok"), &identity("cluster-a"))
+            .unwrap_err();
     assert!(matches!(err, status::NotesError::Contended { attempts: status::notes::MAX_PUSH_ATTEMPTS, .. }), "{err}");
     assert!(err.to_string().contains("refs/notes/fleetgate/cluster-a"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(30));
@@ -209,7 +216,7 @@ fn plain_git_log_shows_the_notes() {
     let (_a, repo) = agent_clone(&url);
     let description = "rolled back to rel-20250310-002: error-rate 7.3 % > 5 %";
     let s = status_of("cluster-a", commit, State::Failure, description).rolled_back_to("rel-20250310-002");
-    status::write(&repo, &GitRemote::new(&url), &s).unwrap();
+    status::write(&repo, &GitRemote::new(&url), &s, &identity("cluster-a")).unwrap();
 
     // What a person does: clone, fetch the notes, look at the log.
     let user = tempfile::tempdir().unwrap();
@@ -223,5 +230,8 @@ fn plain_git_log_shows_the_notes() {
     // And the note is the documented JSON.
     let raw = git_in(&clone, &["notes", "--ref=fleetgate/cluster-a", "show", &commit.to_string()]);
     let note = StatusNote::parse(&raw).unwrap();
-    assert_eq!((note.schema, note.context.as_str()), (1, "fleetgate/cluster-a"));
+    assert_eq!((note.schema, note.context.as_str()), (2, "fleetgate/cluster-a"));
+    let entry = &note.entries[0];
+    assert_eq!((entry.sequence, entry.fleet.as_deref()), (Some(1), Some(status_support::FLEET)));
+    assert!(entry.signature.as_deref().unwrap().starts_with("-----BEGIN SSH SIGNATURE-----"));
 }

@@ -129,9 +129,10 @@ fn signature(cluster: &str) -> Result<Signature<'static>, git2::Error> {
 /// refused push (someone else wrote the ref) is fetched, merged and retried up to
 /// [`MAX_PUSH_ATTEMPTS`] times.
 ///
-/// The sequence is one more than the highest this key signed in the cluster's notes, after
-/// fetching the remote's: an agent with a fresh cache continues its count, and entries nobody
-/// can verify with this key (forgeries with huge numbers) do not move it.
+/// The sequence is one more than the highest this key signed in the cluster's local notes; the
+/// caller syncs them first (the agent's source mirror fetches every notes ref each pass), so an
+/// agent with a fresh cache continues its count. Entries this key does not verify (forgeries
+/// with huge numbers) do not move it.
 ///
 /// Blocking (network I/O); call it from `spawn_blocking` in async code.
 ///
@@ -147,7 +148,6 @@ pub fn write(
     check_cluster(&status.cluster)?;
     let commit = parse_commit(&status.commit)?;
     let refname = notes_ref(&status.cluster);
-    sync(repo, remote)?;
     let mut signed = status.clone();
     let sequence = last_sequence(repo, &refname, &identity.keys_for(&status.cluster))? + 1;
     identity.signer.sign(&mut signed, &identity.fleet, sequence)?;
