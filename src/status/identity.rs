@@ -63,7 +63,8 @@ pub enum Unverified {
     BadSignature,
 }
 
-/// A cluster's registered public status key: Ed25519, in OpenSSH form.
+/// A cluster's registered public status key: Ed25519, in OpenSSH form. The comment is dropped
+/// (two registrations of one key compare equal whatever their comments).
 #[derive(Clone, PartialEq, Eq)]
 pub struct StatusKey(PublicKey);
 
@@ -74,14 +75,17 @@ impl StatusKey {
         if key.algorithm() != Algorithm::Ed25519 {
             return Err(KeyError::Algorithm(key.algorithm().to_string()));
         }
-        Ok(StatusKey(key))
+        Ok(StatusKey::without_comment(key))
     }
 
-    /// `ssh-ed25519 AAAA…` without a comment: the form `statusKey` holds and pins compare.
-    pub fn to_openssh(&self) -> String {
-        let mut key = self.0.clone();
+    fn without_comment(mut key: PublicKey) -> StatusKey {
         key.set_comment("");
-        key.to_openssh().expect("an Ed25519 public key always encodes")
+        StatusKey(key)
+    }
+
+    /// `ssh-ed25519 AAAA…`: the form `statusKey` holds and pins compare.
+    pub fn to_openssh(&self) -> String {
+        self.0.to_openssh().expect("an Ed25519 public key always encodes")
     }
 
     /// `SHA256:…`, as `ssh-keygen -l` prints it.
@@ -146,7 +150,7 @@ impl StatusSigner {
     }
 
     pub fn public(&self) -> StatusKey {
-        StatusKey(self.key.public_key().clone())
+        StatusKey::without_comment(self.key.public_key().clone())
     }
 
     /// An armored SSH signature of `message` in `namespace`.
