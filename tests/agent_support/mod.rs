@@ -9,6 +9,10 @@
 //! `fleetgate-agent` ServiceAccount with a TokenRequest token, so it holds exactly deploy/'s RBAC.
 //! The test itself observes and sets up with the admin client ([`Fleet::cluster`]).
 //!
+//! Every cluster of the template gets a status key made by the real `ssh-keygen`, registered in
+//! its `clusters/<name>.yaml` with the real `fleetgate cluster register` ([`Fleet::status_key`]
+//! is the file an agent of that cluster is given).
+//!
 //! Each test makes a [`Fleet`], cuts and promotes releases, builds an [`Agent`] with
 //! [`Fleet::agent`] and calls [`Agent::reconcile`] for each pass it wants. Dropping an agent and
 //! building another over the same cluster is a restart: the state ConfigMap is all that survives
@@ -80,8 +84,43 @@ impl Fleet {
         let trusted = gpg.write_public_key(&fpr, &dir.path().join("release-key.asc")).unwrap();
         let fleet = Fleet { cluster, agent_identity, daemon, url, work, gpg, fpr, trusted, dir };
         fleet.git(&["remote", "add", "origin", &fleet.url]);
+        for name in ["cluster-a", "cluster-b", "cluster-c"] {
+            fleet.register_status_key(name, &fleet.status_public_key(name));
+        }
         fleet.set_gates("3s", QUICK_GATES);
         fleet
+    }
+
+    /// The status key file of `cluster`'s agent (an OpenSSH Ed25519 key `ssh-keygen` made on
+    /// first use).
+    pub fn status_key(&self, cluster: &str) -> PathBuf {
+        let path = self.dir.path().join(format!("status-key-{cluster}"));
+        if !path.exists() {
+            let out = Command::new("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", "", "-C", cluster, "-f"])
+                .arg(&path)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "ssh-keygen: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        path
+    }
+
+    /// `ssh-ed25519 AAAA… comment` of [`status_key`](Self::status_key).
+    pub fn status_public_key(&self, cluster: &str) -> String {
+        let public = self.status_key(cluster).with_extension("pub");
+        std::fs::read_to_string(public).unwrap().trim().to_string()
+    }
+
+    /// `fleetgate cluster register CLUSTER --status-key KEY` in the working clone (a commit on
+    /// main, not pushed).
+    pub fn register_status_key(&self, cluster: &str, key: &str) {
+        let out = Command::new(BIN)
+            .args(["cluster", "register", cluster, "--status-key", key, "--repo"])
+            .arg(&self.work)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "cluster register: {}", String::from_utf8_lossy(&out.stderr));
     }
 
     /// Runs git in the working clone with a fixed identity; returns stdout, trimmed.
@@ -182,13 +221,19 @@ impl Fleet {
     }
 
     /// Agent settings for [`CLUSTER`] against this fleet: the ServiceAccount's kubeconfig, no
-    /// leader election, HTTP on a free port, a fresh Git cache.
+    /// leader election, HTTP on a free port, a fresh Git cache, its registered status key.
     pub fn settings(&self) -> AgentSettings {
+        self.settings_for(CLUSTER)
+    }
+
+    /// [`settings`](Self::settings) for any cluster of the fleet.
+    pub fn settings_for(&self, name: &str) -> AgentSettings {
         static AGENTS: AtomicUsize = AtomicUsize::new(0);
         let cache = self.dir.path().join(format!("agent-cache-{}", AGENTS.fetch_add(1, Ordering::Relaxed)));
         AgentSettings {
             repo: Some(self.url.clone()),
-            cluster: Some(CLUSTER.into()),
+            cluster: Some(name.into()),
+            status_key: Some(self.status_key(name)),
             kubeconfig: Some(self.agent_identity.kubeconfig_path().to_path_buf()),
             trusted_keys: vec![self.trusted.clone()],
             state_dir: Some(cache),
