@@ -112,6 +112,16 @@ YAML
 git -C "$WORK" add -A
 git -C "$WORK" -c user.name=demo -c user.email=demo@demo.invalid commit -qm "Demo gate policy: 20s bake"
 git -C "$WORK" remote add origin "$REPO_URL"
+
+# Each agent's status key is generated on first start into a Secret in its cluster; registering
+# its public half is what makes the other waves believe that cluster's statuses.
+say "Registering each cluster's status key (fleetgate agent --print-status-key → fleetgate cluster register)"
+for c in "${CLUSTERS[@]}"; do
+  key=$("$FG" agent --print-status-key --repo "$REPO_URL" --cluster "$c" \
+    --kubeconfig "$DIR/clusters/$c.kubeconfig" --trusted-keys "$DIR/trusted.asc")
+  "$FG" cluster register "$c" --status-key "$key" --repo "$WORK" >/dev/null
+  ok "$c: $key"
+done
 git -C "$WORK" push -q origin main
 ok "pushed main"
 
