@@ -39,7 +39,7 @@ pub enum VerifyError {
     MovedTag { tag: String, pinned: String, now: String },
     #[error("tag {tag} is not signed; sign release tags with a trusted key (git tag -s)")]
     Unsigned { tag: String },
-    #[error("tag {tag} is signed in {format} format; fleetgate verifies OpenPGP signatures only")]
+    #[error("tag {tag} is signed in {format} format; fleetgate verifies OpenPGP and SSH signatures only")]
     UnsupportedSignature { tag: String, format: String },
     #[error("tag {tag} is signed by key {fingerprint}, which is not among the trusted keys")]
     UntrustedKey { tag: String, fingerprint: String },

@@ -1,0 +1,171 @@
+//! SSH-signed release tags against the real things: keys made by `ssh-keygen`, tags signed by
+//! `git tag -s` with `gpg.format=ssh` (and by `ssh-keygen -Y sign`, stored with `git mktag`),
+//! pushed to a `git daemon`, trusted through an OpenSSH `allowed_signers` file given as a
+//! trusted key file. A good tag is accepted (and `git verify-tag` agrees); an untrusted key, a
+//! signature for another namespace and a corrupted signature are each refused with their own error.
+
+mod fleet_support;
+
+use base64::Engine;
+use fleet_support::{FleetRemote, RELEASE};
+use fleetgate::model::ErrorClass;
+use fleetgate::release::{Keyring, SignatureProblem, TagPins, TrustConfig, VerifyError, resolve, verify};
+use rstest::rstest;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// An Ed25519 key made by `ssh-keygen`; returns the private key file (its `.pub` is beside it).
+fn ssh_key(dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join(name);
+    let out = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "ssh-keygen: {}", String::from_utf8_lossy(&out.stderr));
+    path
+}
+
+/// `release@example.com ssh-ed25519 AAAA…` for `key`, as an allowed_signers file.
+fn allowed_signers(dir: &Path, key: &Path) -> PathBuf {
+    let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+    let path = dir.join("allowed_signers");
+    std::fs::write(&path, format!("release@example.com {public}")).unwrap();
+    path
+}
+
+/// `git tag -s` with an SSH key, at HEAD, pushed.
+fn git_ssh_tag(remote: &FleetRemote, name: &str, key: &Path) {
+    let signing_key = format!("user.signingkey={}", key.display());
+    remote.git(&["-c", "gpg.format=ssh", "-c", &signing_key, "tag", "-s", name, "-m", &format!("release {name}")]);
+    remote.git(&["push", "-q", "origin", &format!("refs/tags/{name}")]);
+}
+
+/// An armored SSH signature of `payload` by `ssh-keygen -Y sign` in `namespace`.
+fn ssh_keygen_sign(key: &Path, namespace: &str, payload: &[u8]) -> String {
+    let mut child = Command::new("ssh-keygen")
+        .args(["-q", "-Y", "sign", "-n", namespace, "-f"])
+        .arg(key)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), payload).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "ssh-keygen -Y sign: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Stores `payload` + `signature` as tag `name` with `git mktag` (which checks the format, not
+/// the signature), points the ref at it and pushes.
+fn store_tag(remote: &FleetRemote, name: &str, payload: &str, signature: &str) {
+    let mut child = Command::new("git")
+        .current_dir(&remote.work)
+        .args(["mktag"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), format!("{payload}{signature}").as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "git mktag");
+    let oid = String::from_utf8(out.stdout).unwrap();
+    remote.git(&["update-ref", &format!("refs/tags/{name}"), oid.trim()]);
+    remote.git(&["push", "-q", "-f", "origin", &format!("refs/tags/{name}")]);
+}
+
+/// The payload of an annotated tag of HEAD named `name`, as git writes it before signing.
+fn tag_payload(remote: &FleetRemote, name: &str) -> String {
+    let head = remote.git(&["rev-parse", "HEAD"]);
+    format!(
+        "object {}\ntype commit\ntag {name}\ntagger Release Bot <release@example.com> 1750000000 +0000\n\nrelease {name}\n",
+        head.trim()
+    )
+}
+
+/// Flips one byte inside the signature value (the blob's last 64 bytes), keeping the armor valid.
+fn corrupt(armored: &str) -> String {
+    let body: String = armored.lines().filter(|l| !l.starts_with("-----")).collect();
+    let mut blob = base64::engine::general_purpose::STANDARD.decode(body).unwrap();
+    let at = blob.len() - 10;
+    blob[at] ^= 0x01;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(blob);
+    let lines: Vec<String> = b64.as_bytes().chunks(70).map(|c| String::from_utf8(c.to_vec()).unwrap()).collect();
+    format!("-----BEGIN SSH SIGNATURE-----\n{}\n-----END SSH SIGNATURE-----\n", lines.join("\n"))
+}
+
+fn verify_tag(remote: &FleetRemote, trusted: &Path) -> Result<String, VerifyError> {
+    let state = tempfile::tempdir().unwrap();
+    let (_source, checkout) = remote.checkout(state.path());
+    let desired = resolve(&checkout, "cluster-a").unwrap();
+    let trust = TrustConfig::new(Keyring::from_files(&[trusted.to_path_buf()]).expect("keyring"));
+    verify(&checkout, &desired, &trust, &mut TagPins::in_memory()).map(|v| v.signer().unwrap_or_default().to_string())
+}
+
+fn fingerprint(key: &Path) -> String {
+    let out = Command::new("ssh-keygen").arg("-lf").arg(key.with_extension("pub")).output().unwrap();
+    String::from_utf8(out.stdout).unwrap().split_whitespace().nth(1).unwrap().to_string()
+}
+
+#[test]
+fn a_tag_signed_by_git_with_a_trusted_ssh_key_is_accepted_as_git_accepts_it() {
+    let remote = FleetRemote::new();
+    let key = ssh_key(remote.dir.path(), "release-ssh");
+    let signers = allowed_signers(remote.dir.path(), &key);
+    git_ssh_tag(&remote, RELEASE, &key);
+    assert_eq!(verify_tag(&remote, &signers).unwrap(), fingerprint(&key));
+    // Git itself, given the same allowed_signers, agrees.
+    let allowed = format!("gpg.ssh.allowedSignersFile={}", signers.display());
+    remote.git(&["-c", &allowed, "verify-tag", RELEASE]);
+}
+
+#[test]
+fn a_tag_signed_by_ssh_keygen_in_the_git_namespace_is_accepted() {
+    let remote = FleetRemote::new();
+    let key = ssh_key(remote.dir.path(), "release-ssh");
+    let signers = allowed_signers(remote.dir.path(), &key);
+    let payload = tag_payload(&remote, RELEASE);
+    store_tag(&remote, RELEASE, &payload, &ssh_keygen_sign(&key, "git", payload.as_bytes()));
+    assert_eq!(verify_tag(&remote, &signers).unwrap(), fingerprint(&key));
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Bad {
+    UntrustedKey,
+    WrongNamespace,
+    Corrupted,
+}
+
+#[rstest]
+#[case::untrusted_key(Bad::UntrustedKey)]
+#[case::wrong_namespace(Bad::WrongNamespace)]
+#[case::corrupted(Bad::Corrupted)]
+fn an_untrustworthy_ssh_tag_is_refused_with_its_own_error(#[case] bad: Bad) {
+    let remote = FleetRemote::new();
+    let key = ssh_key(remote.dir.path(), "release-ssh");
+    let signers = allowed_signers(remote.dir.path(), &key);
+    let payload = tag_payload(&remote, RELEASE);
+    let other = ssh_key(remote.dir.path(), "someone-else");
+    match bad {
+        Bad::UntrustedKey => git_ssh_tag(&remote, RELEASE, &other),
+        Bad::WrongNamespace => {
+            store_tag(&remote, RELEASE, &payload, &ssh_keygen_sign(&key, "file", payload.as_bytes()))
+        }
+        Bad::Corrupted => {
+            store_tag(&remote, RELEASE, &payload, &corrupt(&ssh_keygen_sign(&key, "git", payload.as_bytes())))
+        }
+    }
+    let err = verify_tag(&remote, &signers).unwrap_err();
+    eprintln!("{bad:?} refused: {err}");
+    match (bad, &err) {
+        (Bad::UntrustedKey, VerifyError::UntrustedKey { fingerprint: f, .. }) => assert_eq!(*f, fingerprint(&other)),
+        (
+            Bad::WrongNamespace,
+            VerifyError::InvalidSignature { problem: SignatureProblem::WrongNamespace { namespace }, .. },
+        ) => assert_eq!(namespace, "file"),
+        (Bad::Corrupted, VerifyError::BadSignature { .. }) => {}
+        _ => panic!("{bad:?} was refused with the wrong error: {err:?}"),
+    }
+    assert_eq!(err.class(), ErrorClass::Stalling, "{err}");
+}
