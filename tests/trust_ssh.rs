@@ -169,3 +169,30 @@ fn an_untrustworthy_ssh_tag_is_refused_with_its_own_error(#[case] bad: Bad) {
     }
     assert_eq!(err.class(), ErrorClass::Stalling, "{err}");
 }
+
+#[test]
+fn an_ssh_signed_promotion_commit_is_a_signed_tip_and_an_untrusted_one_is_refused() {
+    use fleetgate::model::PromotionMode;
+    use fleetgate::release::{PromotionError, check_tip};
+    let remote = FleetRemote::new();
+    let key = ssh_key(remote.dir.path(), "promoter");
+    let other = ssh_key(remote.dir.path(), "someone-else");
+    let keys = Keyring::from_files(&[allowed_signers(remote.dir.path(), &key)]).unwrap();
+    let commit_signed_by = |k: &Path, message: &str| {
+        let signing_key = format!("user.signingkey={}", k.display());
+        remote.git(&["-c", "gpg.format=ssh", "-c", &signing_key, "commit", "-q", "-S", "--allow-empty", "-m", message]);
+        remote.git(&["push", "-q", "origin", "main"]);
+    };
+    commit_signed_by(&key, "signed promotion");
+    let state = tempfile::tempdir().unwrap();
+    let (mut source, checkout) = remote.checkout(state.path());
+    assert!(check_tip(&checkout, PromotionMode::Signed, &keys, None).unwrap().is_signed());
+
+    commit_signed_by(&other, "promotion by an untrusted key");
+    source.sync().unwrap();
+    let err = check_tip(&source.checkout().unwrap(), PromotionMode::Signed, &keys, None).unwrap_err();
+    assert!(
+        matches!(&err, PromotionError::UnsignedTip { problem: SignatureProblem::UntrustedKey { .. }, .. }),
+        "{err:?}"
+    );
+}
