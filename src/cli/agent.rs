@@ -38,7 +38,8 @@ pub struct Args {
     /// Kubeconfig context [default: its current context].
     #[arg(long)]
     context: Option<String>,
-    /// Public keys of the release signers (files, or directories of key files); repeatable.
+    /// Public keys of the release signers (files, or directories of key files): OpenPGP keys, or
+    /// OpenSSH allowed_signers files for SSH-signed tags; repeatable.
     #[arg(long, env = "FLEETGATE_TRUSTED_KEYS", value_name = "FILE", num_args = 1.., value_delimiter = ',')]
     trusted_keys: Vec<PathBuf>,
     /// Namespace of the agent's state ConfigMap, Lease and Events [default: fleetgate-system].
