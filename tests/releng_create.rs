@@ -3,6 +3,7 @@
 //! are idempotent, and each refusal says why.
 
 mod releng_common;
+mod status_support;
 
 use fleetgate::release::{TagPins, VerifyError, resolve_release, verify};
 use fleetgate::releng::create::{CreateOutcome, CreateRequest};
@@ -46,7 +47,7 @@ fn the_signed_tag_is_accepted_by_the_agents_verification_and_by_git() {
 
     // The next release follows the first: previous, default rollback target (rel-1 succeeded on
     // cluster-a), CRD verdict.
-    f.report("cluster-a", "rel-1", State::Success);
+    report(&f, "cluster-a", "rel-1", State::Success);
     let r2 = f.release("rel-2", "v1.1.0");
     assert_eq!(r2.previous.as_deref(), Some("rel-1"));
     assert_eq!(r2.mapping.rollback_to.as_deref(), Some("rel-1"));
@@ -364,15 +365,15 @@ fn sequences_count_up_and_the_default_rollback_is_the_newest_success_not_revoked
     assert_eq!((r2.mapping.sequence, r2.mapping.rollback_to.as_deref()), (Some(2), None), "nothing succeeded yet");
 
     // The canary halted rel-2; rel-1 runs on cluster-a and cluster-b.
-    f.report("cluster-b", "rel-1", State::Success);
-    f.report("cluster-a", "rel-1", State::Success);
-    f.report("cluster-a", "rel-2", State::Failure);
+    report(&f, "cluster-b", "rel-1", State::Success);
+    report(&f, "cluster-a", "rel-1", State::Success);
+    report(&f, "cluster-a", "rel-2", State::Failure);
     let r3 = f.release("rel-3", "v1.2.0");
     assert_eq!((r3.mapping.sequence, r3.mapping.rollback_to.as_deref()), (Some(3), Some("rel-1")));
     assert_eq!(r3.rollback_succeeded_on, ["cluster-a", "cluster-b"]);
 
     // rel-3 succeeds somewhere; rel-4 withdraws it, so its undo skips it.
-    f.report("cluster-b", "rel-3", State::Success);
+    report(&f, "cluster-b", "rel-3", State::Success);
     let m = f.manifests("render-rel-4", "v1.3.0", "v1alpha2", &["size"], &[]);
     let req = CreateRequest { revokes: vec!["rel-3".into()], ..f.request("rel-4", &m, "v1.3.0") };
     let r4 = f.create(&req).unwrap();
@@ -380,11 +381,27 @@ fn sequences_count_up_and_the_default_rollback_is_the_newest_success_not_revoked
     assert_eq!(r4.mapping.revokes, ["rel-3"]);
 
     // Statuses move on; cutting rel-2 or rel-4 again yields the same documents.
-    f.report("cluster-b", "rel-2", State::Success);
+    report(&f, "cluster-b", "rel-2", State::Success);
     assert_eq!(f.create(&req).unwrap().outcome, CreateOutcome::AlreadyReleased);
     let m2 = f.manifests("render-rel-2", "v1.1.0", "v1alpha2", &["size"], &[]);
     assert_eq!(f.create(&f.request("rel-2", &m2, "v1.1.0")).unwrap().outcome, CreateOutcome::AlreadyReleased);
 
     let unknown = CreateRequest { revokes: vec!["rel-9".into()], ..f.request("rel-5", &m, "v1.3.0") };
     assert!(matches!(f.create(&unknown), Err(RelengError::UnknownRelease(id)) if id == "rel-9"));
+}
+
+/// Writes `cluster`'s status for release `id` as its agent would: signed with its key (registered
+/// first with `cluster register` when it is not yet), then added with plain `git notes`.
+fn report(f: &Fixture, cluster: &str, id: &str, state: State) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEQUENCE: AtomicU64 = AtomicU64::new(1);
+    let me = status_support::identity(cluster);
+    fleetgate::releng::register::register(&f.open(), "main", cluster, &me.signer.public().to_string(), None).unwrap();
+    let commit = f.git(&["rev-parse", &format!("{id}^{{commit}}")]);
+    let mut entry = fleetgate::status::Status::new(cluster, id, &commit, state, "reported by the test");
+    me.signer.sign(&mut entry, status_support::FLEET, SEQUENCE.fetch_add(1, Ordering::Relaxed)).unwrap();
+    let mut note = fleetgate::status::StatusNote::new(cluster);
+    note.append(&entry);
+    let notes_ref = format!("fleetgate/{cluster}");
+    f.git(&["notes", "--ref", &notes_ref, "add", "-f", "-m", &note.to_text(), &commit]);
 }

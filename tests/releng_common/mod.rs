@@ -124,15 +124,6 @@ impl Fixture {
         git_in(&self.repo, args)
     }
 
-    /// Writes `cluster`'s status for release `id` as an agent would, with `git notes`.
-    pub fn report(&self, cluster: &str, id: &str, state: fleetgate::status::State) {
-        let commit = self.git(&["rev-parse", &format!("{id}^{{commit}}")]);
-        let mut note = fleetgate::status::StatusNote::new(cluster);
-        note.append(&fleetgate::status::Status::new(cluster, id, &commit, state, "reported by the test"));
-        let notes_ref = format!("fleetgate/{cluster}");
-        self.git(&["notes", "--ref", &notes_ref, "add", "-f", "-m", &note.to_text(), &commit]);
-    }
-
     /// `git show REV:PATH`.
     pub fn show(&self, rev: &str, path: &str) -> String {
         self.git(&["show", &format!("{rev}:{path}")])
