@@ -18,15 +18,18 @@
 #   Deployment mounts an emptyDir there (deploy/deployment.yaml), as it does for the Git cache and
 #   /tmp, so the root file system can stay read-only.
 #
-# What was checked without a Docker engine (none is available where this was written): the
-# runtime-files stage was reproduced on Debian bookworm with deploy/image/collect-runtime-files.sh
-# into a directory holding only what distroless cc-debian12 provides (glibc, libgcc, libstdc++,
-# libssl, CA certificates), and in a chroot of it, as uid 65532, `fleetgate validate` verified a
-# gpg-signed release tag through gpgme, `gpg --import`/`--verify` and `gpgconf --kill all` worked.
-# Not checked: the build stage itself, the pulled base images, and multi-arch builds.
+# Built and run without a Docker engine: `make image` (hack/image.sh) builds this file with
+# Debian's buildah (vfs, chroot isolation) against locally made stand-ins of the two Debian-based
+# images (no registry but Debian's is reachable there), with the binary built outside
+# (`BINARY_FROM=prebuilt`); tests/image.rs runs `fleetgate --version`, `init` and `validate` in the
+# result. Not checked: the `build` stage itself, the real pulled base images, multi-arch builds.
 
 ARG RUST_VERSION=1.95
 ARG DEBIAN_RELEASE=bookworm
+# Where the binary comes from: `build` compiles it in the image; `prebuilt` copies
+# FLEETGATE_BINARY from the build context (built on the same Debian release outside, as
+# `make image` does where no Rust image can be pulled).
+ARG BINARY_FROM=build
 
 FROM docker.io/library/rust:${RUST_VERSION}-${DEBIAN_RELEASE} AS build
 RUN apt-get update \
@@ -39,11 +42,17 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     cargo build --release --locked --bin fleetgate \
  && install -D -m 0755 target/release/fleetgate /out/fleetgate
 
+FROM scratch AS prebuilt
+ARG FLEETGATE_BINARY=target/release/fleetgate
+COPY ${FLEETGATE_BINARY} /out/fleetgate
+
+FROM ${BINARY_FROM} AS binary
+
 FROM docker.io/library/debian:${DEBIAN_RELEASE}-slim AS runtime-files
 RUN apt-get update \
  && apt-get install -y --no-install-recommends gpg gpg-agent gpgconf libgpgme11 \
  && rm -rf /var/lib/apt/lists/*
-COPY --from=build /out/fleetgate /usr/local/bin/fleetgate
+COPY --from=binary /out/fleetgate /usr/local/bin/fleetgate
 COPY deploy/image/collect-runtime-files.sh /usr/local/bin/collect-runtime-files
 RUN collect-runtime-files /rootfs /usr/local/bin/fleetgate \
         /usr/bin/gpg /usr/bin/gpgconf /usr/bin/gpg-agent /usr/bin/gpg-connect-agent \

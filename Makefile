@@ -7,7 +7,7 @@ CARGO ?= cargo
 # Tests start real control planes; two cores fit two at a time.
 TEST_THREADS ?= 2
 
-.PHONY: all deps testenv build test demo bench clean-testenv
+.PHONY: all deps testenv build test demo bench image clean-testenv
 
 all: build
 
@@ -33,6 +33,10 @@ demo: testenv
 bench: testenv
 	$(CARGO) run --example apply_bench
 	$(CARGO) --config 'profile.dev.package.fleetgate.opt-level=3' run --example status_matrix
+
+# The container image, built with buildah (no Docker engine needed; see hack/image.sh).
+image: deps
+	@bash hack/image.sh
 
 # Stops stray test processes (should never be needed: every handle kills its processes on drop).
 clean-testenv:
