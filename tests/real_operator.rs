@@ -97,6 +97,20 @@ fn first_image(d: &Deployment) -> String {
     d.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0].image.clone().unwrap()
 }
 
+/// Grants the agent what `fleetgate agent rbac` says release `id` needs, in place of deploy/'s
+/// template-Operator RBAC: what a spoke running this Operator installs.
+async fn grant(fleet: &Fleet, id: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_fleetgate"))
+        .args(["agent", "rbac", "--release", id, "--repo"])
+        .arg(&fleet.work)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "agent rbac {id}: {}", String::from_utf8_lossy(&out.stderr));
+    let rbac = String::from_utf8(out.stdout).unwrap();
+    let manifests = deploy_manifests().replace_file("rbac-operator.yaml", &rbac).unwrap();
+    fleet.cluster.deploy_agent(&manifests).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_shaped_operator_chart_is_released_upgraded_and_rolled_back() {
     let mut clock = Clock(Vec::new(), Instant::now());
@@ -138,6 +152,7 @@ async fn a_real_shaped_operator_chart_is_released_upgraded_and_rolled_back() {
     assert!(parse < Duration::from_secs(5), "a 1 MB CRD parses fast: {parse:?}");
 
     release(&fleet, "rel-1", &v1, &images("v1.0.0"), &[]);
+    grant(&fleet, "rel-1").await;
     clock.lap("release create --chart rel-1");
     validate(&fleet, "rel-1");
     clock.lap("validate rel-1");
@@ -177,6 +192,7 @@ async fn a_real_shaped_operator_chart_is_released_upgraded_and_rolled_back() {
     clock.lap("create custom resources");
 
     release(&fleet, "rel-2", &v2, &images("v1.1.0"), &[]);
+    grant(&fleet, "rel-2").await;
     clock.lap("release create --chart rel-2 (CRD changes)");
     validate(&fleet, "rel-2");
     clock.lap("validate rel-2");
