@@ -40,7 +40,7 @@ fn fleet(clusters: usize, releases: &[ReleaseRef]) -> FleetConfig {
             };
             // Every 50th cluster is pinned to the previous release.
             let pin = (i % 50 == 49).then(|| releases[1].id.clone());
-            let c: Cluster = Document::new("Cluster", &name, ClusterSpec { wave: wave.into(), release: pin });
+            let c: Cluster = Document::new("Cluster", &name, ClusterSpec { wave: wave.into(), release: pin, status_key: None });
             (name, c)
         })
         .collect();
@@ -118,7 +118,7 @@ fn main() {
     let dir = tempfile::tempdir().expect("temp dir");
     let repo = git2::Repository::init_bare(dir.path()).expect("bare repo");
     let commits = write_notes(&repo, &config, &rels, &set);
-    let (read_min, read_med, read) = time(5, || fleetgate::status::read_all(&repo, &commits).expect("notes read"));
+    let (read_min, read_med, read) = time(5, || fleetgate::status::read_all(&repo, &commits, &fleetgate::status::StatusKeys::default()).expect("notes read"));
     assert_eq!(read.latest("cluster-0000", &rels[1].id).map(|s| s.state), Some(State::Success));
     row("status::read_all (Git notes)", read_min, read_med, format!("{clusters} refs × {releases} commits"));
 }
