@@ -27,22 +27,6 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// A `statusKey` that is not an OpenSSH Ed25519 public key registers nothing: that cluster's
-/// statuses would all read as unverified and never open a wave.
-fn status_key_findings(config: &FleetConfig, tip_tree: &dyn RepoTree) -> Vec<Finding> {
-    use crate::model::{CLUSTERS_DIR, MAX_YAML_BYTES};
-    let mut out = Vec::new();
-    for (name, cluster) in &config.clusters {
-        let Some(key) = &cluster.spec.status_key else { continue };
-        if let Err(e) = crate::status::StatusKey::parse(key) {
-            let file = format!("{CLUSTERS_DIR}/{name}.yaml");
-            let text = tip_tree.read_text(&file, MAX_YAML_BYTES).ok().flatten().unwrap_or_default();
-            out.push(Finding::at_key(Rule::Schema, &file, &text, "statusKey", format!("statusKey: {e}")));
-        }
-    }
-    out
-}
-
 /// What happened to a release tag's signature.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "state", rename_all = "kebab-case")]
@@ -316,6 +300,22 @@ fn check_tip_release(
         }
     }
     Ok(Some(TipRelease { id, tagged, findings }))
+}
+
+/// A `statusKey` that is not an OpenSSH Ed25519 public key registers nothing: that cluster's
+/// statuses would all read as unverified and never open a wave.
+fn status_key_findings(config: &FleetConfig, tip_tree: &dyn RepoTree) -> Vec<Finding> {
+    use crate::model::{CLUSTERS_DIR, MAX_YAML_BYTES};
+    let mut out = Vec::new();
+    for (name, cluster) in &config.clusters {
+        let Some(key) = &cluster.spec.status_key else { continue };
+        if let Err(e) = crate::status::StatusKey::parse(key) {
+            let file = format!("{CLUSTERS_DIR}/{name}.yaml");
+            let text = tip_tree.read_text(&file, MAX_YAML_BYTES).ok().flatten().unwrap_or_default();
+            out.push(Finding::at_key(Rule::Schema, &file, &text, "statusKey", format!("statusKey: {e}")));
+        }
+    }
+    out
 }
 
 /// Every release the configuration asks for exists as a tag and targets the clusters asking.

@@ -11,14 +11,12 @@ use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::Api;
 
-const STRICT: &str = "    - name: pod-restarts\n      podRestarts: {max: 1}\n";
-
 /// The example: the canary halted rel-2, so this cluster never ran it; rel-3 names rel-2
 /// as `rollbackTo` and fails here. The cluster goes back to rel-1, its own last-known-good.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollback_to_a_release_that_never_ran_here_goes_to_last_known_good() {
     let fleet = Fleet::start("rb-target", true).await;
-    fleet.set_gates("20s", STRICT);
+    fleet.set_gates("20s", STRICT_RESTARTS);
     fleet.release("rel-1", |_| {});
     fleet.promote("rel-1");
     let mut agent = fleet.agent().await;
@@ -45,7 +43,7 @@ async fn a_rollback_to_a_release_that_never_ran_here_goes_to_last_known_good() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_first_release_loses_its_workloads_and_webhooks_and_keeps_its_crds() {
     let fleet = Fleet::start("rb-first", true).await;
-    fleet.set_gates("20s", STRICT);
+    fleet.set_gates("20s", STRICT_RESTARTS);
     let rel1 = fleet.release("rel-1", crash_looping);
     fleet.promote("rel-1");
     let mut agent = fleet.agent().await;
@@ -82,7 +80,7 @@ async fn a_failed_first_release_loses_its_workloads_and_webhooks_and_keeps_its_c
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_of_another_release_is_not_restored_over_the_target() {
     let fleet = Fleet::start("rb-mixed", true).await;
-    fleet.set_gates("20s", STRICT);
+    fleet.set_gates("20s", STRICT_RESTARTS);
     let mut agent = fleet.agent().await;
     for id in ["rel-1", "rel-2"] {
         fleet.release(id, |_| {});

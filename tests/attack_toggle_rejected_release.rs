@@ -10,7 +10,7 @@ use fleetgate::agent::Outcome;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn toggling_away_and_back_does_not_re_apply_a_rejected_release() {
     let fleet = Fleet::start("atk-toggle", true).await;
-    fleet.set_gates("20s", "    - name: pod-restarts\n      podRestarts: {max: 1}\n");
+    fleet.set_gates("20s", STRICT_RESTARTS);
     fleet.release("rel-1", |_| {});
     fleet.promote("rel-1");
     let mut agent = fleet.agent().await;

@@ -10,13 +10,12 @@ use agent_support::*;
 use fleetgate::agent::Outcome;
 use fleetgate::status::State;
 
-const STRICT: &str = "    - name: pod-restarts\n      podRestarts: {max: 1}\n";
 const TOOTHLESS: &str = "    - name: pod-restarts\n      podRestarts: {max: 1000000}\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gates_weakened_on_the_unsigned_tip_still_roll_a_crash_loop_back() {
     let fleet = Fleet::start("atk-gates", true).await;
-    fleet.set_gates("20s", STRICT);
+    fleet.set_gates("20s", STRICT_RESTARTS);
     fleet.release("rel-1", |_| {});
     fleet.promote("rel-1");
     let mut agent = fleet.agent().await;

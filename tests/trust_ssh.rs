@@ -17,12 +17,7 @@ use std::process::{Command, Stdio};
 /// An Ed25519 key made by `ssh-keygen`; returns the private key file (its `.pub` is beside it).
 fn ssh_key(dir: &Path, name: &str) -> PathBuf {
     let path = dir.join(name);
-    let out = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "ssh-keygen: {}", String::from_utf8_lossy(&out.stderr));
+    fleetgate_testenv::ssh_keygen(&path, name);
     path
 }
 

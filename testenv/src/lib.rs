@@ -20,6 +20,7 @@ pub mod gpg;
 pub mod operator_fixture;
 pub mod process;
 pub mod prometheus;
+pub mod ssh;
 pub mod wait;
 
 pub use cluster::*;
@@ -27,3 +28,4 @@ pub use deployed::*;
 pub use git::*;
 pub use gpg::*;
 pub use prometheus::*;
+pub use ssh::*;

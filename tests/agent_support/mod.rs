@@ -23,7 +23,7 @@ use fleetgate::agent::state::{AgentState, StateStore};
 use fleetgate::agent::{Agent, AgentServices, AgentSettings};
 use fleetgate::status::{Status, StatusNote};
 pub use fleetgate_testenv::wait::{eventually, within};
-use fleetgate_testenv::{AgentIdentity, ClusterOptions, DeployManifests, GitDaemon, GpgHome, TestCluster, git_in};
+use fleetgate_testenv::{AgentIdentity, ClusterOptions, DeployManifests, GitDaemon, GpgHome, TestCluster, git_in, ssh_keygen};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::Api;
@@ -41,6 +41,9 @@ const BIN: &str = env!("CARGO_BIN_EXE_fleetgate");
 
 /// A gate policy that passes whenever the Operator's pods do not crash: bake 3 s, every second.
 pub const QUICK_GATES: &str = "    - name: pod-restarts\n      podRestarts: {max: 3}\n";
+
+/// A gate that a crash-looping Operator ([`crash_looping`]) fails within one bake.
+pub const STRICT_RESTARTS: &str = "    - name: pod-restarts\n      podRestarts: {max: 1}\n";
 
 pub struct Fleet {
     pub cluster: TestCluster,
@@ -96,12 +99,7 @@ impl Fleet {
     pub fn status_key(&self, cluster: &str) -> PathBuf {
         let path = self.dir.path().join(format!("status-key-{cluster}"));
         if !path.exists() {
-            let out = Command::new("ssh-keygen")
-                .args(["-q", "-t", "ed25519", "-N", "", "-C", cluster, "-f"])
-                .arg(&path)
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "ssh-keygen: {}", String::from_utf8_lossy(&out.stderr));
+            ssh_keygen(&path, cluster);
         }
         path
     }

@@ -276,7 +276,8 @@ impl AgentState {
     pub fn rejected(&self) -> &BTreeMap<String, Rejection> {
         &self.rejected
     }
-    /// Whether `release` passed its bake on this cluster and was not rejected here since.
+    /// Whether `release` passed its bake on this cluster and was not rejected here since
+    /// (`last_known_good` counts for states written before `succeeded` was kept).
     pub fn succeeded_here(&self, release: &str) -> bool {
         (self.succeeded.contains(release) || self.last_known_good.as_deref() == Some(release))
             && !self.rejected.contains_key(release)
