@@ -79,7 +79,7 @@ async fn transitions_and_errors_become_events_on_the_state_configmap() {
     let rollback_note = list[2].note.as_deref().unwrap();
     assert!(
         rollback_note.contains("ApplyFailed: CRD not established in 60s")
-            && rollback_note.contains("rolling back to nothing"),
+            && rollback_note.contains("removing its workloads and webhooks (no earlier release succeeded here)"),
         "{rollback_note}"
     );
     let error_note = list[3].note.as_deref().unwrap();
