@@ -4,7 +4,7 @@
 //! the webhook, and on SIGTERM releases the Lease and exits 0.
 
 use fleetgate_testenv::process::{Guarded, free_port, wait_for_port};
-use fleetgate_testenv::{ClusterOptions, GpgHome, TestCluster, git_in};
+use fleetgate_testenv::{ClusterOptions, DeployManifests, GpgHome, TestCluster, git_in};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
@@ -53,7 +53,7 @@ fn missing_settings_exit_2_and_say_what_to_pass() {
 #[tokio::test]
 async fn the_agent_process_runs_its_services_and_hands_over_on_sigterm() {
     let cluster = TestCluster::start(ClusterOptions::new("agent-cli")).await.expect("test cluster starts");
-    cluster.create_namespace("fleetgate-system").await.unwrap();
+    let identity = cluster.deploy_agent(&DeployManifests::shipped().unwrap()).await.expect("deploy/ applied");
 
     // A fleet repo from the built-in template (it desires no release yet), served from a bare repo.
     let dir = tempfile::tempdir().unwrap();
@@ -74,7 +74,7 @@ async fn the_agent_process_runs_its_services_and_hands_over_on_sigterm() {
         "--log=info",
         "agent",
         "--kubeconfig",
-        cluster.kubeconfig_path().to_str().unwrap(),
+        identity.kubeconfig_path().to_str().unwrap(),
         "--repo",
         bare.to_str().unwrap(),
         "--cluster",

@@ -5,7 +5,7 @@
 use chrono::Utc;
 use fleetgate::agent::events::{EventRecorder, REPORTING_CONTROLLER};
 use fleetgate::agent::state::{Failure, StateStore};
-use fleetgate_testenv::{ClusterOptions, TestCluster};
+use fleetgate_testenv::{ClusterOptions, DeployManifests, TestCluster};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
 
@@ -22,13 +22,14 @@ struct ApplyError {
 #[tokio::test]
 async fn transitions_and_errors_become_events_on_the_state_configmap() {
     let cluster = TestCluster::start(ClusterOptions::new("events")).await.expect("test cluster starts");
-    cluster.create_namespace(NS).await.unwrap();
+    // The store and the recorder act as the agent's ServiceAccount (deploy/'s RBAC).
+    let agent = cluster.deploy_agent(&DeployManifests::shipped().unwrap()).await.expect("deploy/ applied").client();
 
-    let store = StateStore::new(cluster.client(), NS, "canary");
+    let store = StateStore::new(agent.clone(), NS, "canary");
     store.load().await.unwrap();
     let regarding = store.object_ref().await.unwrap();
     assert!(regarding.uid.is_some(), "{regarding:?}");
-    let recorder = EventRecorder::new(cluster.client(), "fleetgate-agent-7d9f_0a1b2c3d");
+    let recorder = EventRecorder::new(agent, "fleetgate-agent-7d9f_0a1b2c3d");
 
     let steps = [
         store

@@ -4,7 +4,7 @@
 //! notices and stops leading.
 
 use fleetgate::agent::lease::{LeaderElector, LeaderHandle, Leadership, LeaseConfig};
-use fleetgate_testenv::{ClusterOptions, TestCluster};
+use fleetgate_testenv::{ClusterOptions, DeployManifests, TestCluster};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, Patch, PatchParams};
@@ -14,9 +14,10 @@ const NS: &str = "fleetgate-system";
 const LEASE: &str = "fleetgate-agent-canary";
 const DURATION: Duration = Duration::from_secs(3);
 
-fn candidate(cluster: &TestCluster, identity: &str) -> LeaderHandle {
+/// A candidate authenticated as the agent's ServiceAccount (deploy/'s RBAC).
+fn candidate(agent: &kube::Client, identity: &str) -> LeaderHandle {
     LeaderElector::new(
-        cluster.client(),
+        agent.clone(),
         LeaseConfig { namespace: NS.into(), name: LEASE.into(), identity: identity.into(), lease_duration: DURATION },
     )
     .spawn()
@@ -34,13 +35,13 @@ async fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool)
 #[tokio::test]
 async fn one_leader_takeover_after_expiry_fast_handover_and_loss() {
     let cluster = TestCluster::start(ClusterOptions::new("lease")).await.expect("test cluster starts");
-    cluster.create_namespace(NS).await.unwrap();
+    let agent = cluster.deploy_agent(&DeployManifests::shipped().unwrap()).await.expect("deploy/ applied").client();
     let leases: Api<Lease> = Api::namespaced(cluster.client(), NS);
 
     // Two candidates: exactly one leads, the other follows it by name.
-    let a = candidate(&cluster, "agent-a");
+    let a = candidate(&agent, "agent-a");
     wait_until("a leads", Duration::from_secs(10), || a.is_leading()).await;
-    let b = candidate(&cluster, "agent-b");
+    let b = candidate(&agent, "agent-b");
     wait_until("b sees a", Duration::from_secs(10), || {
         b.current() == Leadership::Following { holder: Some("agent-a".into()) }
     })
@@ -65,7 +66,7 @@ async fn one_leader_takeover_after_expiry_fast_handover_and_loss() {
     assert_eq!(spec.lease_transitions, Some(1));
 
     // A graceful stop releases the Lease: a new candidate leads within about one retry period.
-    let c = candidate(&cluster, "agent-c");
+    let c = candidate(&agent, "agent-c");
     wait_until("c follows b", Duration::from_secs(10), || {
         c.current() == Leadership::Following { holder: Some("agent-b".into()) }
     })

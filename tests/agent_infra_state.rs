@@ -7,16 +7,18 @@ use chrono::Utc;
 use fleetgate::agent::state::{Failure, Next, Phase, Progress, StateError, StateStore, TransitionError};
 use fleetgate::release::TagPins;
 use fleetgate_testenv::wait::within;
-use fleetgate_testenv::{ClusterOptions, TestCluster};
+use fleetgate_testenv::{ClusterOptions, DeployManifests, TestCluster};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
 
 const NS: &str = "fleetgate-system";
 
-async fn cluster_with_namespace(name: &str) -> TestCluster {
+/// A cluster with deploy/ applied, and a client as the agent's ServiceAccount: the store works
+/// with exactly the RBAC we ship.
+async fn deployed_cluster(name: &str) -> (TestCluster, kube::Client) {
     let cluster = TestCluster::start(ClusterOptions::new(name)).await.expect("test cluster starts");
-    cluster.create_namespace(NS).await.expect("namespace created");
-    cluster
+    let agent = cluster.deploy_agent(&DeployManifests::shipped().unwrap()).await.expect("deploy/ applied").client();
+    (cluster, agent)
 }
 
 /// Pins as verification would hand them over (a `TagPins` holding one tag).
@@ -26,12 +28,12 @@ fn pins(tag: &str, commit: &str) -> TagPins {
 
 #[tokio::test]
 async fn state_survives_a_restart_mid_operation_and_damage_is_refused() {
-    let cluster = cluster_with_namespace("state-restart").await;
+    let (cluster, agent) = deployed_cluster("state-restart").await;
     let configmaps: Api<ConfigMap> = Api::namespaced(cluster.client(), NS);
 
     // First process: loads (creating the ConfigMap), runs rel-1 to success, starts rel-2 and dies
     // while baking.
-    let store = StateStore::new(cluster.client(), NS, "canary");
+    let store = StateStore::new(agent.clone(), NS, "canary");
     let state = within("load", 30, store.load()).await.unwrap();
     assert_eq!(state.phase(), Phase::Idle);
     let cm = configmaps.get("fleetgate-state-canary").await.expect("state ConfigMap created on load");
@@ -74,7 +76,7 @@ async fn state_survives_a_restart_mid_operation_and_damage_is_refused() {
     drop(store);
 
     // Second process: reads the same state and resumes the bake.
-    let restarted = StateStore::new(cluster.client(), NS, "canary");
+    let restarted = StateStore::new(agent.clone(), NS, "canary");
     let state = within("reload", 30, restarted.load()).await.unwrap();
     match state.next() {
         Next::Resume(Progress::Baking { operation, .. }) => {
@@ -93,7 +95,7 @@ async fn state_survives_a_restart_mid_operation_and_damage_is_refused() {
         restarted.update(|s| s.rollback_finished()).await.unwrap();
     })
     .await;
-    let again = StateStore::new(cluster.client(), NS, "canary");
+    let again = StateStore::new(agent.clone(), NS, "canary");
     let state = within("reload", 30, again.load()).await.unwrap();
     assert_eq!(state.current(), Some("rel-1"));
     assert!(matches!(state.next(), Next::Rejected { release: "rel-2", .. }));
@@ -107,7 +109,7 @@ async fn state_survives_a_restart_mid_operation_and_damage_is_refused() {
     // Damage: refused with a way out, never reset to empty (that would forget rejections and pins).
     let patch = serde_json::json!({ "data": { "phase": "Dancing" } });
     configmaps.patch("fleetgate-state-canary", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-    let err = within("corrupt", 30, StateStore::new(cluster.client(), NS, "canary").load()).await.unwrap_err();
+    let err = within("corrupt", 30, StateStore::new(agent.clone(), NS, "canary").load()).await.unwrap_err();
     let text = err.to_string();
     assert!(matches!(err, StateError::Corrupt { .. }), "{text}");
     assert!(
@@ -118,9 +120,9 @@ async fn state_survives_a_restart_mid_operation_and_damage_is_refused() {
 
 #[tokio::test]
 async fn concurrent_writers_conflict_and_the_loser_reapplies_or_refuses() {
-    let cluster = cluster_with_namespace("state-conflict").await;
-    let a = StateStore::new(cluster.client(), NS, "wave-1");
-    let b = StateStore::new(cluster.client(), NS, "wave-1");
+    let (_cluster, agent) = deployed_cluster("state-conflict").await;
+    let a = StateStore::new(agent.clone(), NS, "wave-1");
+    let b = StateStore::new(agent.clone(), NS, "wave-1");
     within("load", 30, async {
         a.load().await.unwrap();
         b.load().await.unwrap();

@@ -83,7 +83,7 @@ pub(crate) fn run_hack_script(name: &str, hint: &str) -> anyhow::Result<PathBuf>
 }
 
 /// The fleetgate checkout: `FLEETGATE_REPO`, else this crate's parent directory.
-fn checkout_dir() -> PathBuf {
+pub(crate) fn checkout_dir() -> PathBuf {
     match std::env::var_os("FLEETGATE_REPO").filter(|d| !d.is_empty()) {
         Some(repo) => PathBuf::from(repo),
         None => Path::new(env!("CARGO_MANIFEST_DIR")).join(".."),

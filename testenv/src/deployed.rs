@@ -37,6 +37,11 @@ pub struct DeployManifests {
 }
 
 impl DeployManifests {
+    /// `deploy/` of the fleetgate checkout, as shipped.
+    pub fn shipped() -> anyhow::Result<DeployManifests> {
+        DeployManifests::load(&crate::cluster::checkout_dir().join("deploy"))
+    }
+
     /// The files `deploy_dir/kustomization.yaml` lists under `resources`.
     pub fn load(deploy_dir: &Path) -> anyhow::Result<DeployManifests> {
         #[derive(serde::Deserialize)]
