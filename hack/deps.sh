@@ -2,9 +2,10 @@
 # Installs the Debian packages fleetgate builds and tests against, idempotently:
 # gpgme (signature verification), OpenSSL + pkg-config (git2's https/ssh), gnupg (test keys),
 # git (git daemon in tests), prometheus (metric-gate tests), openssh-client (ssh-keygen: SSH
-# signatures and status keys in tests). Skips packages already present.
+# signatures and status keys in tests), buildah + mmdebstrap (`make image` and tests/image.rs build
+# and run the container image without a Docker engine). Skips packages already present.
 set -euo pipefail
-pkgs=(libgpgme-dev libssl-dev pkg-config gnupg git prometheus build-essential openssh-client)
+pkgs=(libgpgme-dev libssl-dev pkg-config gnupg git prometheus build-essential openssh-client buildah mmdebstrap)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -21,10 +21,7 @@ BINARY=${FLEETGATE_BINARY:-target/release/fleetgate}
 B=(buildah --storage-driver vfs)
 
 for tool in buildah mmdebstrap; do
-  command -v "$tool" >/dev/null || {
-    echo "installing $tool (Debian package)" >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$tool" >&2
-  }
+  command -v "$tool" >/dev/null || { echo "$tool is missing: run \`make deps\` (hack/deps.sh installs it)" >&2; exit 2; }
 done
 
 has_image() { "${B[@]}" inspect --type image "$1" >/dev/null 2>&1; }

@@ -2,8 +2,8 @@
 //! runs) from the test build's binary, and run: `fleetgate --version`, then `fleetgate init` and
 //! `fleetgate validate` inside the image, as its non-root user, with its own gpg.
 //!
-//! Skipped, saying so, when buildah is not installed (it needs root and Debian's package; the
-//! script installs it when run as `make image`).
+//! Skipped, saying so, when buildah is not installed (it needs root and Debian's package;
+//! `make test` installs it through hack/deps.sh, so CI runs it).
 
 use std::path::Path;
 use std::process::Command;
@@ -17,7 +17,7 @@ fn buildah(args: &[&str]) -> String {
 #[test]
 fn the_image_runs_version_and_validate() {
     if Command::new("buildah").arg("--version").output().is_err() {
-        eprintln!("SKIPPED: buildah is not installed (apt-get install buildah, or `make image` installs it)");
+        eprintln!("SKIPPED: buildah is not installed (`make deps` installs it)");
         return;
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
