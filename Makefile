@@ -7,7 +7,7 @@ CARGO ?= cargo
 # Tests start real control planes; two cores fit two at a time.
 TEST_THREADS ?= 2
 
-.PHONY: all deps testenv build test demo bench image clean-testenv
+.PHONY: all deps testenv build test demo bench fuzz image clean-testenv
 
 all: build
 
@@ -33,6 +33,10 @@ demo: testenv
 bench: testenv
 	$(CARGO) run --example apply_bench
 	$(CARGO) --config 'profile.dev.package.fleetgate.opt-level=3' run --example status_matrix
+
+# The parser properties of tests/fuzz_parsers.rs at 20,000 cases each (make test runs 256).
+fuzz: deps
+	PROPTEST_CASES=20000 $(CARGO) test --test fuzz_parsers --release
 
 # The container image, built with buildah (no Docker engine needed; see hack/image.sh).
 image: deps
