@@ -8,8 +8,6 @@ use agent_support::*;
 use fleetgate::agent::Outcome;
 use fleetgate_testenv::git_in;
 
-const FAILING_GATES: &str = "    - name: canary-probe\n      onUnknown: fail\n      deploymentAvailable: {names: [redis-operator-canary-probe]}\n";
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollback_is_written_back_to_the_tracked_branch() {
     let fleet = Fleet::start("agent-writeback", true).await;

@@ -3,6 +3,8 @@
 //! pushed to a `git daemon`, trusted through an OpenSSH `allowed_signers` file given as a
 //! trusted key file. A good tag is accepted (and `git verify-tag` agrees); an untrusted key, a
 //! signature for another namespace and a corrupted signature are each refused with their own error.
+//! The other way round: a tag fleetgate itself signs with an SSH key (`--signing-format ssh`)
+//! verifies with `git verify-tag`, with `ssh-keygen -Y verify`, and with the agent's verification.
 
 mod fleet_support;
 
@@ -125,6 +127,75 @@ fn a_tag_signed_by_ssh_keygen_in_the_git_namespace_is_accepted() {
     assert_eq!(verify_tag(&remote, &signers).unwrap(), fingerprint(&key));
 }
 
+#[test]
+fn a_tag_fleetgate_signs_with_ssh_verifies_with_git_ssh_keygen_and_the_agent() {
+    use fleetgate::releng::Signer;
+    use fleetgate::releng::sign::write_signed_tag;
+    let remote = FleetRemote::new();
+    let key = ssh_key(remote.dir.path(), "release-ssh");
+    let signers = allowed_signers(remote.dir.path(), &key);
+    let mut signer = Signer::open_ssh(&key).unwrap();
+    assert_eq!(signer.fingerprint(), fingerprint(&key));
+
+    let repo = git2::Repository::open(&remote.work).unwrap();
+    let head = repo.head().unwrap().peel_to_commit().unwrap().id();
+    let tagger = git2::Signature::now("Release Bot", "release@example.com").unwrap();
+    let tag = write_signed_tag(&repo, &mut signer, head, RELEASE, &tagger, &format!("release {RELEASE}")).unwrap();
+    repo.reference(&format!("refs/tags/{RELEASE}"), tag, false, "fleetgate ssh-signed tag").unwrap();
+    remote.git(&["push", "-q", "origin", &format!("refs/tags/{RELEASE}")]);
+
+    // Git, given the allowed_signers file, accepts the tag as its own `git tag -s` would be.
+    let allowed = format!("gpg.ssh.allowedSignersFile={}", signers.display());
+    let out = Command::new("git")
+        .current_dir(&remote.work)
+        .args(["-c", &allowed, "verify-tag", RELEASE])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "git verify-tag: {said}");
+    assert!(said.contains("Good \"git\" signature for release@example.com"), "{said}");
+
+    // OpenSSH alone: the payload (the tag object before the signature) in namespace git.
+    let raw = repo.odb().unwrap().read(tag).unwrap().data().to_vec();
+    let (payload, signature) = fleetgate::release::split_signed_tag(&raw).unwrap();
+    let sig_file = remote.dir.path().join("tag.sig");
+    std::fs::write(&sig_file, signature).unwrap();
+    let mut child = Command::new("ssh-keygen")
+        .args(["-Y", "verify", "-n", "git", "-I", "release@example.com", "-f"])
+        .arg(&signers)
+        .arg("-s")
+        .arg(&sig_file)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), payload).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "ssh-keygen -Y verify: {}", String::from_utf8_lossy(&out.stderr));
+
+    // And the agent's verification.
+    assert_eq!(verify_tag(&remote, &signers).unwrap(), fingerprint(&key));
+}
+
+#[test]
+fn an_encrypted_or_non_ed25519_ssh_signing_key_is_refused_with_what_to_use() {
+    use fleetgate::releng::{SignError, Signer};
+    let dir = tempfile::tempdir().unwrap();
+    let encrypted = dir.path().join("encrypted");
+    let out = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "secret", "-C", "enc", "-f"])
+        .arg(&encrypted)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = Signer::open_ssh(&encrypted).unwrap_err();
+    assert!(matches!(&err, SignError::SshKeyUnusable { why, .. } if why == "encrypted"), "{err:?}");
+    let not_a_key = dir.path().join("not-a-key");
+    std::fs::write(&not_a_key, "hello").unwrap();
+    assert!(matches!(Signer::open_ssh(&not_a_key).unwrap_err(), SignError::SshKeyFormat { .. }));
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Bad {
     UntrustedKey,
@@ -169,6 +240,7 @@ fn an_untrustworthy_ssh_tag_is_refused_with_its_own_error(#[case] bad: Bad) {
 fn an_ssh_signed_promotion_commit_is_a_signed_tip_and_an_untrusted_one_is_refused() {
     use fleetgate::model::PromotionMode;
     use fleetgate::release::{PromotionError, check_tip};
+    use fleetgate::status::StatusKeys;
     let remote = FleetRemote::new();
     let key = ssh_key(remote.dir.path(), "promoter");
     let other = ssh_key(remote.dir.path(), "someone-else");
@@ -181,11 +253,11 @@ fn an_ssh_signed_promotion_commit_is_a_signed_tip_and_an_untrusted_one_is_refuse
     commit_signed_by(&key, "signed promotion");
     let state = tempfile::tempdir().unwrap();
     let (mut source, checkout) = remote.checkout(state.path());
-    assert!(check_tip(&checkout, PromotionMode::Signed, &keys, None).unwrap().is_signed());
+    assert!(check_tip(&checkout, PromotionMode::Signed, &keys, None, &StatusKeys::default()).unwrap().is_signed());
 
     commit_signed_by(&other, "promotion by an untrusted key");
     source.sync().unwrap();
-    let err = check_tip(&source.checkout().unwrap(), PromotionMode::Signed, &keys, None).unwrap_err();
+    let err = check_tip(&source.checkout().unwrap(), PromotionMode::Signed, &keys, None, &StatusKeys::default()).unwrap_err();
     assert!(
         matches!(&err, PromotionError::UnsignedTip { problem: SignatureProblem::UntrustedKey { .. }, .. }),
         "{err:?}"
