@@ -129,20 +129,32 @@ fn a_tag_signed_by_ssh_keygen_in_the_git_namespace_is_accepted() {
 
 #[test]
 fn a_tag_fleetgate_signs_with_ssh_verifies_with_git_ssh_keygen_and_the_agent() {
-    use fleetgate::releng::Signer;
-    use fleetgate::releng::sign::write_signed_tag;
     let remote = FleetRemote::new();
     let key = ssh_key(remote.dir.path(), "release-ssh");
     let signers = allowed_signers(remote.dir.path(), &key);
-    let mut signer = Signer::open_ssh(&key).unwrap();
-    assert_eq!(signer.fingerprint(), fingerprint(&key));
-
+    // An SSH key carries no name: Git's identity says who tags.
+    remote.git(&["config", "user.name", "Release Bot"]);
+    remote.git(&["config", "user.email", "release@example.com"]);
+    let manifests = remote.dir.path().join("render");
+    let copied = Command::new("cp").arg("-r").arg(remote.work.join("operator")).arg(&manifests).status().unwrap();
+    assert!(copied.success());
+    let out = Command::new(env!("CARGO_BIN_EXE_fleetgate"))
+        .args(["release", "create", "--repo"])
+        .arg(&remote.work)
+        .args(["--id", RELEASE, "--manifests"])
+        .arg(&manifests)
+        .args(["--image", "registry.example.com/redis-operator:v1.2.3-build.456", "--chart-version", "1.2.3"])
+        .args(["--crd-version", "v1alpha2", "--git-commit", "a1b2c3d4e5f6", "--all", "--signing-format", "ssh"])
+        .arg("--sign-key")
+        .arg(&key)
+        .arg("--push")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "release create: {said}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(said.contains(&format!("signed by {}", fingerprint(&key))), "{said}");
     let repo = git2::Repository::open(&remote.work).unwrap();
-    let head = repo.head().unwrap().peel_to_commit().unwrap().id();
-    let tagger = git2::Signature::now("Release Bot", "release@example.com").unwrap();
-    let tag = write_signed_tag(&repo, &mut signer, head, RELEASE, &tagger, &format!("release {RELEASE}")).unwrap();
-    repo.reference(&format!("refs/tags/{RELEASE}"), tag, false, "fleetgate ssh-signed tag").unwrap();
-    remote.git(&["push", "-q", "origin", &format!("refs/tags/{RELEASE}")]);
+    let tag = repo.refname_to_id(&format!("refs/tags/{RELEASE}")).unwrap();
 
     // Git, given the allowed_signers file, accepts the tag as its own `git tag -s` would be.
     let allowed = format!("gpg.ssh.allowedSignersFile={}", signers.display());

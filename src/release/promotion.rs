@@ -239,7 +239,7 @@ fn check_write_back(
     if let Some(other) = paths.iter().filter_map(|p| cluster_of(p)).find(|c| *c != cluster) {
         return Err(PromotionError::WriteBackOtherCluster { commit: at, cluster: cluster.into(), other: other.into() });
     }
-    if let Some(path) = paths.iter().find(|p| !own(p)) {
+    if let Some(path) = paths.iter().find(|p| !own(p.as_str())) {
         return Err(PromotionError::WriteBackOtherFile { commit: at, cluster: cluster.into(), path: path.clone() });
     }
     let not_a_pin = |what: &str| PromotionError::WriteBackNotAPin {

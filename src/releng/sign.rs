@@ -160,7 +160,7 @@ impl Signer {
         let (ctx, key) = match &mut self.key {
             SigningKey::OpenPgp { ctx, key } => (ctx, key),
             SigningKey::Ssh(key) => {
-                let ssh = |source| SignError::SshSign { fingerprint: self.fingerprint.clone(), source };
+                let ssh = |source: ssh_key::Error| SignError::SshSign { fingerprint: self.fingerprint.clone(), source };
                 // SHA-512, as `ssh-keygen -Y sign` (and so Git) hashes by default.
                 let sig = key.sign(crate::release::GIT_NAMESPACE, HashAlg::Sha512, payload).map_err(ssh)?;
                 return sig.to_pem(LineEnding::LF).map_err(ssh);
