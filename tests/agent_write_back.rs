@@ -71,12 +71,8 @@ fn a_rollback_is_written_back_as_a_pin_of_this_cluster_only() {
     let signers = work.path().join("allowed_signers");
     std::fs::write(&signers, format!("cluster-a {}\n", key.public())).unwrap();
     let allowed = format!("gpg.ssh.allowedSignersFile={}", signers.display());
-    let verified = Command::new("git")
-        .arg("-C")
-        .arg(&repo)
-        .args(["-c", &allowed, "verify-commit", "HEAD"])
-        .output()
-        .unwrap();
+    let verified =
+        Command::new("git").arg("-C").arg(&repo).args(["-c", &allowed, "verify-commit", "HEAD"]).output().unwrap();
     assert!(verified.status.success(), "git verify-commit: {}", String::from_utf8_lossy(&verified.stderr));
     assert!(String::from_utf8_lossy(&verified.stderr).contains("Good \"git\" signature for cluster-a"));
     assert!(repo.join("NOTES.md").exists(), "the concurrent commit was kept");
@@ -86,7 +82,8 @@ fn a_rollback_is_written_back_as_a_pin_of_this_cluster_only() {
     assert!(!cluster_b.lines().any(|l| l.trim().starts_with("release:")), "only this cluster is pinned");
 
     // Git now says what runs: a second write-back has nothing to do.
-    let again = write_back(&mut source, &Credentials::default(), &key, "cluster-a", "rel-2", "rel-1", &failure).unwrap();
+    let again =
+        write_back(&mut source, &Credentials::default(), &key, "cluster-a", "rel-2", "rel-1", &failure).unwrap();
     assert_eq!(again, None);
 
     git(&repo, &["config", "user.name", "On Call"]);

@@ -40,7 +40,11 @@ async fn commits_signed_with_a_cluster_key_are_only_accepted_as_its_own_pin_to_a
             &|| fleet.edit("clusters/cluster-b.yaml", "  wave: wave-1", "  wave: wave-1\n  release: rel-1"),
             "but pins cluster cluster-b",
         ),
-        ("pins a release the cluster never ran", &|| pin_a("rel-2"), "pins it to rel-2, a release cluster-a never reported running"),
+        (
+            "pins a release the cluster never ran",
+            &|| pin_a("rel-2"),
+            "pins it to rel-2, a release cluster-a never reported running",
+        ),
         (
             "changes more than the pin",
             &|| {

@@ -10,8 +10,8 @@ use fleetgate::release::{
     Keyring, PromotionError, SignatureProblem, TagPins, TipTrust, TrustConfig, VerifyError, check_tip, resolve,
     resolve_release, verify,
 };
-use fleetgate_testenv::GpgHome;
 use fleetgate::status::StatusKeys;
+use fleetgate_testenv::GpgHome;
 use rstest::rstest;
 
 fn trust(remote: &FleetRemote) -> TrustConfig {
@@ -217,7 +217,10 @@ fn signed_promotions_require_a_signed_tip_that_descends_from_the_accepted_one() 
     let err = check_tip(&checkout, PromotionMode::Signed, &keys, None, &StatusKeys::default()).unwrap_err();
     assert!(matches!(&err, PromotionError::UnsignedTip { problem: SignatureProblem::Missing, .. }), "{err:?}");
     // Unsigned promotions take the same tip, as a choice that is not a signed decision.
-    assert_eq!(check_tip(&checkout, PromotionMode::Unsigned, &keys, None, &StatusKeys::default()).unwrap(), TipTrust::Unsigned);
+    assert_eq!(
+        check_tip(&checkout, PromotionMode::Unsigned, &keys, None, &StatusKeys::default()).unwrap(),
+        TipTrust::Unsigned
+    );
 
     remote.git(&["commit", "-q", "-S", "--allow-empty", "-m", "signed promotion"]);
     remote.git(&["push", "-q", "origin", "main"]);
@@ -232,13 +235,16 @@ fn signed_promotions_require_a_signed_tip_that_descends_from_the_accepted_one() 
     remote.git(&["push", "-q", "origin", "main"]);
     source.sync().unwrap();
     let newer = source.checkout().unwrap();
-    assert!(check_tip(&newer, PromotionMode::Signed, &keys, Some(&accepted), &StatusKeys::default()).unwrap().is_signed());
+    assert!(
+        check_tip(&newer, PromotionMode::Signed, &keys, Some(&accepted), &StatusKeys::default()).unwrap().is_signed()
+    );
     remote.git(&["reset", "-q", "--hard", "HEAD~1"]);
     remote.git(&["commit", "-q", "-S", "--allow-empty", "-m", "a signed fork"]);
     remote.git(&["push", "-q", "-f", "origin", "main"]);
     source.sync().unwrap();
     let forked = source.checkout().unwrap();
-    let err = check_tip(&forked, PromotionMode::Signed, &keys, Some(&newer.tip().to_string()), &StatusKeys::default()).unwrap_err();
+    let err = check_tip(&forked, PromotionMode::Signed, &keys, Some(&newer.tip().to_string()), &StatusKeys::default())
+        .unwrap_err();
     assert!(matches!(err, PromotionError::NotDescendant { .. }), "{err:?}");
 }
 

@@ -158,11 +158,8 @@ fn a_tag_fleetgate_signs_with_ssh_verifies_with_git_ssh_keygen_and_the_agent() {
 
     // Git, given the allowed_signers file, accepts the tag as its own `git tag -s` would be.
     let allowed = format!("gpg.ssh.allowedSignersFile={}", signers.display());
-    let out = Command::new("git")
-        .current_dir(&remote.work)
-        .args(["-c", &allowed, "verify-tag", RELEASE])
-        .output()
-        .unwrap();
+    let out =
+        Command::new("git").current_dir(&remote.work).args(["-c", &allowed, "verify-tag", RELEASE]).output().unwrap();
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "git verify-tag: {said}");
     assert!(said.contains("Good \"git\" signature for release@example.com"), "{said}");
@@ -269,7 +266,8 @@ fn an_ssh_signed_promotion_commit_is_a_signed_tip_and_an_untrusted_one_is_refuse
 
     commit_signed_by(&other, "promotion by an untrusted key");
     source.sync().unwrap();
-    let err = check_tip(&source.checkout().unwrap(), PromotionMode::Signed, &keys, None, &StatusKeys::default()).unwrap_err();
+    let err =
+        check_tip(&source.checkout().unwrap(), PromotionMode::Signed, &keys, None, &StatusKeys::default()).unwrap_err();
     assert!(
         matches!(&err, PromotionError::UnsignedTip { problem: SignatureProblem::UntrustedKey { .. }, .. }),
         "{err:?}"

@@ -1,13 +1,13 @@
 //! `fleetgate release create`: flags into a [`CreateRequest`], one call to
 //! [`fleetgate::releng::create::create`], an optional push, and the result for people or pipelines.
 
+use super::args::SigningFormat;
 use super::output::{Done, OutputFormat, crd_line, fail, heading, next};
 use crate::model::Requirements;
 use crate::releng::chart::ChartInput;
 use crate::releng::create::{self, CreateOutcome, CreateReport, CreateRequest, Targets};
 use crate::releng::publish;
 use crate::releng::push::{self, Pushed};
-use super::args::SigningFormat;
 use crate::releng::{FleetRepo, RelengError};
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -200,7 +200,8 @@ fn write_back_signer(
             }
         }
     }
-    let found = keys.iter().find(|(_, key)| key.public_key().key_data() == sig.public_key()).map(|(c, k)| (c, k.clone()));
+    let found =
+        keys.iter().find(|(_, key)| key.public_key().key_data() == sig.public_key()).map(|(c, k)| (c, k.clone()));
     let Some((cluster, key)) = found else { return Ok(None) };
     if key.public_key().verify(GIT_NAMESPACE, &payload, &sig).is_err() {
         return Ok(None);
@@ -282,17 +283,14 @@ fn ran(
 ) -> Result<bool, PromotionError> {
     let statuses = |id: &str| -> Result<Vec<crate::status::Status>, PromotionError> {
         let Some(tag) = checkout.tag(id)? else { return Ok(Vec::new()) };
-        let set = crate::status::read_all(checkout.repo(), &[tag.commit], keys)
-?;
+        let set = crate::status::read_all(checkout.repo(), &[tag.commit], keys)?;
         Ok(set.history(cluster, id).to_vec())
     };
     if statuses(release)?.iter().any(|s| s.state == State::Success) {
         return Ok(true);
     }
     let Some(wb) = trailers.filter(|wb| wb.rolled_back_to == release) else { return Ok(false) };
-    Ok(statuses(&wb.release)?
-        .iter()
-        .any(|s| s.state == State::Failure && s.rollback_to.as_deref() == Some(release)))
+    Ok(statuses(&wb.release)?.iter().any(|s| s.state == State::Failure && s.rollback_to.as_deref() == Some(release)))
 }
 
 /// `tip` is `accepted` or one of its descendants. An accepted commit the mirror no longer has

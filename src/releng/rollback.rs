@@ -108,7 +108,12 @@ struct Change {
 }
 
 impl Change {
-    fn new(repo: &FleetRepo, commit: &Commit<'_>, before: BTreeMap<String, Option<String>>, after: BTreeMap<String, Option<String>>) -> Change {
+    fn new(
+        repo: &FleetRepo,
+        commit: &Commit<'_>,
+        before: BTreeMap<String, Option<String>>,
+        after: BTreeMap<String, Option<String>>,
+    ) -> Change {
         let message = commit.message().unwrap_or_default().to_string();
         let reverts_write_back = reverted(&message)
             .and_then(|oid| repo.git().find_commit(oid).ok())

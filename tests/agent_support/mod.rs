@@ -46,8 +46,7 @@ pub const QUICK_GATES: &str = "    - name: pod-restarts\n      podRestarts: {max
 pub const STRICT_RESTARTS: &str = "    - name: pod-restarts\n      podRestarts: {max: 1}\n";
 
 /// A gate no release of the template passes: it waits for a Deployment the Operator never has.
-pub const FAILING_GATES: &str =
-    "    - name: canary-probe\n      onUnknown: fail\n      deploymentAvailable: {names: [redis-operator-canary-probe]}\n";
+pub const FAILING_GATES: &str = "    - name: canary-probe\n      onUnknown: fail\n      deploymentAvailable: {names: [redis-operator-canary-probe]}\n";
 
 pub struct Fleet {
     pub cluster: TestCluster,
