@@ -52,7 +52,8 @@ pub struct Signer {
 
 enum SigningKey {
     OpenPgp { ctx: gpgme::Context, key: gpgme::Key },
-    Ssh(PrivateKey),
+    // Boxed: a private key is large next to gpgme's handles.
+    Ssh(Box<PrivateKey>),
 }
 
 impl std::fmt::Debug for Signer {
@@ -136,7 +137,7 @@ impl Signer {
             return Err(unusable(format!("a {} key", key.algorithm())));
         }
         let fingerprint = key.public_key().fingerprint(HashAlg::Sha256).to_string();
-        Ok(Signer { key: SigningKey::Ssh(key), fingerprint })
+        Ok(Signer { key: SigningKey::Ssh(Box::new(key)), fingerprint })
     }
 
     /// The signing key's primary fingerprint (`SHA256:…` for an SSH key, as `ssh-keygen -l` prints).
