@@ -4,7 +4,9 @@
 //! trusted key file. A good tag is accepted (and `git verify-tag` agrees); an untrusted key, a
 //! signature for another namespace and a corrupted signature are each refused with their own error.
 //! The other way round: a tag fleetgate itself signs with an SSH key (`--signing-format ssh`)
-//! verifies with `git verify-tag`, with `ssh-keygen -Y verify`, and with the agent's verification.
+//! verifies with `git verify-tag`, with `ssh-keygen -Y verify`, and with the agent's verification;
+//! a commit it signs so (any signing command: `cluster register` here) verifies with `git
+//! verify-commit` and is a signed promotion tip.
 
 mod fleet_support;
 
@@ -188,7 +190,7 @@ fn a_tag_fleetgate_signs_with_ssh_verifies_with_git_ssh_keygen_and_the_agent() {
 }
 
 #[test]
-fn an_encrypted_or_non_ed25519_ssh_signing_key_is_refused_with_what_to_use() {
+fn an_encrypted_or_unreadable_ssh_signing_key_is_refused_with_its_own_error() {
     use fleetgate::releng::{SignError, Signer};
     let dir = tempfile::tempdir().unwrap();
     let encrypted = dir.path().join("encrypted");
@@ -272,4 +274,38 @@ fn an_ssh_signed_promotion_commit_is_a_signed_tip_and_an_untrusted_one_is_refuse
         matches!(&err, PromotionError::UnsignedTip { problem: SignatureProblem::UntrustedKey { .. }, .. }),
         "{err:?}"
     );
+}
+
+#[test]
+fn a_commit_fleetgate_signs_with_ssh_is_a_signed_promotion_tip_and_verifies_with_git() {
+    use fleetgate::model::PromotionMode;
+    use fleetgate::release::check_tip;
+    use fleetgate::status::StatusKeys;
+    let remote = FleetRemote::new();
+    let key = ssh_key(remote.dir.path(), "promoter");
+    let signers = allowed_signers(remote.dir.path(), &key);
+    remote.git(&["config", "user.name", "Release Manager"]);
+    remote.git(&["config", "user.email", "release@example.com"]);
+    // Any signing command takes the same flags (CommitSigning): here `cluster register`.
+    let agent_key = ssh_key(remote.dir.path(), "status-cluster-a");
+    let status_key = std::fs::read_to_string(agent_key.with_extension("pub")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_fleetgate"))
+        .args(["cluster", "register", "cluster-a", "--status-key", status_key.trim(), "--repo"])
+        .arg(&remote.work)
+        .args(["--signing-format", "ssh", "--sign-key"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cluster register: {}", String::from_utf8_lossy(&out.stderr));
+    remote.git(&["push", "-q", "origin", "main"]);
+
+    let allowed = format!("gpg.ssh.allowedSignersFile={}", signers.display());
+    let out =
+        Command::new("git").current_dir(&remote.work).args(["-c", &allowed, "verify-commit", "HEAD"]).output().unwrap();
+    assert!(out.status.success(), "git verify-commit: {}", String::from_utf8_lossy(&out.stderr));
+    let state = tempfile::tempdir().unwrap();
+    let (_source, checkout) = remote.checkout(state.path());
+    let keys = Keyring::from_files(&[signers]).unwrap();
+    let trust = check_tip(&checkout, PromotionMode::Signed, &keys, None, &StatusKeys::default()).unwrap();
+    assert_eq!(trust, fleetgate::release::TipTrust::Signed { signer: fingerprint(&key) });
 }
