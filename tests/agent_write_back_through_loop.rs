@@ -1,6 +1,6 @@
-//! With `--write-back`, the agent that rolled a release back pushes a commit to the fleet repo's
-//! server pinning its cluster to the release it rolled back to, so Git says again what runs; the
-//! next pass then finds the cluster up to date.
+//! With write-back (on by default; the harness opts in), the agent that rolled a release back
+//! pushes a commit to the fleet repo's server pinning its cluster to the release it rolled back
+//! to, so Git says again what runs; the next pass then finds the cluster up to date.
 
 mod agent_support;
 
