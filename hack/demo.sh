@@ -9,7 +9,9 @@
 #
 #   rel-1 (good)  promoted fleet-wide → applied wave by wave, all success
 #   rel-2 (bad)   its pods crash-loop → the canary's gate fails, the canary rolls itself back to
-#                 rel-1 and reports failure; wave-1 and wave-2 never apply rel-2
+#                 rel-1, reports failure, and writes the rollback back to Git: `main` pins the
+#                 canary to rel-1 in a commit signed with its status key, whose trailers name the
+#                 failed gate and its figure; wave-1 and wave-2 never apply rel-2
 #   rel-3 (good)  rolls through all waves
 #
 # Environment: DEMO_DIR (keep everything there; default a temp dir, removed at the end unless
@@ -120,6 +122,8 @@ for c in "${CLUSTERS[@]}"; do
   key=$("$FG" agent --print-status-key --repo "$REPO_URL" --cluster "$c" \
     --kubeconfig "$DIR/clusters/$c.kubeconfig" --trusted-keys "$DIR/trusted.asc")
   "$FG" cluster register "$c" --status-key "$key" --repo "$WORK" >/dev/null
+  # The same keys sign the agents' write-back commits: Git checks them against this file.
+  echo "$c $key" >>"$DIR/allowed_signers"
   ok "$c: $key"
 done
 git -C "$WORK" push -q origin main
@@ -275,6 +279,19 @@ for c in cluster-b cluster-c; do
   [[ "$(running "$c")" == rel-1 ]] || die "$c runs $(running "$c"), not rel-1"
 done
 ok "cluster-a runs rel-1 again; cluster-b and cluster-c never applied rel-2 (they run rel-1)"
+
+say "Git tells the truth: the canary's agent wrote its rollback back to main"
+wait_for 60 "the canary's write-back commit on main" bash -c \
+  "git -C '$WORK' fetch -q origin main && git -C '$WORK' log -1 --format=%B origin/main | grep -q '^Fleetgate-Rolled-Back-To: rel-1'"
+git -C "$WORK" merge -q --ff-only origin/main
+info "git log --oneline -3"
+git -C "$WORK" log --oneline -3 | sed 's/^/      /'
+info "its trailers:"
+git -C "$WORK" log -1 --format=%B | grep '^Fleetgate-' | sed 's/^/      /'
+info "$(git -C "$WORK" -c gpg.ssh.allowedSignersFile="$DIR/allowed_signers" verify-commit HEAD 2>&1 | head -1)"
+ok "main pins cluster-a to rel-1 (clusters/cluster-a.yaml), so Git again says what runs"
+info "fleetgate rollback --cluster cluster-a reads that commit as the rollback it is:"
+{ "$FG" rollback --cluster cluster-a --repo "$WORK" 2>&1 || true; } | sed 's/^/      /'
 
 say "Cutting rel-3 (good) and promoting it fleet-wide"
 # rel-2's tag is the newest, but it failed: name the release to fall back to explicitly.

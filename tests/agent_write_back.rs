@@ -1,10 +1,15 @@
 //! Write-back against a real `git daemon`: after a rollback the agent pins its cluster to the
 //! release it rolled back to, on the tracked branch, with a message and trailers saying why — and
-//! does it on top of commits someone else pushed meanwhile.
+//! does it on top of commits someone else pushed meanwhile. The commit is SSH-signed with the
+//! cluster's status key, as the real `git verify-commit` checks, and `fleetgate rollback`
+//! recognises it as a rollback the agent already made.
 
 use fleetgate::agent::state::Failure;
 use fleetgate::agent::write_back::write_back;
+use fleetgate::releng::rollback::{RollbackRequest, rollback};
+use fleetgate::releng::{FleetRepo, Target};
 use fleetgate::source::{Credentials, Source, init_fleet_repo};
+use fleetgate::status::StatusSigner;
 use fleetgate_testenv::GitDaemon;
 use std::path::Path;
 use std::process::Command;
@@ -45,8 +50,9 @@ fn a_rollback_is_written_back_as_a_pin_of_this_cluster_only() {
     git(&repo, &["commit", "-qm", "unrelated"]);
     git(&repo, &["push", "-q", &url, "main"]);
 
-    let failure = Failure::new("GateFailed", "pod-restarts 4 > 3");
-    let commit = write_back(&mut source, &Credentials::default(), "cluster-a", "rel-2", "rel-1", &failure)
+    let failure = Failure::new("GateFailed", "pod-restarts observed 4 > threshold 3");
+    let key = StatusSigner::generate("fleetgate/cluster-a").unwrap();
+    let commit = write_back(&mut source, &Credentials::default(), &key, "cluster-a", "rel-2", "rel-1", &failure)
         .unwrap()
         .expect("a commit was pushed");
 
@@ -55,9 +61,20 @@ fn a_rollback_is_written_back_as_a_pin_of_this_cluster_only() {
     let message = git(&repo, &["log", "-1", "--format=%B"]);
     assert!(message.starts_with("fleetgate: roll cluster-a back to rel-1"), "{message}");
     assert!(
-        message.contains("Fleetgate-Release: rel-2\nFleetgate-Reason: GateFailed\nFleetgate-Rolled-Back-To: rel-1"),
+        message.contains(
+            "Fleetgate-Release: rel-2\nFleetgate-Reason: GateFailed\n\
+             Fleetgate-Failure: pod-restarts observed 4 > threshold 3\nFleetgate-Rolled-Back-To: rel-1"
+        ),
         "{message}"
     );
+    // Signed by the status key, as Git checks an SSH signature against allowed_signers.
+    let signers = work.path().join("allowed_signers");
+    std::fs::write(&signers, format!("cluster-a {}\n", key.public())).unwrap();
+    let allowed = format!("gpg.ssh.allowedSignersFile={}", signers.display());
+    let verified =
+        Command::new("git").arg("-C").arg(&repo).args(["-c", &allowed, "verify-commit", "HEAD"]).output().unwrap();
+    assert!(verified.status.success(), "git verify-commit: {}", String::from_utf8_lossy(&verified.stderr));
+    assert!(String::from_utf8_lossy(&verified.stderr).contains("Good \"git\" signature for cluster-a"));
     assert!(repo.join("NOTES.md").exists(), "the concurrent commit was kept");
     let cluster_a = std::fs::read_to_string(repo.join("clusters/cluster-a.yaml")).unwrap();
     assert!(cluster_a.lines().any(|l| l.trim() == "release: rel-1"), "{cluster_a}");
@@ -65,6 +82,28 @@ fn a_rollback_is_written_back_as_a_pin_of_this_cluster_only() {
     assert!(!cluster_b.lines().any(|l| l.trim().starts_with("release:")), "only this cluster is pinned");
 
     // Git now says what runs: a second write-back has nothing to do.
-    let again = write_back(&mut source, &Credentials::default(), "cluster-a", "rel-2", "rel-1", &failure).unwrap();
+    let again =
+        write_back(&mut source, &Credentials::default(), &key, "cluster-a", "rel-2", "rel-1", &failure).unwrap();
     assert_eq!(again, None);
+
+    git(&repo, &["config", "user.name", "On Call"]);
+    git(&repo, &["config", "user.email", "oncall@example.invalid"]);
+    // `fleetgate rollback` sees the agent's rollback in the history and explains it, instead of
+    // taking the write-back for a promotion to revert (which would ask for rel-2 again).
+    let request = RollbackRequest {
+        target: Target::Cluster("cluster-a".into()),
+        to: None,
+        reason: None,
+        base: "main".into(),
+        branch: None,
+    };
+    let err = rollback(&FleetRepo::open(&repo).unwrap(), &request, None).unwrap_err().to_string();
+    assert!(err.contains("the agent of cluster-a already rolled rel-2 back to rel-1"), "{err}");
+    assert!(err.contains("GateFailed: pod-restarts observed 4 > threshold 3"), "{err}");
+    assert!(err.contains("fleetgate promote rel-2 --cluster cluster-a"), "{err}");
+
+    // Reverting the write-back asks for rel-2 again: a promotion, which rollback then undoes.
+    git(&repo, &["revert", "--no-edit", "HEAD"]);
+    let undone = rollback(&FleetRepo::open(&repo).unwrap(), &request, None).unwrap();
+    assert_eq!(undone.clusters.iter().map(|m| m.to.as_str()).collect::<Vec<_>>(), ["rel-1"]);
 }

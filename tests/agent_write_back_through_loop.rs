@@ -1,14 +1,12 @@
-//! With `--write-back`, the agent that rolled a release back pushes a commit to the fleet repo's
-//! server pinning its cluster to the release it rolled back to, so Git says again what runs; the
-//! next pass then finds the cluster up to date.
+//! With write-back (on by default; the harness opts in), the agent that rolled a release back
+//! pushes a commit to the fleet repo's server pinning its cluster to the release it rolled back
+//! to, so Git says again what runs; the next pass then finds the cluster up to date.
 
 mod agent_support;
 
 use agent_support::*;
 use fleetgate::agent::Outcome;
 use fleetgate_testenv::git_in;
-
-const FAILING_GATES: &str = "    - name: canary-probe\n      onUnknown: fail\n      deploymentAvailable: {names: [redis-operator-canary-probe]}\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollback_is_written_back_to_the_tracked_branch() {

@@ -6,7 +6,10 @@
 //!
 //! The script itself fails when a step does not happen in time (rel-1 success everywhere; rel-2
 //! failure on the canary, which runs rel-1 again, while the later waves never leave rel-1; rel-3
-//! success everywhere). This test then checks what the fleet's statuses say in Git.
+//! success everywhere). This test then checks what the fleet's statuses say in Git, and that Git
+//! tells the truth: the canary's agent (write-back is on by default) pinned the canary to rel-1 in
+//! a commit on `main` whose trailers name the failed gate and its figure, which the demo shows with
+//! `git log --oneline -3` and which `fleetgate rollback` recognises.
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -93,4 +96,27 @@ fn three_releases_through_three_waves_with_the_canary_agent_killed_twice() {
     for c in ["cluster-b", "cluster-c"] {
         assert_eq!(state(&status, c, "rel-2"), None, "{c} must never start rel-2");
     }
+
+    // The write-back: one commit on main, changing the canary's pin only, with its trailers.
+    let bare = dir.path().join("git/fleet.git");
+    let git = |args: &[&str]| {
+        let out = Command::new("git").arg("--git-dir").arg(&bare).args(args).output().unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let write_backs: Vec<String> = git(&["log", "--format=%H", "--grep=^Fleetgate-Rolled-Back-To: rel-1", "main"])
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(write_backs.len(), 1, "one write-back commit on main: {write_backs:?}");
+    let commit = &write_backs[0];
+    let message = git(&["log", "-1", "--format=%B", commit]);
+    assert!(message.starts_with("fleetgate: roll cluster-a back to rel-1"), "{message}");
+    assert!(message.contains("\nFleetgate-Release: rel-2\n"), "{message}");
+    assert!(message.contains("\nFleetgate-Failure: pod-restarts"), "the trailers name gate and figure: {message}");
+    assert_eq!(git(&["diff-tree", "--no-commit-id", "--name-only", "-r", commit]).trim(), "clusters/cluster-a.yaml");
+    assert!(stdout.contains("fleetgate: roll cluster-a back to rel-1"), "the demo shows git log --oneline -3");
+    assert!(stdout.contains("Fleetgate-Rolled-Back-To: rel-1"), "the demo shows the trailers");
+    assert!(stdout.contains("Good \"git\" signature for cluster-a"), "signed with the canary's status key");
+    assert!(stdout.contains("already rolled rel-2 back to rel-1"), "fleetgate rollback recognises the write-back");
 }

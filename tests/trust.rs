@@ -10,6 +10,7 @@ use fleetgate::release::{
     Keyring, PromotionError, SignatureProblem, TagPins, TipTrust, TrustConfig, VerifyError, check_tip, resolve,
     resolve_release, verify,
 };
+use fleetgate::status::StatusKeys;
 use fleetgate_testenv::GpgHome;
 use rstest::rstest;
 
@@ -213,31 +214,37 @@ fn signed_promotions_require_a_signed_tip_that_descends_from_the_accepted_one() 
     let keys = trust(&remote).keyring;
 
     let (mut source, checkout) = remote.checkout(state.path());
-    let err = check_tip(&checkout, PromotionMode::Signed, &keys, None).unwrap_err();
+    let err = check_tip(&checkout, PromotionMode::Signed, &keys, None, &StatusKeys::default()).unwrap_err();
     assert!(matches!(&err, PromotionError::UnsignedTip { problem: SignatureProblem::Missing, .. }), "{err:?}");
     // Unsigned promotions take the same tip, as a choice that is not a signed decision.
-    assert_eq!(check_tip(&checkout, PromotionMode::Unsigned, &keys, None).unwrap(), TipTrust::Unsigned);
+    assert_eq!(
+        check_tip(&checkout, PromotionMode::Unsigned, &keys, None, &StatusKeys::default()).unwrap(),
+        TipTrust::Unsigned
+    );
 
     remote.git(&["commit", "-q", "-S", "--allow-empty", "-m", "signed promotion"]);
     remote.git(&["push", "-q", "origin", "main"]);
     source.sync().unwrap();
     let checkout = source.checkout().unwrap();
     let accepted = checkout.tip().to_string();
-    assert!(check_tip(&checkout, PromotionMode::Signed, &keys, None).unwrap().is_signed());
-    assert!(check_tip(&checkout, PromotionMode::Unsigned, &keys, None).unwrap().is_signed());
+    assert!(check_tip(&checkout, PromotionMode::Signed, &keys, None, &StatusKeys::default()).unwrap().is_signed());
+    assert!(check_tip(&checkout, PromotionMode::Unsigned, &keys, None, &StatusKeys::default()).unwrap().is_signed());
 
     // A signed fork of the parent: signed too, but not a descendant of the tip accepted last.
     remote.git(&["commit", "-q", "-S", "--allow-empty", "-m", "another signed promotion"]);
     remote.git(&["push", "-q", "origin", "main"]);
     source.sync().unwrap();
     let newer = source.checkout().unwrap();
-    assert!(check_tip(&newer, PromotionMode::Signed, &keys, Some(&accepted)).unwrap().is_signed());
+    assert!(
+        check_tip(&newer, PromotionMode::Signed, &keys, Some(&accepted), &StatusKeys::default()).unwrap().is_signed()
+    );
     remote.git(&["reset", "-q", "--hard", "HEAD~1"]);
     remote.git(&["commit", "-q", "-S", "--allow-empty", "-m", "a signed fork"]);
     remote.git(&["push", "-q", "-f", "origin", "main"]);
     source.sync().unwrap();
     let forked = source.checkout().unwrap();
-    let err = check_tip(&forked, PromotionMode::Signed, &keys, Some(&newer.tip().to_string())).unwrap_err();
+    let err = check_tip(&forked, PromotionMode::Signed, &keys, Some(&newer.tip().to_string()), &StatusKeys::default())
+        .unwrap_err();
     assert!(matches!(err, PromotionError::NotDescendant { .. }), "{err:?}");
 }
 

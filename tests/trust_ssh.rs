@@ -3,6 +3,10 @@
 //! pushed to a `git daemon`, trusted through an OpenSSH `allowed_signers` file given as a
 //! trusted key file. A good tag is accepted (and `git verify-tag` agrees); an untrusted key, a
 //! signature for another namespace and a corrupted signature are each refused with their own error.
+//! The other way round: a tag fleetgate itself signs with an SSH key (`--signing-format ssh`)
+//! verifies with `git verify-tag`, with `ssh-keygen -Y verify`, and with the agent's verification;
+//! a commit it signs so (any signing command: `cluster register` here) verifies with `git
+//! verify-commit` and is a signed promotion tip.
 
 mod fleet_support;
 
@@ -125,6 +129,84 @@ fn a_tag_signed_by_ssh_keygen_in_the_git_namespace_is_accepted() {
     assert_eq!(verify_tag(&remote, &signers).unwrap(), fingerprint(&key));
 }
 
+#[test]
+fn a_tag_fleetgate_signs_with_ssh_verifies_with_git_ssh_keygen_and_the_agent() {
+    let remote = FleetRemote::new();
+    let key = ssh_key(remote.dir.path(), "release-ssh");
+    let signers = allowed_signers(remote.dir.path(), &key);
+    // An SSH key carries no name: Git's identity says who tags.
+    remote.git(&["config", "user.name", "Release Bot"]);
+    remote.git(&["config", "user.email", "release@example.com"]);
+    let manifests = remote.dir.path().join("render");
+    let copied = Command::new("cp").arg("-r").arg(remote.work.join("operator")).arg(&manifests).status().unwrap();
+    assert!(copied.success());
+    let out = Command::new(env!("CARGO_BIN_EXE_fleetgate"))
+        .args(["release", "create", "--repo"])
+        .arg(&remote.work)
+        .args(["--id", RELEASE, "--manifests"])
+        .arg(&manifests)
+        .args(["--image", "registry.example.com/redis-operator:v1.2.3-build.456", "--chart-version", "1.2.3"])
+        .args(["--crd-version", "v1alpha2", "--git-commit", "a1b2c3d4e5f6", "--all", "--signing-format", "ssh"])
+        .arg("--sign-key")
+        .arg(&key)
+        .arg("--push")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "release create: {said}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(said.contains(&format!("signed by {}", fingerprint(&key))), "{said}");
+    let repo = git2::Repository::open(&remote.work).unwrap();
+    let tag = repo.refname_to_id(&format!("refs/tags/{RELEASE}")).unwrap();
+
+    // Git, given the allowed_signers file, accepts the tag as its own `git tag -s` would be.
+    let allowed = format!("gpg.ssh.allowedSignersFile={}", signers.display());
+    let out =
+        Command::new("git").current_dir(&remote.work).args(["-c", &allowed, "verify-tag", RELEASE]).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "git verify-tag: {said}");
+    assert!(said.contains("Good \"git\" signature for release@example.com"), "{said}");
+
+    // OpenSSH alone: the payload (the tag object before the signature) in namespace git.
+    let raw = repo.odb().unwrap().read(tag).unwrap().data().to_vec();
+    let (payload, signature) = fleetgate::release::split_signed_tag(&raw).unwrap();
+    let sig_file = remote.dir.path().join("tag.sig");
+    std::fs::write(&sig_file, signature).unwrap();
+    let mut child = Command::new("ssh-keygen")
+        .args(["-Y", "verify", "-n", "git", "-I", "release@example.com", "-f"])
+        .arg(&signers)
+        .arg("-s")
+        .arg(&sig_file)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), payload).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "ssh-keygen -Y verify: {}", String::from_utf8_lossy(&out.stderr));
+
+    // And the agent's verification.
+    assert_eq!(verify_tag(&remote, &signers).unwrap(), fingerprint(&key));
+}
+
+#[test]
+fn an_encrypted_or_unreadable_ssh_signing_key_is_refused_with_its_own_error() {
+    use fleetgate::releng::{SignError, Signer};
+    let dir = tempfile::tempdir().unwrap();
+    let encrypted = dir.path().join("encrypted");
+    let out = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "secret", "-C", "enc", "-f"])
+        .arg(&encrypted)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = Signer::open_ssh(&encrypted).unwrap_err();
+    assert!(matches!(&err, SignError::SshKeyUnusable { why, .. } if why == "encrypted"), "{err:?}");
+    let not_a_key = dir.path().join("not-a-key");
+    std::fs::write(&not_a_key, "hello").unwrap();
+    assert!(matches!(Signer::open_ssh(&not_a_key).unwrap_err(), SignError::SshKeyFormat { .. }));
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Bad {
     UntrustedKey,
@@ -169,6 +251,7 @@ fn an_untrustworthy_ssh_tag_is_refused_with_its_own_error(#[case] bad: Bad) {
 fn an_ssh_signed_promotion_commit_is_a_signed_tip_and_an_untrusted_one_is_refused() {
     use fleetgate::model::PromotionMode;
     use fleetgate::release::{PromotionError, check_tip};
+    use fleetgate::status::StatusKeys;
     let remote = FleetRemote::new();
     let key = ssh_key(remote.dir.path(), "promoter");
     let other = ssh_key(remote.dir.path(), "someone-else");
@@ -181,13 +264,48 @@ fn an_ssh_signed_promotion_commit_is_a_signed_tip_and_an_untrusted_one_is_refuse
     commit_signed_by(&key, "signed promotion");
     let state = tempfile::tempdir().unwrap();
     let (mut source, checkout) = remote.checkout(state.path());
-    assert!(check_tip(&checkout, PromotionMode::Signed, &keys, None).unwrap().is_signed());
+    assert!(check_tip(&checkout, PromotionMode::Signed, &keys, None, &StatusKeys::default()).unwrap().is_signed());
 
     commit_signed_by(&other, "promotion by an untrusted key");
     source.sync().unwrap();
-    let err = check_tip(&source.checkout().unwrap(), PromotionMode::Signed, &keys, None).unwrap_err();
+    let err =
+        check_tip(&source.checkout().unwrap(), PromotionMode::Signed, &keys, None, &StatusKeys::default()).unwrap_err();
     assert!(
         matches!(&err, PromotionError::UnsignedTip { problem: SignatureProblem::UntrustedKey { .. }, .. }),
         "{err:?}"
     );
+}
+
+#[test]
+fn a_commit_fleetgate_signs_with_ssh_is_a_signed_promotion_tip_and_verifies_with_git() {
+    use fleetgate::model::PromotionMode;
+    use fleetgate::release::check_tip;
+    use fleetgate::status::StatusKeys;
+    let remote = FleetRemote::new();
+    let key = ssh_key(remote.dir.path(), "promoter");
+    let signers = allowed_signers(remote.dir.path(), &key);
+    remote.git(&["config", "user.name", "Release Manager"]);
+    remote.git(&["config", "user.email", "release@example.com"]);
+    // Any signing command takes the same flags (CommitSigning): here `cluster register`.
+    let agent_key = ssh_key(remote.dir.path(), "status-cluster-a");
+    let status_key = std::fs::read_to_string(agent_key.with_extension("pub")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_fleetgate"))
+        .args(["cluster", "register", "cluster-a", "--status-key", status_key.trim(), "--repo"])
+        .arg(&remote.work)
+        .args(["--signing-format", "ssh", "--sign-key"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cluster register: {}", String::from_utf8_lossy(&out.stderr));
+    remote.git(&["push", "-q", "origin", "main"]);
+
+    let allowed = format!("gpg.ssh.allowedSignersFile={}", signers.display());
+    let out =
+        Command::new("git").current_dir(&remote.work).args(["-c", &allowed, "verify-commit", "HEAD"]).output().unwrap();
+    assert!(out.status.success(), "git verify-commit: {}", String::from_utf8_lossy(&out.stderr));
+    let state = tempfile::tempdir().unwrap();
+    let (_source, checkout) = remote.checkout(state.path());
+    let keys = Keyring::from_files(&[signers]).unwrap();
+    let trust = check_tip(&checkout, PromotionMode::Signed, &keys, None, &StatusKeys::default()).unwrap();
+    assert_eq!(trust, fleetgate::release::TipTrust::Signed { signer: fingerprint(&key) });
 }

@@ -416,7 +416,8 @@ impl AgentSettings {
             interval,
             drift_interval: Some(self.drift_interval.unwrap_or(DEFAULT_DRIFT_INTERVAL)).filter(|d| !d.is_zero()),
             listen: self.listen.unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("default listen address parses")),
-            write_back: self.write_back.unwrap_or(false),
+            // On unless switched off: after a rollback Git should say what runs (docs/STATUS.md).
+            write_back: self.write_back.unwrap_or(true),
             git_credentials: GitCredentials { ssh_key: self.git_ssh_key, token_file: self.git_token_file },
             notify,
             notify_timeout: self.notify_timeout.unwrap_or(DEFAULT_NOTIFY_TIMEOUT),
@@ -626,7 +627,7 @@ mod tests {
         assert_eq!(c.state_namespace, "fleetgate-system");
         assert_eq!(c.interval, Duration::from_secs(10));
         assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
-        assert!(!c.write_back);
+        assert!(c.write_back, "write-back is on by default");
         assert_eq!(c.kube, KubeAccess::Infer);
         assert_eq!(c.leader_election, Some(LeaderElectionSettings { lease_duration: DEFAULT_LEASE_DURATION }));
         assert_eq!(c.state_configmap_name(), "fleetgate-state-canary");

@@ -313,11 +313,15 @@ impl Agent {
     /// How far this pass trusts the branch tip; an error when signed promotions refuse it.
     fn judge_tip(&self, checkout: &Checkout, state: &AgentState) -> Result<TipTrust, ReconcileError> {
         // An invalid tip configuration is reported by resolve; its mode falls back to unsigned.
-        let tip_says = self.config_at_tip(checkout).map(|c| c.fleet.spec.promotions).unwrap_or_default();
+        let tip_config = self.config_at_tip(checkout).ok();
+        let tip_says = tip_config.as_ref().map(|c| c.fleet.spec.promotions).unwrap_or_default();
         let mode = release::effective_mode(self.services.config.promotions, state.trust().signed_promotions, tip_says);
         let keys = self.promotion_keys.as_ref().unwrap_or(&self.trust.keyring);
         let accepted = state.trust().accepted_tip.as_deref();
-        Ok(tokio::task::block_in_place(|| release::check_tip(checkout, mode, keys, accepted))?)
+        // Write-backs are checked with the pinned status keys (release::promotion).
+        let fleet = tip_config.as_ref().map(|c| self.fleet_name(c)).unwrap_or_default();
+        let clusters = status::StatusKeys::from_openssh(&fleet, &state.trust().status_keys);
+        Ok(tokio::task::block_in_place(|| release::check_tip(checkout, mode, keys, accepted, &clusters))?)
     }
 
     /// The configuration the safety settings of `release` (tagged at `commit`) come from: the

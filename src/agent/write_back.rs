@@ -1,6 +1,13 @@
-//! Write-back (`--write-back`): after a rollback, push a commit to the tracked branch that pins this
-//! cluster to the release it was rolled back to, so Git again says what runs. The message says why,
-//! with trailers a pipeline can read (`Fleetgate-Release`, `Fleetgate-Reason`, `Fleetgate-Rolled-Back-To`).
+//! Write-back (`--write-back`, on unless switched off): after a rollback, push a commit to the
+//! tracked branch that pins this cluster to the release it was rolled back to, so Git again says
+//! what runs. The message says why, with trailers a pipeline (and `fleetgate rollback`) can read
+//! ([`crate::release::WriteBack`]: `Fleetgate-Release`, `Fleetgate-Reason`, `Fleetgate-Failure` —
+//! the gate with its figure and threshold — and `Fleetgate-Rolled-Back-To`).
+//!
+//! The commit is SSH-signed (namespace `git`, a `gpgsig` header as Git writes for `gpg.format=ssh`)
+//! with this cluster's status key, so a fleet with `promotions: signed` accepts it as a write-back
+//! of this cluster ([`crate::release::check_tip`]) and `git verify-commit` can check it against the
+//! registered `statusKey`.
 //!
 //! The commit is built in the agent's bare mirror on top of the freshly fetched tip and pushed from
 //! a private ref; a non-fast-forward (someone pushed meanwhile) fetches and tries again, bounded.
@@ -9,8 +16,10 @@
 use super::reconcile::Agent;
 use super::state::Failure;
 use crate::model::error_chain;
-use crate::releng::FleetState;
+use crate::release::WriteBack;
+use crate::releng::{FleetState, SignError, Signer, sign};
 use crate::source::{Credentials, Source};
+use crate::status::StatusSigner;
 use git2::{Oid, Repository};
 use std::collections::BTreeMap;
 
@@ -26,6 +35,8 @@ pub enum WriteBackError {
     Config(#[from] crate::releng::RelengError),
     #[error("git")]
     Git(#[from] git2::Error),
+    #[error("signing the write-back commit with the status key")]
+    Sign(#[from] SignError),
     #[error("the remote refused the write-back commit on {branch}: {message}")]
     Rejected { branch: String, message: String },
     #[error("gave up after {ATTEMPTS} attempts: the branch kept moving")]
@@ -37,8 +48,9 @@ impl Agent {
     pub(super) async fn write_back(&mut self, failed: &str, target: &str, failure: &Failure) {
         let cluster = self.services.config.cluster.clone();
         let credentials = self.services.config.git_credentials.to_source().unwrap_or_default();
+        let signer = &self.services.status_signer;
         let result = tokio::task::block_in_place(|| {
-            write_back(&mut self.source, &credentials, &cluster, failed, target, failure)
+            write_back(&mut self.source, &credentials, signer, &cluster, failed, target, failure)
         });
         match result {
             Ok(Some(commit)) => tracing::info!(%commit, release = target, "wrote the rollback back to Git"),
@@ -48,20 +60,30 @@ impl Agent {
     }
 }
 
-/// Pins `cluster` to `target` on the source's tracked branch, on top of its freshly fetched tip;
-/// returns the pushed commit, or None when Git already asks for `target`.
+/// Pins `cluster` to `target` on the source's tracked branch, on top of its freshly fetched tip,
+/// in a commit signed with `signer` (the cluster's status key); returns the pushed commit, or None
+/// when Git already asks for `target`.
 ///
 /// # Errors
 /// [`WriteBackError::KeptMoving`] after [`ATTEMPTS`] non-fast-forward refusals; the others as named.
 pub fn write_back(
     source: &mut Source,
     credentials: &Credentials,
+    signer: &StatusSigner,
     cluster: &str,
     failed: &str,
     target: &str,
     failure: &Failure,
 ) -> Result<Option<Oid>, WriteBackError> {
     let branch = source.branch().to_string();
+    let mut signer = Signer::ssh(signer.private_key().clone(), &format!("status key of {cluster}"))?;
+    let trailers = WriteBack {
+        release: failed.to_string(),
+        reason: failure.reason.clone(),
+        failure: Some(failure.message.clone()),
+        rolled_back_to: target.to_string(),
+    }
+    .trailers();
     for _ in 0..ATTEMPTS {
         source.sync()?;
         let checkout = source.checkout()?;
@@ -75,11 +97,10 @@ pub fn write_back(
         let repo = checkout.repo();
         let message = format!(
             "fleetgate: roll {cluster} back to {target}\n\n\
-             The agent of {cluster} rolled {failed} back to {target}: {}\n\n\
-             Fleetgate-Release: {failed}\nFleetgate-Reason: {}\nFleetgate-Rolled-Back-To: {target}\n",
-            failure.message, failure.reason
+             The agent of {cluster} rolled {failed} back to {target}: {}\n\n{trailers}",
+            failure.message
         );
-        let commit = commit_files(repo, checkout.tip(), &files, &message)?;
+        let commit = commit_files(repo, &mut signer, checkout.tip(), &files, &message)?;
         match push(repo, source.url(), credentials, commit, &branch) {
             Ok(()) => return Ok(Some(commit)),
             Err(PushOutcome::NotFastForward) => continue,
@@ -91,18 +112,19 @@ pub fn write_back(
 
 fn commit_files(
     repo: &Repository,
+    signer: &mut Signer,
     parent: Oid,
     files: &BTreeMap<String, String>,
     message: &str,
-) -> Result<Oid, git2::Error> {
+) -> Result<Oid, WriteBackError> {
     let parent = repo.find_commit(parent)?;
     let mut update = git2::build::TreeUpdateBuilder::new();
     for (path, text) in files {
         update.upsert(path, repo.blob(text.as_bytes())?, git2::FileMode::Blob);
     }
     let tree = repo.find_tree(update.create_updated(repo, &parent.tree()?)?)?;
-    let signature = git2::Signature::now("fleetgate agent", "agent@fleetgate.invalid")?;
-    repo.commit(None, &signature, &signature, message, &tree, &[&parent])
+    let who = git2::Signature::now("fleetgate agent", "agent@fleetgate.invalid")?;
+    Ok(sign::write_commit(repo, Some(signer), &who, message, &tree, &[&parent])?)
 }
 
 enum PushOutcome {

@@ -58,7 +58,8 @@ pub struct Args {
     /// Address for /healthz, /readyz, /metrics and POST /hooks/git [default: 127.0.0.1:8080].
     #[arg(long, env = "FLEETGATE_LISTEN", value_name = "ADDR")]
     listen: Option<SocketAddr>,
-    /// After a rollback, push a commit that sets this cluster back to the rolled-back-to release.
+    /// After a rollback, push a commit (signed with the status key) that pins this cluster to the
+    /// rolled-back-to release. On by default; `--write-back=false` switches it off.
     #[arg(long, env = "FLEETGATE_WRITE_BACK", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     write_back: Option<bool>,
     /// SSH private key for ssh:// and user@host:path repos.

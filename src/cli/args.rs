@@ -39,17 +39,41 @@ impl TargetArgs {
 pub struct CommitSigning {
     /// Sign the commit with this key: a promotion key makes it a signed decision (needed with
     /// `promotions: signed`, and to move a cluster back to an older release; docs/SECURITY.md).
-    #[arg(long, value_name = "FINGERPRINT")]
+    /// An OpenPGP fingerprint, or with `--signing-format ssh` an OpenSSH private key file.
+    #[arg(long, value_name = "FINGERPRINT|PATH")]
     pub sign_key: Option<String>,
     /// GnuPG home holding --sign-key (default: $GNUPGHOME, else ~/.gnupg).
     #[arg(long)]
     pub gpg_home: Option<PathBuf>,
+    /// How --sign-key signs, as Git's `gpg.format`: openpgp (gpg) or ssh (an SSH signature).
+    #[arg(long, value_enum, default_value_t, env = "FLEETGATE_SIGNING_FORMAT")]
+    pub signing_format: SigningFormat,
 }
 
 impl CommitSigning {
     /// The signer, when `--sign-key` was given.
     pub fn signer(&self) -> Result<Option<Signer>, RelengError> {
-        Ok(self.sign_key.as_deref().map(|k| Signer::open(k, self.gpg_home.as_deref())).transpose()?)
+        self.sign_key.as_deref().map(|k| self.signing_format.open(k, self.gpg_home.as_deref())).transpose()
+    }
+}
+
+/// What `--sign-key` names, as Git's `gpg.format`: an OpenPGP key or an SSH key file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum SigningFormat {
+    /// `--sign-key` is the fingerprint of a secret key in the GnuPG home.
+    #[default]
+    Openpgp,
+    /// `--sign-key` is an unencrypted OpenSSH Ed25519 private key file; the signature is an SSH
+    /// signature in namespace `git` (as `git tag -s` with `gpg.format=ssh`).
+    Ssh,
+}
+
+impl SigningFormat {
+    pub fn open(self, key: &str, gpg_home: Option<&std::path::Path>) -> Result<Signer, RelengError> {
+        Ok(match self {
+            SigningFormat::Openpgp => Signer::open(key, gpg_home)?,
+            SigningFormat::Ssh => Signer::open_ssh(std::path::Path::new(key))?,
+        })
     }
 }
 

@@ -1,13 +1,14 @@
 //! `fleetgate release create`: flags into a [`CreateRequest`], one call to
 //! [`fleetgate::releng::create::create`], an optional push, and the result for people or pipelines.
 
+use super::args::SigningFormat;
 use super::output::{Done, OutputFormat, crd_line, fail, heading, next};
 use crate::model::Requirements;
 use crate::releng::chart::ChartInput;
 use crate::releng::create::{self, CreateOutcome, CreateReport, CreateRequest, Targets};
 use crate::releng::publish;
 use crate::releng::push::{self, Pushed};
-use crate::releng::{FleetRepo, RelengError, Signer};
+use crate::releng::{FleetRepo, RelengError};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -79,9 +80,13 @@ pub struct CreateArgs {
     /// Node architectures the images are built for (comma-separated).
     #[arg(long, value_delimiter = ',')]
     pub architectures: Vec<String>,
-    /// Fingerprint of the secret key that signs the tag (and the commit).
-    #[arg(long, env = "FLEETGATE_SIGN_KEY")]
+    /// The key that signs the tag (and the commit): the fingerprint of a secret key in the GnuPG
+    /// home, or with `--signing-format ssh` an OpenSSH private key file.
+    #[arg(long, env = "FLEETGATE_SIGN_KEY", value_name = "FINGERPRINT|PATH")]
     pub sign_key: String,
+    /// How --sign-key signs, as Git's `gpg.format`: openpgp (gpg) or ssh (an SSH signature).
+    #[arg(long, value_enum, default_value_t, env = "FLEETGATE_SIGNING_FORMAT")]
+    pub signing_format: SigningFormat,
     /// GnuPG home holding the key (default: $GNUPGHOME, else ~/.gnupg).
     #[arg(long)]
     pub gpg_home: Option<PathBuf>,
@@ -160,7 +165,7 @@ fn create_and_push(args: &CreateArgs) -> Result<Created, RelengError> {
     if req.rollback_to.is_none() {
         publish::fetch_statuses(&repo, &args.remote)?;
     }
-    let mut signer = Signer::open(&args.sign_key, args.gpg_home.as_deref())?;
+    let mut signer = args.signing_format.open(&args.sign_key, args.gpg_home.as_deref())?;
     let report = create::create(&repo, &req, &mut signer)?;
     let pushed = if args.push {
         let refs = vec![format!("refs/heads/{}", report.branch), format!("refs/tags/{}", report.id)];

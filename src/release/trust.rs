@@ -92,7 +92,7 @@ pub enum TrustError {
 }
 
 /// The SSH signature namespace Git signs tags and commits in.
-const GIT_NAMESPACE: &str = "git";
+pub const GIT_NAMESPACE: &str = "git";
 
 /// One line of an `allowed_signers` file.
 #[derive(Debug, Clone)]

@@ -9,12 +9,18 @@
 //!
 //! Rolling back clusters whose last change was itself a rollback is refused: "back" would then mean
 //! forward to the release that was just abandoned. `--to` names a release explicitly instead.
+//!
+//! An agent's write-back commit (its trailers, [`WriteBack`]) is such a rollback, already done by
+//! the agent: the refusal names the failed release, the reason and the gate figure it recorded.
+//! A `git revert` of a write-back asks the cluster to run the failed release again, so it counts as
+//! a promotion, and rolling it back reverts the revert.
 
 use super::promote::{ClusterMove, moves, moves_lines, moves_table};
 use super::repo::{FleetRepo, TreeEdit};
 use super::sign::Signer;
 use super::{Refusal, RelengError, Target};
 use crate::model::FleetConfig;
+use crate::release::WriteBack;
 use crate::source::GitTree;
 use git2::{Commit, Oid};
 use serde::Serialize;
@@ -95,18 +101,46 @@ fn summary(moves: &[ClusterMove]) -> String {
 struct Change {
     commit: Oid,
     message: String,
+    /// A `git revert` of an agent's write-back: it asks for the failed release again (a promotion).
+    reverts_write_back: bool,
     before: BTreeMap<String, Option<String>>,
     after: BTreeMap<String, Option<String>>,
 }
 
 impl Change {
+    fn new(
+        repo: &FleetRepo,
+        commit: &Commit<'_>,
+        before: BTreeMap<String, Option<String>>,
+        after: BTreeMap<String, Option<String>>,
+    ) -> Change {
+        let message = commit.message().unwrap_or_default().to_string();
+        let reverts_write_back = reverted(&message)
+            .and_then(|oid| repo.git().find_commit(oid).ok())
+            .is_some_and(|c| WriteBack::parse(c.message().unwrap_or_default()).is_some());
+        Change { commit: commit.id(), message, reverts_write_back, before, after }
+    }
+
     fn changed(&self) -> BTreeSet<String> {
         self.after.iter().filter(|(c, r)| self.before.get(*c) != Some(r)).map(|(c, _)| c.clone()).collect()
     }
 
-    fn is_rollback(&self) -> bool {
-        self.message.lines().any(|l| l.starts_with(ROLLBACK_TRAILER)) || self.message.contains("This reverts commit ")
+    /// The agent's write-back trailers, when this is one.
+    fn write_back(&self) -> Option<WriteBack> {
+        WriteBack::parse(&self.message)
     }
+
+    fn is_rollback(&self) -> bool {
+        self.message.lines().any(|l| l.starts_with(ROLLBACK_TRAILER))
+            || self.write_back().is_some()
+            || (reverted(&self.message).is_some() && !self.reverts_write_back)
+    }
+}
+
+/// The commit a `git revert` message says it reverts.
+fn reverted(message: &str) -> Option<Oid> {
+    let rest = &message[message.find("This reverts commit ")? + "This reverts commit ".len()..];
+    Oid::from_str(rest.split(|c: char| !c.is_ascii_hexdigit()).next()?).ok()
 }
 
 fn assignments_at(repo: &FleetRepo, commit: &Commit<'_>) -> Option<BTreeMap<String, Option<String>>> {
@@ -134,15 +168,7 @@ fn last_changes(
         if let (Some(a), Some(b)) = (&after, &before) {
             for c in wanted {
                 if !out.contains_key(c) && a.get(c) != b.get(c) && a.contains_key(c) {
-                    out.insert(
-                        c.clone(),
-                        Change {
-                            commit: commit.id(),
-                            message: commit.message().unwrap_or_default().to_string(),
-                            before: b.clone(),
-                            after: a.clone(),
-                        },
-                    );
+                    out.insert(c.clone(), Change::new(repo, &commit, b.clone(), a.clone()));
                 }
             }
         }
@@ -207,6 +233,19 @@ pub fn rollback(
                         }
                     }
                 };
+                if let Some(wb) = change.write_back() {
+                    return Err(Refusal::NothingToRollBack(format!(
+                        "the agent of {c} already rolled {} back to {} and wrote it back in commit {} (reason {}{}); Git asks for what runs. To try {} again, promote it (fleetgate promote {} --cluster {c}); to go elsewhere, pass --to ID",
+                        wb.release,
+                        wb.rolled_back_to,
+                        short(change.commit),
+                        if wb.reason.is_empty() { "not given" } else { wb.reason.as_str() },
+                        wb.failure.as_deref().map(|f| format!(": {f}")).unwrap_or_default(),
+                        wb.release,
+                        wb.release,
+                    ))
+                    .into());
+                }
                 if change.is_rollback() {
                     return Err(Refusal::NothingToRollBack(format!(
                         "{c} was already rolled back by commit {} ({}); pass --to ID to choose another release",

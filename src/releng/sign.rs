@@ -1,11 +1,17 @@
-//! Signing with gpgme: ASCII-armoured detached OpenPGP signatures over Git objects we build
-//! ourselves — annotated tags (the release's trust anchor) and, optionally, commits. Nothing here
-//! shells out to `git tag -s`; the object text is built byte for byte as Git does, so `git verify-tag`
-//! and the agent's verification (payload = object text before `-----BEGIN PGP SIGNATURE-----`)
-//! both accept it.
+//! Signing Git objects we build ourselves — annotated tags (the release's trust anchor) and,
+//! optionally, commits — with one of two formats, as Git's `gpg.format` chooses:
+//! * `openpgp` (default): an ASCII-armoured detached OpenPGP signature made by gpgme;
+//! * `ssh`: an SSH signature (sshsig, namespace `git`) made with an unencrypted OpenSSH Ed25519
+//!   private key file, what `git tag -s` writes with `gpg.format=ssh` and `user.signingkey=PATH`.
+//!
+//! Nothing here shells out to `git tag -s`; the object text is built byte for byte as Git does, so
+//! `git verify-tag` / `git verify-commit` (with `gpg.ssh.allowedSignersFile` for SSH), `ssh-keygen
+//! -Y verify -n git` and the agent's verification (payload = object text before the signature
+//! block) all accept it.
 
 use git2::{ObjectType, Oid, Repository, Signature};
-use std::path::Path;
+use ssh_key::{Algorithm, HashAlg, LineEnding, PrivateKey};
+use std::path::{Path, PathBuf};
 
 /// A signing problem: the key, the GnuPG engine, or writing the signed object.
 #[derive(Debug, thiserror::Error)]
@@ -24,20 +30,39 @@ pub enum SignError {
     Engine(gpgme::Error),
     #[error("GnuPG returned no signature by {fingerprint}")]
     NoSignature { fingerprint: String },
+    #[error("reading the SSH signing key {path}")]
+    SshKeyRead { path: PathBuf, source: std::io::Error },
+    #[error(
+        "{path} is not an OpenSSH private key (expected `-----BEGIN OPENSSH PRIVATE KEY-----`, e.g. from `ssh-keygen -t ed25519`)"
+    )]
+    SshKeyFormat { path: PathBuf, source: ssh_key::Error },
+    #[error("the SSH signing key {path} is {why}; use an unencrypted ssh-ed25519 key (ssh-keygen -t ed25519 -N '')")]
+    SshKeyUnusable { path: String, why: String },
+    #[error("signing with the SSH key {fingerprint}")]
+    SshSign { fingerprint: String, source: ssh_key::Error },
     #[error("writing the signed object")]
     Git(#[from] git2::Error),
 }
 
-/// One secret key, ready to sign.
+/// One secret key, ready to sign: an OpenPGP key in a GnuPG home, or an SSH key.
 pub struct Signer {
-    ctx: gpgme::Context,
-    key: gpgme::Key,
+    key: SigningKey,
     fingerprint: String,
+}
+
+enum SigningKey {
+    OpenPgp { ctx: gpgme::Context, key: gpgme::Key },
+    // Boxed: a private key is large next to gpgme's handles.
+    Ssh(Box<PrivateKey>),
 }
 
 impl std::fmt::Debug for Signer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Signer").field("fingerprint", &self.fingerprint).finish()
+        let format = match self.key {
+            SigningKey::OpenPgp { .. } => "openpgp",
+            SigningKey::Ssh(_) => "ssh",
+        };
+        f.debug_struct("Signer").field("format", &format).field("fingerprint", &self.fingerprint).finish()
     }
 }
 
@@ -85,33 +110,71 @@ impl Signer {
         // Report the primary key's full fingerprint even when a long key id was given.
         let full = key.fingerprint().map(str::to_string).unwrap_or(fingerprint);
         ctx.add_signer(&key).map_err(SignError::Engine)?;
-        Ok(Signer { ctx, key, fingerprint: full })
+        Ok(Signer { key: SigningKey::OpenPgp { ctx, key }, fingerprint: full })
     }
 
-    /// The signing key's primary fingerprint.
+    /// Reads an unencrypted OpenSSH Ed25519 private key file (what `user.signingkey` names with
+    /// `gpg.format=ssh`); it signs in namespace `git`.
+    ///
+    /// Errors: the file cannot be read, is not an OpenSSH private key, is encrypted, or not Ed25519
+    /// (the agents verify Ed25519 SSH keys only).
+    pub fn open_ssh(path: &Path) -> Result<Signer, SignError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| SignError::SshKeyRead { path: path.to_path_buf(), source })?;
+        let key = PrivateKey::from_openssh(text.trim())
+            .map_err(|source| SignError::SshKeyFormat { path: path.to_path_buf(), source })?;
+        Signer::ssh(key, &path.display().to_string())
+    }
+
+    /// Signs with an SSH key already in memory (the agent's status key signs its write-back
+    /// commits); `origin` names it in errors.
+    pub fn ssh(key: PrivateKey, origin: &str) -> Result<Signer, SignError> {
+        let unusable = |why: String| SignError::SshKeyUnusable { path: origin.to_string(), why };
+        if key.is_encrypted() {
+            return Err(unusable("encrypted".into()));
+        }
+        if key.algorithm() != Algorithm::Ed25519 {
+            return Err(unusable(format!("a {} key", key.algorithm())));
+        }
+        let fingerprint = key.public_key().fingerprint(HashAlg::Sha256).to_string();
+        Ok(Signer { key: SigningKey::Ssh(Box::new(key)), fingerprint })
+    }
+
+    /// The signing key's primary fingerprint (`SHA256:…` for an SSH key, as `ssh-keygen -l` prints).
     pub fn fingerprint(&self) -> &str {
         &self.fingerprint
     }
 
     /// Name and email of the key's first user id, used as tagger/committer when Git has none.
+    /// An SSH key has no user id: Git's `user.name`/`user.email` must say who signs.
     pub fn identity(&self) -> Option<(String, String)> {
-        let uid = self.key.user_ids().next()?;
+        let SigningKey::OpenPgp { key, .. } = &self.key else { return None };
+        let uid = key.user_ids().next()?;
         let name = uid.name().ok()?.to_string();
         let email = uid.email().ok()?.to_string();
         (!name.is_empty() || !email.is_empty()).then_some((name, email))
     }
 
-    /// An ASCII-armoured detached signature over `payload`.
+    /// An ASCII-armoured detached signature over `payload`: an OpenPGP signature block, or an
+    /// SSH signature block in namespace `git`.
     pub fn sign_detached(&mut self, payload: &[u8]) -> Result<String, SignError> {
+        let (ctx, key) = match &mut self.key {
+            SigningKey::OpenPgp { ctx, key } => (ctx, key),
+            SigningKey::Ssh(key) => {
+                let ssh = |source: ssh_key::Error| SignError::SshSign { fingerprint: self.fingerprint.clone(), source };
+                // SHA-512, as `ssh-keygen -Y sign` (and so Git) hashes by default.
+                let sig = key.sign(crate::release::GIT_NAMESPACE, HashAlg::Sha512, payload).map_err(ssh)?;
+                return sig.to_pem(LineEnding::LF).map_err(ssh);
+            }
+        };
         let mut out = Vec::new();
-        let result = self
-            .ctx
+        let result = ctx
             .sign(gpgme::SignMode::Detached, payload, &mut out)
             .map_err(|source| SignError::Sign { fingerprint: self.fingerprint.clone(), source })?;
         // A key with a signing subkey signs with the subkey: accept any of the key's own subkeys.
         let ours = result.new_signatures().any(|s| {
             let Ok(f) = s.fingerprint() else { return false };
-            self.key.subkeys().any(|k| k.fingerprint().is_ok_and(|kf| kf.eq_ignore_ascii_case(f)))
+            key.subkeys().any(|k| k.fingerprint().is_ok_and(|kf| kf.eq_ignore_ascii_case(f)))
         });
         if !ours {
             return Err(SignError::NoSignature { fingerprint: self.fingerprint.clone() });

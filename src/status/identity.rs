@@ -153,6 +153,11 @@ impl StatusSigner {
         StatusKey::without_comment(self.key.public_key().clone())
     }
 
+    /// The private key itself, for the agent's SSH-signed write-back commits (namespace `git`).
+    pub(crate) fn private_key(&self) -> &PrivateKey {
+        &self.key
+    }
+
     /// An armored SSH signature of `message` in `namespace`.
     pub fn sign_ssh(&self, namespace: &str, message: &[u8]) -> Result<String, KeyError> {
         let sig = self.key.sign(namespace, HashAlg::Sha512, message).map_err(KeyError::Sign)?;

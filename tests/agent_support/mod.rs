@@ -45,6 +45,9 @@ pub const QUICK_GATES: &str = "    - name: pod-restarts\n      podRestarts: {max
 /// A gate that a crash-looping Operator ([`crash_looping`]) fails within one bake.
 pub const STRICT_RESTARTS: &str = "    - name: pod-restarts\n      podRestarts: {max: 1}\n";
 
+/// A gate no release of the template passes: it waits for a Deployment the Operator never has.
+pub const FAILING_GATES: &str = "    - name: canary-probe\n      onUnknown: fail\n      deploymentAvailable: {names: [redis-operator-canary-probe]}\n";
+
 pub struct Fleet {
     pub cluster: TestCluster,
     /// The agents' credentials: the `fleetgate-agent` ServiceAccount of deploy/.
@@ -237,6 +240,9 @@ impl Fleet {
             state_dir: Some(cache),
             listen: Some("127.0.0.1:0".parse().unwrap()),
             leader_elect: Some(false),
+            // Write-back is on by default; here the working clone pushes after the agent, so a
+            // test that wants the agent's commits asks for them.
+            write_back: Some(false),
             ..Default::default()
         }
     }
@@ -424,6 +430,16 @@ impl Fleet {
 
     pub fn tip(&self) -> String {
         self.git(&["rev-parse", "HEAD"])
+    }
+
+    /// Commits everything signed with `cluster`'s status key (an SSH signature, as `git commit -S`
+    /// with `gpg.format=ssh` makes): what a compromised cluster, or its agent's write-back, can
+    /// sign. Pushes.
+    pub fn commit_signed_by_cluster_and_push(&self, cluster: &str, message: &str) {
+        let key = format!("user.signingkey={}", self.status_key(cluster).display());
+        self.git(&["add", "-A"]);
+        self.git(&["-c", "gpg.format=ssh", "-c", &key, "commit", "-q", "-S", "--allow-empty", "-m", message]);
+        self.git(&["push", "-q", "origin", "main"]);
     }
 }
 
