@@ -1,0 +1,267 @@
+//! The Git server is the fleet's only hub: how much does it take when many agents poll it?
+//!
+//! N simulated agents (threads) run the agent's real source and status code against one local
+//! `git daemon`: each polls with [`Source::sync`] (one ls-remote; a fetch only when a ref moved),
+//! loads the tip's configuration, reads the verified statuses of the desired release and asks
+//! [`may_start`] whether its wave may start; when it may, it "applies" (nothing: no Kubernetes
+//! here) and writes a signed `success` to its own notes ref with [`notes::write`]. A release is
+//! promoted fleet-wide through four waves (1 %, 9 %, 30 %, 60 % of the clusters).
+//!
+//! Agents poll on after their own success until every agent has succeeded, as real ones do.
+//! Printed per run: ls-remotes and fetches per agent, notes pushes that
+//! had to merge (conflicts), the daemon's CPU time (its own plus its reaped `git-upload-pack` /
+//! `git-receive-pack` children, from /proc), the ls-remote latency, and the times from the
+//! promotion to the last canary success and from there to the last agent of the last wave starting.
+//!
+//! `cargo run --release --example git_scale -- [AGENTS] [POLL_SECONDS] [AGENTS POLL ...]`
+//! (default: 100 2  250 2  500 2  1000 5  1000 2). Figures: docs/RELIABILITY.md.
+
+use fleetgate::model::FleetConfig;
+use fleetgate::source::{Credentials, Source};
+use fleetgate::status::{GitRemote, State, Status, StatusIdentity, StatusKeys, StatusSigner, may_start, members, notes};
+use std::path::Path;
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+const FLEET: &str = "scale-fleet";
+const WAVES: [(&str, f64); 4] = [("canary", 0.01), ("wave-1", 0.10), ("wave-2", 0.40), ("wave-3", 1.0)];
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git").current_dir(dir).args(args).output().unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn wave_of(i: usize, n: usize) -> &'static str {
+    WAVES.iter().find(|(_, upto)| (i as f64) < upto * n as f64).map(|(w, _)| *w).unwrap_or("wave-3")
+}
+
+fn fleet_yaml(release: &str) -> String {
+    format!(
+        "apiVersion: fleetgate.io/v1alpha1\nkind: Fleet\nmetadata:\n  name: {FLEET}\nspec:\n  operator:\n    name: op\n    namespace: op-system\n  release: {release}\n  waves: [{}]\n  promotions: unsigned\n  rollout:\n    maxFailedClusters: 1\n",
+        WAVES.map(|(w, _)| w).join(", ")
+    )
+}
+
+/// The daemon's CPU seconds: its own and its reaped children's (utime, stime, cutime, cstime).
+/// `git daemon` runs `git-daemon` as a child of the `git` wrapper: that child is the server.
+fn cpu_seconds(wrapper: u32) -> f64 {
+    let children = std::fs::read_to_string(format!("/proc/{wrapper}/task/{wrapper}/children")).unwrap_or_default();
+    let pid = children.split_whitespace().next().map(str::to_string).unwrap_or(wrapper.to_string());
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after.split(' ').collect();
+    // Fields 14-17 of proc(5); `after` starts at field 3.
+    let ticks: f64 = fields[11..15].iter().map(|f| f.parse::<f64>().unwrap()).sum();
+    ticks / 100.0
+}
+
+#[derive(Default)]
+struct Totals {
+    ls_remotes: AtomicU64,
+    fetches: AtomicU64,
+    pushes: AtomicU64,
+    merged_pushes: AtomicU64,
+    errors: AtomicU64,
+    /// Agents that reported `success` for rel-2; every agent polls on until all have.
+    succeeded: AtomicUsize,
+    ls_remote_micros: Mutex<Vec<u64>>,
+    /// (wave index, started at since the promotion, succeeded at).
+    starts: Mutex<Vec<(usize, Duration)>>,
+}
+
+struct Run {
+    agents: usize,
+    poll: Duration,
+}
+
+fn run(run: &Run) {
+    let n = run.agents;
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("repos");
+    std::fs::create_dir_all(&base).unwrap();
+    git(&base, &["init", "-q", "--bare", "-b", "main", "fleet.git"]);
+
+    // The fleet repo: N clusters with registered status keys, rel-1 everywhere.
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(work.join("clusters")).unwrap();
+    let signers: Vec<StatusSigner> = (0..n).map(|i| StatusSigner::generate(&format!("c-{i:04}")).unwrap()).collect();
+    for (i, s) in signers.iter().enumerate() {
+        let yaml = format!(
+            "apiVersion: fleetgate.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: c-{i:04}\nspec:\n  wave: {}\n  statusKey: {}\n",
+            wave_of(i, n),
+            s.public().to_openssh()
+        );
+        std::fs::write(work.join(format!("clusters/c-{i:04}.yaml")), yaml).unwrap();
+    }
+    std::fs::write(work.join("fleet.yaml"), fleet_yaml("rel-1")).unwrap();
+    git(&work, &["init", "-q", "-b", "main"]);
+    git(&work, &["add", "."]);
+    git(&work, &["-c", "user.name=sim", "-c", "user.email=sim@example.com", "commit", "-qm", "rel-1"]);
+    git(&work, &["tag", "rel-1"]);
+    git(&work, &["-c", "user.name=sim", "-c", "user.email=sim@example.com", "commit", "-q", "--allow-empty", "-m", "build rel-2"]);
+    git(&work, &["tag", "rel-2"]);
+    let bare = base.join("fleet.git");
+    git(&work, &["push", "-q", bare.to_str().unwrap(), "main", "--tags"]);
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut daemon: Child = Command::new("git")
+        .args(["daemon", "--reuseaddr", "--export-all", "--enable=receive-pack", "--listen=127.0.0.1"])
+        .arg(format!("--port={port}"))
+        .arg(format!("--base-path={}", base.display()))
+        .arg("--max-connections=0")
+        .arg(&base)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let url = format!("git://127.0.0.1:{port}/fleet.git");
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // Every agent clones and settles on rel-1 first (not measured).
+    let totals = Arc::new(Totals::default());
+    let ready = Arc::new(Barrier::new(n + 1));
+    let go = Arc::new(Barrier::new(n + 1));
+    let promoted_at = Arc::new(Mutex::new(Instant::now()));
+    let deadline = Duration::from_secs(300);
+    let mut handles = Vec::new();
+    for (i, signer) in signers.into_iter().enumerate() {
+        let (url, totals, ready, go, promoted_at) =
+            (url.clone(), totals.clone(), ready.clone(), go.clone(), promoted_at.clone());
+        let state = dir.path().join(format!("agent-{i:04}"));
+        let poll = run.poll;
+        handles.push(
+            std::thread::Builder::new()
+                .stack_size(512 * 1024)
+                .spawn(move || {
+                    let name = format!("c-{i:04}");
+                    let wave = WAVES.iter().position(|(w, _)| *w == wave_of(i, n)).unwrap();
+                    let mut source = Source::open(&url, &state, Credentials::default()).unwrap();
+                    while source.sync().is_err() {
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
+                    let identity = StatusIdentity::new(FLEET, signer);
+                    let remote = GitRemote::new(url.clone());
+                    let mirror = git2::Repository::open(state.join("mirror.git")).unwrap();
+                    ready.wait();
+                    go.wait();
+                    let before = source.stats();
+                    // Polls are spread over the interval, as independent agents' are.
+                    std::thread::sleep(poll.mul_f64((i as f64 * 0.618_034) % 1.0));
+                    let start = Instant::now();
+                    let mut first = true;
+                    let mut done = false;
+                    while totals.succeeded.load(Ordering::Relaxed) < n {
+                        let t = Instant::now();
+                        let outcome = match source.sync() {
+                            Ok(o) => o,
+                            Err(_) => {
+                                totals.errors.fetch_add(1, Ordering::Relaxed);
+                                std::thread::sleep(poll);
+                                continue;
+                            }
+                        };
+                        totals.ls_remote_micros.lock().unwrap().push(t.elapsed().as_micros() as u64);
+                        if !done && (outcome.fetched || first) {
+                            first = false;
+                            let checkout = source.checkout().unwrap();
+                            let config = FleetConfig::load(&checkout.tip_tree().unwrap()).unwrap();
+                            let desired = config.desired_release(&name).map(|(r, _)| r.to_string()).unwrap();
+                            if desired == "rel-2" {
+                                let tag = checkout.tag("rel-2").unwrap().unwrap();
+                                let keys = StatusKeys::registered(&config);
+                                let statuses = fleetgate::status::read_all(checkout.repo(), &[tag.commit], &keys).unwrap();
+                                if may_start(&config.fleet, &members(&config), &statuses, &name, "rel-2").allowed {
+                                    let started = promoted_at.lock().unwrap().elapsed();
+                                    totals.starts.lock().unwrap().push((wave, started));
+                                    let status =
+                                        Status::new(&name, "rel-2", tag.commit.to_string(), State::Success, "bake passed");
+                                    match notes::write(&mirror, &remote, &status, &identity) {
+                                        Ok(w) => {
+                                            totals.pushes.fetch_add(w.attempts as u64, Ordering::Relaxed);
+                                            if w.attempts > 1 {
+                                                totals.merged_pushes.fetch_add(1, Ordering::Relaxed);
+                                            }
+                                        }
+                                        Err(_) => {
+                                            totals.errors.fetch_add(1, Ordering::Relaxed);
+                                        }
+                                    }
+                                    done = true;
+                                    totals.succeeded.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                        }
+                        if start.elapsed() > deadline {
+                            totals.errors.fetch_add(1, Ordering::Relaxed);
+                            break;
+                        }
+                        std::thread::sleep(poll.saturating_sub(t.elapsed()));
+                    }
+                    let after = source.stats();
+                    totals.ls_remotes.fetch_add(after.ls_remotes - before.ls_remotes, Ordering::Relaxed);
+                    totals.fetches.fetch_add(after.fetches - before.fetches, Ordering::Relaxed);
+                })
+                .unwrap(),
+        );
+    }
+    ready.wait();
+
+    // The promotion: fleet.yaml moves to rel-2 (one commit, as a merged PR would).
+    let cpu_before = cpu_seconds(daemon.id());
+    std::fs::write(work.join("fleet.yaml"), fleet_yaml("rel-2")).unwrap();
+    git(&work, &["-c", "user.name=sim", "-c", "user.email=sim@example.com", "commit", "-qam", "promote rel-2"]);
+    git(&work, &["push", "-q", bare.to_str().unwrap(), "main"]);
+    *promoted_at.lock().unwrap() = Instant::now();
+    let wall = Instant::now();
+    go.wait();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let elapsed = wall.elapsed().as_secs_f64();
+    let cpu = cpu_seconds(daemon.id()) - cpu_before;
+    daemon.kill().ok();
+    daemon.wait().ok();
+
+    let starts = totals.starts.lock().unwrap();
+    let last_of = |w: usize| starts.iter().filter(|(x, _)| *x == w).map(|(_, t)| *t).max().unwrap_or_default();
+    let last_canary = last_of(0);
+    let last_wave = last_of(WAVES.len() - 1);
+    let mut lat = totals.ls_remote_micros.lock().unwrap().clone();
+    lat.sort_unstable();
+    let pct = |p: f64| lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1))).copied().unwrap_or(0);
+    let ls = totals.ls_remotes.load(Ordering::Relaxed) as f64;
+    let fetches = totals.fetches.load(Ordering::Relaxed) as f64;
+    println!(
+        "| {n} | {}s | {}/{n} | {:.1} | {:.1} | {} | {} | {:.1}s ({:.0}%) | {:.1} / {:.1} ms | {:.1}s | {:.1}s | {} |",
+        run.poll.as_secs(),
+        starts.len(),
+        ls / n as f64,
+        fetches / n as f64,
+        totals.pushes.load(Ordering::Relaxed),
+        totals.merged_pushes.load(Ordering::Relaxed),
+        cpu,
+        100.0 * cpu / elapsed,
+        pct(0.5) as f64 / 1000.0,
+        pct(0.99) as f64 / 1000.0,
+        last_canary.as_secs_f64(),
+        (last_wave.saturating_sub(last_canary)).as_secs_f64(),
+        totals.errors.load(Ordering::Relaxed),
+    );
+}
+
+fn main() {
+    let args: Vec<u64> = std::env::args().skip(1).map(|a| a.parse().expect("numbers: AGENTS POLL_SECONDS ...")).collect();
+    let pairs: Vec<(u64, u64)> = if args.is_empty() {
+        vec![(100, 2), (250, 2), (500, 2), (1000, 5), (1000, 2)]
+    } else {
+        args.chunks(2).map(|c| (c[0], *c.get(1).unwrap_or(&2))).collect()
+    };
+    println!("| agents | poll | started rel-2 | ls-remotes/agent | fetches/agent | notes pushes | merged pushes | git daemon CPU (% of wall) | ls-remote p50 / p99 | promotion → last canary | last canary → last agent of last wave | errors |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for (agents, poll) in pairs {
+        run(&Run { agents: agents as usize, poll: Duration::from_secs(poll) });
+    }
+}
