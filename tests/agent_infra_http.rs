@@ -1,6 +1,8 @@
 //! The agent's HTTP endpoints over real HTTP: health and readiness follow leadership and the first
 //! sync, the Git webhook wakes the loop (signed GitHub/Gitea/GitLab deliveries, empty bodies) and
-//! refuses or ignores what it should, and a real Prometheus scrapes `/metrics`.
+//! refuses or ignores what it should, and a real Prometheus scrapes `/metrics`. Deliveries that
+//! are too large, unauthenticated or too many at once are refused before their body is read (the
+//! requests below never send one), while the probes keep answering.
 
 use fleetgate::agent::lease::Leadership;
 use fleetgate::agent::metrics::Metrics;
@@ -12,6 +14,8 @@ use sha2::Sha256;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 const SECRET: &[u8] = b"webhook-s3cret";
@@ -182,4 +186,95 @@ async fn prometheus_scrapes_the_metrics() {
     assert_eq!(value(&v).as_deref(), Some("1"), "{v}");
     let v = prom.query("time() - fleetgate_last_sync_timestamp_seconds < 60").await.unwrap();
     assert!(value(&v).is_some(), "last sync timestamp is recent: {v}");
+}
+
+/// Sends a request head (and `body`, which may be less than its Content-Length says) over a
+/// plain connection, without waiting for anything.
+async fn send_raw(f: &Fixture, head: &str, body: &[u8]) -> TcpStream {
+    let mut conn = TcpStream::connect(f.server.local_addr()).await.unwrap();
+    conn.write_all(head.as_bytes()).await.unwrap();
+    conn.write_all(body).await.unwrap();
+    conn
+}
+
+/// The status code of the answer on `conn` (within 5 s).
+async fn status_of(conn: &mut TcpStream) -> u16 {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !got.windows(2).any(|w| w == b"\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut buf)).await.expect("an answer").unwrap();
+        assert!(n > 0, "connection closed without an answer: {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    let line = String::from_utf8_lossy(&got);
+    line.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("not an HTTP answer: {line:?}"))
+}
+
+fn post_head(length: usize, headers: &str) -> String {
+    format!("POST /hooks/git HTTP/1.1\r\nHost: agent\r\nContent-Length: {length}\r\n{headers}\r\n")
+}
+
+#[tokio::test]
+async fn deliveries_are_refused_before_their_body_is_read_and_the_probes_keep_answering() {
+    let mut f = start(Some(SECRET)).await;
+    f.leadership.send_replace(Leadership::Leading);
+    let sig = format!("X-Hub-Signature-256: {}\r\n", github_signature(PUSH_MAIN));
+
+    // Refusals the headers decide: the body (8 MiB declared) is never sent, the answer comes anyway.
+    let eight_mib = 8 << 20;
+    for (headers, expected) in [
+        (sig.as_str(), 413),
+        ("", 401),
+        ("X-Gitlab-Token: guess\r\n", 401),
+        ("X-Hub-Signature-256: sha256=not-hex\r\n", 401),
+    ] {
+        let length = if expected == 413 { eight_mib } else { 1000 };
+        let mut conn = send_raw(&f, &post_head(length, headers), b"").await;
+        assert_eq!(status_of(&mut conn).await, expected, "{headers:?}");
+    }
+
+    // Signed deliveries must send their body; four that never finish hold every slot. The next
+    // is refused at once, the probes and metrics still answer.
+    let mut stuck = Vec::new();
+    for _ in 0..fleetgate::agent::server::MAX_CONCURRENT_HOOKS {
+        stuck.push(send_raw(&f, &post_head(PUSH_MAIN.len(), &sig), &PUSH_MAIN[..10]).await);
+    }
+    // Let the four reach the handler (nothing to observe them by but their effect).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut fifth = send_raw(&f, &post_head(PUSH_MAIN.len(), &sig), b"").await;
+    let answered = status_of(&mut fifth).await;
+    assert_eq!(answered, 429, "the fifth concurrent delivery");
+    assert_eq!(f.get("/healthz").await.0, 200);
+    assert_eq!(f.get("/metrics").await.0, 200);
+    assert_eq!(f.woken().await, None);
+
+    // A sender that gives up frees its slot; a complete signed delivery then wakes the loop.
+    stuck.clear();
+    let mut status = 0;
+    for _ in 0..50 {
+        let (s, _) = f.hook(&[("x-hub-signature-256", github_signature(PUSH_MAIN))], PUSH_MAIN).await;
+        status = s;
+        if status == 202 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(status, 202);
+    assert_eq!(f.woken().await, Some(BTreeSet::from([TriggerSource::Webhook])));
+}
+
+#[tokio::test]
+async fn a_body_past_64_kib_is_cut_off_while_it_streams() {
+    let f = start(None).await;
+    // No Content-Length to refuse by: chunks of 16 KiB until the agent stops reading.
+    let mut conn = send_raw(&f, "POST /hooks/git HTTP/1.1\r\nHost: agent\r\nTransfer-Encoding: chunked\r\n\r\n", b"").await;
+    let chunk = format!("4000\r\n{}\r\n", " ".repeat(16 * 1024));
+    for _ in 0..5 {
+        conn.write_all(chunk.as_bytes()).await.unwrap();
+    }
+    assert_eq!(status_of(&mut conn).await, 413);
+    // Exactly the limit is still read.
+    let body = vec![b' '; fleetgate::agent::server::MAX_BODY_BYTES];
+    let r = f.http.post(f.url("/hooks/git")).body(body).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 202);
 }
