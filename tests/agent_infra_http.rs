@@ -2,7 +2,9 @@
 //! sync, the Git webhook wakes the loop (signed GitHub/Gitea/GitLab deliveries, empty bodies) and
 //! refuses or ignores what it should, and a real Prometheus scrapes `/metrics`. Deliveries that
 //! are too large, unauthenticated or too many at once are refused before their body is read (the
-//! requests below never send one), while the probes keep answering.
+//! requests below never send one), while the probes keep answering. The agent's token-carrying
+//! HTTP clients (forge statuses, pull requests, notifications) do not follow a redirect to
+//! another host.
 
 use fleetgate::agent::lease::Leadership;
 use fleetgate::agent::metrics::Metrics;
@@ -277,4 +279,80 @@ async fn a_body_past_64_kib_is_cut_off_while_it_streams() {
     let body = vec![b' '; fleetgate::agent::server::MAX_BODY_BYTES];
     let r = f.http.post(f.url("/hooks/git")).body(body).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 202);
+}
+
+/// A server on 127.0.0.1 that answers every request with a 302 to `target`, and the target: a
+/// listener on another loopback address that counts the connections it gets.
+struct Redirector {
+    url: String,
+    stolen: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+async fn redirector() -> Redirector {
+    let evil = tokio::net::TcpListener::bind("127.0.0.2:0").await.expect("127.0.0.2 is loopback too");
+    let target = format!("http://{}/collect", evil.local_addr().unwrap());
+    let stolen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = stolen.clone();
+    tokio::spawn(async move {
+        while let Ok((_conn, _)) = evil.accept().await {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    let forge = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", forge.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = forge.accept().await {
+            let target = target.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                let _ = conn.read(&mut buf).await;
+                let answer = format!(
+                    "HTTP/1.1 302 Found\r\nLocation: {target}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                );
+                let _ = conn.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    Redirector { url, stolen }
+}
+
+#[tokio::test]
+async fn token_carrying_clients_do_not_follow_a_redirect_to_another_host() {
+    use fleetgate::agent::notifier::{Notification, NotificationKind, Notifier};
+    use fleetgate::model::ForgeKind;
+    use fleetgate::releng::forge_pr::{self, PullRequestSpec};
+    use fleetgate::status::{ForgeBackend, ForgeConfig, State, Status, Token, TokenSource};
+
+    let r = redirector().await;
+    // GitLab's token is a custom header, which a followed redirect would carry along.
+    let status = Status::new("cluster-a", "rel-1", &"a".repeat(40), State::Success, "ok");
+    for kind in [ForgeKind::Gitlab, ForgeKind::Github, ForgeKind::Gitea] {
+        let repository = if kind == ForgeKind::Gitlab { "group/fleet" } else { "acme/fleet" };
+        let forge = ForgeBackend::new(kind, &r.url, repository, Token::new("forge-token")).unwrap();
+        let err = forge.send(&status).await.expect_err("a 302 is not a status written");
+        assert!(err.to_string().contains("302"), "{kind:?}: {err}");
+
+        let config = ForgeConfig { kind, url: r.url.clone(), repository: repository.into(), token: TokenSource::Given };
+        let pr = PullRequestSpec { title: "t".into(), body: "b".into(), head: "h".into(), base: "main".into() };
+        forge_pr::open(&config, "forge-token", &pr).await.expect_err("a 302 is not a pull request opened");
+    }
+    let notifier = Notifier::new(
+        std::collections::BTreeMap::from([("default".to_string(), format!("{}/hooks/T/B/secret", r.url).parse().unwrap())]),
+        "cluster-a",
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let n = Notification {
+        kind: NotificationKind::Rollback,
+        release: "rel-2".into(),
+        reason: "GateFailed".into(),
+        message: "m".into(),
+        rolled_back_to: Some("rel-1".into()),
+        gate: None,
+        figure: None,
+        threshold: None,
+    };
+    notifier.send("default", &n).await.expect_err("a 302 is not a notification delivered");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(r.stolen.load(std::sync::atomic::Ordering::SeqCst), 0, "a client followed the redirect");
 }
