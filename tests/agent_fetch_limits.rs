@@ -34,7 +34,7 @@ fn commit_with_blob(fleet: &Fleet, base: &str, file: &str, blob: &str) -> String
     git_in_env(&fleet.work, &env, &["read-tree", &format!("{base}^{{tree}}")]);
     git_in_env(&fleet.work, &env, &["update-index", "--add", "--cacheinfo", &format!("100644,{blob},{file}")]);
     let tree = git_in_env(&fleet.work, &env, &["write-tree"]);
-    fleet.git(&["commit-tree", &tree, "-p", base, "-m", &format!("{file}: a large blob")])
+    fleet.git(&["commit-tree", &tree, "-p", &format!("{base}^{{commit}}"), "-m", &format!("{file}: a large blob")])
 }
 
 fn has_event(events: &str, reason: &str, text: &str) -> bool {
