@@ -183,8 +183,7 @@ async fn main() -> anyhow::Result<()> {
         let before = reconciles(&http, &base).await?;
         let head = format!("POST /hooks/git HTTP/1.1\r\nHost: agent\r\n{headers}\r\n");
         let t0 = Instant::now();
-        let floods: Vec<_> =
-            (0..CONCURRENT).map(|_| tokio::spawn(deliver(addr, head.clone(), chunked))).collect();
+        let floods: Vec<_> = (0..CONCURRENT).map(|_| tokio::spawn(deliver(addr, head.clone(), chunked))).collect();
         // The probes while the flood is on.
         let mut probes = Vec::new();
         for _ in 0..5 {

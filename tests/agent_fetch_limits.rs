@@ -40,7 +40,11 @@ fn commit_with_blob(fleet: &Fleet, base: &str, file: &str, blob: &str) -> String
 fn has_event(events: &str, reason: &str, text: &str) -> bool {
     let events: serde_json::Value =
         serde_json::from_str(events.lines().next().unwrap()).expect("events.k8s.io Events as JSON");
-    events.as_array().unwrap().iter().any(|e| e["reason"] == reason && e["note"].as_str().is_some_and(|n| n.contains(text)))
+    events
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["reason"] == reason && e["note"].as_str().is_some_and(|n| n.contains(text)))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

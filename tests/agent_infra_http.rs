@@ -269,7 +269,8 @@ async fn deliveries_are_refused_before_their_body_is_read_and_the_probes_keep_an
 async fn a_body_past_64_kib_is_cut_off_while_it_streams() {
     let f = start(None).await;
     // No Content-Length to refuse by: chunks of 16 KiB until the agent stops reading.
-    let mut conn = send_raw(&f, "POST /hooks/git HTTP/1.1\r\nHost: agent\r\nTransfer-Encoding: chunked\r\n\r\n", b"").await;
+    let mut conn =
+        send_raw(&f, "POST /hooks/git HTTP/1.1\r\nHost: agent\r\nTransfer-Encoding: chunked\r\n\r\n", b"").await;
     let chunk = format!("4000\r\n{}\r\n", " ".repeat(16 * 1024));
     for _ in 0..5 {
         conn.write_all(chunk.as_bytes()).await.unwrap();
@@ -337,7 +338,10 @@ async fn token_carrying_clients_do_not_follow_a_redirect_to_another_host() {
         forge_pr::open(&config, "forge-token", &pr).await.expect_err("a 302 is not a pull request opened");
     }
     let notifier = Notifier::new(
-        std::collections::BTreeMap::from([("default".to_string(), format!("{}/hooks/T/B/secret", r.url).parse().unwrap())]),
+        std::collections::BTreeMap::from([(
+            "default".to_string(),
+            format!("{}/hooks/T/B/secret", r.url).parse().unwrap(),
+        )]),
         "cluster-a",
         Duration::from_secs(5),
     )

@@ -159,7 +159,9 @@ pub fn terminal_text(text: &str) -> String {
     for c in text.chars() {
         match c {
             '\t' | '\n' | '\r' | '\u{b}' | '\u{c}' => out.push(' '),
-            c if c.is_control() || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') => {
+            c if c.is_control()
+                || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') =>
+            {
                 out.push_str(&c.escape_unicode().to_string())
             }
             c => out.push(c),

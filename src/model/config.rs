@@ -268,7 +268,10 @@ fn yaml_files(tree: &dyn RepoTree, dir: &str, findings: &mut Vec<Finding>) -> Re
         findings.push(Finding::in_file(
             Rule::Limit,
             dir,
-            format!("{dir}/ holds {} entries, over the limit of {MAX_FOLDER_ENTRIES}; none of them was read", entries.len()),
+            format!(
+                "{dir}/ holds {} entries, over the limit of {MAX_FOLDER_ENTRIES}; none of them was read",
+                entries.len()
+            ),
         ));
         return Ok(Vec::new());
     }

@@ -439,7 +439,10 @@ impl Source {
                 p.received_bytes() as u64 <= limit
             });
             let mut opts = FetchOptions::new();
-            opts.remote_callbacks(callbacks).prune(FetchPrune::On).download_tags(AutotagOption::None).update_fetchhead(false);
+            opts.remote_callbacks(callbacks)
+                .prune(FetchPrune::On)
+                .download_tags(AutotagOption::None)
+                .update_fetchhead(false);
             remote.fetch(specs, Some(&mut opts), Some("fleetgate fetch"))
         });
         match result {
