@@ -326,7 +326,7 @@ async fn token_carrying_clients_do_not_follow_a_redirect_to_another_host() {
 
     let r = redirector().await;
     // GitLab's token is a custom header, which a followed redirect would carry along.
-    let status = Status::new("cluster-a", "rel-1", &"a".repeat(40), State::Success, "ok");
+    let status = Status::new("cluster-a", "rel-1", "a".repeat(40), State::Success, "ok");
     for kind in [ForgeKind::Gitlab, ForgeKind::Github, ForgeKind::Gitea] {
         let repository = if kind == ForgeKind::Gitlab { "group/fleet" } else { "acme/fleet" };
         let forge = ForgeBackend::new(kind, &r.url, repository, Token::new("forge-token")).unwrap();
