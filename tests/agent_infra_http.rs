@@ -266,6 +266,25 @@ async fn deliveries_are_refused_before_their_body_is_read_and_the_probes_keep_an
 }
 
 #[tokio::test]
+async fn a_connection_that_never_finishes_its_request_head_is_closed() {
+    let f = start(None).await;
+    let mut slow = send_raw(&f, "GET /healthz HTTP/1.1\r\nHost: ag", b"").await;
+    // Meanwhile everyone else is served.
+    assert_eq!(f.get("/healthz").await.0, 200);
+    let limit = fleetgate::agent::server::HEADER_TIMEOUT + Duration::from_secs(10);
+    let mut buf = [0u8; 256];
+    let read = tokio::time::timeout(limit, slow.read(&mut buf)).await.expect("the agent closed the connection");
+    // Closed (possibly after a 408 answer), never left open.
+    match read {
+        Ok(0) | Err(_) => {}
+        Ok(n) => {
+            let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
+            assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        }
+    }
+}
+
+#[tokio::test]
 async fn a_body_past_64_kib_is_cut_off_while_it_streams() {
     let f = start(None).await;
     // No Content-Length to refuse by: chunks of 16 KiB until the agent stops reading.

@@ -22,7 +22,9 @@
 //! token, a signature that is not hex) gets 401 — none of them has its body read. Bodies that must
 //! be read (HMAC schemes, or no secret) are read as a stream, abandoned past [`MAX_BODY_BYTES`]
 //! (413) or after [`BODY_TIMEOUT`] (408). `/healthz`, `/readyz` and `/metrics` share no limit with
-//! it, so a flood of deliveries does not make the probes fail.
+//! it, so a flood of deliveries does not make the probes fail. Every connection must send each
+//! request head within [`HEADER_TIMEOUT`] or it is closed, so connections that never finish a
+//! request do not pile up.
 
 use super::lease::Leadership;
 use super::metrics::{CONTENT_TYPE, Metrics};
@@ -53,6 +55,9 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub const MAX_CONCURRENT_HOOKS: usize = 4;
 /// How long a delivery may take to send its body (a slow sender holds one of the few slots).
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client may take to send a request head (hyper's default is 30 s; probes and
+/// forges send theirs at once).
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Liveness and readiness inputs, shared by the loop (which marks the first sync) and the server.
 #[derive(Debug, Clone)]
@@ -340,6 +345,38 @@ async fn git_hook(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
     answer(StatusCode::ACCEPTED, true, "sync scheduled")
 }
 
+/// Serves `app` on `listener` until `stop`, then waits for the requests in flight. axum's own
+/// `serve` is this loop without a header read timeout (it sets no timer for hyper).
+async fn serve(listener: tokio::net::TcpListener, app: Router, stop: oneshot::Receiver<()>) -> std::io::Result<()> {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    tokio::pin!(stop);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                // Out of file descriptors and the like: the next accept may work again.
+                Err(e) => {
+                    tracing::warn!(error = %e, "accepting a connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            _ = &mut stop => break,
+        };
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let connection = graceful.watch(builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "HTTP connection ended with an error");
+            }
+        });
+    }
+    graceful.shutdown().await;
+    Ok(())
+}
+
 /// The server running in a background task.
 #[derive(Debug)]
 pub struct HttpServer {
@@ -355,14 +392,7 @@ impl HttpServer {
             tokio::net::TcpListener::bind(addr).await.map_err(|source| ServerError::Bind { addr, source })?;
         let local = listener.local_addr().map_err(|source| ServerError::Bind { addr, source })?;
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        let app = router(state);
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = stop_rx.await;
-                })
-                .await
-        });
+        let task = tokio::spawn(serve(listener, router(state), stop_rx));
         tracing::info!(%local, "serving /healthz /readyz /metrics /hooks/git");
         Ok(HttpServer { addr: local, stop: Some(stop_tx), task: Some(task) })
     }
