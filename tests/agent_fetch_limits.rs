@@ -1,7 +1,8 @@
 //! What a pusher can make the agent download and read is bounded, and hitting a bound never costs
 //! the cluster its release: a signed release whose `release.yaml` is a 1.5 GB blob is refused by
 //! its size (status `error`, nothing read into memory), a junk tag whose pack is over
-//! `--max-fetch-bytes` is left out of the mirror with a `FetchRefused` Event, a remote with more
+//! `--max-fetch-bytes` is left out of the mirror with a `FetchRefused` Event (and asking for it is
+//! an error that says so, not "no such tag"), a remote with more
 //! tags than `--max-tags` is not fetched — and in each case the current release stays applied and
 //! a good release pushed afterwards still rolls out.
 
@@ -114,6 +115,13 @@ async fn a_junk_tag_over_the_pack_limit_is_left_out_and_later_releases_still_rol
     let said = "fetching tag junk was aborted after";
     assert!(has_event(&events, "FetchRefused", said), "no FetchRefused Event saying {said:?}: {events}");
     assert!(has_event(&events, "FetchRefused", &format!("over the --max-fetch-bytes limit of {LIMIT}")), "{events}");
+    assert_eq!(fleet.operator_image().await, Some(image_of("rel-1")));
+
+    // Asked for, the junk tag is an error that says why it is missing; nothing changes.
+    fleet.promote("junk");
+    let err = within("junk promoted", 120, agent.reconcile()).await.unwrap_err();
+    let text = fleetgate::model::error_chain(&err);
+    assert!(text.contains("tag junk is not in the mirror: ") && text.contains(said), "{text}");
     assert_eq!(fleet.operator_image().await, Some(image_of("rel-1")));
 
     // A release pushed after the junk tag rolls out; the junk tag is not fetched again.

@@ -185,6 +185,8 @@ pub enum SourceError {
         "{url} lists {count} tags, over the --max-tags limit of {limit}; nothing was fetched (delete junk tags, or raise the limit)"
     )]
     TooManyTags { url: String, count: usize, limit: usize },
+    #[error("tag {tag} is not in the mirror: {reason}")]
+    TagRefused { tag: String, reason: String },
     #[error("reading the repository")]
     Git(#[from] git2::Error),
 }
@@ -197,7 +199,8 @@ impl SourceError {
             | SourceError::Remote { .. }
             | SourceError::BranchNotFound { .. }
             | SourceError::PackTooLarge { .. }
-            | SourceError::TooManyTags { .. } => ErrorClass::Stalling,
+            | SourceError::TooManyTags { .. }
+            | SourceError::TagRefused { .. } => ErrorClass::Stalling,
         }
     }
 }
@@ -238,8 +241,8 @@ pub struct Source {
     credentials: Credentials,
     retry: RetryPolicy,
     limits: FetchLimits,
-    /// Tags too large to fetch, by name, at the object id they were refused at.
-    refused: BTreeMap<String, Oid>,
+    /// Tags too large to fetch, by ref name, at the object id they were refused at.
+    refused: BTreeMap<String, RefusedRef>,
     stats: SourceStats,
 }
 
@@ -474,8 +477,9 @@ impl Source {
                 Ok(()) => {}
                 Err(e @ SourceError::PackTooLarge { .. }) => {
                     tracing::warn!(tag = %name, error = %e, "left a tag out of the mirror");
-                    self.refused.insert(name.clone(), *oid);
-                    refused.push(RefusedRef { name: name.clone(), oid: *oid, reason: e.to_string() });
+                    let r = RefusedRef { name: name.clone(), oid: *oid, reason: e.to_string() };
+                    self.refused.insert(name.clone(), r.clone());
+                    refused.push(r);
                 }
                 Err(e) => return Err(e),
             }
@@ -507,7 +511,7 @@ impl Source {
         if tags > self.limits.max_tags {
             return Err(SourceError::TooManyTags { url: self.url.clone(), count: tags, limit: self.limits.max_tags });
         }
-        self.refused.retain(|name, oid| remote.refs.get(name) == Some(oid));
+        self.refused.retain(|name, r| remote.refs.get(name) == Some(&r.oid));
         remote.refs.retain(|name, _| !self.refused.contains_key(name));
         let fetched = remote != self.local_refs()?;
         let mut refused = Vec::new();
@@ -527,10 +531,17 @@ impl Source {
         Ok(SyncOutcome { fetched, tip, refused })
     }
 
-    /// The mirror at its current state (call [`Source::sync`] first).
+    /// The mirror at its current state (call [`Source::sync`] first). Asking it for a tag that
+    /// was left out as too large says so ([`SourceError::TagRefused`]) instead of "no such tag".
     pub fn checkout(&self) -> Result<Checkout, SourceError> {
         let repo = Repository::open_bare(self.mirror.path())?;
-        Checkout::new(repo, &self.branch, &self.url)
+        let mut checkout = Checkout::new(repo, &self.branch, &self.url)?;
+        checkout.refused = self
+            .refused
+            .values()
+            .map(|r| (r.name.trim_start_matches("refs/tags/").to_string(), r.reason.clone()))
+            .collect();
+        Ok(checkout)
     }
 }
 
@@ -549,6 +560,8 @@ pub struct Checkout {
     repo: Repository,
     branch: String,
     tip: Oid,
+    /// Tags the remote has that the mirror left out (too large to fetch): name → why.
+    refused: BTreeMap<String, String>,
 }
 
 impl std::fmt::Debug for Checkout {
@@ -567,7 +580,7 @@ impl Checkout {
             Err(e) => return Err(e.into()),
         };
         let tip = repo.find_commit(tip)?.id();
-        Ok(Checkout { repo, branch: branch.to_string(), tip })
+        Ok(Checkout { repo, branch: branch.to_string(), tip, refused: BTreeMap::new() })
     }
 
     /// A checkout of an existing local repository (bare or not) without fetching: `branch`, or
@@ -582,7 +595,7 @@ impl Checkout {
                     let head = repo.head()?;
                     (head.peel_to_commit()?.id(), head.shorthand().unwrap_or("HEAD").to_string())
                 };
-                Ok(Checkout { repo, branch, tip })
+                Ok(Checkout { repo, branch, tip, refused: BTreeMap::new() })
             }
         }
     }
@@ -616,8 +629,12 @@ impl Checkout {
         self.commit_tree(tag.commit, &format!("tag {} ({})", tag.name, short(tag.commit)))
     }
 
-    /// The tag `name`, if it exists (tags that do not point to a commit are skipped as absent).
+    /// The tag `name`, if it exists (tags that do not point to a commit are skipped as absent);
+    /// [`SourceError::TagRefused`] for a tag the source left out as too large to fetch.
     pub fn tag(&self, name: &str) -> Result<Option<TagRef>, SourceError> {
+        if let Some(reason) = self.refused.get(name) {
+            return Err(SourceError::TagRefused { tag: name.to_string(), reason: reason.clone() });
+        }
         let r = match self.repo.find_reference(&format!("refs/tags/{name}")) {
             Ok(r) => r,
             Err(e) if matches!(e.code(), git2::ErrorCode::NotFound | git2::ErrorCode::InvalidSpec) => return Ok(None),
