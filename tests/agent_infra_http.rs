@@ -1,6 +1,10 @@
 //! The agent's HTTP endpoints over real HTTP: health and readiness follow leadership and the first
 //! sync, the Git webhook wakes the loop (signed GitHub/Gitea/GitLab deliveries, empty bodies) and
-//! refuses or ignores what it should, and a real Prometheus scrapes `/metrics`.
+//! refuses or ignores what it should, and a real Prometheus scrapes `/metrics`. Deliveries that
+//! are too large, unauthenticated or too many at once are refused before their body is read (the
+//! requests below never send one), while the probes keep answering. The agent's token-carrying
+//! HTTP clients (forge statuses, pull requests, notifications) do not follow a redirect to
+//! another host.
 
 use fleetgate::agent::lease::Leadership;
 use fleetgate::agent::metrics::Metrics;
@@ -12,6 +16,8 @@ use sha2::Sha256;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 const SECRET: &[u8] = b"webhook-s3cret";
@@ -182,4 +188,194 @@ async fn prometheus_scrapes_the_metrics() {
     assert_eq!(value(&v).as_deref(), Some("1"), "{v}");
     let v = prom.query("time() - fleetgate_last_sync_timestamp_seconds < 60").await.unwrap();
     assert!(value(&v).is_some(), "last sync timestamp is recent: {v}");
+}
+
+/// Sends a request head (and `body`, which may be less than its Content-Length says) over a
+/// plain connection, without waiting for anything.
+async fn send_raw(f: &Fixture, head: &str, body: &[u8]) -> TcpStream {
+    let mut conn = TcpStream::connect(f.server.local_addr()).await.unwrap();
+    conn.write_all(head.as_bytes()).await.unwrap();
+    conn.write_all(body).await.unwrap();
+    conn
+}
+
+/// The status code of the answer on `conn` (within 5 s).
+async fn status_of(conn: &mut TcpStream) -> u16 {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !got.windows(2).any(|w| w == b"\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut buf)).await.expect("an answer").unwrap();
+        assert!(n > 0, "connection closed without an answer: {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    let line = String::from_utf8_lossy(&got);
+    line.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("not an HTTP answer: {line:?}"))
+}
+
+fn post_head(length: usize, headers: &str) -> String {
+    format!("POST /hooks/git HTTP/1.1\r\nHost: agent\r\nContent-Length: {length}\r\n{headers}\r\n")
+}
+
+#[tokio::test]
+async fn deliveries_are_refused_before_their_body_is_read_and_the_probes_keep_answering() {
+    let mut f = start(Some(SECRET)).await;
+    f.leadership.send_replace(Leadership::Leading);
+    let sig = format!("X-Hub-Signature-256: {}\r\n", github_signature(PUSH_MAIN));
+
+    // Refusals the headers decide: the body (8 MiB declared) is never sent, the answer comes anyway.
+    let eight_mib = 8 << 20;
+    for (headers, expected) in [
+        (sig.as_str(), 413),
+        ("", 401),
+        ("X-Gitlab-Token: guess\r\n", 401),
+        ("X-Hub-Signature-256: sha256=not-hex\r\n", 401),
+    ] {
+        let length = if expected == 413 { eight_mib } else { 1000 };
+        let mut conn = send_raw(&f, &post_head(length, headers), b"").await;
+        assert_eq!(status_of(&mut conn).await, expected, "{headers:?}");
+    }
+
+    // Signed deliveries must send their body; four that never finish hold every slot. The next
+    // is refused at once, the probes and metrics still answer.
+    let mut stuck = Vec::new();
+    for _ in 0..fleetgate::agent::server::MAX_CONCURRENT_HOOKS {
+        stuck.push(send_raw(&f, &post_head(PUSH_MAIN.len(), &sig), &PUSH_MAIN[..10]).await);
+    }
+    // Let the four reach the handler (nothing to observe them by but their effect).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut fifth = send_raw(&f, &post_head(PUSH_MAIN.len(), &sig), b"").await;
+    let answered = status_of(&mut fifth).await;
+    assert_eq!(answered, 429, "the fifth concurrent delivery");
+    assert_eq!(f.get("/healthz").await.0, 200);
+    assert_eq!(f.get("/metrics").await.0, 200);
+    assert_eq!(f.woken().await, None);
+
+    // A sender that gives up frees its slot; a complete signed delivery then wakes the loop.
+    stuck.clear();
+    let mut status = 0;
+    for _ in 0..50 {
+        let (s, _) = f.hook(&[("x-hub-signature-256", github_signature(PUSH_MAIN))], PUSH_MAIN).await;
+        status = s;
+        if status == 202 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(status, 202);
+    assert_eq!(f.woken().await, Some(BTreeSet::from([TriggerSource::Webhook])));
+}
+
+#[tokio::test]
+async fn a_connection_that_never_finishes_its_request_head_is_closed() {
+    let f = start(None).await;
+    let mut slow = send_raw(&f, "GET /healthz HTTP/1.1\r\nHost: ag", b"").await;
+    // Meanwhile everyone else is served.
+    assert_eq!(f.get("/healthz").await.0, 200);
+    let limit = fleetgate::agent::server::HEADER_TIMEOUT + Duration::from_secs(10);
+    let mut buf = [0u8; 256];
+    let read = tokio::time::timeout(limit, slow.read(&mut buf)).await.expect("the agent closed the connection");
+    // Closed (possibly after a 408 answer), never left open.
+    match read {
+        Ok(0) | Err(_) => {}
+        Ok(n) => {
+            let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
+            assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_body_past_64_kib_is_cut_off_while_it_streams() {
+    let f = start(None).await;
+    // No Content-Length to refuse by: chunks of 16 KiB until the agent stops reading.
+    let mut conn =
+        send_raw(&f, "POST /hooks/git HTTP/1.1\r\nHost: agent\r\nTransfer-Encoding: chunked\r\n\r\n", b"").await;
+    let chunk = format!("4000\r\n{}\r\n", " ".repeat(16 * 1024));
+    for _ in 0..5 {
+        conn.write_all(chunk.as_bytes()).await.unwrap();
+    }
+    assert_eq!(status_of(&mut conn).await, 413);
+    // Exactly the limit is still read.
+    let body = vec![b' '; fleetgate::agent::server::MAX_BODY_BYTES];
+    let r = f.http.post(f.url("/hooks/git")).body(body).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 202);
+}
+
+/// A server on 127.0.0.1 that answers every request with a 302 to `target`, and the target: a
+/// listener on another loopback address that counts the connections it gets.
+struct Redirector {
+    url: String,
+    stolen: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+async fn redirector() -> Redirector {
+    let evil = tokio::net::TcpListener::bind("127.0.0.2:0").await.expect("127.0.0.2 is loopback too");
+    let target = format!("http://{}/collect", evil.local_addr().unwrap());
+    let stolen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = stolen.clone();
+    tokio::spawn(async move {
+        while let Ok((_conn, _)) = evil.accept().await {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    let forge = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", forge.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = forge.accept().await {
+            let target = target.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                let _ = conn.read(&mut buf).await;
+                let answer = format!(
+                    "HTTP/1.1 302 Found\r\nLocation: {target}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                );
+                let _ = conn.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    Redirector { url, stolen }
+}
+
+#[tokio::test]
+async fn token_carrying_clients_do_not_follow_a_redirect_to_another_host() {
+    use fleetgate::agent::notifier::{Notification, NotificationKind, Notifier};
+    use fleetgate::model::ForgeKind;
+    use fleetgate::releng::forge_pr::{self, PullRequestSpec};
+    use fleetgate::status::{ForgeBackend, ForgeConfig, State, Status, Token, TokenSource};
+
+    let r = redirector().await;
+    // GitLab's token is a custom header, which a followed redirect would carry along.
+    let status = Status::new("cluster-a", "rel-1", "a".repeat(40), State::Success, "ok");
+    for kind in [ForgeKind::Gitlab, ForgeKind::Github, ForgeKind::Gitea] {
+        let repository = if kind == ForgeKind::Gitlab { "group/fleet" } else { "acme/fleet" };
+        let forge = ForgeBackend::new(kind, &r.url, repository, Token::new("forge-token")).unwrap();
+        let err = forge.send(&status).await.expect_err("a 302 is not a status written");
+        assert!(err.to_string().contains("302"), "{kind:?}: {err}");
+
+        let config = ForgeConfig { kind, url: r.url.clone(), repository: repository.into(), token: TokenSource::Given };
+        let pr = PullRequestSpec { title: "t".into(), body: "b".into(), head: "h".into(), base: "main".into() };
+        forge_pr::open(&config, "forge-token", &pr).await.expect_err("a 302 is not a pull request opened");
+    }
+    let notifier = Notifier::new(
+        std::collections::BTreeMap::from([(
+            "default".to_string(),
+            format!("{}/hooks/T/B/secret", r.url).parse().unwrap(),
+        )]),
+        "cluster-a",
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let n = Notification {
+        kind: NotificationKind::Rollback,
+        release: "rel-2".into(),
+        reason: "GateFailed".into(),
+        message: "m".into(),
+        rolled_back_to: Some("rel-1".into()),
+        gate: None,
+        figure: None,
+        threshold: None,
+    };
+    notifier.send("default", &n).await.expect_err("a 302 is not a notification delivered");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(r.stolen.load(std::sync::atomic::Ordering::SeqCst), 0, "a client followed the redirect");
 }

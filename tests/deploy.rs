@@ -94,6 +94,9 @@ fn the_agent_configuration_matches_the_deployment() {
     let policy_path = settings.admission_policy.expect("an admission baseline");
     let mut paths = vec![policy_path.clone(), settings.state_dir.expect("stateDir")];
     paths.extend(settings.trusted_keys);
+    // Listening beyond loopback needs the webhook secret (or an explicit insecureWebhook).
+    paths.extend(settings.webhook_secret_file.clone());
+    assert!(settings.webhook_secret_file.is_some() || settings.insecure_webhook == Some(true));
     for p in &paths {
         assert!(mounted(p), "{p:?} is not on a volume the Deployment mounts ({mounts:?})");
     }

@@ -222,3 +222,33 @@ fn watch_refreshes_until_stopped() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+/// A description with terminal controls (what a forged or careless status could carry) reaches
+/// the table as visible text, never as an escape sequence; JSON keeps it exactly, escaped.
+#[test]
+fn control_characters_in_descriptions_never_reach_the_terminal() {
+    let f = fleet();
+    let agent = tempfile::tempdir().unwrap();
+    let repo = git2::Repository::init_bare(agent.path()).unwrap();
+    repo.remote_anonymous(&f.url).unwrap().fetch(&["+refs/tags/*:refs/tags/*"], None, None).unwrap();
+    let description = "\x1b[2J\x1b[32mall gates passed\x1b[0m\rsuccess\x07";
+    let status = Status::new("cluster-c", NEW, &f.new, State::Failure, description);
+    status::write(&repo, &GitRemote::new(&f.url), &status, &identity("cluster-c")).unwrap();
+
+    let out = run(&["status", NEW, "--repo", &f.url]);
+    let text = stdout(&out);
+    println!("{text}");
+    assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "a control character reached the terminal: {text:?}");
+    // Shown as escapes (wrapped at spaces like any description); the CR became a space.
+    for shown in [r"\u{1b}[2J\u{1b}[32mall", r"passed\u{1b}[0m", r"success\u{7}"] {
+        assert!(text.contains(shown), "{shown} not in {text}");
+    }
+
+    let json = run(&["status", NEW, "--repo", &f.url, "-o", "json"]);
+    assert!(!json.stdout.contains(&0x1b), "JSON output carries a raw ESC");
+    let m: Matrix = serde_json::from_slice(&json.stdout).unwrap();
+    let c = m.waves[1].clusters.iter().find(|c| c.name == "cluster-c").unwrap();
+    // What the note holds (the status model already makes a description one line), ESC and all.
+    assert!(status.description.contains('\x1b'), "{:?}", status.description);
+    assert_eq!(c.cells[0].status.as_ref().unwrap().description, status.description);
+}

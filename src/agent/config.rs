@@ -19,7 +19,7 @@ use crate::model::{DEFAULT_ENDPOINT, is_dns_label};
 use crate::model::{
     PromotionMode, RELEASE_ADMISSION_POLICY_KIND, ReleaseAdmissionPolicy, ReleaseAdmissionPolicySpec, parse_document,
 };
-use crate::source::Credentials;
+use crate::source::{Credentials, FetchLimits};
 use crate::status::{ForgeConfig, ForgeError, ForgeSettings};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -193,6 +193,10 @@ pub struct AgentConfig {
     pub allowed_gate_kinds: Vec<String>,
     /// Shared secret for `POST /hooks/git` (GitHub/Gitea HMAC or GitLab token); none = accept any.
     pub webhook_secret_file: Option<PathBuf>,
+    /// Listening beyond loopback without a webhook secret was asked for (`--insecure-webhook`).
+    pub insecure_webhook: bool,
+    /// What one fetch may download, and how many tags the agent considers.
+    pub fetch_limits: FetchLimits,
     /// `None` when leader election is turned off.
     pub leader_election: Option<LeaderElectionSettings>,
     /// This process's identity in the Lease and in Events: `<pod or host name>_<random>`.
@@ -251,6 +255,9 @@ pub struct AgentSettings {
     #[serde(default, with = "humantime_serde")]
     pub notify_timeout: Option<Duration>,
     pub webhook_secret_file: Option<PathBuf>,
+    pub insecure_webhook: Option<bool>,
+    pub max_fetch_bytes: Option<u64>,
+    pub max_tags: Option<usize>,
     /// `forge: {kind, url, repository, tokenFile}`.
     #[serde(default)]
     pub forge: ForgeSettings,
@@ -308,6 +315,16 @@ pub enum ConfigError {
     LeaseTooShort(Duration),
     #[error("Kubernetes client configuration: {0}")]
     Kube(String),
+    #[error(
+        "--listen {0} accepts connections from beyond this host, and without a webhook secret anyone who reaches \
+         the port can trigger syncs: set --webhook-secret-file FILE (the secret the forge signs its deliveries \
+         with), listen on 127.0.0.1, or pass --insecure-webhook if a NetworkPolicy already admits only the forge"
+    )]
+    InsecureWebhook(SocketAddr),
+    #[error("--max-fetch-bytes {0} is too small to fetch any fleet repo; use at least 1 MiB (1048576)")]
+    FetchLimitTooSmall(u64),
+    #[error("--max-tags 0 would consider no release at all; use at least 1")]
+    NoTags,
 }
 
 /// The longest cluster name: `fleetgate-state-<cluster>` and `fleetgate-agent-<cluster>` must stay
@@ -343,6 +360,9 @@ impl AgentSettings {
             notify_url: self.notify_url.overlay(higher.notify_url),
             notify_timeout: higher.notify_timeout.or(self.notify_timeout),
             webhook_secret_file: higher.webhook_secret_file.or(self.webhook_secret_file),
+            insecure_webhook: higher.insecure_webhook.or(self.insecure_webhook),
+            max_fetch_bytes: higher.max_fetch_bytes.or(self.max_fetch_bytes),
+            max_tags: higher.max_tags.or(self.max_tags),
             forge: self.forge.overlay(higher.forge),
             prometheus: self.prometheus.overlay(higher.prometheus),
             allow_gate_kinds: if higher.allow_gate_kinds.is_empty() {
@@ -401,6 +421,21 @@ impl AgentSettings {
         } else {
             KubeAccess::Infer
         };
+        let listen = self.listen.unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("default listen address parses"));
+        let insecure_webhook = self.insecure_webhook.unwrap_or(false);
+        if !listen.ip().is_loopback() && self.webhook_secret_file.is_none() && !insecure_webhook {
+            return Err(ConfigError::InsecureWebhook(listen));
+        }
+        let fetch_limits = FetchLimits {
+            max_pack_bytes: self.max_fetch_bytes.unwrap_or(FetchLimits::default().max_pack_bytes),
+            max_tags: self.max_tags.unwrap_or(FetchLimits::default().max_tags),
+        };
+        if fetch_limits.max_pack_bytes < 1024 * 1024 {
+            return Err(ConfigError::FetchLimitTooSmall(fetch_limits.max_pack_bytes));
+        }
+        if fetch_limits.max_tags == 0 {
+            return Err(ConfigError::NoTags);
+        }
         let state_dir = self.state_dir.unwrap_or_else(|| default_state_dir(&cluster));
         let admission_baseline = match &self.admission_policy {
             Some(path) => read_admission_policy(path)?,
@@ -415,7 +450,7 @@ impl AgentSettings {
             state_dir,
             interval,
             drift_interval: Some(self.drift_interval.unwrap_or(DEFAULT_DRIFT_INTERVAL)).filter(|d| !d.is_zero()),
-            listen: self.listen.unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("default listen address parses")),
+            listen,
             // On unless switched off: after a rollback Git should say what runs (docs/STATUS.md).
             write_back: self.write_back.unwrap_or(true),
             git_credentials: GitCredentials { ssh_key: self.git_ssh_key, token_file: self.git_token_file },
@@ -425,6 +460,8 @@ impl AgentSettings {
             prometheus,
             allowed_gate_kinds: self.allow_gate_kinds,
             webhook_secret_file: self.webhook_secret_file,
+            insecure_webhook,
+            fetch_limits,
             leader_election,
             identity: instance_identity(),
             admission_baseline,
@@ -737,12 +774,33 @@ mod tests {
     #[case::gate_kind(|s: &mut AgentSettings| s.allow_gate_kinds = vec!["secrets".into()], "--allow-gate-kind \"secrets\"")]
     #[case::missing_token(|s: &mut AgentSettings| s.git_token_file = Some("/nonexistent/token".into()), "git token file")]
     #[case::short_lease(|s: &mut AgentSettings| s.lease_duration = Some(Duration::from_secs(1)), "lease-duration")]
+    #[case::open_webhook(|s: &mut AgentSettings| s.listen = Some("0.0.0.0:8080".parse().unwrap()), "--webhook-secret-file FILE")]
+    #[case::open_webhook_v6(|s: &mut AgentSettings| s.listen = Some("[::]:8080".parse().unwrap()), "--insecure-webhook")]
+    #[case::tiny_fetch(|s: &mut AgentSettings| s.max_fetch_bytes = Some(1000), "--max-fetch-bytes 1000")]
+    #[case::no_tags(|s: &mut AgentSettings| s.max_tags = Some(0), "--max-tags 0")]
     fn invalid_settings_say_what_to_fix(#[case] edit: fn(&mut AgentSettings), #[case] expected: &str) {
         let dir = tempfile::tempdir().unwrap();
         let mut settings = minimal(dir.path());
         edit(&mut settings);
         let err = settings.resolve().unwrap_err().to_string();
         assert!(err.contains(expected), "{err}");
+    }
+
+    /// Beyond loopback the webhook needs a secret, or an explicit `--insecure-webhook`.
+    #[test]
+    fn a_webhook_beyond_loopback_needs_a_secret_or_an_explicit_opt_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "s3cret").unwrap();
+        let open = AgentSettings { listen: Some("0.0.0.0:8080".parse().unwrap()), ..minimal(dir.path()) };
+        let with_secret = AgentSettings { webhook_secret_file: Some(secret), ..open.clone() };
+        assert!(with_secret.resolve().is_ok());
+        let opted_out = AgentSettings { insecure_webhook: Some(true), ..open.clone() };
+        assert!(opted_out.resolve().unwrap().insecure_webhook);
+        let file = dir.path().join("agent.yaml");
+        std::fs::write(&file, "insecureWebhook: true\nmaxFetchBytes: 8388608\nmaxTags: 50\n").unwrap();
+        let c = AgentSettings::from_file(&file).unwrap().overlay(open).resolve().unwrap();
+        assert_eq!(c.fetch_limits, FetchLimits { max_pack_bytes: 8 << 20, max_tags: 50 });
     }
 
     #[rstest]

@@ -124,8 +124,11 @@ impl Notifier {
         cluster: &str,
         timeout: Duration,
     ) -> Result<Notifier, NotifyError> {
+        // The URL is a secret (a Slack webhook's path is its credential); a redirect would hand
+        // the payload to wherever the answer points: follow none.
         let http = reqwest::Client::builder()
             .timeout(timeout)
+            .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("fleetgate/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| NotifyError::Client(e.without_url()))?;

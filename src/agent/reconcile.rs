@@ -162,7 +162,8 @@ impl Agent {
     pub fn new(services: AgentServices) -> Result<Agent, AgentStartError> {
         let config = &services.config;
         let source = Source::open(&config.repo.url(), &config.state_dir, config.git_credentials.to_source()?)?
-            .with_branch(config.branch.clone());
+            .with_branch(config.branch.clone())
+            .with_limits(config.fetch_limits);
         let keyring = Keyring::from_files(&config.trusted_keys)?;
         let trust = TrustConfig { keyring, fleet: config.fleet.clone() };
         let promotion_keys =
@@ -251,6 +252,9 @@ impl Agent {
         let sync = tokio::task::block_in_place(|| self.source.sync())?;
         if sync.fetched {
             tracing::info!(tip = %sync.tip, "fleet repo changed");
+        }
+        for tag in &sync.refused {
+            self.services.record_warning("FetchRefused", "Fetch", &tag.reason).await;
         }
         let checkout = tokio::task::block_in_place(|| self.source.checkout())?;
         let state = self.services.store.load().await?;

@@ -14,14 +14,25 @@
 //! A standby (not leading) acknowledges a webhook with `"triggered": false` and the leader's name:
 //! the leader picks the change up at its next poll. The default Deployment runs one replica, where
 //! this does not arise.
+//!
+//! The webhook is the one endpoint that reads what a caller sends, so it is bounded before it
+//! reads anything: at most [`MAX_CONCURRENT_HOOKS`] deliveries are handled at once (the rest get
+//! 429 at once, nothing queues), a declared `Content-Length` over [`MAX_BODY_BYTES`] gets 413, and
+//! a request that cannot authenticate from its headers alone (no signature header, a wrong GitLab
+//! token, a signature that is not hex) gets 401 — none of them has its body read. Bodies that must
+//! be read (HMAC schemes, or no secret) are read as a stream, abandoned past [`MAX_BODY_BYTES`]
+//! (413) or after [`BODY_TIMEOUT`] (408). `/healthz`, `/readyz` and `/metrics` share no limit with
+//! it, so a flood of deliveries does not make the probes fail. Every connection must send each
+//! request head within [`HEADER_TIMEOUT`] or it is closed, so connections that never finish a
+//! request do not pile up.
 
 use super::lease::Leadership;
 use super::metrics::{CONTENT_TYPE, Metrics};
 use super::triggers::{TriggerSender, TriggerSource};
 use crate::model::error_chain;
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::body::Body;
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -32,10 +43,21 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use tokio::sync::{oneshot, watch};
+use std::time::Duration;
+use tokio::sync::{Semaphore, oneshot, watch};
 
-/// Push payloads with many commits are large; GitHub caps them at 25 MB, but only `ref` matters.
-const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+/// Only `ref` of a push payload matters. GitHub sends up to 25 MB for pushes of many commits;
+/// reading those is not worth an agent's memory: a refused delivery costs nothing, because the
+/// loop polls anyway (and forges show the 413 in their delivery log).
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// Webhook deliveries handled at once; one is enough to wake the loop, a few cover retries and
+/// several forges.
+pub const MAX_CONCURRENT_HOOKS: usize = 4;
+/// How long a delivery may take to send its body (a slow sender holds one of the few slots).
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client may take to send a request head (hyper's default is 30 s; probes and
+/// forges send theirs at once).
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Liveness and readiness inputs, shared by the loop (which marks the first sync) and the server.
 #[derive(Debug, Clone)]
@@ -104,32 +126,60 @@ impl WebhookConfig {
         Ok(WebhookConfig::new(branch, secret))
     }
 
-    /// Checks the request's signature or token against the secret (any request passes without one).
-    fn authenticate(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), &'static str> {
-        let Some(secret) = &self.secret else { return Ok(()) };
+    /// What the headers alone decide, before any of the body is read: `Ok(None)` when the
+    /// request is authenticated (no secret, or the GitLab token), `Ok(Some(check))` when the body's
+    /// HMAC must still be checked, `Err` when the request cannot pass whatever its body.
+    fn authenticate_headers(&self, headers: &HeaderMap) -> Result<Option<BodyCheck>, &'static str> {
+        let Some(secret) = &self.secret else { return Ok(None) };
         let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-        let hmac_matches = |hex_sig: &str| {
-            let Some(sig) = decode_hex(hex_sig.trim()) else { return false };
-            let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC accepts any key length");
-            mac.update(body);
-            mac.verify_slice(&sig).is_ok()
+        let check = |hex_sig: &str, malformed: &'static str, mismatch: &'static str| {
+            let signature = decode_hex(hex_sig.trim()).ok_or(malformed)?;
+            Ok(Some(BodyCheck { secret: secret.clone(), signature, mismatch }))
         };
         if let Some(sig) = header("x-hub-signature-256") {
             let hex_sig = sig.strip_prefix("sha256=").ok_or("X-Hub-Signature-256 must start with sha256=")?;
-            return if hmac_matches(hex_sig) { Ok(()) } else { Err("X-Hub-Signature-256 does not match the body") };
+            return check(
+                hex_sig,
+                "X-Hub-Signature-256 is not sha256=<hex digest>",
+                "X-Hub-Signature-256 does not match the body",
+            );
         }
         if let Some(sig) = header("x-gitea-signature") {
-            return if hmac_matches(sig) { Ok(()) } else { Err("X-Gitea-Signature does not match the body") };
+            return check(sig, "X-Gitea-Signature is not a hex digest", "X-Gitea-Signature does not match the body");
         }
         if let Some(token) = header("x-gitlab-token") {
             // Comparing digests keeps the comparison's timing independent of the secret.
             return if Sha256::digest(token.as_bytes()) == Sha256::digest(secret) {
-                Ok(())
+                Ok(None)
             } else {
                 Err("X-Gitlab-Token does not match")
             };
         }
         Err("a webhook secret is configured: send X-Hub-Signature-256, X-Gitea-Signature or X-Gitlab-Token")
+    }
+
+    /// Checks the request's signature or token against the secret (any request passes without one).
+    #[cfg(test)]
+    fn authenticate(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), &'static str> {
+        match self.authenticate_headers(headers)? {
+            None => Ok(()),
+            Some(check) => check.verify(body),
+        }
+    }
+}
+
+/// An HMAC signature from the headers, to be checked against the body once it is read.
+struct BodyCheck {
+    secret: Vec<u8>,
+    signature: Vec<u8>,
+    mismatch: &'static str,
+}
+
+impl BodyCheck {
+    fn verify(&self, body: &[u8]) -> Result<(), &'static str> {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.secret).expect("HMAC accepts any key length");
+        mac.update(body);
+        mac.verify_slice(&self.signature).map_err(|_| self.mismatch)
     }
 }
 
@@ -157,33 +207,104 @@ pub enum ServerError {
     Secret { path: PathBuf, source: std::io::Error },
 }
 
+/// The handlers' shared state: the caller's, plus the webhook's delivery slots.
+struct Shared {
+    state: ServerState,
+    hooks: Arc<Semaphore>,
+}
+
 pub fn router(state: ServerState) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/hooks/git", post(git_hook))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .with_state(Arc::new(state))
+        .with_state(Arc::new(Shared { state, hooks: Arc::new(Semaphore::new(MAX_CONCURRENT_HOOKS)) }))
 }
 
-async fn readyz(State(s): State<Arc<ServerState>>) -> Response {
-    match s.health.readiness() {
+async fn readyz(State(s): State<Arc<Shared>>) -> Response {
+    match s.state.health.readiness() {
         Ok(why) => (StatusCode::OK, format!("ok: {why}\n")).into_response(),
         Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")).into_response(),
     }
 }
 
-async fn metrics(State(s): State<Arc<ServerState>>) -> Response {
-    ([(header::CONTENT_TYPE, CONTENT_TYPE)], s.metrics.encode()).into_response()
+async fn metrics(State(s): State<Arc<Shared>>) -> Response {
+    ([(header::CONTENT_TYPE, CONTENT_TYPE)], s.state.metrics.encode()).into_response()
 }
 
 fn answer(status: StatusCode, triggered: bool, reason: &str) -> Response {
     (status, axum::Json(json!({ "triggered": triggered, "reason": reason }))).into_response()
 }
 
-async fn git_hook(State(s): State<Arc<ServerState>>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Err(why) = s.webhook.authenticate(&headers, &body) {
+/// Why a body was not read to its end.
+#[derive(Debug, PartialEq, Eq)]
+enum BodyRefused {
+    TooLarge,
+    Broken,
+}
+
+/// The body as a stream, kept only up to `limit` bytes: a sender of more is cut off there, so
+/// what a delivery costs is bounded whatever it sends.
+async fn read_capped(body: Body, limit: usize) -> Result<Vec<u8>, BodyRefused> {
+    use futures::StreamExt;
+    let mut stream = body.into_data_stream();
+    let mut out = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|_| BodyRefused::Broken)?;
+        if out.len() + chunk.len() > limit {
+            return Err(BodyRefused::TooLarge);
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
+fn too_large() -> Response {
+    answer(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        false,
+        &format!("the body is over {MAX_BODY_BYTES} bytes; the agent reads only a push's ref (it polls anyway)"),
+    )
+}
+
+async fn git_hook(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> Response {
+    let s = &shared.state;
+    // These refusals happen before a byte of the body is read.
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return too_large();
+    }
+    let check = match s.webhook.authenticate_headers(&headers) {
+        Ok(check) => check,
+        Err(why) => {
+            tracing::warn!(reason = why, "refused a webhook call");
+            return answer(StatusCode::UNAUTHORIZED, false, why);
+        }
+    };
+    // Only a delivery that gets this far reads its body, so only those need one of the few slots.
+    let Ok(_slot) = shared.hooks.clone().try_acquire_owned() else {
+        tracing::warn!("refused a webhook call: {MAX_CONCURRENT_HOOKS} deliveries in flight");
+        let mut r = answer(
+            StatusCode::TOO_MANY_REQUESTS,
+            false,
+            &format!("{MAX_CONCURRENT_HOOKS} deliveries are being handled; the loop polls anyway"),
+        );
+        r.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+        return r;
+    };
+    let body = match tokio::time::timeout(BODY_TIMEOUT, read_capped(body, MAX_BODY_BYTES)).await {
+        Ok(Ok(body)) => body,
+        Ok(Err(BodyRefused::TooLarge)) => return too_large(),
+        Ok(Err(BodyRefused::Broken)) => return answer(StatusCode::BAD_REQUEST, false, "the body ended early"),
+        Err(_) => {
+            let why = format!("the body took longer than {BODY_TIMEOUT:?} to arrive");
+            return answer(StatusCode::REQUEST_TIMEOUT, false, &why);
+        }
+    };
+    if let Some(check) = check
+        && let Err(why) = check.verify(&body)
+    {
         tracing::warn!(reason = why, "refused a webhook call");
         return answer(StatusCode::UNAUTHORIZED, false, why);
     }
@@ -224,6 +345,38 @@ async fn git_hook(State(s): State<Arc<ServerState>>, headers: HeaderMap, body: B
     answer(StatusCode::ACCEPTED, true, "sync scheduled")
 }
 
+/// Serves `app` on `listener` until `stop`, then waits for the requests in flight. axum's own
+/// `serve` is this loop without a header read timeout (it sets no timer for hyper).
+async fn serve(listener: tokio::net::TcpListener, app: Router, stop: oneshot::Receiver<()>) -> std::io::Result<()> {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    tokio::pin!(stop);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                // Out of file descriptors and the like: the next accept may work again.
+                Err(e) => {
+                    tracing::warn!(error = %e, "accepting a connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            _ = &mut stop => break,
+        };
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let connection = graceful.watch(builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "HTTP connection ended with an error");
+            }
+        });
+    }
+    graceful.shutdown().await;
+    Ok(())
+}
+
 /// The server running in a background task.
 #[derive(Debug)]
 pub struct HttpServer {
@@ -239,14 +392,7 @@ impl HttpServer {
             tokio::net::TcpListener::bind(addr).await.map_err(|source| ServerError::Bind { addr, source })?;
         let local = listener.local_addr().map_err(|source| ServerError::Bind { addr, source })?;
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        let app = router(state);
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = stop_rx.await;
-                })
-                .await
-        });
+        let task = tokio::spawn(serve(listener, router(state), stop_rx));
         tracing::info!(%local, "serving /healthz /readyz /metrics /hooks/git");
         Ok(HttpServer { addr: local, stop: Some(stop_tx), task: Some(task) })
     }

@@ -95,6 +95,17 @@ pub struct Args {
     /// Shared secret for POST /hooks/git (GitHub/Gitea HMAC signature or GitLab token).
     #[arg(long, env = "FLEETGATE_WEBHOOK_SECRET_FILE", value_name = "FILE")]
     webhook_secret_file: Option<PathBuf>,
+    /// Serve POST /hooks/git beyond loopback without a webhook secret (only behind a
+    /// NetworkPolicy that admits just the forge); without it such a --listen is refused.
+    #[arg(long, env = "FLEETGATE_INSECURE_WEBHOOK", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    insecure_webhook: Option<bool>,
+    /// Abort a fetch whose pack grows past this many bytes; a tag too large to fetch is skipped
+    /// and reported [default: 268435456, 256 MiB].
+    #[arg(long, env = "FLEETGATE_MAX_FETCH_BYTES", value_name = "BYTES")]
+    max_fetch_bytes: Option<u64>,
+    /// Refuse to sync a remote with more tags than this [default: 5000].
+    #[arg(long, env = "FLEETGATE_MAX_TAGS", value_name = "N")]
+    max_tags: Option<usize>,
     /// Leader election over a Lease, so only one agent per cluster works [default: true].
     #[arg(long, env = "FLEETGATE_LEADER_ELECT", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     leader_elect: Option<bool>,
@@ -157,6 +168,9 @@ impl Args {
             forge: self.forge.settings(),
             notify_timeout: self.notify_timeout,
             webhook_secret_file: self.webhook_secret_file,
+            insecure_webhook: self.insecure_webhook,
+            max_fetch_bytes: self.max_fetch_bytes,
+            max_tags: self.max_tags,
             leader_elect: self.leader_elect,
             lease_duration: self.lease_duration,
             admission_policy: self.admission_policy,

@@ -1,6 +1,7 @@
 //! Output shared by every command: the `-o` format, printing a serializable value as JSON/YAML,
 //! and the pieces of human output several commands print the same way (headings, "Next:" hints,
-//! cluster moves, CRD verdicts, errors).
+//! cluster moves, CRD verdicts, errors), and [`terminal_safe`] for text others wrote (status
+//! descriptions, names from the repo) before it reaches a terminal.
 
 use crate::model::error_chain;
 use crate::releng::checks::CrdVerdict;
@@ -11,6 +12,7 @@ use crate::releng::push::Pushed;
 use crate::releng::{FleetRepo, Refusal, RelengError};
 use owo_colors::OwoColorize;
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 use std::process::ExitCode;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -144,5 +146,67 @@ pub fn crd_line(v: &CrdVerdict, against: Option<&str>) -> String {
     match (v.compared, against) {
         (true, Some(a)) => format!("{} with {a}", v.summary()),
         _ => format!("{} ({})", v.summary(), if against.is_some() { "nothing installed" } else { "first release" }),
+    }
+}
+
+/// `text` with nothing a terminal would act on: CR, LF, tab and the other whitespace controls
+/// become a space (a description is one line), every other control character (ESC of an ANSI
+/// sequence, BEL, backspace, C1 controls) and the bidirectional overrides that reorder what is
+/// shown become a visible `\u{…}` escape, so a forged status can neither repaint the screen nor
+/// hide what it says.
+pub fn terminal_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\t' | '\n' | '\r' | '\u{b}' | '\u{c}' => out.push(' '),
+            c if c.is_control()
+                || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') =>
+            {
+                out.push_str(&c.escape_unicode().to_string())
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `value` with [`terminal_text`] applied to every string in it, for the table renderers, whose
+/// input (descriptions, cluster and release names) comes from the repo and its notes. JSON and
+/// YAML output print the value itself: their encoders escape control characters already.
+pub fn terminal_safe<T: Serialize + DeserializeOwned>(value: &T) -> anyhow::Result<T> {
+    fn clean(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::String(s) => *s = terminal_text(s),
+            serde_json::Value::Array(items) => items.iter_mut().for_each(clean),
+            serde_json::Value::Object(map) => map.values_mut().for_each(clean),
+            _ => {}
+        }
+    }
+    let mut v = serde_json::to_value(value)?;
+    clean(&mut v);
+    Ok(serde_json::from_value(v)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case::plain("rolled back: error-rate 7.3 % > 5 %", "rolled back: error-rate 7.3 % > 5 %")]
+    #[case::ansi("\x1b[2J\x1b[32msuccess\x1b[0m", "\\u{1b}[2J\\u{1b}[32msuccess\\u{1b}[0m")]
+    #[case::carriage_return("failure\rsuccess", "failure success")]
+    #[case::newline_and_tab("a\nb\tc", "a b c")]
+    #[case::bell_backspace_c1("x\x07\x08\u{9b}y", "x\\u{7}\\u{8}\\u{9b}y")]
+    #[case::bidi_override("ok \u{202e}deliaf", "ok \\u{202e}deliaf")]
+    #[case::unicode_kept("déployé · ✓", "déployé · ✓")]
+    fn terminal_text_leaves_nothing_a_terminal_acts_on(#[case] given: &str, #[case] shown: &str) {
+        assert_eq!(terminal_text(given), shown);
+    }
+
+    #[test]
+    fn terminal_safe_cleans_every_string_of_a_value() {
+        let v = serde_json::json!({"a": ["\x1b[31mx", {"b": "y\r"}], "n": 1});
+        assert_eq!(terminal_safe(&v).unwrap(), serde_json::json!({"a": ["\\u{1b}[31mx", {"b": "y "}], "n": 1}));
     }
 }

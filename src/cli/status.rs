@@ -2,13 +2,15 @@
 //!
 //! Without RELEASE: the cluster × release matrix (clusters grouped by wave, releases newest first,
 //! as many as fit the terminal). With RELEASE: one row per cluster with its state and description,
-//! or — where it has not reported yet — whether wave gating lets it start and why.
+//! or — where it has not reported yet — whether wave gating lets it start and why. Tables show
+//! text from the repo and its notes through [`terminal_safe`] (no control characters); `-o json`
+//! and `-o yaml` print it faithfully, escaped by their encoders.
 //!
 //! Exit codes: 0 shown; 1 when RELEASE was given and a cluster reports `failure` or `error` for it;
 //! 2 bad usage, unreachable repo, or an invalid fleet configuration.
 
 use super::args::GitAccess;
-use super::output::{OutputFormat, colours};
+use super::output::{OutputFormat, colours, terminal_safe};
 use crate::model::error_chain;
 use crate::source::Source;
 use crate::status::{FleetView, Matrix, RenderOptions, State, render_release, render_table};
@@ -101,6 +103,7 @@ fn show(args: &Args, matrix: &Matrix) -> anyhow::Result<ExitCode> {
         (format, _) if format.print_machine(&matrix)? => {}
         _ => {
             let opts = RenderOptions { width: terminal_width(), colours: colours() };
+            let matrix = terminal_safe(&matrix)?;
             let text = match &args.release {
                 Some(id) => render_release(&matrix, id, opts).expect("the release is in the matrix"),
                 None => render_table(&matrix, opts),

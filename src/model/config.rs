@@ -16,6 +16,9 @@ pub const FLEET_FILE: &str = "fleet.yaml";
 pub const CLUSTERS_DIR: &str = "clusters";
 pub const POLICIES_DIR: &str = "policies";
 pub const RELEASE_FILE: &str = "release.yaml";
+/// Entries a folder of documents (`clusters/`, `policies/`) may hold: each file is read and
+/// parsed on every pass, and whoever can push decides how many there are.
+pub const MAX_FOLDER_ENTRIES: usize = 2000;
 /// The document kind of [`GatePolicy`].
 pub const GATE_POLICY_KIND: &str = "GatePolicy";
 
@@ -261,6 +264,17 @@ fn load_fleet(tree: &dyn RepoTree, findings: &mut Vec<Finding>) -> Result<Option
 /// (a README) are ignored.
 fn yaml_files(tree: &dyn RepoTree, dir: &str, findings: &mut Vec<Finding>) -> Result<Vec<String>, TreeError> {
     let Some(entries) = tree.list(dir)? else { return Ok(Vec::new()) };
+    if entries.len() > MAX_FOLDER_ENTRIES {
+        findings.push(Finding::in_file(
+            Rule::Limit,
+            dir,
+            format!(
+                "{dir}/ holds {} entries, over the limit of {MAX_FOLDER_ENTRIES}; none of them was read",
+                entries.len()
+            ),
+        ));
+        return Ok(Vec::new());
+    }
     let mut out = Vec::new();
     for e in entries {
         let path = format!("{dir}/{}", e.name);
@@ -387,6 +401,18 @@ mod tests {
         assert_eq!(config.admission_policies.len(), 1);
         assert_eq!(config.desired_release("cluster-a"), None);
         assert!(config.referenced_releases().is_empty());
+    }
+
+    #[test]
+    fn a_folder_of_too_many_files_is_refused_unread() {
+        let dir = template_dir();
+        for i in 0..=MAX_FOLDER_ENTRIES {
+            std::fs::write(dir.path().join(format!("clusters/junk-{i}.yaml")), "not: read").unwrap();
+        }
+        let err = FleetConfig::load(&DirTree::new(dir.path())).unwrap_err();
+        let limits: Vec<&Finding> = err.findings().iter().filter(|f| f.rule == Rule::Limit).collect();
+        assert_eq!(limits.len(), 1, "{err}");
+        assert!(limits[0].message.contains("clusters/ holds 2004 entries, over the limit of 2000"), "{err}");
     }
 
     #[test]

@@ -130,8 +130,10 @@ pub async fn open(forge: &ForgeConfig, token: &str, pr: &PullRequestSpec) -> Res
         url: url.to_string(),
         source: source.without_url(),
     };
+    // A redirect would carry the token to wherever the answer points: follow none.
     let client = reqwest::Client::builder()
         .timeout(TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
         .user_agent(format!("fleetgate/{}", crate::VERSION))
         .build()
         .map_err(transport)?;

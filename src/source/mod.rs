@@ -11,6 +11,17 @@
 //!
 //! Every call blocks (git2 is synchronous): async callers run it in `spawn_blocking`.
 //!
+//! Fetches are bounded by [`FetchLimits`], because anyone who can push to the repo decides what
+//! the agent downloads: a remote listing more tags than `max_tags` is not fetched at all
+//! ([`SourceError::TooManyTags`]), and a fetch whose pack grows past `max_pack_bytes` is aborted
+//! while it downloads (libgit2's transfer progress callback). When that happens the branch and the
+//! notes are fetched on their own, then each changed tag on its own: a tag whose pack alone is too
+//! large is left out of the mirror and remembered ([`SyncOutcome::refused`] reports it once), so
+//! one junk tag neither evicts the agent nor stops the releases pushed after it. A branch too large
+//! to fetch is an error ([`SourceError::PackTooLarge`]); the mirror keeps its previous state.
+//! Reading a tree is bounded too: [`GitTree`] checks a blob's size in the object database's
+//! header before it loads the blob.
+//!
 //! URLs: a local path, `file://`, `git://`, `ssh://` (or `user@host:path`) with an SSH key file,
 //! `https://` with a token (sent as the password of `username`, default `git`).
 
@@ -111,6 +122,33 @@ impl Credentials {
     }
 }
 
+/// What a [`Source`] downloads at most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FetchLimits {
+    /// Bytes of pack one fetch may receive before it is aborted.
+    pub max_pack_bytes: u64,
+    /// Tags the remote may list; more and the sync is refused.
+    pub max_tags: usize,
+}
+
+impl Default for FetchLimits {
+    /// 256 MiB of pack (a fleet repo is manifests: megabytes), 5000 tags (a release a day for
+    /// over a decade).
+    fn default() -> Self {
+        FetchLimits { max_pack_bytes: 256 * 1024 * 1024, max_tags: 5000 }
+    }
+}
+
+/// A tag left out of the mirror because its fetch was too large.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedRef {
+    /// `refs/tags/<name>`.
+    pub name: String,
+    pub oid: Oid,
+    /// Why, as [`SourceError::PackTooLarge`] says it.
+    pub reason: String,
+}
+
 /// Retries of network operations: `attempts` tries in total, waiting `initial`, then twice as
 /// long each time, at most `max`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,6 +176,17 @@ pub enum SourceError {
     Remote { url: String, message: String },
     #[error("branch {branch} does not exist in {url}")]
     BranchNotFound { url: String, branch: String },
+    #[error(
+        "{url}: fetching {what} was aborted after {received} bytes, over the --max-fetch-bytes limit of {limit}; \
+         the mirror keeps its previous state (remove what made it so large, or raise the limit)"
+    )]
+    PackTooLarge { url: String, what: String, received: u64, limit: u64 },
+    #[error(
+        "{url} lists {count} tags, over the --max-tags limit of {limit}; nothing was fetched (delete junk tags, or raise the limit)"
+    )]
+    TooManyTags { url: String, count: usize, limit: usize },
+    #[error("tag {tag} is not in the mirror: {reason}")]
+    TagRefused { tag: String, reason: String },
     #[error("reading the repository")]
     Git(#[from] git2::Error),
 }
@@ -146,9 +195,12 @@ impl SourceError {
     pub fn class(&self) -> ErrorClass {
         match self {
             SourceError::Network { .. } | SourceError::Git(_) | SourceError::State { .. } => ErrorClass::Retryable,
-            SourceError::Auth { .. } | SourceError::Remote { .. } | SourceError::BranchNotFound { .. } => {
-                ErrorClass::Stalling
-            }
+            SourceError::Auth { .. }
+            | SourceError::Remote { .. }
+            | SourceError::BranchNotFound { .. }
+            | SourceError::PackTooLarge { .. }
+            | SourceError::TooManyTags { .. }
+            | SourceError::TagRefused { .. } => ErrorClass::Stalling,
         }
     }
 }
@@ -175,6 +227,9 @@ pub struct SyncOutcome {
     pub fetched: bool,
     /// The tracked branch's tip after the sync.
     pub tip: Oid,
+    /// Tags this sync left out of the mirror because they were too large to fetch (each is
+    /// reported once; while the remote keeps it unchanged it stays out silently).
+    pub refused: Vec<RefusedRef>,
 }
 
 /// A fleet repo mirrored into a state directory.
@@ -185,6 +240,9 @@ pub struct Source {
     mirror: Repository,
     credentials: Credentials,
     retry: RetryPolicy,
+    limits: FetchLimits,
+    /// Tags too large to fetch, by ref name, at the object id they were refused at.
+    refused: BTreeMap<String, RefusedRef>,
     stats: SourceStats,
 }
 
@@ -220,6 +278,8 @@ impl Source {
             mirror,
             credentials,
             retry: RetryPolicy::default(),
+            limits: FetchLimits::default(),
+            refused: BTreeMap::new(),
             stats: SourceStats::default(),
         })
     }
@@ -231,6 +291,11 @@ impl Source {
 
     pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = retry;
+        self
+    }
+
+    pub fn with_limits(mut self, limits: FetchLimits) -> Self {
+        self.limits = limits;
         self
     }
 
@@ -343,27 +408,86 @@ impl Source {
         Ok(RemoteRefs { refs })
     }
 
-    /// Fetches the branch, every tag and the status notes into the mirror. The branch and tags
+    /// Fetches the branch, every tag and the status notes into the mirror in one go. The branch and tags
     /// are force-updated and pruned, so the mirror says what the remote says (a moved tag is
     /// caught by verification's pins, not here); notes go to [`NOTES_TRACKING_PREFIX`] and the
-    /// local notes refs are fast-forwarded where they are behind.
+    /// local notes refs are fast-forwarded where they are behind. Aborted with
+    /// [`SourceError::PackTooLarge`] past `max_pack_bytes` ([`Source::sync`] then fetches ref by ref).
     pub fn fetch(&mut self) -> Result<(), SourceError> {
-        let specs = [
-            format!("+{0}:{0}", self.branch_ref()),
-            "+refs/tags/*:refs/tags/*".to_string(),
-            format!("+{NOTES_PREFIX}*:{NOTES_TRACKING_PREFIX}*"),
-        ];
-        self.with_retries(|s| {
+        let specs = [self.branch_spec(), "+refs/tags/*:refs/tags/*".to_string(), Self::notes_spec()];
+        self.fetch_specs(&specs, "the branch, tags and notes")?;
+        self.fast_forward_notes()
+    }
+
+    fn branch_spec(&self) -> String {
+        format!("+{0}:{0}", self.branch_ref())
+    }
+
+    fn notes_spec() -> String {
+        format!("+{NOTES_PREFIX}*:{NOTES_TRACKING_PREFIX}*")
+    }
+
+    /// One bounded fetch of `specs` (pruning what they cover); `what` names them in errors.
+    fn fetch_specs(&mut self, specs: &[String], what: &str) -> Result<(), SourceError> {
+        let limit = self.limits.max_pack_bytes;
+        // The callback runs inside libgit2; the last size it saw says why a fetch was aborted.
+        let received = std::rc::Rc::new(std::cell::Cell::new(0u64));
+        let result = self.with_retries(|s| {
             s.stats.fetches += 1;
             let mut remote = s.mirror.remote_anonymous(&s.url)?;
+            let mut callbacks = s.callbacks();
+            let seen = received.clone();
+            callbacks.transfer_progress(move |p| {
+                seen.set(p.received_bytes() as u64);
+                p.received_bytes() as u64 <= limit
+            });
             let mut opts = FetchOptions::new();
-            opts.remote_callbacks(s.callbacks())
+            opts.remote_callbacks(callbacks)
                 .prune(FetchPrune::On)
                 .download_tags(AutotagOption::None)
                 .update_fetchhead(false);
-            remote.fetch(&specs, Some(&mut opts), Some("fleetgate fetch"))
-        })?;
-        self.fast_forward_notes()
+            remote.fetch(specs, Some(&mut opts), Some("fleetgate fetch"))
+        });
+        match result {
+            Err(_) if received.get() > limit => Err(SourceError::PackTooLarge {
+                url: self.url.clone(),
+                what: what.to_string(),
+                received: received.get(),
+                limit,
+            }),
+            other => other,
+        }
+    }
+
+    /// After a fetch of everything was too large: the branch and notes alone (an error if even
+    /// they are too large), then each tag of `remote` (which lists no tag refused before) that
+    /// differs from the mirror alone, leaving out (and returning) those too large by themselves.
+    /// Tags the remote no longer has are deleted.
+    fn fetch_ref_by_ref(&mut self, remote: &RemoteRefs) -> Result<Vec<RefusedRef>, SourceError> {
+        let specs = [self.branch_spec(), Self::notes_spec()];
+        self.fetch_specs(&specs, &format!("branch {} and the status notes", self.branch))?;
+        self.fast_forward_notes()?;
+        let local = self.local_refs()?;
+        let mut refused = Vec::new();
+        for (name, oid) in remote.refs.iter().filter(|(n, _)| n.starts_with("refs/tags/")) {
+            if local.refs.get(name) == Some(oid) {
+                continue;
+            }
+            match self.fetch_specs(&[format!("+{name}:{name}")], &format!("tag {}", &name["refs/tags/".len()..])) {
+                Ok(()) => {}
+                Err(e @ SourceError::PackTooLarge { .. }) => {
+                    tracing::warn!(tag = %name, error = %e, "left a tag out of the mirror");
+                    let r = RefusedRef { name: name.clone(), oid: *oid, reason: e.to_string() };
+                    self.refused.insert(name.clone(), r.clone());
+                    refused.push(r);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        for name in local.refs.keys().filter(|n| n.starts_with("refs/tags/") && !remote.refs.contains_key(*n)) {
+            self.mirror.find_reference(name)?.delete()?;
+        }
+        Ok(refused)
     }
 
     /// Moves each local notes ref to the remote's when it is absent or an ancestor of it; a local
@@ -375,25 +499,49 @@ impl Source {
         Ok(())
     }
 
-    /// Lists the remote and fetches only when it differs from the mirror.
+    /// Lists the remote and fetches only when it differs from the mirror (tags refused earlier
+    /// and unchanged since do not count as a difference).
     pub fn sync(&mut self) -> Result<SyncOutcome, SourceError> {
-        let remote = self.ls_remote()?;
+        let mut remote = self.ls_remote()?;
         let branch = self.branch_ref();
         if !remote.refs.contains_key(&branch) {
             return Err(SourceError::BranchNotFound { url: self.url.clone(), branch: self.branch.clone() });
         }
+        let tags = remote.refs.keys().filter(|n| n.starts_with("refs/tags/")).count();
+        if tags > self.limits.max_tags {
+            return Err(SourceError::TooManyTags { url: self.url.clone(), count: tags, limit: self.limits.max_tags });
+        }
+        self.refused.retain(|name, r| remote.refs.get(name) == Some(&r.oid));
+        remote.refs.retain(|name, _| !self.refused.contains_key(name));
         let fetched = remote != self.local_refs()?;
+        let mut refused = Vec::new();
         if fetched {
-            self.fetch()?;
+            // Once a tag was refused, fetching everything would only be aborted again.
+            let too_large = !self.refused.is_empty()
+                || match self.fetch() {
+                    Ok(()) => false,
+                    Err(SourceError::PackTooLarge { .. }) => true,
+                    Err(e) => return Err(e),
+                };
+            if too_large {
+                refused = self.fetch_ref_by_ref(&remote)?;
+            }
         }
         let tip = self.mirror.refname_to_id(&branch)?;
-        Ok(SyncOutcome { fetched, tip })
+        Ok(SyncOutcome { fetched, tip, refused })
     }
 
-    /// The mirror at its current state (call [`Source::sync`] first).
+    /// The mirror at its current state (call [`Source::sync`] first). Asking it for a tag that
+    /// was left out as too large says so ([`SourceError::TagRefused`]) instead of "no such tag".
     pub fn checkout(&self) -> Result<Checkout, SourceError> {
         let repo = Repository::open_bare(self.mirror.path())?;
-        Checkout::new(repo, &self.branch, &self.url)
+        let mut checkout = Checkout::new(repo, &self.branch, &self.url)?;
+        checkout.refused = self
+            .refused
+            .values()
+            .map(|r| (r.name.trim_start_matches("refs/tags/").to_string(), r.reason.clone()))
+            .collect();
+        Ok(checkout)
     }
 }
 
@@ -412,6 +560,8 @@ pub struct Checkout {
     repo: Repository,
     branch: String,
     tip: Oid,
+    /// Tags the remote has that the mirror left out (too large to fetch): name → why.
+    refused: BTreeMap<String, String>,
 }
 
 impl std::fmt::Debug for Checkout {
@@ -430,7 +580,7 @@ impl Checkout {
             Err(e) => return Err(e.into()),
         };
         let tip = repo.find_commit(tip)?.id();
-        Ok(Checkout { repo, branch: branch.to_string(), tip })
+        Ok(Checkout { repo, branch: branch.to_string(), tip, refused: BTreeMap::new() })
     }
 
     /// A checkout of an existing local repository (bare or not) without fetching: `branch`, or
@@ -445,7 +595,7 @@ impl Checkout {
                     let head = repo.head()?;
                     (head.peel_to_commit()?.id(), head.shorthand().unwrap_or("HEAD").to_string())
                 };
-                Ok(Checkout { repo, branch, tip })
+                Ok(Checkout { repo, branch, tip, refused: BTreeMap::new() })
             }
         }
     }
@@ -479,8 +629,12 @@ impl Checkout {
         self.commit_tree(tag.commit, &format!("tag {} ({})", tag.name, short(tag.commit)))
     }
 
-    /// The tag `name`, if it exists (tags that do not point to a commit are skipped as absent).
+    /// The tag `name`, if it exists (tags that do not point to a commit are skipped as absent);
+    /// [`SourceError::TagRefused`] for a tag the source left out as too large to fetch.
     pub fn tag(&self, name: &str) -> Result<Option<TagRef>, SourceError> {
+        if let Some(reason) = self.refused.get(name) {
+            return Err(SourceError::TagRefused { tag: name.to_string(), reason: reason.clone() });
+        }
         let r = match self.repo.find_reference(&format!("refs/tags/{name}")) {
             Ok(r) => r,
             Err(e) if matches!(e.code(), git2::ErrorCode::NotFound | git2::ErrorCode::InvalidSpec) => return Ok(None),

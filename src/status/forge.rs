@@ -266,11 +266,12 @@ impl ForgeBackend {
             };
             return Err(ForgeError::InvalidRepository { forge, repository: repository.to_string(), expected });
         }
-        let client = reqwest::Client::builder().timeout(TIMEOUT).build().map_err(|source| ForgeError::Transport {
-            forge,
-            url: api.clone(),
-            source: source.without_url(),
-        })?;
+        // A redirect would carry the token to wherever the answer points: follow none.
+        let client = reqwest::Client::builder()
+            .timeout(TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|source| ForgeError::Transport { forge, url: api.clone(), source: source.without_url() })?;
         Ok(ForgeBackend { kind, api, repository: repository.to_string(), token, client })
     }
 
