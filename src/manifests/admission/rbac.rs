@@ -162,7 +162,7 @@ mod tests {
     #[case::star_groups(json!({"apiGroups": ["*"], "resources": ["pods"], "verbs": ["get"]}), false, vec![RbacGrant::Wildcard])]
     #[case::star_resources(json!({"apiGroups": [""], "resources": ["*"], "verbs": ["get"]}), true, vec![RbacGrant::Wildcard, RbacGrant::ClusterSecrets, RbacGrant::NodesProxy, RbacGrant::ServiceAccountTokens])]
     #[case::star_in_own_group(json!({"apiGroups": ["example.com"], "resources": ["*", "*/status"], "verbs": ["get"]}), true, vec![])]
-    #[case::star_in_own_and_core(json!({"apiGroups": ["example.com", ""], "resources": ["*"], "verbs": ["get"]}), false, vec![RbacGrant::Wildcard])]
+    #[case::star_in_own_and_core(json!({"apiGroups": ["example.com", ""], "resources": ["*"], "verbs": ["get"]}), false, vec![RbacGrant::Wildcard, RbacGrant::NodesProxy, RbacGrant::ServiceAccountTokens])]
     #[case::star_urls(json!({"nonResourceURLs": ["*"], "verbs": ["get"]}), true, vec![RbacGrant::Wildcard])]
     #[case::escalate_bind(json!({"apiGroups": [RBAC_GROUP], "resources": ["roles"], "verbs": ["escalate", "bind"]}), false, vec![RbacGrant::Escalate, RbacGrant::Bind])]
     #[case::impersonate(json!({"apiGroups": [""], "resources": ["users"], "verbs": ["impersonate"]}), true, vec![RbacGrant::Impersonate])]
