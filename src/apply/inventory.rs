@@ -71,8 +71,8 @@ pub struct Inventory {
     /// Objects of earlier releases that `release` no longer has; [`Engine::prune`](super::Engine::prune)
     /// deletes them. Kept here so a prune interrupted by a restart resumes.
     pub pending_prune: Vec<InventoryEntry>,
-    /// Objects of `objects` or `pending_prune` that existed before fleetgate first applied them
-    /// (adopted): prune never deletes them.
+    /// Objects that existed before fleetgate first applied them (adopted): prune never deletes
+    /// them.
     pub adopted: Vec<ObjectKey>,
 }
 
@@ -148,7 +148,7 @@ pub(crate) async fn write(
 }
 
 /// The inventory after applying `release` with `objects` over `previous`, adopting `adopted`.
-/// An adopted object stays adopted while the inventory tracks it.
+/// An adopted object stays adopted.
 fn next_inventory(
     release: &str,
     mut objects: Vec<InventoryEntry>,
@@ -170,12 +170,12 @@ fn next_inventory(
         Some(p) => p.previous_release.clone(),
         None => None,
     };
-    let tracked: BTreeSet<ObjectKey> = keep.iter().chain(pending.keys()).cloned().collect();
+    // Kept for good (a short list): an adopted object prune retained and a later release brings
+    // back still carries fleetgate's label, but fleetgate still did not create it.
     let adopted = previous
         .iter()
         .flat_map(|p| &p.adopted)
         .chain(adopted)
-        .filter(|k| tracked.contains(k))
         .cloned()
         .collect::<BTreeSet<_>>()
         .into_iter()
@@ -290,17 +290,17 @@ mod tests {
     }
 
     #[test]
-    fn adopted_objects_stay_adopted_while_tracked() {
+    fn adopted_objects_stay_adopted() {
         let a = entry("ConfigMap", "a");
         let v1 = next_inventory("rel-1", vec![a.clone(), entry("ConfigMap", "b")], None, &BTreeSet::from([a.key()]));
         assert_eq!(v1.adopted, [a.key()]);
         // Dropped by rel-2: pending prune, still adopted (prune retains it).
         let v2 = next_inventory("rel-2", vec![entry("ConfigMap", "b")], Some(&v1), &none());
         assert_eq!((v2.pending_prune.clone(), v2.adopted.clone()), (vec![a.clone()], vec![a.key()]));
-        // Gone from the inventory (prune dropped it): no longer listed.
-        let pruned = Inventory { pending_prune: Vec::new(), ..v2 };
-        let v3 = next_inventory("rel-3", vec![entry("ConfigMap", "b")], Some(&pruned), &none());
-        assert!(v3.adopted.is_empty());
+        // Retained by prune and brought back by rel-3: still not fleetgate's to delete.
+        let retained = Inventory { pending_prune: Vec::new(), ..v2 };
+        let v3 = next_inventory("rel-3", vec![a.clone()], Some(&retained), &none());
+        assert_eq!(v3.adopted, [a.key()]);
     }
 
     #[test]

@@ -26,7 +26,8 @@
 //! takes every field of the release back).
 //!
 //! Adoption: a forced server-side apply takes over any live object of the same name. An object
-//! that exists but is not in the inventory (fleetgate did not apply it) is refused before
+//! that exists but that fleetgate did not apply (not in the inventory, not carrying its
+//! inventory label) is refused before
 //! anything is applied, by [`dry_run`](Engine::dry_run) and [`apply`](Engine::apply) alike,
 //! unless the release's object carries `fleetgate.io/adopt: "true"` or every policy says
 //! `adopt: true`. Adopted objects are recorded as such in the inventory, and prune never deletes
@@ -63,7 +64,7 @@ use crate::manifests::{CrdNames, Manifest, ManifestError, ManifestSet, ObjectKey
 use crate::model::ErrorClass;
 use crate::release::VerifiedRelease;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::Client;
+use kube::{Client, ResourceExt};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -402,11 +403,12 @@ impl Engine {
         Ok((results, deferred))
     }
 
-    /// The objects of `admitted` that exist in the cluster although `previous` (the inventory)
-    /// does not list them, all of which the release or the policy allows adopting; otherwise
-    /// every object that may not be taken over, as an admission refusal. `results` and
-    /// `deferred` are the first dry run's: a dry-run result with a resourceVersion is a live
-    /// object; a deferred custom resource of a CRD that is served already is looked up.
+    /// The objects of `admitted` that exist in the cluster although fleetgate did not apply
+    /// them, all of which the release or the policy allows adopting; otherwise every object that
+    /// may not be taken over, as an admission refusal. Fleetgate applied an object when
+    /// `previous` (the inventory) lists it, or when it still carries this inventory's label (a
+    /// CRD or Namespace prune kept after a release dropped it). `results` and `deferred` are the
+    /// first dry run's: a result without a resourceVersion is an object that does not exist.
     async fn adoptions(
         &self,
         admitted: &AdmittedSet<'_>,
@@ -419,17 +421,16 @@ impl Engine {
         let mut adopted = BTreeSet::new();
         let mut violations = Vec::new();
         for m in admitted.set.iter().filter(|m| !known.contains(&m.key)) {
-            let exists = match results.get(&m.key) {
-                Some(would_be) => would_be.metadata.resource_version.as_deref().is_some_and(|v| !v.is_empty()),
+            let absent = match results.get(&m.key) {
+                Some(would_be) => would_be.metadata.resource_version.as_deref().is_none_or(str::is_empty),
                 // In a namespace the release creates: nothing exists there yet.
-                None if deferred.iter().any(|d| d.object == m.key && d.after == Phase::Namespaces) => false,
-                None => match admitted.resolver.api(m) {
-                    Ok(api) => api.get_opt(&m.key.name).await.map_err(kube_err(format!("reading {}", m.key)))?.is_some(),
-                    // The kind is not served yet (its CRD is new): no object of it exists.
-                    Err(_) => false,
-                },
+                None => deferred.iter().any(|d| d.object == m.key && d.after == Phase::Namespaces),
             };
-            if !exists {
+            // Not served yet (the kind's CRD is new): no object of it exists either.
+            let Some(api) = admitted.resolver.api(m).ok().filter(|_| !absent) else { continue };
+            let live = api.get_opt(&m.key.name).await.map_err(kube_err(format!("reading {}", m.key)))?;
+            let Some(live) = live else { continue };
+            if live.labels().get(LABEL_INVENTORY) == Some(&self.options.inventory) {
                 continue;
             }
             match admitted.policy.unmanaged(m) {

@@ -127,7 +127,7 @@ pub struct AdmissionPolicy {
 
 /// What the rules of one object need from the set they belong to.
 struct SetFacts<'s> {
-    /// API groups the set's CRDs define.
+    /// API groups the set's CRDs define, and those of CRDs fleetgate applied here before.
     own_groups: BTreeSet<&'s str>,
     /// Names of the set's CRDs.
     crd_names: BTreeSet<String>,
@@ -148,8 +148,11 @@ impl AdmissionPolicy {
     /// Checks every object of `set` against the fixed rules and every policy; returns every
     /// violation at once.
     pub fn check(&self, set: &ManifestSet, live: &LiveApi) -> Result<(), AdmissionError> {
+        // A CRD fleetgate applied before and the release dropped is still live (CRD prune is
+        // off by default): its group is still the release's own.
+        let applied_groups = live.fleetgate_crds.iter().filter_map(|name| name.split_once('.').map(|(_, g)| g));
         let facts = SetFacts {
-            own_groups: set.crds().iter().map(|c| c.spec.group.as_str()).collect(),
+            own_groups: set.crds().iter().map(|c| c.spec.group.as_str()).chain(applied_groups).collect(),
             crd_names: set.crds().iter().filter_map(|c| c.metadata.name.clone()).collect(),
         };
         let violation = |m: &Manifest, policy: &str, reason: Reason| Violation {
@@ -325,7 +328,7 @@ mod tests {
     }
 
     fn live() -> LiveApi {
-        LiveApi::offline(["owned.example.com".to_string()], "fleetgate-system")
+        LiveApi::offline(["widgets.owned.example.com".to_string()], "fleetgate-system")
     }
 
     const CONFIGMAP: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n";
@@ -433,6 +436,20 @@ mod tests {
         live.fleetgate_crds.insert("owned.owned.example.com".into());
         let result = AdmissionPolicy::baseline(spec(None, None, false)).check(&set(&crd("owned.example.com", "things")), &live);
         assert_eq!(result, Ok(()));
+    }
+
+    #[test]
+    fn a_webhook_on_the_kinds_of_a_crd_fleetgate_applied_needs_no_selector() {
+        let hook = |group: &str| {
+            format!(
+                "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {{name: vw}}\nwebhooks: [{{name: w.example.com, clientConfig: {{service: {{name: op, namespace: redis-system}}}}, rules: [{{apiGroups: [{group}], apiVersions: [v1], operations: [CREATE], resources: [widgets]}}]}}]\n"
+            )
+        };
+        let policy = AdmissionPolicy::baseline(spec(None, None, false));
+        // The release dropped the CRD, which stays live (and in the inventory): still its own kinds.
+        assert_eq!(policy.check(&set(&hook("owned.example.com")), &live()), Ok(()));
+        let err = policy.check(&set(&hook("apps")), &live()).unwrap_err();
+        assert!(err.to_string().contains("namespaceSelector does not exclude namespace fleetgate-system"), "{err}");
     }
 
     const MASTERS_CRB: &str = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: b}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: op}\nsubjects: [{kind: Group, name: system:masters}]\n";

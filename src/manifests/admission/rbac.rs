@@ -56,7 +56,8 @@ impl<'v> Rule<'v> {
     }
 
     /// Why the rule is a wildcard grant, if it is. `*` resources within groups the release's own
-    /// CRDs define (and only those) grant a known set: the release's API, not the cluster's.
+    /// CRDs define (and only those; see `SetFacts`) grant a known set: the operator's API, not
+    /// the cluster's.
     fn wildcard(&self, own_groups: &BTreeSet<&str>) -> Option<String> {
         if self.verbs.contains(&"*") {
             return Some("verbs: [*]".into());

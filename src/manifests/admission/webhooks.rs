@@ -11,8 +11,9 @@
 //!   `kubernetes.io/metadata.name` (set by the API server on every namespace, immutable): a
 //!   `NotIn` listing it, an `In` not listing it, a `DoesNotExist`, or a `matchLabels` value other
 //!   than its name. Other labels do not count: anyone who can label a namespace could change
-//!   them. A webhook whose rules name only API groups the release's own CRDs define is exempt:
-//!   it sees only the release's own kinds, which neither the agent nor kube-system depend on.
+//!   them. A webhook whose rules name only API groups the release's own CRDs define (or CRDs
+//!   fleetgate applied before) is exempt: it sees only the operator's own kinds, which neither
+//!   the agent nor kube-system depend on.
 
 use crate::manifests::Manifest;
 use crate::model::ReleaseAdmissionPolicySpec;
