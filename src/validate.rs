@@ -15,8 +15,8 @@
 //!
 //! Findings inside a tag's tree are located as `<tag>:<path>` (what `git show` takes).
 
-use crate::gates::crd_compat;
 use crate::apply::builtin_scope;
+use crate::gates::crd_compat;
 use crate::manifests::admission::{AdmissionPolicy, LiveApi};
 use crate::manifests::{ManifestSet, crds_in_files};
 use crate::model::error_chain;
@@ -296,7 +296,9 @@ fn admission_findings(tree: &dyn RepoTree, id: &str, content: &ReleaseContent) -
     // "agent baseline" is the defaults, which the spoke's real baseline can only narrow further).
     let mut by_rule: BTreeMap<(String, String), (String, Vec<String>)> = BTreeMap::new();
     for v in &refused.violations {
-        let entry = by_rule.entry((v.object.to_string(), v.reason.to_string())).or_insert_with(|| (v.source.file.clone(), Vec::new()));
+        let entry = by_rule
+            .entry((v.object.to_string(), v.reason.to_string()))
+            .or_insert_with(|| (v.source.file.clone(), Vec::new()));
         entry.1.push(v.policy.clone());
     }
     by_rule

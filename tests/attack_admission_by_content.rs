@@ -29,7 +29,9 @@ use std::time::Duration;
 const TIMEOUT: Duration = Duration::from_secs(240);
 
 fn cluster_role(rules: &str) -> String {
-    format!("apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {{name: redis-operator-extra}}\nrules:\n{rules}")
+    format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {{name: redis-operator-extra}}\nrules:\n{rules}"
+    )
 }
 
 fn binding(subject: &str, role_ref: &str) -> String {
@@ -113,56 +115,144 @@ fn cases() -> Vec<Case> {
     const HOOK: &str = "MutatingWebhookConfiguration.admissionregistration.k8s.io redis-operator-pods";
     let excluded = "namespaceSelector: {matchExpressions: [{key: kubernetes.io/metadata.name, operator: NotIn, values: [fleetgate-system, kube-system]}]}";
     vec![
-        case("crd-in-builtin-group", CRD_IN_BUILTIN_GROUP,
+        case(
+            "crd-in-builtin-group",
+            CRD_IN_BUILTIN_GROUP,
             "CustomResourceDefinition.apiextensions.k8s.io mutatingwebhookconfigurations.admissionregistration.k8s.io",
-            "defines a CustomResourceDefinition in API group admissionregistration.k8s.io, which the cluster already serves (a built-in API group) — refused by fleetgate's fixed rules"),
-        case("crd-in-served-group", CRD_IN_FOREIGN_GROUP,
+            "defines a CustomResourceDefinition in API group admissionregistration.k8s.io, which the cluster already serves (a built-in API group) — refused by fleetgate's fixed rules",
+        ),
+        case(
+            "crd-in-served-group",
+            CRD_IN_FOREIGN_GROUP,
             "CustomResourceDefinition.apiextensions.k8s.io things.foreign.example.com",
-            "which the cluster already serves (it serves resource gadgets there, which is not a CRD of this release or of fleetgate)"),
-        case("wildcard-role", cluster_role("  - {apiGroups: [apps], resources: [deployments], verbs: ['*']}\n"), CR,
-            "rules[0] grants verbs: [*] and allowedRbac does not list wildcard"),
-        case("escalate", cluster_role("  - {apiGroups: [rbac.authorization.k8s.io], resources: [clusterroles], verbs: [escalate]}\n"), CR,
-            "rules[0] grants verb escalate and allowedRbac does not list escalate"),
-        case("bind", cluster_role("  - {apiGroups: [rbac.authorization.k8s.io], resources: [clusterroles], verbs: [bind]}\n"), CR,
-            "rules[0] grants verb bind and allowedRbac does not list bind"),
-        case("impersonate", cluster_role("  - {apiGroups: [''], resources: [serviceaccounts], verbs: [impersonate]}\n"), CR,
-            "rules[0] grants verb impersonate and allowedRbac does not list impersonate"),
-        case("cluster-secrets", cluster_role("  - {apiGroups: [''], resources: [configmaps], verbs: [get]}\n  - {apiGroups: [''], resources: [secrets], verbs: [get, list]}\n"), CR,
-            "rules[1] grants secrets in a ClusterRole and allowedRbac does not list clusterSecrets"),
-        case("nodes-proxy", cluster_role("  - {apiGroups: [''], resources: [nodes/proxy], verbs: [get]}\n"), CR,
-            "rules[0] grants nodes/proxy and allowedRbac does not list nodesProxy"),
-        case("serviceaccount-token", cluster_role("  - {apiGroups: [''], resources: [serviceaccounts/token], verbs: [create]}\n"), CR,
-            "rules[0] grants serviceaccounts/token and allowedRbac does not list serviceAccountTokens"),
-        case("bind-system-authenticated", binding("{kind: Group, name: 'system:authenticated', apiGroup: rbac.authorization.k8s.io}", OWN_ROLE), RB,
-            "binds subject Group system:authenticated, which no policy may allow"),
-        case("bind-system-masters", binding("{kind: Group, name: 'system:masters', apiGroup: rbac.authorization.k8s.io}", OWN_ROLE), RB,
-            "binds subject Group system:masters, which no policy may allow"),
-        case("bind-admin", binding(OPERATOR_SA, "kind: ClusterRole, name: admin"), RB,
-            "binds ClusterRole admin and allowClusterAdminBindings is false"),
-        case("bind-edit", binding(OPERATOR_SA, "kind: ClusterRole, name: edit"), RB,
-            "binds ClusterRole edit and allowClusterAdminBindings is false"),
-        case("privileged", deployment(", securityContext: {privileged: true}", ""), WORKER,
-            "pod template spec.template.spec: container worker: securityContext.privileged is true, which Pod Security level baseline forbids"),
-        case("host-path", deployment("", "volumes: [{name: root, hostPath: {path: /}}]"), WORKER,
-            "pod template spec.template.spec: volumes[root].hostPath is set (hostPath volumes are forbidden), which Pod Security level baseline forbids"),
-        case("host-network", deployment("", "hostNetwork: true"), WORKER,
-            "pod template spec.template.spec: hostNetwork is true, which Pod Security level baseline forbids"),
-        case("added-capability", deployment(", securityContext: {capabilities: {add: [SYS_ADMIN]}}", ""), WORKER,
-            "container worker: securityContext.capabilities.add adds SYS_ADMIN, beyond the baseline set, which Pod Security level baseline forbids"),
+            "which the cluster already serves (it serves resource gadgets there, which is not a CRD of this release or of fleetgate)",
+        ),
+        case(
+            "wildcard-role",
+            cluster_role("  - {apiGroups: [apps], resources: [deployments], verbs: ['*']}\n"),
+            CR,
+            "rules[0] grants verbs: [*] and allowedRbac does not list wildcard",
+        ),
+        case(
+            "escalate",
+            cluster_role(
+                "  - {apiGroups: [rbac.authorization.k8s.io], resources: [clusterroles], verbs: [escalate]}\n",
+            ),
+            CR,
+            "rules[0] grants verb escalate and allowedRbac does not list escalate",
+        ),
+        case(
+            "bind",
+            cluster_role("  - {apiGroups: [rbac.authorization.k8s.io], resources: [clusterroles], verbs: [bind]}\n"),
+            CR,
+            "rules[0] grants verb bind and allowedRbac does not list bind",
+        ),
+        case(
+            "impersonate",
+            cluster_role("  - {apiGroups: [''], resources: [serviceaccounts], verbs: [impersonate]}\n"),
+            CR,
+            "rules[0] grants verb impersonate and allowedRbac does not list impersonate",
+        ),
+        case(
+            "cluster-secrets",
+            cluster_role(
+                "  - {apiGroups: [''], resources: [configmaps], verbs: [get]}\n  - {apiGroups: [''], resources: [secrets], verbs: [get, list]}\n",
+            ),
+            CR,
+            "rules[1] grants secrets in a ClusterRole and allowedRbac does not list clusterSecrets",
+        ),
+        case(
+            "nodes-proxy",
+            cluster_role("  - {apiGroups: [''], resources: [nodes/proxy], verbs: [get]}\n"),
+            CR,
+            "rules[0] grants nodes/proxy and allowedRbac does not list nodesProxy",
+        ),
+        case(
+            "serviceaccount-token",
+            cluster_role("  - {apiGroups: [''], resources: [serviceaccounts/token], verbs: [create]}\n"),
+            CR,
+            "rules[0] grants serviceaccounts/token and allowedRbac does not list serviceAccountTokens",
+        ),
+        case(
+            "bind-system-authenticated",
+            binding("{kind: Group, name: 'system:authenticated', apiGroup: rbac.authorization.k8s.io}", OWN_ROLE),
+            RB,
+            "binds subject Group system:authenticated, which no policy may allow",
+        ),
+        case(
+            "bind-system-masters",
+            binding("{kind: Group, name: 'system:masters', apiGroup: rbac.authorization.k8s.io}", OWN_ROLE),
+            RB,
+            "binds subject Group system:masters, which no policy may allow",
+        ),
+        case(
+            "bind-admin",
+            binding(OPERATOR_SA, "kind: ClusterRole, name: admin"),
+            RB,
+            "binds ClusterRole admin and allowClusterAdminBindings is false",
+        ),
+        case(
+            "bind-edit",
+            binding(OPERATOR_SA, "kind: ClusterRole, name: edit"),
+            RB,
+            "binds ClusterRole edit and allowClusterAdminBindings is false",
+        ),
+        case(
+            "privileged",
+            deployment(", securityContext: {privileged: true}", ""),
+            WORKER,
+            "pod template spec.template.spec: container worker: securityContext.privileged is true, which Pod Security level baseline forbids",
+        ),
+        case(
+            "host-path",
+            deployment("", "volumes: [{name: root, hostPath: {path: /}}]"),
+            WORKER,
+            "pod template spec.template.spec: volumes[root].hostPath is set (hostPath volumes are forbidden), which Pod Security level baseline forbids",
+        ),
+        case(
+            "host-network",
+            deployment("", "hostNetwork: true"),
+            WORKER,
+            "pod template spec.template.spec: hostNetwork is true, which Pod Security level baseline forbids",
+        ),
+        case(
+            "added-capability",
+            deployment(", securityContext: {capabilities: {add: [SYS_ADMIN]}}", ""),
+            WORKER,
+            "container worker: securityContext.capabilities.add adds SYS_ADMIN, beyond the baseline set, which Pod Security level baseline forbids",
+        ),
         Case {
             pod_security: Some(PodSecurityLevel::Restricted),
-            ..case("restricted", deployment("", ""), WORKER,
-                "container worker: securityContext.allowPrivilegeEscalation must be false, which Pod Security level restricted forbids")
+            ..case(
+                "restricted",
+                deployment("", ""),
+                WORKER,
+                "container worker: securityContext.allowPrivilegeEscalation must be false, which Pod Security level restricted forbids",
+            )
         },
-        case("webhook-url", webhook("{url: 'https://collector.example.net/pods'}", excluded), HOOK,
-            "webhook pods.cache.example.com: clientConfig.url \"https://collector.example.net/pods\" is refused: a webhook may only call a Service"),
-        case("webhook-intercepts-kube-system",
-            webhook(SERVICE, "namespaceSelector: {matchExpressions: [{key: kubernetes.io/metadata.name, operator: NotIn, values: [fleetgate-system]}]}"), HOOK,
-            "webhook pods.cache.example.com: namespaceSelector does not exclude namespace kube-system"),
+        case(
+            "webhook-url",
+            webhook("{url: 'https://collector.example.net/pods'}", excluded),
+            HOOK,
+            "webhook pods.cache.example.com: clientConfig.url \"https://collector.example.net/pods\" is refused: a webhook may only call a Service",
+        ),
+        case(
+            "webhook-intercepts-kube-system",
+            webhook(
+                SERVICE,
+                "namespaceSelector: {matchExpressions: [{key: kubernetes.io/metadata.name, operator: NotIn, values: [fleetgate-system]}]}",
+            ),
+            HOOK,
+            "webhook pods.cache.example.com: namespaceSelector does not exclude namespace kube-system",
+        ),
         Case {
             file: "operator/preexisting.yaml",
-            ..case("adopt-unmanaged", UNMANAGED, "ConfigMap redis-system/preexisting",
-                "exists in the cluster but not in fleetgate's inventory, and a forced apply would take it over")
+            ..case(
+                "adopt-unmanaged",
+                UNMANAGED,
+                "ConfigMap redis-system/preexisting",
+                "exists in the cluster but not in fleetgate's inventory, and a forced apply would take it over",
+            )
         },
     ]
 }
@@ -196,8 +286,9 @@ async fn releases_are_judged_by_what_their_objects_do() {
 
         // Live objects fleetgate did not apply: another owner's CRD, and a ConfigMap.
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        let foreign = serde_yaml_ng::from_str(&CRD_IN_FOREIGN_GROUP.replace("things", "gadgets").replace("Thing", "Gadget"))
-            .expect("foreign CRD");
+        let foreign =
+            serde_yaml_ng::from_str(&CRD_IN_FOREIGN_GROUP.replace("things", "gadgets").replace("Thing", "Gadget"))
+                .expect("foreign CRD");
         crds.create(&PostParams::default(), &foreign).await.expect("foreign CRD created");
         let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), OPERATOR_NS);
         configmaps
@@ -226,10 +317,16 @@ async fn releases_are_judged_by_what_their_objects_do() {
         let v2 = release("v1", "rel-v2", &[("operator/preexisting.yaml", ADOPTED)]);
         apply(&engine, &v2, &policy(None)).await.expect("the annotated object is adopted");
         let taken = get(&client, "v1", "ConfigMap", Some(OPERATOR_NS), "preexisting").await.unwrap();
-        assert_eq!(taken.metadata.labels.unwrap_or_default().get("fleetgate.io/release").map(String::as_str), Some("rel-v2"));
+        assert_eq!(
+            taken.metadata.labels.unwrap_or_default().get("fleetgate.io/release").map(String::as_str),
+            Some("rel-v2")
+        );
         assert_eq!(taken.data["data"]["owner"], "fleetgate");
         let inventory = engine.inventory().await.unwrap().unwrap();
-        assert_eq!(inventory.adopted.iter().map(ToString::to_string).collect::<Vec<_>>(), ["ConfigMap redis-system/preexisting"]);
+        assert_eq!(
+            inventory.adopted.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            ["ConfigMap redis-system/preexisting"]
+        );
 
         // … and when a later release drops it, prune leaves it: fleetgate did not create it.
         let v3 = without(&v2, "rel-v3", &["operator/preexisting.yaml"]);
@@ -247,7 +344,8 @@ async fn releases_are_judged_by_what_their_objects_do() {
 async fn wait_served(client: &kube::Client, group: &str, plural: &str) {
     for _ in 0..120 {
         let discovery = kube::Discovery::new(client.clone()).run_aggregated().await.expect("discovery");
-        let served = discovery.get(group).is_some_and(|g| g.recommended_resources().iter().any(|(ar, _)| ar.plural == plural));
+        let served =
+            discovery.get(group).is_some_and(|g| g.recommended_resources().iter().any(|(ar, _)| ar.plural == plural));
         if served {
             return;
         }

@@ -172,14 +172,8 @@ fn next_inventory(
     };
     // Kept for good (a short list): an adopted object prune retained and a later release brings
     // back still carries fleetgate's label, but fleetgate still did not create it.
-    let adopted = previous
-        .iter()
-        .flat_map(|p| &p.adopted)
-        .chain(adopted)
-        .cloned()
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
+    let adopted =
+        previous.iter().flat_map(|p| &p.adopted).chain(adopted).cloned().collect::<BTreeSet<_>>().into_iter().collect();
     Inventory {
         release: release.to_string(),
         previous_release,

@@ -23,7 +23,13 @@ enum Plan {
     Retain(String),
 }
 
-fn plan(entry: &InventoryEntry, release: &str, in_use: &BTreeSet<String>, adopted: &[ObjectKey], prune_crds: bool) -> Plan {
+fn plan(
+    entry: &InventoryEntry,
+    release: &str,
+    in_use: &BTreeSet<String>,
+    adopted: &[ObjectKey],
+    prune_crds: bool,
+) -> Plan {
     if adopted.contains(&entry.key()) {
         return Plan::Retain("fleetgate adopted it and did not create it: it stays when a release drops it".into());
     }
@@ -151,6 +157,8 @@ mod tests {
     fn adopted_objects_are_retained() {
         let cm = entry("", "ConfigMap", "c");
         let adopted = [cm.key()];
-        assert!(matches!(plan(&cm, "rel-2", &BTreeSet::new(), &adopted, true), Plan::Retain(why) if why.contains("adopted")));
+        assert!(
+            matches!(plan(&cm, "rel-2", &BTreeSet::new(), &adopted, true), Plan::Retain(why) if why.contains("adopted"))
+        );
     }
 }

@@ -411,10 +411,7 @@ mod tests {
 
     fn served(groups: &[(&str, &[&str])]) -> LiveApi {
         let mut live = live();
-        live.served = groups
-            .iter()
-            .map(|(g, r)| (g.to_string(), r.iter().map(|s| s.to_string()).collect()))
-            .collect();
+        live.served = groups.iter().map(|(g, r)| (g.to_string(), r.iter().map(|s| s.to_string()).collect())).collect();
         live
     }
 
@@ -426,7 +423,8 @@ mod tests {
     #[case::fleetgate_applied_before("owned.example.com", "things", served(&[("owned.example.com", &["owned", "things"])]), true)]
     fn crd_groups(#[case] group: &str, #[case] plural: &str, #[case] live: LiveApi, #[case] refused: bool) {
         let result = AdmissionPolicy::baseline(spec(None, None, false)).check(&set(&crd(group, plural)), &live);
-        let reasons: Vec<Reason> = result.err().map(|e| e.violations.into_iter().map(|v| v.reason).collect()).unwrap_or_default();
+        let reasons: Vec<Reason> =
+            result.err().map(|e| e.violations.into_iter().map(|v| v.reason).collect()).unwrap_or_default();
         assert_eq!(reasons.iter().any(|r| matches!(r, Reason::CrdGroupServed { .. })), refused, "{reasons:?}");
     }
 
@@ -434,7 +432,8 @@ mod tests {
     fn fleetgate_crds_in_the_inventory_count_as_ours() {
         let mut live = served(&[("owned.example.com", &["things", "owned"])]);
         live.fleetgate_crds.insert("owned.owned.example.com".into());
-        let result = AdmissionPolicy::baseline(spec(None, None, false)).check(&set(&crd("owned.example.com", "things")), &live);
+        let result =
+            AdmissionPolicy::baseline(spec(None, None, false)).check(&set(&crd("owned.example.com", "things")), &live);
         assert_eq!(result, Ok(()));
     }
 
@@ -460,13 +459,48 @@ mod tests {
     const URL_WEBHOOK: &str = "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {name: vw}\nwebhooks: [{name: w.example.com, clientConfig: {url: 'https://x.example/'}}]\n";
 
     #[rstest]
-    #[case::masters_cannot_be_allowed(MASTERS_CRB, spec(None, None, true), FIXED_RULES, "binds subject Group system:masters, which no policy may allow")]
-    #[case::edit_binding(EDIT_RB, spec(None, None, false), "agent baseline", "binds ClusterRole edit and allowClusterAdminBindings is false")]
-    #[case::cluster_secrets(SECRETS_CR, spec(None, None, false), "agent baseline", "rules[0] grants secrets in a ClusterRole and allowedRbac does not list clusterSecrets")]
-    #[case::aggregation(AGGREGATED_CR, spec(None, None, false), "agent baseline", "has an aggregationRule and allowedRbac does not list aggregation")]
-    #[case::privileged_pod(PRIVILEGED_POD, spec(None, None, false), "agent baseline", "pod template spec.template.spec: container manager: securityContext.privileged is true, which Pod Security level baseline forbids")]
-    #[case::url_webhook(URL_WEBHOOK, spec(None, None, false), "agent baseline", "webhook w.example.com: clientConfig.url \"https://x.example/\" is refused")]
-    fn content_rules_name_the_rule(#[case] yaml: &str, #[case] policy: ReleaseAdmissionPolicySpec, #[case] by: &str, #[case] text: &str) {
+    #[case::masters_cannot_be_allowed(
+        MASTERS_CRB,
+        spec(None, None, true),
+        FIXED_RULES,
+        "binds subject Group system:masters, which no policy may allow"
+    )]
+    #[case::edit_binding(
+        EDIT_RB,
+        spec(None, None, false),
+        "agent baseline",
+        "binds ClusterRole edit and allowClusterAdminBindings is false"
+    )]
+    #[case::cluster_secrets(
+        SECRETS_CR,
+        spec(None, None, false),
+        "agent baseline",
+        "rules[0] grants secrets in a ClusterRole and allowedRbac does not list clusterSecrets"
+    )]
+    #[case::aggregation(
+        AGGREGATED_CR,
+        spec(None, None, false),
+        "agent baseline",
+        "has an aggregationRule and allowedRbac does not list aggregation"
+    )]
+    #[case::privileged_pod(
+        PRIVILEGED_POD,
+        spec(None, None, false),
+        "agent baseline",
+        "pod template spec.template.spec: container manager: securityContext.privileged is true, which Pod Security level baseline forbids"
+    )]
+    #[case::url_webhook(
+        URL_WEBHOOK,
+        spec(None, None, false),
+        "agent baseline",
+        "webhook w.example.com: clientConfig.url \"https://x.example/\" is refused"
+    )]
+    fn content_rules_name_the_rule(
+        #[case] yaml: &str,
+        #[case] policy: ReleaseAdmissionPolicySpec,
+        #[case] by: &str,
+        #[case] text: &str,
+    ) {
         let err = AdmissionPolicy::baseline(policy).check(&set(yaml), &live()).unwrap_err();
         assert_eq!(err.violations[0].policy, by);
         assert!(err.violations[0].to_string().contains(text), "{}", err.violations[0]);
@@ -485,14 +519,18 @@ mod tests {
         let narrowed = AdmissionPolicy::baseline(allowing).narrowed_by(&repo);
         for yaml in [SECRETS_CR, PRIVILEGED_POD] {
             let err = narrowed.check(&set(yaml), &live()).unwrap_err();
-            assert_eq!(err.violations.iter().map(|v| v.policy.as_str()).collect::<Vec<_>>(), ["ReleaseAdmissionPolicy repo"]);
+            assert_eq!(
+                err.violations.iter().map(|v| v.policy.as_str()).collect::<Vec<_>>(),
+                ["ReleaseAdmissionPolicy repo"]
+            );
         }
     }
 
     #[test]
     fn adoption_needs_the_annotation_or_every_policy() {
         let plain = set(CONFIGMAP);
-        let annotated = set("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, annotations: {fleetgate.io/adopt: 'true'}}\n");
+        let annotated =
+            set("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, annotations: {fleetgate.io/adopt: 'true'}}\n");
         let mut adopting = spec(None, None, false);
         adopting.adopt = true;
         let strict = AdmissionPolicy::baseline(spec(None, None, false));

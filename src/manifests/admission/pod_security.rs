@@ -45,8 +45,17 @@ const SAFE_SYSCTLS: [&str; 10] = [
 const SELINUX_TYPES: [&str; 5] = ["", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"];
 
 /// Volume types a restricted pod may use.
-const RESTRICTED_VOLUMES: [&str; 9] =
-    ["configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret", "image"];
+const RESTRICTED_VOLUMES: [&str; 9] = [
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+    "image",
+];
 
 const APPARMOR_ANNOTATION: &str = "container.apparmor.security.beta.kubernetes.io/";
 
@@ -81,7 +90,9 @@ fn template(m: &Manifest) -> Option<(&'static str, Option<&Value>, &Value)> {
     let kind = (m.key.group.as_str(), m.key.kind.as_str());
     match kind {
         ("", "Pod") => Some(("spec", None, data.get("spec")?)),
-        ("apps", "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet") | ("batch", "Job") | ("", "ReplicationController") => {
+        ("apps", "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet")
+        | ("batch", "Job")
+        | ("", "ReplicationController") => {
             Some(("spec.template.spec", at(&["spec", "template", "metadata"]), at(&["spec", "template", "spec"])?))
         }
         ("batch", "CronJob") => Some((
@@ -198,7 +209,8 @@ fn container_finding(level: PodSecurityLevel, c: &Value, psc: &Value) -> Option<
     if is_true(sc.get("privileged")) {
         return found("securityContext.privileged", "is true".into());
     }
-    let caps = |k: &str| sc.get("capabilities").and_then(|c| c.get(k)).and_then(Value::as_array).cloned().unwrap_or_default();
+    let caps =
+        |k: &str| sc.get("capabilities").and_then(|c| c.get(k)).and_then(Value::as_array).cloned().unwrap_or_default();
     let added: Vec<String> = caps("add").iter().filter_map(Value::as_str).map(str::to_string).collect();
     if let Some(cap) = added.iter().find(|c| !BASELINE_CAPABILITIES.contains(&c.as_str())) {
         return found("securityContext.capabilities.add", format!("adds {cap}, beyond the baseline set"));
@@ -237,7 +249,10 @@ fn container_finding(level: PodSecurityLevel, c: &Value, psc: &Value) -> Option<
         return found("securityContext.capabilities.drop", "must contain ALL".into());
     }
     if let Some(cap) = added.iter().find(|c| *c != "NET_BIND_SERVICE") {
-        return found("securityContext.capabilities.add", format!("adds {cap}; restricted allows only NET_BIND_SERVICE"));
+        return found(
+            "securityContext.capabilities.add",
+            format!("adds {cap}; restricted allows only NET_BIND_SERVICE"),
+        );
     }
     None
 }
@@ -245,8 +260,8 @@ fn container_finding(level: PodSecurityLevel, c: &Value, psc: &Value) -> Option<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
     use rstest::rstest;
+    use serde_json::json;
 
     const RESTRICTED_CONTAINER: &str = r#"{"name": "c", "image": "i", "securityContext": {"allowPrivilegeEscalation": false, "runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}, "capabilities": {"drop": ["ALL"]}}}"#;
 
@@ -288,7 +303,12 @@ mod tests {
     #[case::safe_sysctl(json!({}), json!({"securityContext": {"sysctls": [{"name": "net.ipv4.tcp_syncookies", "value": "1"}]}}), None, None)]
     #[case::selinux(json!({}), json!({"securityContext": {"seLinuxOptions": {"type": "spc_t"}}}), Some("securityContext.seLinuxOptions.type"), None)]
     #[case::pod_apparmor(json!({}), json!({"securityContext": {"appArmorProfile": {"type": "Unconfined"}}}), Some("securityContext.appArmorProfile.type"), None)]
-    fn baseline(#[case] container: Value, #[case] pod: Value, #[case] field: Option<&str>, #[case] in_container: Option<&str>) {
+    fn baseline(
+        #[case] container: Value,
+        #[case] pod: Value,
+        #[case] field: Option<&str>,
+        #[case] in_container: Option<&str>,
+    ) {
         let spec = spec_with(patched(container), pod);
         let found = pod_finding(PodSecurityLevel::Baseline, &spec, &[]);
         assert_eq!(found.as_ref().map(|f| f.0.as_str()), field, "{found:?}");

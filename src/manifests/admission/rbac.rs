@@ -50,9 +50,10 @@ impl<'v> Rule<'v> {
         let sub = resource.split_once('/').map(|(_, s)| s);
         !self.verbs.is_empty()
             && self.groups.iter().any(|g| *g == group || *g == "*")
-            && self.resources.iter().any(|r| {
-                *r == "*" || *r == resource || sub.is_some_and(|s| r.strip_prefix("*/") == Some(s))
-            })
+            && self
+                .resources
+                .iter()
+                .any(|r| *r == "*" || *r == resource || sub.is_some_and(|s| r.strip_prefix("*/") == Some(s)))
     }
 
     /// Why the rule is a wildcard grant, if it is. `*` resources within groups the release's own
@@ -104,7 +105,11 @@ impl<'v> Rule<'v> {
 }
 
 /// The first grant of Role or ClusterRole `m` that `spec` does not allow.
-pub(super) fn role_refusal(spec: &ReleaseAdmissionPolicySpec, m: &Manifest, own_groups: &BTreeSet<&str>) -> Option<Reason> {
+pub(super) fn role_refusal(
+    spec: &ReleaseAdmissionPolicySpec,
+    m: &Manifest,
+    own_groups: &BTreeSet<&str>,
+) -> Option<Reason> {
     let cluster_role = m.key.is(RBAC_GROUP, "ClusterRole");
     if !(cluster_role || m.key.is(RBAC_GROUP, "Role")) {
         return None;
