@@ -623,6 +623,29 @@ spec:
     }
 
     #[test]
+    fn a_served_kind_keeps_its_live_scope_whatever_a_release_crd_claims() {
+        let shadow = "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: validatingwebhookconfigurations.admissionregistration.k8s.io}
+spec:
+  group: admissionregistration.k8s.io
+  names: {kind: ValidatingWebhookConfiguration, plural: validatingwebhookconfigurations}
+  scope: Namespaced
+  versions: [{name: v1, served: true, storage: true}]
+";
+        let r = release(&[
+            ("operator/crd.yaml", shadow),
+            (
+                "operator/hook.yaml",
+                "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {name: vw, namespace: ns1}\n",
+            ),
+        ]);
+        let set = ManifestSet::from_release(&r, None, &scopes).unwrap();
+        let hook = set.iter().find(|m| m.key.kind == "ValidatingWebhookConfiguration").unwrap();
+        assert_eq!((&hook.scope, &hook.key.namespace), (&Scope::Cluster, &None));
+    }
+
+    #[test]
     fn phases() {
         assert_eq!(Phase::of("", "Namespace"), Phase::Namespaces);
         assert_eq!(Phase::of("rbac.authorization.k8s.io", "ClusterRoleBinding"), Phase::Rbac);
