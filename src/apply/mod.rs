@@ -27,11 +27,10 @@
 //!
 //! Adoption: a forced server-side apply takes over any live object of the same name. An object
 //! that exists but that fleetgate did not apply (not in the inventory, not carrying its
-//! inventory label) is refused before
-//! anything is applied, by [`dry_run`](Engine::dry_run) and [`apply`](Engine::apply) alike,
-//! unless the release's object carries `fleetgate.io/adopt: "true"` or every policy says
-//! `adopt: true`. Adopted objects are recorded as such in the inventory, and prune never deletes
-//! them: fleetgate did not create them.
+//! inventory label) is refused before anything is applied, by [`dry_run`](Engine::dry_run) and
+//! [`apply`](Engine::apply) alike, unless the release's object carries
+//! `fleetgate.io/adopt: "true"` or every policy says `adopt: true`. Adopted objects are recorded
+//! as such in the inventory, and prune never deletes them: fleetgate did not create them.
 //!
 //! Dry run limits: the server refuses to dry-run an object in a namespace that does not exist,
 //! and can only check a custom resource against the schema its CRD has *now*. So objects in a
