@@ -83,7 +83,7 @@ async fn main() -> anyhow::Result<()> {
     let policy = AdmissionPolicy::baseline(ReleaseAdmissionPolicySpec {
         allowed_namespaces: Some(vec!["bench-*".into()]),
         allowed_cluster_scoped_kinds: Some(vec![]),
-        allow_cluster_admin_bindings: false,
+        ..Default::default()
     });
     let engine = Engine::new(client.clone(), ApplyOptions::new("fleetgate-system"));
     let rel = release(manifests("bench-engine", n));

@@ -10,18 +10,21 @@
 //!   when its id is not tagged yet;
 //! * every release tag (a tag whose tree holds `release.yaml`): annotated, self-named, signed by a
 //!   trusted key (when keys are given), release id = tag, mapping consistency, and CRD
-//!   compatibility with the release tagged before it.
+//!   compatibility with the release tagged before it, and what the tag's own admission policies
+//!   can decide about its objects without a cluster ([`admission_findings`], rule `admission`).
 //!
 //! Findings inside a tag's tree are located as `<tag>:<path>` (what `git show` takes).
 
+use crate::apply::builtin_scope;
 use crate::gates::crd_compat;
-use crate::manifests::crds_in_files;
+use crate::manifests::admission::{AdmissionPolicy, LiveApi};
+use crate::manifests::{ManifestSet, crds_in_files};
 use crate::model::error_chain;
 use crate::model::{
     ConfigError, Finding, FleetConfig, Location, PromotionMode, RELEASE_FILE, Release, Rule, ordering_findings,
 };
 use crate::model::{RepoTree, TreeError, spoke_setting_findings};
-use crate::release::{Keyring, ReleaseContent, read_release, split_signed_tag, verify_commit};
+use crate::release::{Keyring, ReleaseContent, UnverifiedRelease, read_release, split_signed_tag, verify_commit};
 use crate::source::{Checkout, GitTree, SourceError, TagRef};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde::Serialize;
@@ -264,7 +267,46 @@ fn check_tag(
     let tree = checkout.tag_tree(tag)?;
     let (content, content_findings) = read_release(&tree, Some(&tag.name))?;
     findings.extend(located(&format!("{}:", tag.name), content_findings));
+    if let Some(c) = &content {
+        findings.extend(located(&format!("{}:", tag.name), admission_findings(&tree, &tag.name, c)));
+    }
     Ok((ReleaseCheck { id: tag.name.clone(), commit: tag.commit.to_string(), signature, findings }, content))
+}
+
+/// The agent namespace assumed offline (deploy/'s): webhooks must not intercept it.
+const DEPLOYED_AGENT_NAMESPACE: &str = "fleetgate-system";
+
+/// Admission by content without a cluster: the release's objects (scopes from the built-in
+/// table and its CRDs) against the policies of its own tree, over the most permissive baseline.
+/// What needs the live API (served groups beyond the built-in ones, adoption, the spoke's
+/// baseline) is the agent's to decide. Unreadable manifests and configuration are reported by
+/// the other checks.
+fn admission_findings(tree: &dyn RepoTree, id: &str, content: &ReleaseContent) -> Vec<Finding> {
+    let Ok(config) = FleetConfig::load(tree) else { return Vec::new() };
+    let release = UnverifiedRelease::new(id, content.clone());
+    let namespace = &config.fleet.spec.operator.namespace;
+    let Ok(set) = ManifestSet::from_release(&release, Some(namespace), &builtin_scope) else { return Vec::new() };
+    let policy = config
+        .admission_policies
+        .iter()
+        .fold(AdmissionPolicy::baseline(Default::default()), |p, repo| p.narrowed_by(repo));
+    let live = LiveApi::offline(Vec::new(), DEPLOYED_AGENT_NAMESPACE);
+    let Err(refused) = policy.check(&set, &live) else { return Vec::new() };
+    // One finding per object and rule, naming every policy that refuses it (offline, the
+    // "agent baseline" is the defaults, which the spoke's real baseline can only narrow further).
+    let mut by_rule: BTreeMap<(String, String), (String, Vec<String>)> = BTreeMap::new();
+    for v in &refused.violations {
+        let entry = by_rule
+            .entry((v.object.to_string(), v.reason.to_string()))
+            .or_insert_with(|| (v.source.file.clone(), Vec::new()));
+        entry.1.push(v.policy.clone());
+    }
+    by_rule
+        .into_iter()
+        .map(|((object, reason), (file, policies))| {
+            Finding::in_file(Rule::Admission, &file, format!("{object}: {reason} — refused by {}", policies.join(", ")))
+        })
+        .collect()
 }
 
 fn check_tip_release(

@@ -205,6 +205,30 @@ fn crd_changes_that_break_stored_objects_are_found_between_consecutive_releases(
 }
 
 #[test]
+fn content_the_release_own_admission_policy_refuses_is_a_finding() {
+    let remote = FleetRemote::new();
+    remote.edit(
+        "operator/deployment.yaml",
+        "            allowPrivilegeEscalation: false\n",
+        "            allowPrivilegeEscalation: false\n            privileged: true\n",
+    );
+    remote.commit_all("a privileged operator");
+    remote.signed_tag(RELEASE);
+    let out = fleetgate(&["validate", "--repo", &remote.url, "-o", "json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let report = json(&out);
+    let findings = report["releases"][0]["findings"].as_array().unwrap();
+    assert_eq!(findings.len(), 1, "{report:#}");
+    assert_eq!(findings[0]["rule"], "admission");
+    assert_eq!(findings[0]["file"], format!("{RELEASE}:operator/deployment.yaml"));
+    let message = findings[0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("Deployment.apps redis-system/redis-operator: pod template spec.template.spec: container manager: securityContext.privileged is true, which Pod Security level baseline forbids"),
+        "{message}"
+    );
+}
+
+#[test]
 fn unreadable_keys_and_repos_are_usage_errors() {
     let dir = tempfile::tempdir().unwrap();
     let out = fleetgate(&["validate", "--repo", dir.path().to_str().unwrap()]);

@@ -709,6 +709,8 @@ impl Agent {
         }
         match self.engine.dry_run(&admitted).await {
             Ok(_) => Ok(Ok(admitted)),
+            // Taking over a live object fleetgate did not apply: refused like any admission rule.
+            Err(e @ ApplyError::Admission(_)) => Ok(Err(Blocker::Admission(error_chain(&e)))),
             Err(e) if e.class() == ErrorClass::Stalling => Ok(Err(Blocker::DryRun(error_chain(&e)))),
             Err(e) => Err(e.into()),
         }

@@ -2,6 +2,9 @@
 //! its objects, and the previous release's leftovers awaiting prune) and the
 //! `release-manifest-<id>` ConfigMaps (the seed's mapping form).
 //!
+//! The inventory also lists the objects fleetgate adopted (they existed before it applied them,
+//! see `Engine::apply`), so prune can leave them in place.
+//!
 //! Both live in the agent's namespace. The inventory keeps the objects as a JSON list; at about
 //! 100 bytes an entry a ConfigMap holds several thousand, far beyond an Operator's release.
 
@@ -23,6 +26,7 @@ const KEY_RELEASE: &str = "release";
 const KEY_PREVIOUS: &str = "previousRelease";
 const KEY_OBJECTS: &str = "objects";
 const KEY_PENDING: &str = "pendingPrune";
+const KEY_ADOPTED: &str = "adopted";
 
 /// One object fleetgate applied, with the API version it was applied as.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
@@ -67,6 +71,9 @@ pub struct Inventory {
     /// Objects of earlier releases that `release` no longer has; [`Engine::prune`](super::Engine::prune)
     /// deletes them. Kept here so a prune interrupted by a restart resumes.
     pub pending_prune: Vec<InventoryEntry>,
+    /// Objects that existed before fleetgate first applied them (adopted): prune never deletes
+    /// them.
+    pub adopted: Vec<ObjectKey>,
 }
 
 impl super::Engine {
@@ -108,16 +115,22 @@ pub(crate) async fn read(client: &Client, options: &ApplyOptions) -> Result<Opti
         previous_release: data.get(KEY_PREVIOUS).filter(|s| !s.is_empty()).cloned(),
         objects: list(KEY_OBJECTS)?,
         pending_prune: list(KEY_PENDING)?,
+        adopted: match data.get(KEY_ADOPTED) {
+            None => Vec::new(),
+            Some(text) => serde_json::from_str(text).map_err(|e| unreadable(options, format!("{KEY_ADOPTED}: {e}")))?,
+        },
     }))
 }
 
 /// Records `set` as the current release. Whatever the previous inventory held (objects and
-/// still-pending prunes) that `set` does not contain becomes pending prune.
+/// still-pending prunes) that `set` does not contain becomes pending prune. `adopted` are the
+/// objects of `set` this apply takes over rather than creates.
 pub(crate) async fn write(
     client: &Client,
     options: &ApplyOptions,
     set: &ManifestSet,
     previous: Option<&Inventory>,
+    adopted: &BTreeSet<ObjectKey>,
 ) -> Result<Inventory, ApplyError> {
     let objects: Vec<InventoryEntry> = set
         .iter()
@@ -129,13 +142,19 @@ pub(crate) async fn write(
             name: m.key.name.clone(),
         })
         .collect();
-    let inventory = next_inventory(set.release_id(), objects, previous);
+    let inventory = next_inventory(set.release_id(), objects, previous, adopted);
     store(client, options, &inventory).await?;
     Ok(inventory)
 }
 
-/// The inventory after applying `release` with `objects` over `previous`.
-fn next_inventory(release: &str, mut objects: Vec<InventoryEntry>, previous: Option<&Inventory>) -> Inventory {
+/// The inventory after applying `release` with `objects` over `previous`, adopting `adopted`.
+/// An adopted object stays adopted.
+fn next_inventory(
+    release: &str,
+    mut objects: Vec<InventoryEntry>,
+    previous: Option<&Inventory>,
+    adopted: &BTreeSet<ObjectKey>,
+) -> Inventory {
     objects.sort();
     let keep: BTreeSet<ObjectKey> = objects.iter().map(InventoryEntry::key).collect();
     let mut pending: BTreeMap<ObjectKey, InventoryEntry> = BTreeMap::new();
@@ -151,11 +170,16 @@ fn next_inventory(release: &str, mut objects: Vec<InventoryEntry>, previous: Opt
         Some(p) => p.previous_release.clone(),
         None => None,
     };
+    // Kept for good (a short list): an adopted object prune retained and a later release brings
+    // back still carries fleetgate's label, but fleetgate still did not create it.
+    let adopted =
+        previous.iter().flat_map(|p| &p.adopted).chain(adopted).cloned().collect::<BTreeSet<_>>().into_iter().collect();
     Inventory {
         release: release.to_string(),
         previous_release,
         objects,
         pending_prune: pending.into_values().collect(),
+        adopted,
     }
 }
 
@@ -168,6 +192,7 @@ pub(crate) async fn store(client: &Client, options: &ApplyOptions, inventory: &I
         (KEY_PREVIOUS.to_string(), inventory.previous_release.clone().unwrap_or_default()),
         (KEY_OBJECTS.to_string(), json(&inventory.objects)),
         (KEY_PENDING.to_string(), json(&inventory.pending_prune)),
+        (KEY_ADOPTED.to_string(), serde_json::to_string(&inventory.adopted).expect("object keys serialize")),
     ]);
     apply_configmap(client, options, &name, &[], data, "writing inventory").await
 }
@@ -254,30 +279,48 @@ mod tests {
         }
     }
 
+    fn none() -> BTreeSet<ObjectKey> {
+        BTreeSet::new()
+    }
+
+    #[test]
+    fn adopted_objects_stay_adopted() {
+        let a = entry("ConfigMap", "a");
+        let v1 = next_inventory("rel-1", vec![a.clone(), entry("ConfigMap", "b")], None, &BTreeSet::from([a.key()]));
+        assert_eq!(v1.adopted, [a.key()]);
+        // Dropped by rel-2: pending prune, still adopted (prune retains it).
+        let v2 = next_inventory("rel-2", vec![entry("ConfigMap", "b")], Some(&v1), &none());
+        assert_eq!((v2.pending_prune.clone(), v2.adopted.clone()), (vec![a.clone()], vec![a.key()]));
+        // Retained by prune and brought back by rel-3: still not fleetgate's to delete.
+        let retained = Inventory { pending_prune: Vec::new(), ..v2 };
+        let v3 = next_inventory("rel-3", vec![a.clone()], Some(&retained), &none());
+        assert_eq!(v3.adopted, [a.key()]);
+    }
+
     #[test]
     fn dropped_objects_become_pending_and_stay_pending_until_pruned() {
-        let v1 = next_inventory("rel-1", vec![entry("ConfigMap", "a"), entry("ConfigMap", "b")], None);
+        let v1 = next_inventory("rel-1", vec![entry("ConfigMap", "a"), entry("ConfigMap", "b")], None, &none());
         assert!(v1.pending_prune.is_empty());
         assert_eq!(v1.previous_release, None);
 
-        let v2 = next_inventory("rel-2", vec![entry("ConfigMap", "a"), entry("Secret", "c")], Some(&v1));
+        let v2 = next_inventory("rel-2", vec![entry("ConfigMap", "a"), entry("Secret", "c")], Some(&v1), &none());
         assert_eq!(v2.pending_prune, vec![entry("ConfigMap", "b")]);
         assert_eq!(v2.previous_release.as_deref(), Some("rel-1"));
 
         // A third release before the prune ran: b is still pending; c is dropped too.
-        let v3 = next_inventory("rel-3", vec![entry("ConfigMap", "a")], Some(&v2));
+        let v3 = next_inventory("rel-3", vec![entry("ConfigMap", "a")], Some(&v2), &none());
         assert_eq!(v3.pending_prune, vec![entry("ConfigMap", "b"), entry("Secret", "c")]);
 
         // Re-adding a pending object takes it off the list.
-        let v4 = next_inventory("rel-4", vec![entry("ConfigMap", "a"), entry("ConfigMap", "b")], Some(&v3));
+        let v4 = next_inventory("rel-4", vec![entry("ConfigMap", "a"), entry("ConfigMap", "b")], Some(&v3), &none());
         assert_eq!(v4.pending_prune, vec![entry("Secret", "c")]);
     }
 
     #[test]
     fn reapplying_keeps_the_previous_release() {
-        let v1 = next_inventory("rel-1", vec![entry("ConfigMap", "a")], None);
-        let v2 = next_inventory("rel-2", vec![entry("ConfigMap", "a")], Some(&v1));
-        let again = next_inventory("rel-2", vec![entry("ConfigMap", "a")], Some(&v2));
+        let v1 = next_inventory("rel-1", vec![entry("ConfigMap", "a")], None, &none());
+        let v2 = next_inventory("rel-2", vec![entry("ConfigMap", "a")], Some(&v1), &none());
+        let again = next_inventory("rel-2", vec![entry("ConfigMap", "a")], Some(&v2), &none());
         assert_eq!(again, v2);
     }
 }

@@ -7,7 +7,7 @@
 //! ```text
 //! snapshot()            store release N's live objects + every CR of N's CRDs (in-cluster Secrets)
 //! admit(N+1, policy)    manifests (discovery, parse, CRDs typed) → admission policy → AdmittedSet
-//! apply(admitted)       server-side dry run (all or nothing)
+//! apply(admitted)       server-side dry run (all or nothing) → adoption check (below)
 //!                       → phases: Namespaces → CRDs (Established, discovery refreshed)
 //!                         → RBAC → config → workloads (rollout, optional) → other/CRs → webhooks
 //!                       → inventory (N+1's objects, N's leftovers marked for prune)
@@ -24,6 +24,13 @@
 //! snapshot read. [`Engine::drift`] compares live objects with a release without changing
 //! anything; calling [`Engine::apply`] again corrects drift (server-side apply with `force`
 //! takes every field of the release back).
+//!
+//! Adoption: a forced server-side apply takes over any live object of the same name. An object
+//! that exists but that fleetgate did not apply (not in the inventory, not carrying its
+//! inventory label) is refused before anything is applied, by [`dry_run`](Engine::dry_run) and
+//! [`apply`](Engine::apply) alike, unless the release's object carries
+//! `fleetgate.io/adopt: "true"` or every policy says `adopt: true`. Adopted objects are recorded
+//! as such in the inventory, and prune never deletes them: fleetgate did not create them.
 //!
 //! Dry run limits: the server refuses to dry-run an object in a namespace that does not exist,
 //! and can only check a custom resource against the schema its CRD has *now*. So objects in a
@@ -51,12 +58,12 @@ pub use inventory::*;
 pub use rbac::*;
 pub use snapshot::*;
 
-use crate::manifests::admission::{AdmissionError, AdmissionPolicy};
+use crate::manifests::admission::{AdmissionError, AdmissionPolicy, LiveApi};
 use crate::manifests::{CrdNames, Manifest, ManifestError, ManifestSet, ObjectKey, Phase};
 use crate::model::ErrorClass;
 use crate::release::VerifiedRelease;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::Client;
+use kube::{Client, ResourceExt};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -224,6 +231,8 @@ pub struct AdmittedSet<'r> {
     release: &'r VerifiedRelease,
     set: ManifestSet,
     resolver: phases::Resolver,
+    /// The policy it was admitted by: the apply asks it about adopting live objects.
+    policy: AdmissionPolicy,
 }
 
 impl AdmittedSet<'_> {
@@ -282,16 +291,28 @@ impl Engine {
         let resolver = phases::Resolver::new(self.client.clone()).await?;
         let mut set =
             ManifestSet::from_release(release, self.options.default_namespace.as_deref(), resolver.discovery())?;
-        policy.check(&set)?;
+        let inventory = inventory::read(&self.client, &self.options).await?;
+        let fleetgate_crds = inventory
+            .iter()
+            .flat_map(|inv| inv.objects.iter().chain(&inv.pending_prune))
+            .filter(|e| e.group == crate::manifests::CRD_GROUP && e.kind == crate::manifests::CRD_KIND)
+            .map(|e| e.name.clone());
+        let live = LiveApi::from_discovery(resolver.discovery(), fleetgate_crds, &self.options.agent_namespace);
+        policy.check(&set, &live)?;
         set.add_labels(&self.labels(release.id()));
-        Ok(AdmittedSet { release, set, resolver })
+        Ok(AdmittedSet { release, set, resolver, policy: policy.clone() })
     }
 
     /// Checks an admitted set without changing anything: a server-side dry run of every object
     /// the server can check now. Returns the objects whose dry run must wait for an earlier
     /// phase (see the module docs).
+    ///
+    /// Also refuses ([`ApplyError::Admission`]) taking over live objects fleetgate did not apply
+    /// (see the module docs).
     pub async fn dry_run(&self, admitted: &AdmittedSet<'_>) -> Result<Vec<DeferredDryRun>, ApplyError> {
-        let (_, deferred) = self.dry_run_first(&admitted.resolver, &admitted.set).await?;
+        let (results, deferred) = self.dry_run_first(&admitted.resolver, &admitted.set).await?;
+        let previous = inventory::read(&self.client, &self.options).await?;
+        self.adoptions(admitted, previous.as_ref(), &results, &deferred).await?;
         Ok(deferred)
     }
 
@@ -304,10 +325,11 @@ impl Engine {
     /// way still records what it may have created: applying the previous release again and
     /// pruning removes it. Re-applying the release that is already applied changes nothing.
     pub async fn apply(&self, admitted: AdmittedSet<'_>) -> Result<ChangeSet, ApplyError> {
-        let AdmittedSet { release, set, mut resolver } = admitted;
         let previous = inventory::read(&self.client, &self.options).await?;
-        let (before, deferred) = self.dry_run_first(&resolver, &set).await?;
-        inventory::write(&self.client, &self.options, &set, previous.as_ref()).await?;
+        let (before, deferred) = self.dry_run_first(&admitted.resolver, &admitted.set).await?;
+        let adopted = self.adoptions(&admitted, previous.as_ref(), &before, &deferred).await?;
+        let AdmittedSet { release, set, mut resolver, .. } = admitted;
+        inventory::write(&self.client, &self.options, &set, previous.as_ref(), &adopted).await?;
         let mut changes = ChangeSet::new(release.id());
         self.apply_phases(&mut resolver, &set, before, deferred, &mut changes).await?;
         inventory::write_release_manifest(&self.client, &self.options, release).await?;
@@ -378,6 +400,46 @@ impl Engine {
             return Err(ApplyError::DryRun(failures));
         }
         Ok((results, deferred))
+    }
+
+    /// The objects of `admitted` that exist in the cluster although fleetgate did not apply
+    /// them, all of which the release or the policy allows adopting; otherwise every object that
+    /// may not be taken over, as an admission refusal. Fleetgate applied an object when
+    /// `previous` (the inventory) lists it, or when it still carries this inventory's label (a
+    /// CRD or Namespace prune kept after a release dropped it). `results` and `deferred` are the
+    /// first dry run's: a result without a resourceVersion is an object that does not exist.
+    async fn adoptions(
+        &self,
+        admitted: &AdmittedSet<'_>,
+        previous: Option<&Inventory>,
+        results: &phases::DryRuns,
+        deferred: &[DeferredDryRun],
+    ) -> Result<BTreeSet<ObjectKey>, ApplyError> {
+        let known: BTreeSet<ObjectKey> =
+            previous.iter().flat_map(|p| p.objects.iter().chain(&p.pending_prune)).map(InventoryEntry::key).collect();
+        let mut adopted = BTreeSet::new();
+        let mut violations = Vec::new();
+        for m in admitted.set.iter().filter(|m| !known.contains(&m.key)) {
+            let absent = match results.get(&m.key) {
+                Some(would_be) => would_be.metadata.resource_version.as_deref().is_none_or(str::is_empty),
+                // In a namespace the release creates: nothing exists there yet.
+                None => deferred.iter().any(|d| d.object == m.key && d.after == Phase::Namespaces),
+            };
+            // Not served yet (the kind's CRD is new): no object of it exists either.
+            let Some(api) = admitted.resolver.api(m).ok().filter(|_| !absent) else { continue };
+            let live = api.get_opt(&m.key.name).await.map_err(kube_err(format!("reading {}", m.key)))?;
+            let Some(live) = live else { continue };
+            if live.labels().get(LABEL_INVENTORY) == Some(&self.options.inventory) {
+                continue;
+            }
+            match admitted.policy.unmanaged(m) {
+                Some(v) => violations.push(v),
+                None => {
+                    adopted.insert(m.key.clone());
+                }
+            }
+        }
+        if violations.is_empty() { Ok(adopted) } else { Err(AdmissionError { violations }.into()) }
     }
 
     /// Applies `set` phase by phase, with the waits between phases, recording into `changes`.

@@ -1,5 +1,9 @@
 //! Prune: delete what earlier releases applied and the current one dropped (the inventory's
 //! pending list), newest phase first (webhooks before the services they call, namespaces last).
+//!
+//! Prune only ever deletes what fleetgate created: entries of its own inventory, still carrying
+//! its inventory label, and not adopted (an object that existed before fleetgate first applied
+//! it stays when a release drops it).
 
 use super::phases::Resolver;
 use super::{
@@ -19,7 +23,16 @@ enum Plan {
     Retain(String),
 }
 
-fn plan(entry: &InventoryEntry, release: &str, in_use: &BTreeSet<String>, prune_crds: bool) -> Plan {
+fn plan(
+    entry: &InventoryEntry,
+    release: &str,
+    in_use: &BTreeSet<String>,
+    adopted: &[ObjectKey],
+    prune_crds: bool,
+) -> Plan {
+    if adopted.contains(&entry.key()) {
+        return Plan::Retain("fleetgate adopted it and did not create it: it stays when a release drops it".into());
+    }
     if entry.group == CRD_GROUP && entry.kind == "CustomResourceDefinition" && !prune_crds {
         return Plan::Retain("CRD pruning is off: deleting a CRD deletes every custom resource of it".into());
     }
@@ -34,7 +47,7 @@ impl Engine {
     /// that the current release no longer contains. Call it after [`apply`](Self::apply)
     /// succeeded.
     ///
-    /// Kept, and reported as [`Action::Retained`]: CRDs unless `prune_crds`; Namespaces that
+    /// Kept, and reported as [`Action::Retained`]: adopted objects; CRDs unless `prune_crds`; Namespaces that
     /// still hold objects of the current release; objects that no longer carry this engine's
     /// inventory label (someone else took them over). Objects already gone are dropped from the
     /// list silently. Objects whose deletion fails stay pending and fail the call.
@@ -54,7 +67,7 @@ impl Engine {
         let mut failed = Vec::new();
         for entry in pending {
             let key = entry.key();
-            let action = match plan(&entry, &inv.release, &in_use, self.options.prune_crds) {
+            let action = match plan(&entry, &inv.release, &in_use, &inv.adopted, self.options.prune_crds) {
                 Plan::Retain(why) => Some(Action::Retained(why)),
                 Plan::Delete => match self.delete(&resolver, &entry).await {
                     Ok(action) => action,
@@ -133,10 +146,19 @@ mod tests {
     fn crds_and_used_namespaces_are_retained() {
         let in_use = BTreeSet::from(["redis-system".to_string()]);
         let crd = entry(CRD_GROUP, "CustomResourceDefinition", "widgets.example.com");
-        assert!(matches!(plan(&crd, "rel-2", &in_use, false), Plan::Retain(_)));
-        assert_eq!(plan(&crd, "rel-2", &in_use, true), Plan::Delete);
-        assert!(matches!(plan(&entry("", "Namespace", "redis-system"), "rel-2", &in_use, true), Plan::Retain(_)));
-        assert_eq!(plan(&entry("", "Namespace", "old"), "rel-2", &in_use, false), Plan::Delete);
-        assert_eq!(plan(&entry("", "ConfigMap", "c"), "rel-2", &in_use, false), Plan::Delete);
+        assert!(matches!(plan(&crd, "rel-2", &in_use, &[], false), Plan::Retain(_)));
+        assert_eq!(plan(&crd, "rel-2", &in_use, &[], true), Plan::Delete);
+        assert!(matches!(plan(&entry("", "Namespace", "redis-system"), "rel-2", &in_use, &[], true), Plan::Retain(_)));
+        assert_eq!(plan(&entry("", "Namespace", "old"), "rel-2", &in_use, &[], false), Plan::Delete);
+        assert_eq!(plan(&entry("", "ConfigMap", "c"), "rel-2", &in_use, &[], false), Plan::Delete);
+    }
+
+    #[test]
+    fn adopted_objects_are_retained() {
+        let cm = entry("", "ConfigMap", "c");
+        let adopted = [cm.key()];
+        assert!(
+            matches!(plan(&cm, "rel-2", &BTreeSet::new(), &adopted, true), Plan::Retain(why) if why.contains("adopted"))
+        );
     }
 }

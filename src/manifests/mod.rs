@@ -10,7 +10,8 @@
 //! tests), and from the CustomResourceDefinitions in the release itself, so custom resources of
 //! a CRD the cluster does not have yet still resolve.
 //!
-//! [`admission`] holds the pure `ReleaseAdmissionPolicy` check over a set.
+//! A kind the cluster serves takes its scope from discovery even when a release CRD claims the
+//! same group and kind. [`admission`] holds the `ReleaseAdmissionPolicy` check over a set.
 
 pub mod admission;
 mod crds;
@@ -327,10 +328,13 @@ impl ManifestSet {
         let mut seen: BTreeMap<ObjectKey, Source> = BTreeMap::new();
         let mut manifests = Vec::new();
         for (at, mut object, gvk) in parsed {
-            let scope = match release_crds.get(&(gvk.group.clone(), gvk.kind.clone())) {
-                Some(s) => s.clone(),
-                None => match scopes.scope_of(&gvk.group, &gvk.kind) {
-                    Some(s) => s,
+            // Live discovery first: a kind the cluster serves has the scope the cluster gives it,
+            // whatever a release CRD of the same group and kind claims (admission refuses such a
+            // CRD; its claim must not move the object out of the cluster-scope checks meanwhile).
+            let scope = match scopes.scope_of(&gvk.group, &gvk.kind) {
+                Some(s) => s,
+                None => match release_crds.get(&(gvk.group.clone(), gvk.kind.clone())) {
+                    Some(s) => s.clone(),
                     None => {
                         errors.push(ManifestError::UnknownKind {
                             at,
@@ -505,15 +509,19 @@ pub(crate) mod tests {
         VerifiedRelease::assume_verified(release, "0123abcd", files)
     }
 
-    /// A fixed view of a cluster: core and apps kinds, RBAC, CRDs.
+    /// A fixed view of a cluster: core, apps and batch kinds, RBAC, CRDs, webhooks.
     pub(crate) fn scopes(group: &str, kind: &str) -> Option<Scope> {
         match (group, kind) {
             ("", "Namespace") | (CRD_GROUP, "CustomResourceDefinition") => Some(Scope::Cluster),
             ("rbac.authorization.k8s.io", "ClusterRole" | "ClusterRoleBinding") => Some(Scope::Cluster),
             ("rbac.authorization.k8s.io", "Role" | "RoleBinding") => Some(Scope::Namespaced),
             ("", "ConfigMap" | "Secret" | "Service" | "ServiceAccount") => Some(Scope::Namespaced),
-            ("apps", "Deployment") => Some(Scope::Namespaced),
-            ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => Some(Scope::Cluster),
+            ("apps", "Deployment" | "StatefulSet" | "DaemonSet") | ("batch", "Job" | "CronJob") | ("", "Pod") => {
+                Some(Scope::Namespaced)
+            }
+            ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration") => {
+                Some(Scope::Cluster)
+            }
             _ => None,
         }
     }
@@ -612,6 +620,29 @@ spec:
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: d}\n",
         )]);
         assert!(matches!(ManifestSet::from_release(&r, Some("d"), &scopes), Err(ManifestError::Duplicate { .. })));
+    }
+
+    #[test]
+    fn a_served_kind_keeps_its_live_scope_whatever_a_release_crd_claims() {
+        let shadow = "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: validatingwebhookconfigurations.admissionregistration.k8s.io}
+spec:
+  group: admissionregistration.k8s.io
+  names: {kind: ValidatingWebhookConfiguration, plural: validatingwebhookconfigurations}
+  scope: Namespaced
+  versions: [{name: v1, served: true, storage: true}]
+";
+        let r = release(&[
+            ("operator/crd.yaml", shadow),
+            (
+                "operator/hook.yaml",
+                "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {name: vw, namespace: ns1}\n",
+            ),
+        ]);
+        let set = ManifestSet::from_release(&r, None, &scopes).unwrap();
+        let hook = set.iter().find(|m| m.key.kind == "ValidatingWebhookConfiguration").unwrap();
+        assert_eq!((&hook.scope, &hook.key.namespace), (&Scope::Cluster, &None));
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! `ReleaseAdmissionPolicy`: bounds on what a release may touch (namespaces, cluster-scoped kinds,
-//! cluster-admin bindings).
+//! RBAC by its rules, the Pod Security level of pod templates, adoption of existing objects).
 //!
 //! The agent's configuration carries the baseline; a fleet repo may add policies under
 //! `policies/` that only ever narrow it: an object is admitted when *every* policy admits it, so a
@@ -28,13 +28,102 @@ pub struct ReleaseAdmissionPolicySpec {
     /// from this policy. Present but empty: no cluster-scoped object at all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_cluster_scoped_kinds: Option<Vec<String>>,
-    /// Whether a RoleBinding or ClusterRoleBinding may grant the `cluster-admin` ClusterRole.
-    /// Default false: every policy must say true for such a binding to pass.
+    /// Whether a RoleBinding or ClusterRoleBinding may grant the built-in `cluster-admin`,
+    /// `admin` or `edit` ClusterRole. Default false: every policy must say true for such a
+    /// binding to pass.
     #[serde(default)]
     pub allow_cluster_admin_bindings: bool,
+    /// Grants a (Cluster)Role of the release may contain although they widen what its holder can
+    /// do beyond listed objects (see [`RbacGrant`]). Default none; like the flags above, a grant
+    /// passes only when every policy lists it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_rbac: Vec<RbacGrant>,
+    /// The Pod Security Standards level every pod template must meet. Absent: `baseline`. Each
+    /// policy judges by its own level, so the strictest one decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_security: Option<PodSecurityLevel>,
+    /// Whether the release may take over objects that exist in the cluster but were not applied
+    /// by fleetgate (not in its inventory) without each carrying `fleetgate.io/adopt: "true"`.
+    /// Default false: every policy must say true.
+    #[serde(default)]
+    pub adopt: bool,
+}
+
+/// A grant in a Role or ClusterRole that admission refuses unless `allowedRbac` lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum RbacGrant {
+    /// `*` in verbs, in apiGroups, or in resources (for groups the release's own CRDs do not
+    /// define alone), or in nonResourceURLs: grants whatever the cluster serves, now or later.
+    Wildcard,
+    /// Verb `escalate`: create or change roles with more than the holder has.
+    Escalate,
+    /// Verb `bind`: bind roles the holder does not hold.
+    Bind,
+    /// Verb `impersonate`: act as another user, group or ServiceAccount.
+    Impersonate,
+    /// `secrets` in a ClusterRole: every Secret of every namespace it is bound in.
+    ClusterSecrets,
+    /// `nodes/proxy`: the kubelet API (exec into any pod on the node).
+    NodesProxy,
+    /// `serviceaccounts/token`: tokens of other ServiceAccounts.
+    ServiceAccountTokens,
+    /// A ClusterRole with an `aggregationRule`: its rules are whatever the cluster's labelled
+    /// ClusterRoles say, which the release cannot be judged by.
+    Aggregation,
+}
+
+impl RbacGrant {
+    /// The value as written in `allowedRbac`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            RbacGrant::Wildcard => "wildcard",
+            RbacGrant::Escalate => "escalate",
+            RbacGrant::Bind => "bind",
+            RbacGrant::Impersonate => "impersonate",
+            RbacGrant::ClusterSecrets => "clusterSecrets",
+            RbacGrant::NodesProxy => "nodesProxy",
+            RbacGrant::ServiceAccountTokens => "serviceAccountTokens",
+            RbacGrant::Aggregation => "aggregation",
+        }
+    }
+}
+
+/// A Pod Security Standards level (<https://kubernetes.io/docs/concepts/security/pod-security-standards/>).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum PodSecurityLevel {
+    /// No check.
+    Privileged,
+    /// Prevents known privilege escalations: no host namespaces, host paths, host ports,
+    /// privileged containers, added capabilities beyond the default set, unsafe sysctls …
+    #[default]
+    Baseline,
+    /// Baseline plus current hardening: non-root, no privilege escalation, drop ALL, seccomp.
+    Restricted,
+}
+
+impl std::fmt::Display for PodSecurityLevel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PodSecurityLevel::Privileged => "privileged",
+            PodSecurityLevel::Baseline => "baseline",
+            PodSecurityLevel::Restricted => "restricted",
+        })
+    }
 }
 
 impl ReleaseAdmissionPolicySpec {
+    /// The Pod Security level this policy requires (`baseline` when it names none).
+    pub fn pod_security_level(&self) -> PodSecurityLevel {
+        self.pod_security.unwrap_or_default()
+    }
+
+    /// Whether `allowedRbac` lists `grant`.
+    pub fn allows_rbac(&self, grant: RbacGrant) -> bool {
+        self.allowed_rbac.contains(&grant)
+    }
+
     /// Whether `namespace` is within `allowedNamespaces` (always, when the field is absent).
     pub fn allows_namespace(&self, namespace: &str) -> bool {
         match &self.allowed_namespaces {
@@ -99,6 +188,20 @@ mod tests {
             parse_document("policies/admission-policy.yaml", text, RELEASE_ADMISSION_POLICY_KIND).unwrap();
         assert!(!policy.spec.allow_cluster_admin_bindings);
         assert!(policy.spec.allows_namespace("redis-system"));
+        assert_eq!(policy.spec.pod_security_level(), PodSecurityLevel::Baseline);
+        assert!(!policy.spec.adopt && policy.spec.allowed_rbac.is_empty());
+    }
+
+    #[test]
+    fn content_fields_parse() {
+        let text = "apiVersion: fleetgate.io/v1alpha1\nkind: ReleaseAdmissionPolicy\nmetadata: {name: p}\nspec: {allowedRbac: [clusterSecrets, nodesProxy], podSecurity: restricted, adopt: true}\n";
+        let policy: ReleaseAdmissionPolicy = parse_document("p.yaml", text, RELEASE_ADMISSION_POLICY_KIND).unwrap();
+        assert_eq!(policy.spec.allowed_rbac, [RbacGrant::ClusterSecrets, RbacGrant::NodesProxy]);
+        assert!(policy.spec.allows_rbac(RbacGrant::NodesProxy) && !policy.spec.allows_rbac(RbacGrant::Wildcard));
+        assert_eq!(policy.spec.pod_security_level(), PodSecurityLevel::Restricted);
+        assert!(policy.spec.adopt);
+        let bad = text.replace("nodesProxy", "everything");
+        assert!(parse_document::<ReleaseAdmissionPolicySpec>("p.yaml", &bad, RELEASE_ADMISSION_POLICY_KIND).is_err());
     }
 
     #[test]

@@ -41,6 +41,9 @@ pub enum Rule {
     Fleet,
     /// Release order: a missing or repeated `sequence`, a `rollbackTo` or `revokes` that is not older.
     Ordering,
+    /// An object the release's own admission policies refuse by content, decided without a
+    /// cluster (RBAC, Pod Security, webhooks, CRDs in built-in groups).
+    Admission,
 }
 
 impl fmt::Display for Rule {

@@ -400,6 +400,9 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 kind: Namespace
 metadata:
   name: {{ .Release.Namespace }}
+  # deploy/ creates the namespace before the first release: the release adopts it.
+  annotations:
+    fleetgate.io/adopt: "true"
   labels:
     {{- include "fixture.labels" . | nindent 4 }}
 "#,
@@ -431,7 +434,7 @@ rules:
     resources: ["deployments", "statefulsets"]
     verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
   - apiGroups: [""]
-    resources: ["pods", "services", "configmaps", "secrets", "events"]
+    resources: ["pods", "services", "configmaps", "events"]
     verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
@@ -457,6 +460,10 @@ metadata:
 rules:
   - apiGroups: ["coordination.k8s.io"]
     resources: ["leases"]
+    verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+  # Secrets only in its own namespace: a ClusterRole granting secrets is refused by admission.
+  - apiGroups: [""]
+    resources: ["secrets"]
     verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
 ---
 apiVersion: rbac.authorization.k8s.io/v1

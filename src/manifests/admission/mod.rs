@@ -1,0 +1,546 @@
+//! The `ReleaseAdmissionPolicy` check: over a [`ManifestSet`] and what the live API serves
+//! ([`LiveApi`]), before anything touches a cluster. It judges objects by content, not by name:
+//!
+//! * scope comes from live discovery (see [`ManifestSet::from_release`]), and a release's CRD may
+//!   not define kinds in an API group the cluster already serves with resources that are neither
+//!   the release's nor fleetgate's CRDs (a built-in group such as `admissionregistration.k8s.io`);
+//! * namespaces and cluster-scoped kinds against the allow-lists;
+//! * (Cluster)Roles by their rules and bindings by subject and role ([`rbac`]);
+//! * pod templates against a Pod Security Standards level ([`pod_security`]);
+//! * admission webhook configurations by target and namespace selector ([`webhooks`]);
+//! * adoption: [`AdmissionPolicy::unmanaged`] says whether a live object fleetgate did not
+//!   apply may be taken over (the apply engine asks it once it has seen the live objects).
+//!
+//! The effective policy is the agent's baseline narrowed by the repo's policies: an object is
+//! admitted only when every policy admits it, so a repo policy can never widen the baseline.
+//! Rules no policy can lift (subjects such as `system:masters`, CRDs in served groups) are
+//! reported as refused by [`FIXED_RULES`]. Each violation names the object, where it came from,
+//! the policy that refused it and the rule.
+
+mod pod_security;
+mod rbac;
+mod webhooks;
+
+pub use pod_security::PodFinding;
+pub use rbac::{FORBIDDEN_SUBJECTS, PRIVILEGED_ROLES};
+pub use webhooks::{NAMESPACE_NAME_LABEL, WebhookFinding};
+
+use super::{CRD_GROUP, CRD_KIND, Manifest, ManifestSet, ObjectKey, Source};
+use crate::model::{PodSecurityLevel, RbacGrant, ReleaseAdmissionPolicy, ReleaseAdmissionPolicySpec};
+use kube::discovery::Scope;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+/// Annotation on an object of a release that lets the release take over the live object of
+/// that name although fleetgate did not apply it (value `"true"`).
+pub const ANNOTATION_ADOPT: &str = "fleetgate.io/adopt";
+
+/// The "policy" named by violations of rules no policy can lift.
+pub const FIXED_RULES: &str = "fleetgate's fixed rules";
+
+/// API groups the Kubernetes API server serves itself. Discovery decides first; this list also
+/// refuses them on a server that has one switched off today (it may be switched on tomorrow).
+const BUILTIN_GROUPS: [&str; 24] = [
+    "apps",
+    "batch",
+    "policy",
+    "autoscaling",
+    "extensions",
+    "admissionregistration.k8s.io",
+    "apiextensions.k8s.io",
+    "apiregistration.k8s.io",
+    "apidiscovery.k8s.io",
+    "authentication.k8s.io",
+    "authorization.k8s.io",
+    "certificates.k8s.io",
+    "coordination.k8s.io",
+    "discovery.k8s.io",
+    "events.k8s.io",
+    "flowcontrol.apiserver.k8s.io",
+    "internal.apiserver.k8s.io",
+    "networking.k8s.io",
+    "node.k8s.io",
+    "rbac.authorization.k8s.io",
+    "resource.k8s.io",
+    "scheduling.k8s.io",
+    "storage.k8s.io",
+    "storagemigration.k8s.io",
+];
+
+/// What admission needs to know about the live cluster.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LiveApi {
+    /// API group → resources (plural names) the cluster serves in it.
+    served: BTreeMap<String, BTreeSet<String>>,
+    /// Names of the CRDs fleetgate applied here before (its inventory).
+    fleetgate_crds: BTreeSet<String>,
+    /// Namespaces no webhook may intercept: the agent's and `kube-system`.
+    protected_namespaces: Vec<String>,
+}
+
+impl LiveApi {
+    /// From a discovery of the cluster, the CRDs in fleetgate's inventory and the agent's namespace.
+    pub fn from_discovery(
+        discovery: &kube::Discovery,
+        fleetgate_crds: impl IntoIterator<Item = String>,
+        agent_namespace: &str,
+    ) -> Self {
+        let served = discovery
+            .groups()
+            .map(|g| {
+                let plurals = g.versions().flat_map(|v| g.versioned_resources(v)).map(|(ar, _)| ar.plural).collect();
+                (g.name().to_string(), plurals)
+            })
+            .collect();
+        LiveApi { served, ..LiveApi::offline(fleetgate_crds, agent_namespace) }
+    }
+
+    /// Without a cluster (`fleetgate validate`, unit tests): only the built-in groups are known.
+    pub fn offline(fleetgate_crds: impl IntoIterator<Item = String>, agent_namespace: &str) -> Self {
+        LiveApi {
+            served: BTreeMap::new(),
+            fleetgate_crds: fleetgate_crds.into_iter().collect(),
+            protected_namespaces: vec![agent_namespace.to_string(), "kube-system".to_string()],
+        }
+    }
+
+    /// Who else serves API `group`, if anyone: the built-in API, or a resource the cluster serves
+    /// in it that is neither one of `release_crds` nor a CRD fleetgate applied.
+    fn serves_otherwise(&self, group: &str, release_crds: &BTreeSet<String>) -> Option<String> {
+        if group.is_empty() || BUILTIN_GROUPS.contains(&group) {
+            return Some("a built-in API group".into());
+        }
+        let foreign = self.served.get(group)?.iter().find(|plural| {
+            let crd = format!("{plural}.{group}");
+            !release_crds.contains(&crd) && !self.fleetgate_crds.contains(&crd)
+        })?;
+        Some(format!("it serves resource {foreign} there, which is not a CRD of this release or of fleetgate"))
+    }
+}
+
+/// The baseline from the agent's configuration plus the repo policies that narrow it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdmissionPolicy {
+    /// (origin, spec) — origin names the policy in violations.
+    policies: Vec<(String, ReleaseAdmissionPolicySpec)>,
+}
+
+/// What the rules of one object need from the set they belong to.
+struct SetFacts<'s> {
+    /// API groups the set's CRDs define, and those of CRDs fleetgate applied here before.
+    own_groups: BTreeSet<&'s str>,
+    /// Names of the set's CRDs.
+    crd_names: BTreeSet<String>,
+}
+
+impl AdmissionPolicy {
+    /// The agent configuration's baseline: the upper bound of what any release may do.
+    pub fn baseline(spec: ReleaseAdmissionPolicySpec) -> Self {
+        AdmissionPolicy { policies: vec![("agent baseline".to_string(), spec)] }
+    }
+
+    /// Adds a repo policy. It can only narrow: every policy must admit an object.
+    pub fn narrowed_by(mut self, policy: &ReleaseAdmissionPolicy) -> Self {
+        self.policies.push((format!("ReleaseAdmissionPolicy {}", policy.name()), policy.spec.clone()));
+        self
+    }
+
+    /// Checks every object of `set` against the fixed rules and every policy; returns every
+    /// violation at once.
+    pub fn check(&self, set: &ManifestSet, live: &LiveApi) -> Result<(), AdmissionError> {
+        // A CRD fleetgate applied before and the release dropped is still live (CRD prune is
+        // off by default): its group is still the release's own.
+        let applied_groups = live.fleetgate_crds.iter().filter_map(|name| name.split_once('.').map(|(_, g)| g));
+        let facts = SetFacts {
+            own_groups: set.crds().iter().map(|c| c.spec.group.as_str()).chain(applied_groups).collect(),
+            crd_names: set.crds().iter().filter_map(|c| c.metadata.name.clone()).collect(),
+        };
+        let violation = |m: &Manifest, policy: &str, reason: Reason| Violation {
+            object: m.key.clone(),
+            source: m.source.clone(),
+            policy: policy.to_string(),
+            reason,
+        };
+        let violations: Vec<Violation> = set
+            .iter()
+            .flat_map(|m| {
+                let fixed = fixed_refusal(m, live, &facts).map(|r| violation(m, FIXED_RULES, r));
+                let by_policy = self.policies.iter().filter_map(|(origin, spec)| {
+                    refusal(spec, m, live, &facts).map(|reason| violation(m, origin, reason))
+                });
+                fixed.into_iter().chain(by_policy).collect::<Vec<_>>()
+            })
+            .collect();
+        if violations.is_empty() { Ok(()) } else { Err(AdmissionError { violations }) }
+    }
+
+    /// Whether the release may take over live object `m` that fleetgate did not apply: when `m`
+    /// carries [`ANNOTATION_ADOPT`] `"true"`, or every policy says `adopt: true`. Otherwise the
+    /// violation, naming the first policy that does not.
+    pub fn unmanaged(&self, m: &Manifest) -> Option<Violation> {
+        let annotated = m.object.metadata.annotations.as_ref().and_then(|a| a.get(ANNOTATION_ADOPT));
+        if annotated.is_some_and(|v| v == "true") {
+            return None;
+        }
+        let (origin, _) = self.policies.iter().find(|(_, spec)| !spec.adopt)?;
+        Some(Violation {
+            object: m.key.clone(),
+            source: m.source.clone(),
+            policy: origin.clone(),
+            reason: Reason::Unmanaged,
+        })
+    }
+}
+
+/// A rule no policy can lift, broken by `m`.
+fn fixed_refusal(m: &Manifest, live: &LiveApi, facts: &SetFacts) -> Option<Reason> {
+    if m.key.is(CRD_GROUP, CRD_KIND) {
+        let group = m.object.data.get("spec").and_then(|s| s.get("group")).and_then(|g| g.as_str()).unwrap_or("");
+        return live
+            .serves_otherwise(group, &facts.crd_names)
+            .map(|by| Reason::CrdGroupServed { group: group.to_string(), by });
+    }
+    rbac::forbidden_subject(m)
+}
+
+/// Why one policy refuses one object (the first rule it breaks).
+fn refusal(spec: &ReleaseAdmissionPolicySpec, m: &Manifest, live: &LiveApi, facts: &SetFacts) -> Option<Reason> {
+    let key = &m.key;
+    if key.is("", "Namespace") {
+        return (!spec.allows_namespace(&key.name)).then(|| Reason::Namespace(key.name.clone()));
+    }
+    match (&m.scope, &key.namespace) {
+        (Scope::Namespaced, Some(ns)) if !spec.allows_namespace(ns) => return Some(Reason::Namespace(ns.clone())),
+        (Scope::Cluster, _) if !spec.allows_cluster_scoped_kind(&key.group, &key.kind) => {
+            return Some(Reason::ClusterScopedKind(key.group_kind()));
+        }
+        _ => {}
+    }
+    let level = spec.pod_security_level();
+    rbac::privileged_role_refusal(spec, m)
+        .or_else(|| rbac::role_refusal(spec, m, &facts.own_groups))
+        .or_else(|| pod_security::check(level, m).map(|finding| Reason::PodSecurity { level, finding }))
+        .or_else(|| webhooks::check(spec, m, &live.protected_namespaces, &facts.own_groups).map(Reason::Webhook))
+}
+
+/// What rule an object breaks.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase", tag = "rule", content = "value")]
+pub enum Reason {
+    /// The object is in (or is) a namespace outside `allowedNamespaces`.
+    Namespace(String),
+    /// The object is of a cluster-scoped kind outside `allowedClusterScopedKinds`.
+    ClusterScopedKind(String),
+    /// The object binds a ClusterRole of [`PRIVILEGED_ROLES`] and `allowClusterAdminBindings`
+    /// is false.
+    PrivilegedRole(String),
+    /// The binding names a subject of [`FORBIDDEN_SUBJECTS`] (`Kind name`).
+    BindingSubject(String),
+    /// A (Cluster)Role grants what `allowedRbac` does not list; `rule` is the index in `rules`
+    /// (None for the role as a whole: an aggregationRule).
+    Rbac { rule: Option<usize>, grant: RbacGrant, what: String },
+    /// A pod template breaks the Pod Security level.
+    PodSecurity { level: PodSecurityLevel, finding: PodFinding },
+    /// An admission webhook calls a URL, a Service outside the bounds, or intercepts a protected
+    /// namespace.
+    Webhook(WebhookFinding),
+    /// A CRD in an API group the cluster already serves otherwise.
+    CrdGroupServed { group: String, by: String },
+    /// The object exists, fleetgate did not apply it, and neither the object nor every policy
+    /// allows adopting it.
+    Unmanaged,
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::Namespace(ns) => write!(f, "namespace {ns} is not in allowedNamespaces"),
+            Reason::ClusterScopedKind(k) => write!(f, "cluster-scoped kind {k} is not in allowedClusterScopedKinds"),
+            Reason::PrivilegedRole(role) => {
+                write!(f, "binds ClusterRole {role} and allowClusterAdminBindings is false")
+            }
+            Reason::BindingSubject(s) => write!(f, "binds subject {s}, which no policy may allow"),
+            Reason::Rbac { rule, grant, what } => {
+                match rule {
+                    Some(i) => write!(f, "rules[{i}] grants {what}")?,
+                    None => write!(f, "has an {what}")?,
+                }
+                write!(f, " and allowedRbac does not list {}", grant.as_str())
+            }
+            Reason::PodSecurity { level, finding } => {
+                write!(f, "{finding}, which Pod Security level {level} forbids")
+            }
+            Reason::Webhook(finding) => write!(f, "{finding}"),
+            Reason::CrdGroupServed { group, by } => write!(
+                f,
+                "defines a CustomResourceDefinition in API group {group}, which the cluster already serves ({by})"
+            ),
+            Reason::Unmanaged => write!(
+                f,
+                "exists in the cluster but not in fleetgate's inventory, and a forced apply would take it over: \
+                 annotate it {ANNOTATION_ADOPT}: \"true\" in the release, or set adopt: true in every policy"
+            ),
+        }
+    }
+}
+
+/// One object one policy refuses.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Violation {
+    pub object: ObjectKey,
+    pub source: Source,
+    pub policy: String,
+    pub reason: Reason,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({}): {} — refused by {}", self.object, self.source, self.reason, self.policy)
+    }
+}
+
+/// The release is refused as a whole; every violation is listed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("release refused by admission policy ({} violation(s)):\n  {}", .violations.len(), .violations.iter().map(|v| v.to_string()).collect::<Vec<_>>().join("\n  "))]
+pub struct AdmissionError {
+    pub violations: Vec<Violation>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifests::tests::{release, scopes};
+    use crate::model::Document;
+    use rstest::rstest;
+
+    fn spec(namespaces: Option<&[&str]>, kinds: Option<&[&str]>, admin: bool) -> ReleaseAdmissionPolicySpec {
+        let owned = |l: &[&str]| l.iter().map(|s| s.to_string()).collect();
+        ReleaseAdmissionPolicySpec {
+            allowed_namespaces: namespaces.map(owned),
+            allowed_cluster_scoped_kinds: kinds.map(owned),
+            allow_cluster_admin_bindings: admin,
+            ..Default::default()
+        }
+    }
+
+    fn set(yaml: &str) -> ManifestSet {
+        ManifestSet::from_release(&release(&[("operator/x.yaml", yaml)]), Some("redis-system"), &scopes).unwrap()
+    }
+
+    fn live() -> LiveApi {
+        LiveApi::offline(["widgets.owned.example.com".to_string()], "fleetgate-system")
+    }
+
+    const CONFIGMAP: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n";
+    const OTHER_NS: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: kube-system}\n";
+    const NAMESPACE: &str = "apiVersion: v1\nkind: Namespace\nmetadata: {name: redis-a}\n";
+    const CLUSTER_ROLE: &str = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: r}\n";
+    const ADMIN_CRB: &str = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: b}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}\nsubjects: [{kind: ServiceAccount, name: op, namespace: redis-system}]\n";
+    const ADMIN_RB: &str = "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: b}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}\n";
+    const VIEW_RB: &str = "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: b}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: view}\n";
+
+    const CRB: &str = "ClusterRoleBinding.rbac.authorization.k8s.io";
+    const CR: &str = "ClusterRole.rbac.authorization.k8s.io";
+
+    #[rstest]
+    #[case::default_namespace_allowed(CONFIGMAP, spec(Some(&["redis-system"]), Some(&[]), false), None)]
+    #[case::other_namespace(OTHER_NS, spec(Some(&["redis-*"]), None, false), Some(Reason::Namespace("kube-system".into())))]
+    #[case::namespace_object_by_name(NAMESPACE, spec(Some(&["redis-*"]), Some(&[]), false), None)]
+    #[case::namespace_object_refused(NAMESPACE, spec(Some(&["redis-system"]), None, false), Some(Reason::Namespace("redis-a".into())))]
+    #[case::cluster_kind_allowed(CLUSTER_ROLE, spec(None, Some(&[CR]), false), None)]
+    #[case::cluster_kind_refused(CLUSTER_ROLE, spec(None, Some(&[CRB]), false), Some(Reason::ClusterScopedKind(CR.into())))]
+    #[case::no_kinds_field_means_any(CLUSTER_ROLE, spec(Some(&[]), None, false), None)]
+    #[case::cluster_admin_crb(ADMIN_CRB, spec(None, None, false), Some(Reason::PrivilegedRole("cluster-admin".into())))]
+    #[case::cluster_admin_crb_allowed(ADMIN_CRB, spec(None, None, true), None)]
+    #[case::cluster_admin_rolebinding(ADMIN_RB, spec(None, None, false), Some(Reason::PrivilegedRole("cluster-admin".into())))]
+    #[case::view_rolebinding(VIEW_RB, spec(None, None, false), None)]
+    fn one_policy(#[case] yaml: &str, #[case] policy: ReleaseAdmissionPolicySpec, #[case] expected: Option<Reason>) {
+        let result = AdmissionPolicy::baseline(policy).check(&set(yaml), &live());
+        assert_eq!(result.err().map(|e| e.violations[0].reason.clone()), expected);
+    }
+
+    #[rstest]
+    // The repo lists a namespace the baseline does not: still refused, by the baseline.
+    #[case::repo_cannot_widen_namespaces(OTHER_NS, spec(Some(&["redis-*"]), None, false), spec(Some(&["*"]), None, false), Some("agent baseline"))]
+    #[case::repo_cannot_allow_cluster_admin(
+        ADMIN_CRB,
+        spec(None, None, false),
+        spec(None, None, true),
+        Some("agent baseline")
+    )]
+    #[case::repo_narrows_namespaces(CONFIGMAP, spec(Some(&["*"]), None, false), spec(Some(&["other"]), None, false), Some("ReleaseAdmissionPolicy repo"))]
+    #[case::repo_narrows_kinds(CLUSTER_ROLE, spec(None, None, false), spec(None, Some(&[CRB]), false), Some("ReleaseAdmissionPolicy repo"))]
+    #[case::repo_silent_on_field_keeps_baseline(CLUSTER_ROLE, spec(None, Some(&[CR]), false), spec(Some(&["redis-system"]), None, false), None)]
+    #[case::cluster_admin_needs_both(ADMIN_CRB, spec(None, None, true), spec(None, None, true), None)]
+    fn repo_policy_only_narrows(
+        #[case] yaml: &str,
+        #[case] baseline: ReleaseAdmissionPolicySpec,
+        #[case] repo: ReleaseAdmissionPolicySpec,
+        #[case] refused_by: Option<&str>,
+    ) {
+        let repo = Document::new("ReleaseAdmissionPolicy", "repo", repo);
+        let result = AdmissionPolicy::baseline(baseline).narrowed_by(&repo).check(&set(yaml), &live());
+        assert_eq!(result.err().map(|e| e.violations[0].policy.clone()).as_deref(), refused_by);
+    }
+
+    #[test]
+    fn names_every_offending_object() {
+        let yaml = [OTHER_NS, CLUSTER_ROLE, ADMIN_CRB].join("---\n");
+        let err = AdmissionPolicy::baseline(spec(Some(&["redis-system"]), Some(&[CRB]), false))
+            .check(&set(&yaml), &live())
+            .unwrap_err();
+        let named: Vec<String> = err.violations.iter().map(|v| v.object.to_string()).collect();
+        assert_eq!(
+            named,
+            [
+                "ClusterRole.rbac.authorization.k8s.io r",
+                "ClusterRoleBinding.rbac.authorization.k8s.io b",
+                "ConfigMap kube-system/c",
+            ]
+        );
+        let text = err.to_string();
+        assert!(text.contains("3 violation(s)"), "{text}");
+        assert!(text.contains("ConfigMap kube-system/c (operator/x.yaml (document 1)): namespace kube-system is not in allowedNamespaces — refused by agent baseline"), "{text}");
+    }
+
+    fn crd(group: &str, plural: &str) -> String {
+        format!(
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {{name: {plural}.{group}}}\nspec:\n  group: {group}\n  names: {{kind: Thing, plural: {plural}}}\n  scope: Namespaced\n  versions: [{{name: v1, served: true, storage: true}}]\n"
+        )
+    }
+
+    fn served(groups: &[(&str, &[&str])]) -> LiveApi {
+        let mut live = live();
+        live.served = groups.iter().map(|(g, r)| (g.to_string(), r.iter().map(|s| s.to_string()).collect())).collect();
+        live
+    }
+
+    #[rstest]
+    #[case::builtin_group("admissionregistration.k8s.io", "mutatingwebhookconfigurations", served(&[]), true)]
+    #[case::served_by_builtin("example.io", "things", served(&[("example.io", &["gadgets"])]), true)]
+    #[case::new_group("example.io", "things", served(&[("other.io", &["gadgets"])]), false)]
+    #[case::update_of_own_crd("example.io", "things", served(&[("example.io", &["things"])]), false)]
+    #[case::fleetgate_applied_before("owned.example.com", "things", served(&[("owned.example.com", &["owned", "things"])]), true)]
+    fn crd_groups(#[case] group: &str, #[case] plural: &str, #[case] live: LiveApi, #[case] refused: bool) {
+        let result = AdmissionPolicy::baseline(spec(None, None, false)).check(&set(&crd(group, plural)), &live);
+        let reasons: Vec<Reason> =
+            result.err().map(|e| e.violations.into_iter().map(|v| v.reason).collect()).unwrap_or_default();
+        assert_eq!(reasons.iter().any(|r| matches!(r, Reason::CrdGroupServed { .. })), refused, "{reasons:?}");
+    }
+
+    #[test]
+    fn fleetgate_crds_in_the_inventory_count_as_ours() {
+        let mut live = served(&[("owned.example.com", &["things", "owned"])]);
+        live.fleetgate_crds.insert("owned.owned.example.com".into());
+        let result =
+            AdmissionPolicy::baseline(spec(None, None, false)).check(&set(&crd("owned.example.com", "things")), &live);
+        assert_eq!(result, Ok(()));
+    }
+
+    #[test]
+    fn a_webhook_on_the_kinds_of_a_crd_fleetgate_applied_needs_no_selector() {
+        let hook = |group: &str| {
+            format!(
+                "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {{name: vw}}\nwebhooks: [{{name: w.example.com, clientConfig: {{service: {{name: op, namespace: redis-system}}}}, rules: [{{apiGroups: [{group}], apiVersions: [v1], operations: [CREATE], resources: [widgets]}}]}}]\n"
+            )
+        };
+        let policy = AdmissionPolicy::baseline(spec(None, None, false));
+        // The release dropped the CRD, which stays live (and in the inventory): still its own kinds.
+        assert_eq!(policy.check(&set(&hook("owned.example.com")), &live()), Ok(()));
+        let err = policy.check(&set(&hook("apps")), &live()).unwrap_err();
+        assert!(err.to_string().contains("namespaceSelector does not exclude namespace fleetgate-system"), "{err}");
+    }
+
+    const MASTERS_CRB: &str = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: b}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: op}\nsubjects: [{kind: Group, name: system:masters}]\n";
+    const EDIT_RB: &str = "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: b}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: edit}\n";
+    const SECRETS_CR: &str = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: r}\nrules: [{apiGroups: [''], resources: [secrets], verbs: [get]}]\n";
+    const AGGREGATED_CR: &str = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: r}\naggregationRule: {clusterRoleSelectors: [{matchLabels: {a: b}}]}\n";
+    const PRIVILEGED_POD: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n  template:\n    spec:\n      containers: [{name: manager, image: i, securityContext: {privileged: true}}]\n";
+    const URL_WEBHOOK: &str = "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {name: vw}\nwebhooks: [{name: w.example.com, clientConfig: {url: 'https://x.example/'}}]\n";
+
+    #[rstest]
+    #[case::masters_cannot_be_allowed(
+        MASTERS_CRB,
+        spec(None, None, true),
+        FIXED_RULES,
+        "binds subject Group system:masters, which no policy may allow"
+    )]
+    #[case::edit_binding(
+        EDIT_RB,
+        spec(None, None, false),
+        "agent baseline",
+        "binds ClusterRole edit and allowClusterAdminBindings is false"
+    )]
+    #[case::cluster_secrets(
+        SECRETS_CR,
+        spec(None, None, false),
+        "agent baseline",
+        "rules[0] grants secrets in a ClusterRole and allowedRbac does not list clusterSecrets"
+    )]
+    #[case::aggregation(
+        AGGREGATED_CR,
+        spec(None, None, false),
+        "agent baseline",
+        "has an aggregationRule and allowedRbac does not list aggregation"
+    )]
+    #[case::privileged_pod(
+        PRIVILEGED_POD,
+        spec(None, None, false),
+        "agent baseline",
+        "pod template spec.template.spec: container manager: securityContext.privileged is true, which Pod Security level baseline forbids"
+    )]
+    #[case::url_webhook(
+        URL_WEBHOOK,
+        spec(None, None, false),
+        "agent baseline",
+        "webhook w.example.com: clientConfig.url \"https://x.example/\" is refused"
+    )]
+    fn content_rules_name_the_rule(
+        #[case] yaml: &str,
+        #[case] policy: ReleaseAdmissionPolicySpec,
+        #[case] by: &str,
+        #[case] text: &str,
+    ) {
+        let err = AdmissionPolicy::baseline(policy).check(&set(yaml), &live()).unwrap_err();
+        assert_eq!(err.violations[0].policy, by);
+        assert!(err.violations[0].to_string().contains(text), "{}", err.violations[0]);
+    }
+
+    #[test]
+    fn allowances_need_every_policy() {
+        let mut allowing = spec(None, None, false);
+        allowing.allowed_rbac = vec![RbacGrant::ClusterSecrets];
+        allowing.pod_security = Some(PodSecurityLevel::Privileged);
+        let both = AdmissionPolicy::baseline(allowing.clone());
+        assert_eq!(both.check(&set(SECRETS_CR), &live()), Ok(()));
+        assert_eq!(both.check(&set(PRIVILEGED_POD), &live()), Ok(()));
+        // A repo policy that is silent keeps the default: refused by the repo policy.
+        let repo = Document::new("ReleaseAdmissionPolicy", "repo", spec(None, None, false));
+        let narrowed = AdmissionPolicy::baseline(allowing).narrowed_by(&repo);
+        for yaml in [SECRETS_CR, PRIVILEGED_POD] {
+            let err = narrowed.check(&set(yaml), &live()).unwrap_err();
+            assert_eq!(
+                err.violations.iter().map(|v| v.policy.as_str()).collect::<Vec<_>>(),
+                ["ReleaseAdmissionPolicy repo"]
+            );
+        }
+    }
+
+    #[test]
+    fn adoption_needs_the_annotation_or_every_policy() {
+        let plain = set(CONFIGMAP);
+        let annotated =
+            set("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, annotations: {fleetgate.io/adopt: 'true'}}\n");
+        let mut adopting = spec(None, None, false);
+        adopting.adopt = true;
+        let strict = AdmissionPolicy::baseline(spec(None, None, false));
+        let m = plain.iter().next().unwrap();
+        assert_eq!(strict.unmanaged(m).map(|v| v.reason), Some(Reason::Unmanaged));
+        assert_eq!(strict.unmanaged(annotated.iter().next().unwrap()), None);
+        assert_eq!(AdmissionPolicy::baseline(adopting.clone()).unmanaged(m), None);
+        let repo = Document::new("ReleaseAdmissionPolicy", "repo", spec(None, None, false));
+        let refused = AdmissionPolicy::baseline(adopting).narrowed_by(&repo).unmanaged(m).unwrap();
+        assert_eq!(refused.policy, "ReleaseAdmissionPolicy repo");
+        assert!(refused.to_string().contains("ConfigMap redis-system/c (operator/x.yaml (document 1)): exists in the cluster but not in fleetgate's inventory"), "{refused}");
+    }
+}

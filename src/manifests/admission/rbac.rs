@@ -1,0 +1,188 @@
+//! RBAC by content: what a Role or ClusterRole grants (wildcards, `escalate`, `bind`,
+//! `impersonate`, cluster-wide Secrets, `nodes/proxy`, `serviceaccounts/token`, aggregation) and
+//! whom a RoleBinding or ClusterRoleBinding grants to (everyone, anonymous, `system:masters`) and
+//! what (the built-in `cluster-admin`, `admin`, `edit` roles).
+//!
+//! Matching follows the API server's RBAC authorizer: a rule grants a resource when its
+//! apiGroups hold the group or `*` and its resources hold the resource, `*`, or `*/<subresource>`.
+
+use super::Reason;
+use crate::manifests::Manifest;
+use crate::model::{RbacGrant, ReleaseAdmissionPolicySpec};
+use serde_json::Value;
+use std::collections::BTreeSet;
+
+pub(super) const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+
+/// Built-in ClusterRoles no binding may grant unless every policy allows cluster-admin bindings:
+/// each grants (nearly) everything in the namespaces it is bound in, or the whole cluster.
+pub const PRIVILEGED_ROLES: [&str; 3] = ["cluster-admin", "admin", "edit"];
+
+/// Subjects no binding may name, whatever the policy: everyone, every unauthenticated request,
+/// the anonymous user, and the group that bypasses authorization.
+pub const FORBIDDEN_SUBJECTS: [&str; 4] =
+    ["system:authenticated", "system:unauthenticated", "system:anonymous", "system:masters"];
+
+fn strings<'v>(v: Option<&'v Value>) -> Vec<&'v str> {
+    v.and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default()
+}
+
+/// One rule of a role, as lists of strings.
+struct Rule<'v> {
+    groups: Vec<&'v str>,
+    resources: Vec<&'v str>,
+    verbs: Vec<&'v str>,
+    urls: Vec<&'v str>,
+}
+
+impl<'v> Rule<'v> {
+    fn of(v: &'v Value) -> Self {
+        Rule {
+            groups: strings(v.get("apiGroups")),
+            resources: strings(v.get("resources")),
+            verbs: strings(v.get("verbs")),
+            urls: strings(v.get("nonResourceURLs")),
+        }
+    }
+
+    /// Whether the rule grants some verb on `resource` (`name` or `name/subresource`) of `group`.
+    fn grants(&self, group: &str, resource: &str) -> bool {
+        let sub = resource.split_once('/').map(|(_, s)| s);
+        !self.verbs.is_empty()
+            && self.groups.iter().any(|g| *g == group || *g == "*")
+            && self
+                .resources
+                .iter()
+                .any(|r| *r == "*" || *r == resource || sub.is_some_and(|s| r.strip_prefix("*/") == Some(s)))
+    }
+
+    /// Why the rule is a wildcard grant, if it is. `*` resources within groups the release's own
+    /// CRDs define (and only those; see `SetFacts`) grant a known set: the operator's API, not
+    /// the cluster's.
+    fn wildcard(&self, own_groups: &BTreeSet<&str>) -> Option<String> {
+        if self.verbs.contains(&"*") {
+            return Some("verbs: [*]".into());
+        }
+        if self.groups.contains(&"*") {
+            return Some("apiGroups: [*]".into());
+        }
+        if self.urls.contains(&"*") {
+            return Some("nonResourceURLs: [*]".into());
+        }
+        let only_own = !self.groups.is_empty() && self.groups.iter().all(|g| own_groups.contains(g));
+        let wild = self.resources.iter().find(|r| **r == "*" || r.starts_with("*/"));
+        match wild {
+            Some(r) if !only_own => Some(format!("resources: [{r}] in apiGroups {:?}", self.groups)),
+            _ => None,
+        }
+    }
+
+    /// Every grant of [`RbacGrant`] this rule makes (role kind decides `clusterSecrets`), with
+    /// the part of the rule that makes it.
+    fn findings(&self, cluster_role: bool, own_groups: &BTreeSet<&str>) -> Vec<(RbacGrant, String)> {
+        let mut out = Vec::new();
+        if let Some(what) = self.wildcard(own_groups) {
+            out.push((RbacGrant::Wildcard, what));
+        }
+        for (verb, grant) in
+            [("escalate", RbacGrant::Escalate), ("bind", RbacGrant::Bind), ("impersonate", RbacGrant::Impersonate)]
+        {
+            if self.verbs.contains(&verb) {
+                out.push((grant, format!("verb {verb}")));
+            }
+        }
+        if cluster_role && self.grants("", "secrets") {
+            out.push((RbacGrant::ClusterSecrets, "secrets in a ClusterRole".into()));
+        }
+        if self.grants("", "nodes/proxy") {
+            out.push((RbacGrant::NodesProxy, "nodes/proxy".into()));
+        }
+        if self.grants("", "serviceaccounts/token") {
+            out.push((RbacGrant::ServiceAccountTokens, "serviceaccounts/token".into()));
+        }
+        out
+    }
+}
+
+/// The first grant of Role or ClusterRole `m` that `spec` does not allow.
+pub(super) fn role_refusal(
+    spec: &ReleaseAdmissionPolicySpec,
+    m: &Manifest,
+    own_groups: &BTreeSet<&str>,
+) -> Option<Reason> {
+    let cluster_role = m.key.is(RBAC_GROUP, "ClusterRole");
+    if !(cluster_role || m.key.is(RBAC_GROUP, "Role")) {
+        return None;
+    }
+    let aggregated = cluster_role && m.object.data.get("aggregationRule").is_some_and(|a| !a.is_null());
+    if aggregated && !spec.allows_rbac(RbacGrant::Aggregation) {
+        return Some(Reason::Rbac { rule: None, grant: RbacGrant::Aggregation, what: "aggregationRule".into() });
+    }
+    let rules = m.object.data.get("rules").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    rules.iter().enumerate().find_map(|(i, rule)| {
+        Rule::of(rule)
+            .findings(cluster_role, own_groups)
+            .into_iter()
+            .find(|(grant, _)| !spec.allows_rbac(*grant))
+            .map(|(grant, what)| Reason::Rbac { rule: Some(i), grant, what })
+    })
+}
+
+/// A RoleBinding or ClusterRoleBinding to a subject no policy may allow.
+pub(super) fn forbidden_subject(m: &Manifest) -> Option<Reason> {
+    if !is_binding(m) {
+        return None;
+    }
+    let subjects = m.object.data.get("subjects").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    subjects.iter().find_map(|s| {
+        let name = s.get("name").and_then(Value::as_str).unwrap_or("");
+        let kind = s.get("kind").and_then(Value::as_str).unwrap_or("");
+        FORBIDDEN_SUBJECTS.contains(&name).then(|| Reason::BindingSubject(format!("{kind} {name}")))
+    })
+}
+
+/// A binding of a built-in privileged ClusterRole that `spec` does not allow.
+pub(super) fn privileged_role_refusal(spec: &ReleaseAdmissionPolicySpec, m: &Manifest) -> Option<Reason> {
+    if spec.allow_cluster_admin_bindings || !is_binding(m) {
+        return None;
+    }
+    let role_ref = m.object.data.get("roleRef");
+    let field = |f: &str| role_ref.and_then(|r| r.get(f)).and_then(Value::as_str).unwrap_or("");
+    let name = field("name");
+    (field("kind") == "ClusterRole" && PRIVILEGED_ROLES.contains(&name)).then(|| Reason::PrivilegedRole(name.into()))
+}
+
+fn is_binding(m: &Manifest) -> bool {
+    m.key.is(RBAC_GROUP, "RoleBinding") || m.key.is(RBAC_GROUP, "ClusterRoleBinding")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+    use serde_json::json;
+
+    #[rstest]
+    #[case::plain(json!({"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get"]}), true, vec![])]
+    #[case::star_verbs(json!({"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["*"]}), false, vec![RbacGrant::Wildcard])]
+    #[case::star_groups(json!({"apiGroups": ["*"], "resources": ["pods"], "verbs": ["get"]}), false, vec![RbacGrant::Wildcard])]
+    #[case::star_resources(json!({"apiGroups": [""], "resources": ["*"], "verbs": ["get"]}), true, vec![RbacGrant::Wildcard, RbacGrant::ClusterSecrets, RbacGrant::NodesProxy, RbacGrant::ServiceAccountTokens])]
+    #[case::star_in_own_group(json!({"apiGroups": ["example.com"], "resources": ["*", "*/status"], "verbs": ["get"]}), true, vec![])]
+    #[case::star_in_own_and_core(json!({"apiGroups": ["example.com", ""], "resources": ["*"], "verbs": ["get"]}), false, vec![RbacGrant::Wildcard, RbacGrant::NodesProxy, RbacGrant::ServiceAccountTokens])]
+    #[case::star_urls(json!({"nonResourceURLs": ["*"], "verbs": ["get"]}), true, vec![RbacGrant::Wildcard])]
+    #[case::escalate_bind(json!({"apiGroups": [RBAC_GROUP], "resources": ["roles"], "verbs": ["escalate", "bind"]}), false, vec![RbacGrant::Escalate, RbacGrant::Bind])]
+    #[case::impersonate(json!({"apiGroups": [""], "resources": ["users"], "verbs": ["impersonate"]}), true, vec![RbacGrant::Impersonate])]
+    #[case::secrets_cluster(json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}), true, vec![RbacGrant::ClusterSecrets])]
+    #[case::secrets_role(json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}), false, vec![])]
+    #[case::secrets_other_group(json!({"apiGroups": ["example.com"], "resources": ["secrets"], "verbs": ["get"]}), true, vec![])]
+    #[case::nodes_proxy(json!({"apiGroups": [""], "resources": ["nodes/proxy"], "verbs": ["get"]}), true, vec![RbacGrant::NodesProxy])]
+    #[case::any_proxy(json!({"apiGroups": [""], "resources": ["*/proxy"], "verbs": ["get"]}), true, vec![RbacGrant::Wildcard, RbacGrant::NodesProxy])]
+    #[case::nodes_only(json!({"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}), true, vec![])]
+    #[case::sa_token(json!({"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]}), false, vec![RbacGrant::ServiceAccountTokens])]
+    #[case::no_verbs(json!({"apiGroups": [""], "resources": ["secrets"], "verbs": []}), true, vec![])]
+    fn rule_findings(#[case] rule: Value, #[case] cluster_role: bool, #[case] expected: Vec<RbacGrant>) {
+        let own = BTreeSet::from(["example.com"]);
+        let found: Vec<RbacGrant> = Rule::of(&rule).findings(cluster_role, &own).into_iter().map(|(g, _)| g).collect();
+        assert_eq!(found, expected);
+    }
+}
