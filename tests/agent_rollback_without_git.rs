@@ -128,7 +128,8 @@ async fn outbox_text(fleet: &Fleet) -> String {
 async fn secrets_named(fleet: &Fleet, prefix: &str) -> (Api<Secret>, Vec<Secret>) {
     let api: Api<Secret> = Api::namespaced(fleet.cluster.client(), AGENT_NS);
     let all = api.list(&ListParams::default()).await.unwrap().items;
-    let picked = all.into_iter().filter(|s| s.metadata.name.as_deref().is_some_and(|n| n.starts_with(prefix))).collect();
+    let picked =
+        all.into_iter().filter(|s| s.metadata.name.as_deref().is_some_and(|n| n.starts_with(prefix))).collect();
     (api, picked)
 }
 
@@ -145,7 +146,8 @@ async fn tampered_last_known_good_bytes_are_refused() {
     let mut chunk = chunks.into_iter().find(|s| s.metadata.name.as_deref().is_some_and(|n| n.ends_with("-1"))).unwrap();
     let original = chunk.clone();
     let bytes = &mut chunk.data.as_mut().unwrap().get_mut("bundle").unwrap().0;
-    let at = bytes.windows(8).position(|w| w == b"v-rel-1\n" || w == b"v-rel-1\"").expect("rel-1's image in the bundle");
+    let at =
+        bytes.windows(8).position(|w| w == b"v-rel-1\n" || w == b"v-rel-1\"").expect("rel-1's image in the bundle");
     bytes[at + 6] = b'9';
     let name = chunk.metadata.name.clone().unwrap();
     api.replace(&name, &PostParams::default(), &chunk).await.unwrap();
@@ -192,7 +194,9 @@ async fn a_snapshot_whose_mac_fails_is_not_restored_and_the_rollback_completes()
     assert_eq!(fleet.operator_image().await, Some(image_of("rel-1")));
     let events = fleet.events_json().await;
     assert!(
-        events.contains("SnapshotRefused") && events.contains("rel-1 applied, snapshot not restored") && events.contains("does not verify under the agent key"),
+        events.contains("SnapshotRefused")
+            && events.contains("rel-1 applied, snapshot not restored")
+            && events.contains("does not verify under the agent key"),
         "{events}"
     );
     let failure = fleet.statuses(&rel2).pop().unwrap();

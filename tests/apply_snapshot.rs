@@ -1,6 +1,8 @@
 //! Snapshot and restore against a real API server: the state of release N (its objects and every
 //! custom resource of its CRDs, users' ones included) comes back after N+1 changed it, across a
-//! snapshot large enough to be chunked; only the newest snapshots are kept.
+//! snapshot large enough to be chunked; only the newest snapshots are kept. A snapshot is
+//! authenticated by a MAC under the agent key (an edited or relabelled one is refused), and restore
+//! runs the admission policy on what it restores.
 
 mod apply_support;
 
@@ -127,7 +129,10 @@ async fn an_edited_snapshot_is_refused_by_its_mac() {
         secrets.replace(&name, &PostParams::default(), &chunk).await.expect("edit the chunk");
         let err = engine.restore(&snap.id, &policy()).await.expect_err("an edited snapshot is refused");
         assert!(matches!(err, ApplyError::SnapshotUnauthenticated { .. }), "{err:?}");
-        assert!(err.to_string().contains(&format!("snapshot {} (labelled as rel-v1's) does not verify", snap.id)), "{err}");
+        assert!(
+            err.to_string().contains(&format!("snapshot {} (labelled as rel-v1's) does not verify", snap.id)),
+            "{err}"
+        );
         assert_eq!(replicas(&client, "sample").await, 3, "nothing restored");
 
         // Put the content back but label it as another release's: refused too (the MAC covers it).
@@ -136,7 +141,10 @@ async fn an_edited_snapshot_is_refused_by_its_mac() {
         relabelled.metadata.labels.as_mut().unwrap().insert("fleetgate.io/release".into(), "rel-v2".into());
         secrets.replace(index.metadata.name.as_deref().unwrap(), &PostParams::default(), &relabelled).await.unwrap();
         let err = engine.restore(&snap.id, &policy()).await.expect_err("a relabelled snapshot is refused");
-        assert!(matches!(err, ApplyError::SnapshotUnauthenticated { ref release, .. } if release == "rel-v2"), "{err:?}");
+        assert!(
+            matches!(err, ApplyError::SnapshotUnauthenticated { ref release, .. } if release == "rel-v2"),
+            "{err:?}"
+        );
 
         // Untouched, it restores.
         let fresh = secrets.get(index.metadata.name.as_deref().unwrap()).await.unwrap();

@@ -140,7 +140,8 @@ impl Bundle {
     }
 
     fn encode(&self) -> Vec<u8> {
-        let mut out = format!("{MAGIC}\nrelease {}\ntag {}\ncommit {}\n", self.release, self.tag, self.commit).into_bytes();
+        let mut out =
+            format!("{MAGIC}\nrelease {}\ntag {}\ncommit {}\n", self.release, self.tag, self.commit).into_bytes();
         for (kind, oid, data) in &self.objects {
             out.extend_from_slice(format!("{kind} {oid} {}\n", data.len()).as_bytes());
             out.extend_from_slice(data);
@@ -171,7 +172,8 @@ impl Bundle {
             let end = rest.iter().position(|&b| b == b'\n').ok_or("truncated object header")?;
             let header = std::str::from_utf8(&rest[..end]).map_err(|_| "an object header is not UTF-8")?;
             let mut parts = header.split(' ');
-            let (Some(kind), Some(id), Some(len), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+            let (Some(kind), Some(id), Some(len), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+            else {
                 return Err(format!("bad object header {header:?}"));
             };
             let kind = ObjectType::from_str(kind).ok_or_else(|| format!("unknown object kind {kind:?}"))?;
@@ -224,6 +226,11 @@ impl Bundle {
         }
         Checkout::open_local(dir, Some(BRANCH)).map_err(|e| error_chain(&e))
     }
+}
+
+/// Of the stored releases (newest first), those beyond the newest [`LKG_HISTORY`], except `keep`.
+fn superseded(stored: Vec<Stored>, keep: &str) -> Vec<Stored> {
+    stored.into_iter().skip(LKG_HISTORY).filter(|s| s.release != keep).collect()
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -315,7 +322,10 @@ impl Agent {
             selector.push_str(&format!(",{LABEL_RELEASE}={r}"));
         }
         let list = self.lkg_secrets().list_metadata(&ListParams::default().labels(&selector)).await.map_err(|e| {
-            LkgError::Api(crate::apply::ApplyError::Kube { action: "listing the last-known-good store".into(), source: e })
+            LkgError::Api(crate::apply::ApplyError::Kube {
+                action: "listing the last-known-good store".into(),
+                source: e,
+            })
         })?;
         let mut out: Vec<Stored> = list
             .items
@@ -340,9 +350,9 @@ impl Agent {
     async fn trim_last_known_good(&self, keep: &str) -> Result<(), LkgError> {
         let api = self.lkg_secrets();
         let prefix = self.lkg_prefix();
-        let old = self.stored_last_known_good(None).await?.into_iter().skip(LKG_HISTORY).filter(|s| s.release != keep);
-        for s in old {
-            let gone = |e| LkgError::Api(crate::apply::ApplyError::Kube { action: format!("deleting {}", s.name), source: e });
+        for s in superseded(self.stored_last_known_good(None).await?, keep) {
+            let gone =
+                |e| LkgError::Api(crate::apply::ApplyError::Kube { action: format!("deleting {}", s.name), source: e });
             api.delete(&s.name, &DeleteParams::default()).await.map_err(gone)?;
             let sha = s.name.strip_prefix(&prefix).unwrap_or_default();
             let chunks = format!(
@@ -350,7 +360,9 @@ impl Agent {
                 self.engine.options().inventory,
                 sha.get(..32).unwrap_or(sha)
             );
-            api.delete_collection(&DeleteParams::default(), &ListParams::default().labels(&chunks)).await.map_err(gone)?;
+            api.delete_collection(&DeleteParams::default(), &ListParams::default().labels(&chunks))
+                .await
+                .map_err(gone)?;
         }
         Ok(())
     }
@@ -401,7 +413,11 @@ impl Agent {
     /// The rollback target, verified: from the last-known-good store, else from its tag in the
     /// mirror — a release stored before this agent kept copies, or a stored copy that was
     /// refused (a Warning Event says so; when the tag is gone too, the refusal is the error).
-    pub(super) async fn rollback_release(&self, checkout: &Checkout, id: &str) -> Result<VerifiedRelease, ReconcileError> {
+    pub(super) async fn rollback_release(
+        &self,
+        checkout: &Checkout,
+        id: &str,
+    ) -> Result<VerifiedRelease, ReconcileError> {
         let refused = match self.last_known_good(id).await {
             Ok(verified) => {
                 tracing::info!(release = %id, "rollback target read from the last-known-good store");
@@ -439,6 +455,29 @@ mod tests {
                 (ObjectType::Tree, oid("4444444444444444444444444444444444444444"), vec![0, 1, b'\n', 2]),
             ],
         }
+    }
+
+    #[test]
+    fn only_the_newest_few_are_kept_and_never_the_current_one() {
+        let stored = |release: &str, created: &str| Stored {
+            name: format!("fleetgate-a-lkg-{release}"),
+            release: release.into(),
+            created: created.into(),
+            chunks: 1,
+            mac: String::new(),
+        };
+        // Newest first; rel-1 succeeded again (a rollback target) but its copy is the oldest.
+        let all = vec![
+            stored("rel-5", "5"),
+            stored("rel-4", "4"),
+            stored("rel-3", "3"),
+            stored("rel-2", "2"),
+            stored("rel-1", "1"),
+        ];
+        let gone: Vec<String> = superseded(all.clone(), "rel-5").into_iter().map(|s| s.release).collect();
+        assert_eq!(gone, ["rel-2", "rel-1"]);
+        let gone: Vec<String> = superseded(all, "rel-1").into_iter().map(|s| s.release).collect();
+        assert_eq!(gone, ["rel-2"]);
     }
 
     #[test]

@@ -14,7 +14,9 @@ use crate::status::{NotesError, Publisher, Status, StatusBackend, StatusError};
 pub(super) enum Delivery {
     Written,
     /// Git is out of reach; the status waits in the outbox (`why` says what failed).
-    Queued { why: String },
+    Queued {
+        why: String,
+    },
 }
 
 /// Whether `e` means the Git server could not be reached (worth waiting for), not that the
@@ -74,7 +76,9 @@ impl Agent {
         } else {
             None
         };
-        let why = failed.as_ref().map_or_else(|| "earlier statuses are still waiting for Git".to_string(), |e| error_chain(e));
+        let why = failed
+            .as_ref()
+            .map_or_else(|| "earlier statuses are still waiting for Git".to_string(), |e| error_chain(e));
         match outbox.push(status).await {
             Ok(()) => Ok(Delivery::Queued { why }),
             Err(queue) => {

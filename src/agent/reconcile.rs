@@ -780,7 +780,11 @@ impl Agent {
                 tracing::info!(release = %status.release, state = status.state.as_str(), "{}", status.description)
             }
             Ok(super::outbox::Delivery::Queued { why }) => {
-                let note = format!("status {} of {} waits in the outbox until Git answers: {why}", status.state.as_str(), status.release);
+                let note = format!(
+                    "status {} of {} waits in the outbox until Git answers: {why}",
+                    status.state.as_str(),
+                    status.release
+                );
                 tracing::warn!(release = %status.release, "{note}");
                 self.services.record_warning("StatusQueued", "Publish", &note).await;
             }

@@ -131,7 +131,9 @@ impl Engine {
             if bytes.len() < 32 {
                 return Err(ApplyError::Snapshot {
                     id: name.clone(),
-                    reason: format!("the agent key Secret {name} holds no 32-byte key; delete it to have a new one made (existing snapshots then no longer verify)"),
+                    reason: format!(
+                        "the agent key Secret {name} holds no 32-byte key; delete it to have a new one made (existing snapshots then no longer verify)"
+                    ),
                 });
             }
             Ok(AgentKey::from_bytes(bytes))

@@ -9,9 +9,9 @@
 
 use super::store::StateError;
 use crate::status::{State, Status};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, ObjectMeta, PostParams};
-use k8s_openapi::api::core::v1::ConfigMap;
 use std::collections::BTreeMap;
 
 /// Statuses the outbox holds at most.
@@ -74,7 +74,8 @@ impl Outbox {
                 None => (None, Vec::new()),
             };
             f(&mut statuses);
-            let data = BTreeMap::from([(KEY.to_string(), serde_json::to_string(&statuses).expect("statuses serialize"))]);
+            let data =
+                BTreeMap::from([(KEY.to_string(), serde_json::to_string(&statuses).expect("statuses serialize"))]);
             let written = match existing {
                 Some(mut cm) => {
                     cm.data = Some(data);
@@ -137,7 +138,8 @@ mod tests {
 
     #[test]
     fn a_full_outbox_drops_pending_before_verdicts() {
-        let mut statuses: Vec<Status> = (0..OUTBOX_CAPACITY).map(|i| status(&format!("rel-{i}"), State::Failure)).collect();
+        let mut statuses: Vec<Status> =
+            (0..OUTBOX_CAPACITY).map(|i| status(&format!("rel-{i}"), State::Failure)).collect();
         statuses.insert(3, status("rel-p", State::Pending));
         bound(&mut statuses);
         assert_eq!(statuses.len(), OUTBOX_CAPACITY);
