@@ -46,8 +46,22 @@ fn mirror_tags(settings: &fleetgate::agent::AgentSettings) -> String {
 
 /// Two releases, the second crash-looping and promoted; returns its commit once the first ran.
 async fn rel1_then_failing_rel2(fleet: &Fleet) -> String {
+    rel1_then_failing_rel2_with(fleet, |_| {}).await
+}
+
+/// A [`Fleet::release`] edit: the CRD's schema carries a ~900 KB description, the size of a real
+/// Operator's CRDs (the stored copy then spans chunks).
+fn big_crd(render: &std::path::Path) {
+    let path = render.join("crds/redisclusters.cache.example.com.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let long = format!("Number of Redis nodes. {}", "Lorem ipsum dolor sit amet. ".repeat(32 * 1024));
+    std::fs::write(&path, text.replacen("Number of Redis nodes.", &long, 1)).unwrap();
+}
+
+/// [`rel1_then_failing_rel2`] with rel-1 made by `edit`.
+async fn rel1_then_failing_rel2_with(fleet: &Fleet, edit: impl FnOnce(&std::path::Path)) -> String {
     fleet.set_gates("20s", STRICT_RESTARTS);
-    fleet.release("rel-1", |_| {});
+    fleet.release("rel-1", edit);
     fleet.promote("rel-1");
     let mut agent = fleet.agent().await;
     assert_eq!(within("rel-1", 120, agent.reconcile()).await.unwrap(), Outcome::Succeeded("rel-1".into()));
@@ -59,11 +73,20 @@ async fn rel1_then_failing_rel2(fleet: &Fleet) -> String {
 }
 
 /// rel-2 fails its bake after rel-1's tag was deleted: the restarted agent's fresh mirror has no
-/// rel-1 tag at all, and the rollback completes from the stored bytes.
+/// rel-1 tag at all, and the rollback completes from the stored bytes — a copy of a release whose
+/// CRD is as large as a real Operator's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_target_tag_does_not_stop_the_rollback() {
     let fleet = Fleet::start("nogit-tag", true).await;
-    let rel2 = rel1_then_failing_rel2(&fleet).await;
+    let rel2 = rel1_then_failing_rel2_with(&fleet, big_crd).await;
+    let (_, stored) = secrets_named(&fleet, &format!("fleetgate-{CLUSTER}-lkg-")).await;
+    let bytes: usize = stored.iter().filter_map(|s| Some(s.data.as_ref()?.get("bundle")?.0.len())).sum();
+    eprintln!("last-known-good copy of rel-1: {bytes} bytes in {} chunk Secret(s)", stored.len() - 1);
+    assert!(
+        bytes > 900_000 && stored.len() >= 3,
+        "a ~900 KB CRD spans two chunks: {bytes} bytes, {} Secrets",
+        stored.len()
+    );
     kill_while_baking(&fleet, fleet.agent().await).await;
     delete_tag(&fleet, "rel-1");
 
