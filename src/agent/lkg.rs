@@ -73,6 +73,8 @@ pub enum LkgError {
     Source(#[from] SourceError),
     #[error(transparent)]
     Api(#[from] ApplyError),
+    #[error(transparent)]
+    State(#[from] super::state::StateError),
 }
 
 impl LkgError {
@@ -399,15 +401,26 @@ impl Agent {
         if bundle.release != id {
             return Err(tampered(format!("it holds release {}", bundle.release)));
         }
-        let mut pins = self.services.store.load().await.map_err(|e| tampered(error_chain(&e)))?.tag_pins().clone();
+        let state = self.services.store.load().await?;
+        let mut pins = state.tag_pins().clone();
         let dir = tempfile::Builder::new().prefix("fleetgate-lkg").tempdir()?;
-        tokio::task::block_in_place(|| {
+        let refused = |source| LkgError::Refused { release: id.to_string(), name: newest.name.clone(), source };
+        let verified = tokio::task::block_in_place(|| {
             let checkout = bundle.unpack(dir.path()).map_err(&tampered)?;
-            let refused = |source| LkgError::Refused { release: id.to_string(), name: newest.name.clone(), source };
             let desired = release::resolve_release(&checkout, &self.services.config.cluster, id)
                 .map_err(|e| tampered(error_chain(&e)))?;
             release::verify(&checkout, &desired, &self.trust, &mut pins).map_err(refused)
-        })
+        })?;
+        // A restarted agent has not pinned its fleet in `self.trust` yet (verify then takes the
+        // bundle's own fleet.yaml): hold the copy to the fleet the state pinned.
+        let fleet = self.services.config.fleet.clone().or_else(|| state.trust().fleet.clone());
+        if let Some(expected) = fleet
+            && verified.release().spec.fleet.as_deref() != Some(expected.as_str())
+        {
+            let found = verified.release().spec.fleet.clone();
+            return Err(refused(VerifyError::OtherFleet { release: id.to_string(), found, expected }));
+        }
+        Ok(verified)
     }
 
     /// The rollback target, verified: from the last-known-good store, else from its tag in the
