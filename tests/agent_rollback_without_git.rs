@@ -104,8 +104,8 @@ async fn a_deleted_target_tag_does_not_stop_the_rollback() {
 }
 
 /// The git daemon stops during rel-2's bake: the rollback completes, the `failure` status waits
-/// in the outbox (a pass while Git is down fails fast and changes nothing), and lands in the notes
-/// once the daemon is back on the same port.
+/// in the outbox (a pass while Git is down fails fast and changes nothing; an agent restarted
+/// meanwhile keeps it), and lands in the notes once the daemon is back on the same port.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_git_server_does_not_stop_the_rollback_and_the_status_lands_later() {
     let mut fleet = Fleet::start("nogit-daemon", true).await;
@@ -130,7 +130,14 @@ async fn a_stopped_git_server_does_not_stop_the_rollback_and_the_status_lands_la
     assert!(within("a pass without Git", 60, agent.reconcile()).await.is_err());
     assert_eq!(fleet.operator_image().await, Some(image_of("rel-1")));
 
-    // Back on the same port: the queued statuses land in order, the outbox empties.
+    // The agent restarts (a fresh Git cache, the local notes gone) while Git is still down: the
+    // outbox is in the cluster, so nothing is lost.
+    drop(agent);
+    let mut agent = fleet.agent().await;
+    assert!(within("a restarted agent's pass without Git", 60, agent.reconcile()).await.is_err());
+    assert!(outbox_text(&fleet).await.contains("\"state\":\"failure\""), "the restart kept the outbox");
+
+    // Back on the same port: the queued statuses land in order, each once; the outbox empties.
     fleet.daemon.restart().unwrap();
     assert_eq!(within("Git is back", 60, agent.reconcile()).await.unwrap(), Outcome::Rejected("rel-2".into()));
     let landed = fleet.statuses(&rel2);
@@ -138,6 +145,7 @@ async fn a_stopped_git_server_does_not_stop_the_rollback_and_the_status_lands_la
     assert_eq!((failure.state, failure.rollback_to.as_deref()), (State::Failure, Some("rel-1")), "{landed:?}");
     let sequences: Vec<u64> = landed.iter().filter_map(|s| s.sequence).collect();
     assert!(sequences.windows(2).all(|w| w[0] < w[1]), "in order, each once: {sequences:?}");
+    assert_eq!(landed.iter().filter(|s| s.state == State::Failure).count(), 1, "{landed:?}");
     assert_eq!(outbox_text(&fleet).await, "[]");
 }
 
