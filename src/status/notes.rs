@@ -436,6 +436,23 @@ mod tests {
     }
 
     #[test]
+    fn a_write_retried_after_a_failed_push_pushes_the_entry_it_left_instead_of_a_second_one() {
+        let (remote_dir, _) = repo();
+        let (_d, repo) = repo();
+        let me = StatusIdentity::new("f", crate::status::StatusSigner::generate("a").unwrap());
+        let commit = "1".repeat(40);
+        let status = Status::new("a", "rel-1", commit.clone(), State::Failure, "rolled back to rel-0");
+        let unreachable = GitRemote::new(remote_dir.path().join("gone").display().to_string());
+        let err = write(&repo, &unreachable, &status, &me).unwrap_err();
+        assert!(matches!(err, NotesError::Push { .. }), "{err:?}");
+        write(&repo, &GitRemote::new(remote_dir.path().display().to_string()), &status, &me).unwrap();
+        let remote = Repository::open_bare(remote_dir.path()).unwrap();
+        let set = read_all(&remote, &[Oid::from_str(&commit).unwrap()], &me.keys_for("a")).unwrap();
+        let sequences: Vec<_> = set.history("a", "rel-1").iter().map(|s| s.sequence).collect();
+        assert_eq!(sequences, [Some(1)], "one entry, signed once");
+    }
+
+    #[test]
     fn diverged_local_histories_merge_into_one_note() {
         let (_d, repo) = repo();
         let commit = Oid::from_str(&"1".repeat(40)).unwrap();
