@@ -63,7 +63,7 @@ pub enum LkgError {
         release: String,
         name: String,
         #[source]
-        source: VerifyError,
+        source: Box<VerifyError>,
     },
     #[error("reading the release's Git objects")]
     Git(#[from] git2::Error),
@@ -404,7 +404,8 @@ impl Agent {
         let state = self.services.store.load().await?;
         let mut pins = state.tag_pins().clone();
         let dir = tempfile::Builder::new().prefix("fleetgate-lkg").tempdir()?;
-        let refused = |source| LkgError::Refused { release: id.to_string(), name: newest.name.clone(), source };
+        let refused =
+            |source| LkgError::Refused { release: id.to_string(), name: newest.name.clone(), source: Box::new(source) };
         let verified = tokio::task::block_in_place(|| {
             let checkout = bundle.unpack(dir.path()).map_err(&tampered)?;
             let desired = release::resolve_release(&checkout, &self.services.config.cluster, id)

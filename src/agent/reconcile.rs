@@ -69,7 +69,13 @@ pub enum ReconcileError {
     #[error("the branch tip is not accepted")]
     Promotion(#[from] release::PromotionError),
     #[error("the last-known-good store")]
-    Lkg(#[from] super::lkg::LkgError),
+    Lkg(#[source] Box<super::lkg::LkgError>),
+}
+
+impl From<super::lkg::LkgError> for ReconcileError {
+    fn from(e: super::lkg::LkgError) -> Self {
+        ReconcileError::Lkg(Box::new(e))
+    }
 }
 
 impl ReconcileError {
