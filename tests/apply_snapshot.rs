@@ -1,10 +1,13 @@
 //! Snapshot and restore against a real API server: the state of release N (its objects and every
 //! custom resource of its CRDs, users' ones included) comes back after N+1 changed it, across a
-//! snapshot large enough to be chunked; only the newest snapshots are kept.
+//! snapshot large enough to be chunked; only the newest snapshots are kept. A snapshot is
+//! authenticated by a MAC under the agent key (an edited or relabelled one is refused), and restore
+//! runs the admission policy on what it restores.
 
 mod apply_support;
 
-use apply_support::{AGENT_NS, OPERATOR_NS, api, apply, get, policy, release, start};
+use apply_support::{AGENT_NS, OPERATOR_NS, api, apply, get, policy, policy_spec, release, start};
+use fleetgate::apply::ApplyError;
 use fleetgate::apply::{Action, LABEL_SNAPSHOT};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -52,7 +55,7 @@ async fn restore_brings_back_custom_resources_and_release_objects() {
         clusters.patch("users", &PatchParams::default(), &edit).await.expect("user edit");
         assert_eq!(replicas(&client, "sample").await, 3);
 
-        let restored = engine.restore(&snap.id).await.expect("restore");
+        let restored = engine.restore(&snap.id, &policy()).await.expect("restore");
         assert_eq!(replicas(&client, "sample").await, 1, "the release's CR spec is back");
         assert_eq!(replicas(&client, "users").await, 2, "the user's CR spec is back");
         let deployment = get(&client, "apps/v1", "Deployment", Some(OPERATOR_NS), "redis-operator").await.unwrap();
@@ -80,7 +83,115 @@ async fn restore_brings_back_custom_resources_and_release_objects() {
         let oldest =
             secrets.list(&ListParams::default().labels(&format!("{LABEL_SNAPSHOT}={}", snap.id))).await.unwrap();
         assert!(oldest.items.is_empty(), "the oldest snapshot's index and chunks are deleted");
-        assert!(engine.restore(&snap.id).await.is_err());
+        assert!(engine.restore(&snap.id, &policy()).await.is_err());
+    })
+    .await
+    .expect("test finishes in time");
+}
+
+/// The snapshot's Secrets as an admin (or anyone granted Secrets in the agent's namespace)
+/// can edit them: the index and the single chunk of snapshot `id`.
+async fn snapshot_secrets(client: &kube::Client, id: &str) -> (Api<Secret>, Secret, Secret) {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), AGENT_NS);
+    let all = secrets.list(&ListParams::default().labels(&format!("{LABEL_SNAPSHOT}={id}"))).await.unwrap();
+    let (index, chunks): (Vec<_>, Vec<_>) =
+        all.items.into_iter().partition(|s| s.metadata.name.as_deref().is_some_and(|n| n.ends_with(id)));
+    assert_eq!((index.len(), chunks.len()), (1, 1), "one index and one chunk");
+    (secrets, index.into_iter().next().unwrap(), chunks.into_iter().next().unwrap())
+}
+
+/// The snapshot's integrity is authenticated by a MAC under the agent's key, not a hash anyone
+/// could recompute: an edited chunk — even one whose stored hash an editor updated — and a
+/// snapshot relabelled as another release's are refused, and nothing is restored.
+#[tokio::test]
+async fn an_edited_snapshot_is_refused_by_its_mac() {
+    tokio::time::timeout(TIMEOUT, async {
+        let (cluster, engine) = start("snapshot-mac").await;
+        let client = cluster.client();
+        apply(&engine, &release("v1", "rel-v1", &[]), &policy()).await.expect("v1 applies");
+        let snap = engine.snapshot().await.expect("snapshot").expect("a release is applied");
+        apply(&engine, &release("v2", "rel-v2", &[]), &policy()).await.expect("v2 applies");
+        assert_eq!(replicas(&client, "sample").await, 3);
+
+        // The key is a Secret of the agent's namespace, made on first use.
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), AGENT_NS);
+        let key = secrets.get(&format!("{}-snapshot-key", engine.options().inventory)).await.expect("agent key");
+        assert_eq!(key.data.unwrap()["key"].0.len(), 32);
+
+        // Edit the chunk: sample's replicas 1 → 7.
+        let (secrets, index, mut chunk) = snapshot_secrets(&client, &snap.id).await;
+        let data = chunk.data.as_mut().unwrap().get_mut("objects.json").unwrap();
+        let text = String::from_utf8(data.0.clone()).unwrap();
+        let edited = text.replacen("\"replicas\":1", "\"replicas\":7", 1);
+        assert_ne!(text, edited, "the snapshot holds sample's replicas");
+        data.0 = edited.into_bytes();
+        let name = chunk.metadata.name.clone().unwrap();
+        secrets.replace(&name, &PostParams::default(), &chunk).await.expect("edit the chunk");
+        let err = engine.restore(&snap.id, &policy()).await.expect_err("an edited snapshot is refused");
+        assert!(matches!(err, ApplyError::SnapshotUnauthenticated { .. }), "{err:?}");
+        assert!(
+            err.to_string().contains(&format!("snapshot {} (labelled as rel-v1's) does not verify", snap.id)),
+            "{err}"
+        );
+        assert_eq!(replicas(&client, "sample").await, 3, "nothing restored");
+
+        // Put the content back but label it as another release's: refused too (the MAC covers it).
+        data_back(&secrets, &name, text).await;
+        let mut relabelled = index.clone();
+        relabelled.metadata.labels.as_mut().unwrap().insert("fleetgate.io/release".into(), "rel-v2".into());
+        secrets.replace(index.metadata.name.as_deref().unwrap(), &PostParams::default(), &relabelled).await.unwrap();
+        let err = engine.restore(&snap.id, &policy()).await.expect_err("a relabelled snapshot is refused");
+        assert!(
+            matches!(err, ApplyError::SnapshotUnauthenticated { ref release, .. } if release == "rel-v2"),
+            "{err:?}"
+        );
+
+        // Untouched, it restores.
+        let fresh = secrets.get(index.metadata.name.as_deref().unwrap()).await.unwrap();
+        let mut original = index.clone();
+        original.metadata.resource_version = fresh.metadata.resource_version;
+        secrets.replace(index.metadata.name.as_deref().unwrap(), &PostParams::default(), &original).await.unwrap();
+        engine.restore(&snap.id, &policy()).await.expect("the agent's own snapshot restores");
+        assert_eq!(replicas(&client, "sample").await, 1);
+    })
+    .await
+    .expect("test finishes in time");
+}
+
+async fn data_back(secrets: &Api<Secret>, name: &str, text: String) {
+    let mut chunk = secrets.get(name).await.unwrap();
+    chunk.data.as_mut().unwrap().insert("objects.json".into(), k8s_openapi::ByteString(text.into_bytes()));
+    secrets.replace(name, &PostParams::default(), &chunk).await.unwrap();
+}
+
+/// Restore runs the admission policy like an apply: a snapshot holding a ClusterRoleBinding to
+/// cluster-admin (applied when the policy allowed it, since narrowed) is refused as a whole, while
+/// the custom resources of the snapshot's CRDs — users' data — are not judged by it.
+#[tokio::test]
+async fn a_snapshot_with_a_forbidden_object_is_refused_by_admission() {
+    tokio::time::timeout(TIMEOUT, async {
+        let (cluster, engine) = start("snapshot-admission").await;
+        let client = cluster.client();
+        let binding = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: redis-operator-admin}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}\nsubjects: [{kind: ServiceAccount, name: redis-operator, namespace: redis-system}]\n";
+        let mut permissive = policy_spec();
+        permissive.allow_cluster_admin_bindings = true;
+        let permissive = fleetgate::manifests::AdmissionPolicy::baseline(permissive);
+        let extra = [("operator/admin.yaml", binding)];
+        apply(&engine, &release("v1", "rel-v1", &extra), &permissive).await.expect("v1 applies under the permissive policy");
+        let snap = engine.snapshot().await.expect("snapshot").expect("a release is applied");
+        apply(&engine, &release("v2", "rel-v2", &extra), &permissive).await.expect("v2 applies");
+        assert_eq!(replicas(&client, "sample").await, 3);
+
+        let err = engine.restore(&snap.id, &policy()).await.expect_err("the policy refuses the binding");
+        let ApplyError::Admission(refusal) = &err else { panic!("not an admission refusal: {err:?}") };
+        let refused: Vec<String> = refusal.violations.iter().map(|v| v.object.to_string()).collect();
+        assert!(refused.len() == 1 && refused[0].contains("ClusterRoleBinding") && refused[0].contains("redis-operator-admin"), "{err}");
+        assert!(err.to_string().contains(&format!("snapshot {}", snap.id)), "names where it came from: {err}");
+        assert_eq!(replicas(&client, "sample").await, 3, "nothing restored");
+
+        // Under the policy it was applied with, the same snapshot restores (custom resources too).
+        engine.restore(&snap.id, &permissive).await.expect("restores under the permissive policy");
+        assert_eq!(replicas(&client, "sample").await, 1);
     })
     .await
     .expect("test finishes in time");

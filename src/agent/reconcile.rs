@@ -36,7 +36,7 @@ use crate::model::error_chain;
 use crate::model::{ErrorClass, FleetConfig, GatePolicySpec, PromotionMode, ReleaseAdmissionPolicySpec};
 use crate::release::{self, DesiredRelease, Keyring, TipTrust, TrustConfig, VerifiedRelease, VerifyError};
 use crate::source::{Checkout, Source, SourceError};
-use crate::status::{self, GateFigure, GitNotesBackend, GitRemote, Publisher, Status, StatusBackend};
+use crate::status::{self, GateFigure, GitNotesBackend, GitRemote, Publisher, Status};
 use chrono::Utc;
 use std::time::{Duration, Instant};
 
@@ -68,6 +68,14 @@ pub enum ReconcileError {
     Transition(#[from] super::state::TransitionError),
     #[error("the branch tip is not accepted")]
     Promotion(#[from] release::PromotionError),
+    #[error("the last-known-good store")]
+    Lkg(#[source] Box<super::lkg::LkgError>),
+}
+
+impl From<super::lkg::LkgError> for ReconcileError {
+    fn from(e: super::lkg::LkgError) -> Self {
+        ReconcileError::Lkg(Box::new(e))
+    }
 }
 
 impl ReconcileError {
@@ -79,6 +87,7 @@ impl ReconcileError {
             ReconcileError::Apply(e) => e.class(),
             ReconcileError::Verify(e) => e.class(),
             ReconcileError::Promotion(e) => e.class(),
+            ReconcileError::Lkg(e) => e.class(),
             ReconcileError::State(_) | ReconcileError::Status(_) | ReconcileError::Transition(_) => {
                 ErrorClass::Retryable
             }
@@ -97,6 +106,7 @@ impl ReconcileError {
             ReconcileError::Status(_) => "StatusWriteFailed",
             ReconcileError::Transition(_) => "StateInconsistent",
             ReconcileError::Promotion(_) => "PromotionRefused",
+            ReconcileError::Lkg(_) => "LastKnownGoodRefused",
         }
     }
 }
@@ -249,14 +259,27 @@ impl Agent {
 
     /// One pass of the pipeline.
     pub async fn reconcile(&mut self) -> Result<Outcome, ReconcileError> {
-        let sync = tokio::task::block_in_place(|| self.source.sync())?;
-        if sync.fetched {
+        let sync = match tokio::task::block_in_place(|| self.source.sync()) {
+            Ok(sync) => Some(sync),
+            // Git out of reach with an operation in flight (a rollback, a bake): finish it from
+            // what the agent holds — the mirror, the last-known-good store; statuses wait in the
+            // outbox. Nothing new starts until Git answers.
+            Err(e) if e.class() == ErrorClass::Retryable && self.services.store.load().await?.operation().is_some() => {
+                tracing::warn!(error = %error_chain(&e), "Git is out of reach; finishing the operation in flight without it");
+                None
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if let Some(sync) = sync.as_ref().filter(|s| s.fetched) {
             tracing::info!(tip = %sync.tip, "fleet repo changed");
         }
         for tag in &sync.refused {
             self.services.record_warning("FetchRefused", "Fetch", &tag.reason).await;
         }
         let checkout = tokio::task::block_in_place(|| self.source.checkout())?;
+        if sync.is_some() {
+            self.deliver_waiting(&checkout).await;
+        }
         let state = self.services.store.load().await?;
         let tip = self.judge_tip(&checkout, &state);
         if let Next::Resume(progress) = state.next() {
@@ -589,6 +612,7 @@ impl Agent {
         match verdict {
             BakeVerdict::Passed { ref evaluations, .. } => {
                 self.step(config, Step::Passed { bake_time, figures: figures(evaluations) }).await?;
+                self.keep_last_known_good(checkout, &operation.release).await;
                 Ok(Outcome::Succeeded(operation.release.clone()))
             }
             BakeVerdict::Failed { ref gate, ref evaluations, .. } => {
@@ -767,9 +791,18 @@ impl Agent {
     /// repeat the release, so the failure is also recorded as an Event.
     async fn publish(&self, config: &FleetConfig, status: &Status) {
         let publisher = self.publisher(config).await;
-        match publisher.publish(status).await {
-            Ok(()) => {
+        match self.deliver(&publisher, status).await {
+            Ok(super::outbox::Delivery::Written) => {
                 tracing::info!(release = %status.release, state = status.state.as_str(), "{}", status.description)
+            }
+            Ok(super::outbox::Delivery::Queued { why }) => {
+                let note = format!(
+                    "status {} of {} waits in the outbox until Git answers: {why}",
+                    status.state.as_str(),
+                    status.release
+                );
+                tracing::warn!(release = %status.release, "{note}");
+                self.services.record_warning("StatusQueued", "Publish", &note).await;
             }
             Err(e) => {
                 tracing::error!(release = %status.release, error = %error_chain(&e), "could not write the status");
@@ -782,7 +815,7 @@ impl Agent {
     /// forge, its token and every other destination are never the repo's: a setting in the repo
     /// that still names one is ignored, with a Warning Event `RepoSettingIgnored` each time a
     /// status is written (so whoever reads the cluster's Events learns why).
-    async fn publisher(&self, config: &FleetConfig) -> Publisher {
+    pub(super) async fn publisher(&self, config: &FleetConfig) -> Publisher {
         for ignored in config.spoke_settings() {
             tracing::warn!(document = %ignored.document, key = ignored.key, "{}", ignored.message);
             self.services.record_warning("RepoSettingIgnored", "Publish", &ignored.message).await;

@@ -5,7 +5,13 @@
 //! report `failure` naming the gate, its figure and threshold, and the release rolled back to.
 //! With no target (the first release here failed), the failed release's workloads and webhook
 //! configurations are removed and its CRDs and custom resources kept. The snapshot is restored
-//! only when it holds the target's own objects.
+//! only when it holds the target's own objects, its MAC verifies and the admission policy admits
+//! what it holds (custom resources aside); otherwise the rollback completes without it, with a
+//! Warning Event that says why.
+//!
+//! The target's content comes from the last-known-good store ([`super::lkg`]), re-verified
+//! before use, so neither the Git server nor the target's tag is needed; only a target stored
+//! before the agent kept copies is read from its tag in the mirror.
 //!
 //! Every step is idempotent, so an agent killed during a rollback does it again on restart
 //! (phase `RollingBack` is persisted before the first step). A failed attempt is reported once
@@ -117,8 +123,9 @@ impl Agent {
             tracing::warn!(release = %operation.release, removed = removed.len(), "no earlier release succeeded here; workloads and webhooks removed, CRDs and custom resources kept");
             return Ok(());
         };
-        let verified = self.verify_known(checkout, target).await?;
-        let mut admitted = self.rollback_engine.admit(&verified, &self.admission_policy(config)).await?;
+        let verified = self.rollback_release(checkout, target).await?;
+        let policy = self.admission_policy(config);
+        let mut admitted = self.rollback_engine.admit(&verified, &policy).await?;
         self.keep_crds_the_target_cannot_take_back(&mut admitted).await?;
         let changes = self.rollback_engine.apply(admitted).await?;
         let pruned = self.rollback_engine.prune().await?;
@@ -134,8 +141,20 @@ impl Agent {
             self.services.record_warning("SnapshotSkipped", "RollingBack", &note).await;
             return Ok(());
         }
-        let restored = self.rollback_engine.restore(snapshot).await?;
-        tracing::info!(snapshot = %snapshot, changes = %restored.summary(), "custom resources restored");
-        Ok(())
+        match self.rollback_engine.restore(snapshot, &policy).await {
+            Ok(restored) => {
+                tracing::info!(snapshot = %snapshot, changes = %restored.summary(), "custom resources restored");
+                Ok(())
+            }
+            // A snapshot that is not the agent's own, or holds what no release may apply, is
+            // never restored; the target itself is applied, so the rollback still completes.
+            Err(e @ (ApplyError::SnapshotUnauthenticated { .. } | ApplyError::Admission(_))) => {
+                let note = format!("{target} applied, snapshot not restored: {}", error_chain(&e));
+                tracing::warn!(snapshot = %snapshot, target = %target, "{note}");
+                self.services.record_warning("SnapshotRefused", "RollingBack", &note).await;
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 }

@@ -162,6 +162,10 @@ pub enum ApplyError {
     Inventory { namespace: String, name: String, reason: String },
     #[error("snapshot {id}: {reason}")]
     Snapshot { id: String, reason: String },
+    #[error(
+        "snapshot {id} (labelled as {release}'s) does not verify under the agent key: it was edited, or not written by this agent; refusing to restore it"
+    )]
+    SnapshotUnauthenticated { id: String, release: String },
     #[error("{action}")]
     Kube {
         action: String,
@@ -179,7 +183,8 @@ impl ApplyError {
             ApplyError::Manifests(_)
             | ApplyError::Admission(_)
             | ApplyError::InvalidReleaseId(_)
-            | ApplyError::DryRun(_) => ErrorClass::Stalling,
+            | ApplyError::DryRun(_)
+            | ApplyError::SnapshotUnauthenticated { .. } => ErrorClass::Stalling,
             _ => ErrorClass::Retryable,
         }
     }
@@ -199,6 +204,7 @@ impl ApplyError {
             ApplyError::Wait { .. } => "WaitFailed",
             ApplyError::Inventory { .. } => "InventoryUnreadable",
             ApplyError::Snapshot { .. } => "SnapshotFailed",
+            ApplyError::SnapshotUnauthenticated { .. } => "SnapshotUnauthenticated",
             ApplyError::Kube { .. } => "ApiError",
         }
     }

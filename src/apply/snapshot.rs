@@ -5,14 +5,20 @@
 //!
 //! Storage: Secrets (a snapshot can hold Secrets of the release), the JSON split into chunks
 //! `<inventory>-snapshot-<id>-<n>` of at most [`CHUNK_BYTES`], then an index Secret
-//! `<inventory>-snapshot-<id>` with the chunk count and a SHA-256 of the whole, written last so
-//! a snapshot interrupted half way is never listed. Only the newest `snapshot_history`
-//! snapshots are kept.
+//! `<inventory>-snapshot-<id>` with the chunk count and an HMAC-SHA256 of the id, the release and
+//! the whole JSON, written last so a snapshot interrupted half way is never listed. Only the
+//! newest `snapshot_history` snapshots are kept.
+//!
+//! Authentication: the MAC's key ([`AgentKey`]) is Secret `<inventory>-snapshot-key`, generated
+//! on first use in the agent's namespace; only the agent (and cluster admins) can read it. A
+//! hash alone would not do: whoever may edit the snapshot Secrets could recompute it. A snapshot
+//! whose MAC does not verify is refused ([`ApplyError::SnapshotUnauthenticated`]).
 //!
 //! Restore re-applies a snapshot with server-side apply (forced, field manager `fleetgate`) in
 //! the usual phases, after a dry run of all of it. It does not restore `status` (controllers own
-//! it) and does not run the admission policy: every object came from the cluster, custom
-//! resources users created included.
+//! it). It runs the release admission policy on what it restores, like an apply does, except
+//! for custom resources of the snapshot's CRDs: those are the users' data, which no release
+//! policy describes.
 
 use super::phases::Resolver;
 use super::prune::api_for;
@@ -20,13 +26,15 @@ use super::{
     ApplyError, ChangeSet, Engine, InventoryEntry, LABEL_INVENTORY, LABEL_RELEASE, api_message, fields, inventory,
     kube_err,
 };
+use crate::manifests::admission::AdmissionPolicy;
 use crate::manifests::{CRD_GROUP, CRD_KIND, CrdNames, ManifestSet, Source, typed_crd};
+use hmac::{Hmac, Mac};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, ObjectMeta, PostParams};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
+use sha2::Sha256;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Largest chunk of snapshot JSON in one Secret (Secrets are limited to 1 MiB).
 pub const CHUNK_BYTES: usize = 512 * 1024;
@@ -35,10 +43,61 @@ pub const LABEL_SNAPSHOT: &str = "fleetgate.io/snapshot";
 /// Label (value `true`) marking a snapshot's index Secret.
 const LABEL_INDEX: &str = "fleetgate.io/snapshot-index";
 const ANN_CHUNKS: &str = "fleetgate.io/snapshot-chunks";
-const ANN_SHA256: &str = "fleetgate.io/snapshot-sha256";
+const ANN_MAC: &str = "fleetgate.io/snapshot-hmac-sha256";
 const ANN_OBJECTS: &str = "fleetgate.io/snapshot-objects";
 const ANN_CREATED: &str = "fleetgate.io/snapshot-created";
 const DATA_KEY: &str = "objects.json";
+/// Data key of the agent key Secret.
+const KEY_DATA: &str = "key";
+/// What a snapshot's MAC is computed under (the agent key authenticates other stores too).
+const SNAPSHOT_DOMAIN: &str = "fleetgate snapshot v1";
+
+/// The agent's secret key (32 random bytes in Secret `<inventory>-snapshot-key`): HMAC-SHA256
+/// over what the agent stores in the cluster and reads back with trust — snapshots, the
+/// last-known-good store. Each store MACs under its own `domain`, so a MAC of one is never a MAC
+/// of the other.
+#[derive(Clone)]
+pub struct AgentKey(zeroize::Zeroizing<Vec<u8>>);
+
+impl std::fmt::Debug for AgentKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AgentKey(..)")
+    }
+}
+
+impl AgentKey {
+    pub fn from_bytes(bytes: Vec<u8>) -> AgentKey {
+        AgentKey(zeroize::Zeroizing::new(bytes))
+    }
+
+    fn hmac(&self, domain: &str, parts: &[&[u8]]) -> Hmac<Sha256> {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes keys of any length");
+        // Length-prefixed parts: ("ab", "c") and ("a", "bc") MAC differently.
+        for part in std::iter::once(domain.as_bytes()).chain(parts.iter().copied()) {
+            mac.update(&(part.len() as u64).to_be_bytes());
+            mac.update(part);
+        }
+        mac
+    }
+
+    /// Hex HMAC-SHA256 of `parts` under `domain`.
+    pub fn mac(&self, domain: &str, parts: &[&[u8]]) -> String {
+        self.hmac(domain, parts).finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Whether `hex` is the MAC of `parts` under `domain` (compared in constant time).
+    pub fn verify(&self, domain: &str, parts: &[&[u8]], hex: &str) -> bool {
+        let Some(bytes) = decode_hex(hex) else { return false };
+        self.hmac(domain, parts).verify_slice(&bytes).is_ok()
+    }
+}
+
+fn decode_hex(hex: &str) -> Option<Vec<u8>> {
+    if !hex.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok()).collect()
+}
 
 /// A stored snapshot.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -61,6 +120,45 @@ impl Engine {
 
     fn index_name(&self, id: &str) -> String {
         format!("{}-snapshot-{id}", self.options.inventory)
+    }
+
+    /// The agent key, created (32 random bytes) when it does not exist yet.
+    pub async fn agent_key(&self) -> Result<AgentKey, ApplyError> {
+        let api = self.secrets();
+        let name = format!("{}-snapshot-key", self.options.inventory);
+        let read = |secret: Secret| {
+            let bytes = secret.data.and_then(|mut d| d.remove(KEY_DATA)).map(|b| b.0).unwrap_or_default();
+            if bytes.len() < 32 {
+                return Err(ApplyError::Snapshot {
+                    id: name.clone(),
+                    reason: format!(
+                        "the agent key Secret {name} holds no 32-byte key; delete it to have a new one made (existing snapshots then no longer verify)"
+                    ),
+                });
+            }
+            Ok(AgentKey::from_bytes(bytes))
+        };
+        if let Some(secret) = api.get_opt(&name).await.map_err(kube_err(format!("reading Secret {name}")))? {
+            return read(secret);
+        }
+        let key: [u8; 32] = rand::random();
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                labels: Some(self.options.own_labels(&[])),
+                ..Default::default()
+            },
+            data: Some(BTreeMap::from([(KEY_DATA.to_string(), ByteString(key.to_vec()))])),
+            ..Default::default()
+        };
+        match api.create(&PostParams::default(), &secret).await {
+            Ok(created) => read(created),
+            // Another replica made it first: use that one.
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                read(api.get(&name).await.map_err(kube_err(format!("reading Secret {name}")))?)
+            }
+            Err(e) => Err(kube_err(format!("creating Secret {name}"))(e)),
+        }
     }
 
     /// Stores a snapshot of the release the inventory records (None when nothing was applied
@@ -124,7 +222,7 @@ impl Engine {
 
     async fn store_snapshot(&self, id: &str, release: &str, objects: &[Value]) -> Result<SnapshotInfo, ApplyError> {
         let json = serde_json::to_vec(objects).expect("objects serialize");
-        let sha = format!("{:x}", Sha256::digest(&json));
+        let mac = self.agent_key().await?.mac(SNAPSHOT_DOMAIN, &[id.as_bytes(), release.as_bytes(), &json]);
         let chunks: Vec<&[u8]> = json.chunks(CHUNK_BYTES).collect();
         let created = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
         let api = self.secrets();
@@ -155,7 +253,7 @@ impl Engine {
                 labels: Some(index_labels),
                 annotations: Some(BTreeMap::from([
                     (ANN_CHUNKS.to_string(), chunks.len().to_string()),
-                    (ANN_SHA256.to_string(), sha),
+                    (ANN_MAC.to_string(), mac),
                     (ANN_OBJECTS.to_string(), objects.len().to_string()),
                     (ANN_CREATED.to_string(), created),
                 ])),
@@ -208,7 +306,11 @@ impl Engine {
         Ok(())
     }
 
-    /// Reads a snapshot back: its objects, checked against the stored SHA-256.
+    /// Reads a snapshot back: its objects, authenticated by their MAC under the agent key.
+    ///
+    /// # Errors
+    /// [`ApplyError::SnapshotUnauthenticated`] when the MAC does not verify (the content, its
+    /// release label or its MAC was changed, or it was stored under another key).
     pub async fn read_snapshot(&self, id: &str) -> Result<Vec<DynamicObject>, ApplyError> {
         let bad = |reason: String| ApplyError::Snapshot { id: id.to_string(), reason };
         let api = self.secrets();
@@ -217,6 +319,7 @@ impl Engine {
             .await
             .map_err(kube_err(format!("reading snapshot {id}")))?
             .ok_or_else(|| bad("no such snapshot (see Engine::snapshots for the stored ones)".into()))?;
+        let release = index.metadata.labels.unwrap_or_default().remove(LABEL_RELEASE).unwrap_or_default();
         let ann = index.metadata.annotations.unwrap_or_default();
         let chunks: usize =
             ann.get(ANN_CHUNKS).and_then(|c| c.parse().ok()).ok_or_else(|| bad("index has no chunk count".into()))?;
@@ -227,27 +330,52 @@ impl Engine {
             let data = secret.data.unwrap_or_default();
             json.extend_from_slice(&data.get(DATA_KEY).ok_or_else(|| bad(format!("chunk {name} is empty")))?.0);
         }
-        if ann.get(ANN_SHA256) != Some(&format!("{:x}", Sha256::digest(&json))) {
-            return Err(bad("content does not match its SHA-256; refusing to restore it".into()));
+        let mac = ann.get(ANN_MAC).map(String::as_str).unwrap_or_default();
+        if !self.agent_key().await?.verify(SNAPSHOT_DOMAIN, &[id.as_bytes(), release.as_bytes(), &json], mac) {
+            return Err(ApplyError::SnapshotUnauthenticated { id: id.to_string(), release });
         }
         serde_json::from_slice(&json).map_err(|e| bad(format!("unreadable content: {e}")))
     }
 
-    /// Re-applies snapshot `id`: dry run of all of it first, then the phases. Returns what changed.
+    /// Re-applies snapshot `id`: admission by `policy` of everything but the custom resources of
+    /// the snapshot's CRDs, a dry run of all of it, then the phases. Returns what changed.
     ///
     /// CustomResourceDefinitions are not restored: a restore follows the apply of the rollback
     /// target, which already decided every CRD — including keeping a live CRD that cannot go back
     /// (a storage version the failed release introduced) — and restoring the older CRD from the
     /// snapshot would undo that decision, or be refused by the API server.
-    pub async fn restore(&self, id: &str) -> Result<ChangeSet, ApplyError> {
-        let mut objects = self.read_snapshot(id).await?;
-        objects.retain(|o| o.types.as_ref().is_none_or(|t| !crate::model::is_crd(&t.api_version, &t.kind)));
+    ///
+    /// # Errors
+    /// [`ApplyError::SnapshotUnauthenticated`] for a snapshot whose MAC does not verify,
+    /// [`ApplyError::Admission`] when the policy refuses an object of it; nothing is restored then.
+    pub async fn restore(&self, id: &str, policy: &AdmissionPolicy) -> Result<ChangeSet, ApplyError> {
+        let (crds, objects): (Vec<_>, Vec<_>) = self
+            .read_snapshot(id)
+            .await?
+            .into_iter()
+            .partition(|o| o.types.as_ref().is_some_and(|t| crate::model::is_crd(&t.api_version, &t.kind)));
+        let custom_kinds: BTreeSet<(String, String)> = crds
+            .iter()
+            .filter_map(|c| typed_crd(&serde_json::to_value(c).expect("objects serialize")).ok())
+            .map(|c| {
+                let names = CrdNames::of(&c);
+                (names.group, names.kind)
+            })
+            .collect();
         let mut resolver = Resolver::new(self.client.clone()).await?;
-        let sourced = objects
+        let sourced: Vec<(Source, DynamicObject)> = objects
             .into_iter()
             .enumerate()
             .map(|(i, o)| (Source { file: format!("snapshot {id}"), document: i + 1 }, o))
             .collect();
+        let is_custom = |o: &DynamicObject| {
+            o.types.as_ref().is_some_and(|t| {
+                let group = t.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+                custom_kinds.contains(&(group.to_string(), t.kind.clone()))
+            })
+        };
+        let judged = sourced.iter().filter(|(_, o)| !is_custom(o)).cloned().collect();
+        policy.check(&ManifestSet::from_objects(id, judged, None, resolver.discovery())?)?;
         let set = ManifestSet::from_objects(id, sourced, None, resolver.discovery())?;
         let (before, deferred) = self.dry_run_first(&resolver, &set).await?;
         let mut changes = ChangeSet::new(id);

@@ -129,6 +129,9 @@ fn signature(cluster: &str) -> Result<Signature<'static>, git2::Error> {
 /// refused push (someone else wrote the ref) is fetched, merged and retried up to
 /// [`MAX_PUSH_ATTEMPTS`] times.
 ///
+/// Writing a status again after its push failed pushes the entry the first write left in the
+/// local note instead of signing it twice (see the status outbox, `agent::state::outbox`).
+///
 /// The sequence is one more than the highest this key signed in the cluster's local notes; the
 /// caller syncs them first (the agent's source mirror fetches every notes ref each pass), so an
 /// agent with a fresh cache continues its count. Entries this key does not verify (forgeries
@@ -148,10 +151,14 @@ pub fn write(
     check_cluster(&status.cluster)?;
     let commit = parse_commit(&status.commit)?;
     let refname = notes_ref(&status.cluster);
-    let mut signed = status.clone();
-    let sequence = last_sequence(repo, &refname, &identity.keys_for(&status.cluster))? + 1;
-    identity.signer.sign(&mut signed, &identity.fleet, sequence)?;
-    append_local(repo, &refname, &status.cluster, commit, &signed)?;
+    // A write whose push failed left its signed entry in the local note: push that, do not sign
+    // the same statement again under a new sequence (the status outbox retries writes).
+    if !written_locally(repo, &refname, commit, status)? {
+        let mut signed = status.clone();
+        let sequence = last_sequence(repo, &refname, &identity.keys_for(&status.cluster))? + 1;
+        identity.signer.sign(&mut signed, &identity.fleet, sequence)?;
+        append_local(repo, &refname, &status.cluster, commit, &signed)?;
+    }
     let mut last = String::new();
     for attempt in 1..=MAX_PUSH_ATTEMPTS {
         match push(repo, remote, &refname)? {
@@ -222,6 +229,15 @@ fn parse_or_warn(text: &str, refname: &str, commit: Oid) -> Option<StatusNote> {
 
 fn warn_unreadable(refname: &str, commit: Oid, e: &NoteParseError) {
     tracing::warn!(%refname, %commit, error = %error_chain(e), "ignoring a note that is not a readable fleetgate status note");
+}
+
+/// Whether the local note of `commit` already holds `status` as signed by a previous write (the
+/// same entry but for the fields signing fills in).
+fn written_locally(repo: &Repository, refname: &str, commit: Oid, status: &Status) -> Result<bool, git2::Error> {
+    let unsigned = |s: &Status| Status { fleet: None, sequence: None, signature: None, ..s.clone() };
+    let wanted = unsigned(status);
+    let note = read_note(repo, refname, commit)?.and_then(|text| parse_or_warn(&text, refname, commit));
+    Ok(note.is_some_and(|n| n.entries.iter().any(|e| e.signature.is_some() && unsigned(e) == wanted)))
 }
 
 fn append_local(
@@ -417,6 +433,23 @@ mod tests {
     fn commit_ids_must_be_full() {
         assert!(parse_commit(&"a".repeat(40)).is_ok());
         assert!(parse_commit("abc123").is_err());
+    }
+
+    #[test]
+    fn a_write_retried_after_a_failed_push_pushes_the_entry_it_left_instead_of_a_second_one() {
+        let (remote_dir, _) = repo();
+        let (_d, repo) = repo();
+        let me = StatusIdentity::new("f", crate::status::StatusSigner::generate("a").unwrap());
+        let commit = "1".repeat(40);
+        let status = Status::new("a", "rel-1", commit.clone(), State::Failure, "rolled back to rel-0");
+        let unreachable = GitRemote::new(remote_dir.path().join("gone").display().to_string());
+        let err = write(&repo, &unreachable, &status, &me).unwrap_err();
+        assert!(matches!(err, NotesError::Push { .. }), "{err:?}");
+        write(&repo, &GitRemote::new(remote_dir.path().display().to_string()), &status, &me).unwrap();
+        let remote = Repository::open_bare(remote_dir.path()).unwrap();
+        let set = read_all(&remote, &[Oid::from_str(&commit).unwrap()], &me.keys_for("a")).unwrap();
+        let sequences: Vec<_> = set.history("a", "rel-1").iter().map(|s| s.sequence).collect();
+        assert_eq!(sequences, [Some(1)], "one entry, signed once");
     }
 
     #[test]

@@ -28,10 +28,11 @@ pub fn git_in_env(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> String {
 }
 
 pub struct GitDaemon {
-    _proc: Guarded,
+    /// None while [`stop`](GitDaemon::stop)ped.
+    proc: Option<Guarded>,
     port: u16,
     base: PathBuf,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl GitDaemon {
@@ -41,6 +42,11 @@ impl GitDaemon {
         let base = dir.path().join("repos");
         std::fs::create_dir_all(&base)?;
         let port = free_port();
+        let proc = Self::spawn(&base, port, dir.path())?;
+        Ok(GitDaemon { proc: Some(proc), port, base, dir })
+    }
+
+    fn spawn(base: &Path, port: u16, dir: &Path) -> anyhow::Result<Guarded> {
         let mut cmd = Command::new("git");
         cmd.arg("daemon")
             .arg("--reuseaddr")
@@ -49,10 +55,22 @@ impl GitDaemon {
             .arg("--enable=receive-pack")
             .arg("--listen=127.0.0.1")
             .arg(format!("--port={port}"))
-            .arg(&base);
-        let proc = Guarded::spawn("git-daemon", cmd, &dir.path().join("daemon.log"))?;
+            .arg(base);
+        let proc = Guarded::spawn("git-daemon", cmd, &dir.join("daemon.log"))?;
         wait_for_port(&format!("127.0.0.1:{port}"), Duration::from_secs(10))?;
-        Ok(GitDaemon { _proc: proc, port, base, _dir: dir })
+        Ok(proc)
+    }
+
+    /// Stops the daemon (the Git server goes out of reach; its repos stay).
+    pub fn stop(&mut self) {
+        self.proc = None;
+    }
+
+    /// Starts the daemon again on the same port over the same repos, after [`stop`](Self::stop).
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        anyhow::ensure!(self.proc.is_none(), "the git daemon is running");
+        self.proc = Some(Self::spawn(&self.base, self.port, self.dir.path())?);
+        Ok(())
     }
 
     /// Creates an empty bare repo `name` (e.g. `fleet.git`) and returns its `git://` URL.

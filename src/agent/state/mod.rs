@@ -1,10 +1,12 @@
 //! The agent's persisted state: [`machine`] is the pure state machine ([`AgentState`], its
 //! [`Progress`] and transitions), [`store`] keeps it in the ConfigMap `fleetgate-state-<cluster>`
 //! of the state namespace with optimistic concurrency, so a restart (even `kill -9` mid-apply)
-//! resumes where the last agent stopped.
+//! resumes where the last agent stopped. [`outbox`] keeps the statuses Git could not take yet.
 
 pub mod machine;
+pub mod outbox;
 pub mod store;
 
 pub use machine::*;
+pub use outbox::Outbox;
 pub use store::{CLUSTER_LABEL, StateError, StateStore};

@@ -1,0 +1,109 @@
+//! Status delivery through the outbox ([`super::state::outbox`]): a status that cannot reach Git
+//! because Git is out of reach waits in the cluster and is written, in order, when Git answers
+//! again — at the start of the next pass that can sync, or before the next status. The loop never
+//! waits for it: a queued status is a Warning Event, and the pass goes on.
+
+use super::reconcile::Agent;
+use super::state::Outbox;
+use crate::model::error_chain;
+use crate::source::Checkout;
+use crate::status::{NotesError, Publisher, Status, StatusBackend, StatusError};
+
+/// What became of a status.
+#[derive(Debug)]
+pub(super) enum Delivery {
+    Written,
+    /// Git is out of reach; the status waits in the outbox (`why` says what failed).
+    Queued {
+        why: String,
+    },
+}
+
+/// Whether `e` means the Git server could not be reached (worth waiting for), not that the
+/// status itself cannot be written.
+fn git_unreachable(e: &StatusError) -> bool {
+    matches!(e, StatusError::Notes(NotesError::Push { .. } | NotesError::Fetch { .. }))
+}
+
+impl Agent {
+    fn outbox(&self) -> Outbox {
+        let config = &self.services.config;
+        Outbox::new(self.services.client.clone(), &config.state_namespace, &config.cluster)
+    }
+
+    /// Writes the statuses waiting in `outbox` (oldest first) until one cannot reach Git;
+    /// returns whether none is left waiting. A status Git refuses for another reason than being
+    /// out of reach is dropped with a log line: retrying would not help, and it must not hold
+    /// back the ones after it.
+    async fn drain(&self, outbox: &Outbox, publisher: &Publisher, waiting: Vec<Status>) -> bool {
+        for status in waiting {
+            match publisher.publish(&status).await {
+                Ok(()) => {
+                    tracing::info!(release = %status.release, state = status.state.as_str(), "queued status written: {}", status.description)
+                }
+                Err(e) if git_unreachable(&e) => return false,
+                Err(e) => {
+                    tracing::error!(release = %status.release, error = %error_chain(&e), "dropping a queued status Git cannot take")
+                }
+            }
+            if let Err(e) = outbox.pop(&status).await {
+                tracing::warn!(error = %error_chain(&e), outbox = outbox.name(), "could not take a written status out of the outbox");
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Writes `status` after the statuses already waiting, or queues it when Git is out of reach.
+    ///
+    /// # Errors
+    /// The status could be neither written nor queued.
+    pub(super) async fn deliver(&self, publisher: &Publisher, status: &Status) -> Result<Delivery, StatusError> {
+        let outbox = self.outbox();
+        let waiting = match outbox.load().await {
+            Ok(waiting) => waiting,
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), outbox = outbox.name(), "the status outbox is unreadable; writing without it");
+                Vec::new()
+            }
+        };
+        let failed = if waiting.is_empty() || self.drain(&outbox, publisher, waiting).await {
+            match publisher.publish(status).await {
+                Ok(()) => return Ok(Delivery::Written),
+                Err(e) if git_unreachable(&e) => Some(e),
+                Err(e) => return Err(e),
+            }
+        } else {
+            None
+        };
+        let why = failed
+            .as_ref()
+            .map_or_else(|| "earlier statuses are still waiting for Git".to_string(), |e| error_chain(e));
+        match outbox.push(status).await {
+            Ok(()) => Ok(Delivery::Queued { why }),
+            Err(queue) => {
+                let queue = format!("could not queue the status in {}: {}", outbox.name(), error_chain(&queue));
+                Err(failed.unwrap_or(StatusError::Interrupted(queue)))
+            }
+        }
+    }
+
+    /// At the start of a pass whose sync reached Git: writes what the outbox holds.
+    pub(super) async fn deliver_waiting(&self, checkout: &Checkout) {
+        let outbox = self.outbox();
+        let waiting = match outbox.load().await {
+            Ok(w) if w.is_empty() => return,
+            Ok(w) => w,
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), outbox = outbox.name(), "the status outbox is unreadable");
+                return;
+            }
+        };
+        let Ok(config) = self.config_at_tip(checkout) else { return };
+        let count = waiting.len();
+        let publisher = self.publisher(&config).await;
+        if self.drain(&outbox, &publisher, waiting).await {
+            tracing::info!(count, "Git answers again: every queued status written");
+        }
+    }
+}
