@@ -131,6 +131,56 @@ fn the_chart_lints_and_its_schema_refuses_bad_values() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("verbs"), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// `--set-file rbac.operator.manifest=FILE` in place of the rule lists.
+fn from_manifest(file: &Path) -> Vec<String> {
+    vec![
+        format!("--set-file=rbac.operator.manifest={}", file.display()),
+        "--set=rbac.operator.clusterRules=null".into(),
+        "--set=rbac.operator.namespaceRules=null".into(),
+    ]
+}
+
+/// The (Cluster)Roles, their rules in any order, and their bindings, as JSON.
+fn rbac_objects(m: &DeployManifests) -> Vec<String> {
+    let mut out: Vec<String> = m
+        .all_objects()
+        .iter()
+        .filter(|o| o.types.as_ref().is_some_and(|t| t.api_version.starts_with("rbac.")))
+        .map(|o| {
+            let mut o = (*o).clone();
+            if let Some(Value::Array(rules)) = o.data.get_mut("rules") {
+                rules.sort_by_key(|r| r.to_string());
+            }
+            serde_json::to_string(&o).unwrap()
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn the_operators_rbac_can_be_given_as_the_whole_output_of_agent_rbac() {
+    // deploy/rbac-operator.yaml is `fleetgate agent rbac` output for the template's release
+    // (src/apply/rbac.rs checks that).
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/rbac-operator.yaml");
+    let args = from_manifest(&shipped);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert_eq!(rbac_objects(&rendered(&args)), rbac_objects(&rendered(&[])));
+
+    let chart = chart_dir();
+    for (file, says) in [("deploy/rbac-state.yaml", "no ClusterRole"), ("Cargo.toml", "is not YAML")] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+        let out = helm(&[
+            "template",
+            "fleetgate",
+            chart.to_str().unwrap(),
+            &format!("--set-file=rbac.operator.manifest={}", path.display()),
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(says), "{file}: {stderr}");
+    }
+}
+
 /// The chart's labels are deploy/'s plus Helm's; the Pod template carries a checksum annotation;
 /// the Service states its default type. Everything else must be equal.
 fn normalized(obj: &DynamicObject) -> Value {
@@ -426,6 +476,22 @@ async fn an_agent_with_the_charts_rbac_and_configuration_runs_a_release() {
     let settings = chart_settings.overlay(AgentSettings { admission_policy: Some(policy), ..fleet.settings() });
 
     fleet.release("rel-1", |_| {});
+    // The rules the cluster got from the chart's defaults are the ones `fleetgate agent rbac`
+    // prints for this release, and its whole output given as `rbac.operator.manifest` renders them.
+    let out = Command::new(env!("CARGO_BIN_EXE_fleetgate"))
+        .args(["agent", "rbac", "--release", "rel-1", "--repo"])
+        .arg(&fleet.work)
+        .arg("--trusted-keys")
+        .arg(&fleet.trusted)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "agent rbac: {}", String::from_utf8_lossy(&out.stderr));
+    let printed = fleet.dir.path().join("rbac.yaml");
+    std::fs::write(&printed, &out.stdout).unwrap();
+    let args = from_manifest(&printed);
+    let from_output = rendered(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(rbac_objects(&from_output), rbac_objects(&manifests));
+
     fleet.promote("rel-1");
     let mut agent = fleet.agent_with(settings).await;
     assert_eq!(within("rel-1", 180, agent.reconcile()).await.unwrap(), Outcome::Succeeded("rel-1".into()));

@@ -25,3 +25,31 @@ app.kubernetes.io/name: fleetgate-agent
   name: fleetgate-agent
   namespace: {{ include "fleetgate.namespace" . }}
 {{- end -}}
+
+
+{{/* The Operator's rules as {cluster: [rules], namespaces: {NAMESPACE: [rules]}}: from
+rbac.operator.manifest (the whole output of `fleetgate agent rbac`, e.g. --set-file) when set,
+else from clusterRules and namespaceRules. */}}
+{{- define "fleetgate.operatorRules" -}}
+{{- $cluster := .Values.rbac.operator.clusterRules -}}
+{{- $namespaces := .Values.rbac.operator.namespaceRules -}}
+{{- with .Values.rbac.operator.manifest -}}
+{{- $cluster = list -}}
+{{- $namespaces = dict -}}
+{{- range $i, $text := splitList "\n---" (printf "\n%s" .) -}}
+{{- $doc := fromYaml $text -}}
+{{- if hasKey $doc "Error" -}}
+{{- fail (printf "rbac.operator.manifest: document %d is not YAML: %s" $i $doc.Error) -}}
+{{- end -}}
+{{- if eq ($doc.kind | default "") "ClusterRole" -}}
+{{- $cluster = concat $cluster $doc.rules -}}
+{{- else if eq ($doc.kind | default "") "Role" -}}
+{{- $_ := set $namespaces $doc.metadata.namespace (concat (get $namespaces $doc.metadata.namespace | default list) $doc.rules) -}}
+{{- end -}}
+{{- end -}}
+{{- if not $cluster -}}
+{{- fail "rbac.operator.manifest: no ClusterRole with rules in it (paste the output of fleetgate agent rbac)" -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml (dict "cluster" $cluster "namespaces" $namespaces) -}}
+{{- end -}}
