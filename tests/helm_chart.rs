@@ -4,8 +4,9 @@
 //! rules, configuration, Deployment); every value becomes agent configuration the agent accepts,
 //! on a path the Deployment mounts; with everything switched on, every object passes a
 //! server-side dry run (the Prometheus Operator's kinds from minimal CRDs made here); the alerts
-//! fire, and only, when they should (`promtool test rules`); and an agent holding the chart's RBAC
-//! with the chart's configuration runs a release to success.
+//! read metrics the agent exposes and fire, and only, when they should (`promtool test rules`);
+//! the whole output of `fleetgate agent rbac` can be given as a value; and an agent holding the
+//! chart's RBAC with the chart's configuration runs a release to success.
 
 mod agent_support;
 
@@ -460,6 +461,35 @@ fn the_alerts_fire_when_they_should_and_only_then() {
     };
     assert!(run(&["check", "rules", "rules.yaml"]).contains("SUCCESS: 3 rules found"));
     run(&["test", "rules", "alerts_test.yaml"]);
+}
+
+/// The alerts query series the agent exposes: a renamed metric would leave them silent forever.
+#[test]
+fn the_alerts_use_metric_names_the_agent_exposes() {
+    let manifests =
+        rendered(&["--set=metrics.prometheusRule.enabled=true", "--show-only=templates/prometheusrule.yaml"]);
+    let rules = &manifests.all_objects()[0].data["spec"]["groups"][0]["rules"];
+    let metrics = fleetgate::agent::metrics::Metrics::new("c");
+    // Every series the rules read, with a sample (a rollback family has none before the first).
+    metrics.record_rollback("GateFailed");
+    metrics.mark_synced();
+    let exposed = metrics.encode();
+    let mut used = Vec::new();
+    for rule in rules.as_array().unwrap() {
+        let expr = rule["expr"].as_str().unwrap();
+        for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if word.starts_with("fleetgate_") && !used.contains(&word) {
+                used.push(word);
+                let sample = format!("\n{word}{{cluster=\"c\"");
+                assert!(
+                    exposed.contains(&sample),
+                    "{} reads {word}, which the agent does not expose:\n{exposed}",
+                    rule["alert"]
+                );
+            }
+        }
+    }
+    assert_eq!(used, ["fleetgate_rollbacks_total", "fleetgate_last_sync_timestamp_seconds", "fleetgate_leader"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
