@@ -6,7 +6,8 @@
 //!
 //! [`DeployManifests::load`] reads the manifests; [`DeployManifests::replace_file`] swaps one file
 //! for other content (a test of another Operator brings its own `rbac-operator.yaml`, as a user
-//! would); [`TestCluster::deploy_agent`] applies them and mints the token.
+//! would); [`DeployManifests::from_yaml`] takes them from elsewhere (the Helm chart's rendering);
+//! [`TestCluster::deploy_agent`] applies them and mints the token.
 
 use crate::TestCluster;
 use anyhow::Context as _;
@@ -58,6 +59,17 @@ impl DeployManifests {
             files.push((file, parse_objects(&path.display().to_string(), &text)?));
         }
         Ok(DeployManifests { files })
+    }
+
+    /// The objects of one multi-document YAML stream, as one file named `source` — e.g. what
+    /// `helm template deploy/chart` renders, installed the way `kubectl apply -k deploy/` would.
+    pub fn from_yaml(source: &str, yaml: &str) -> anyhow::Result<DeployManifests> {
+        Ok(DeployManifests { files: vec![(source.to_string(), parse_objects(source, yaml)?)] })
+    }
+
+    /// Every object, the Deployment included, in file order.
+    pub fn all_objects(&self) -> Vec<&DynamicObject> {
+        self.files.iter().flat_map(|(_, objs)| objs).collect()
     }
 
     /// Replaces the objects of `file` (a name `kustomization.yaml` lists) with the documents of

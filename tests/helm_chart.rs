@@ -1,0 +1,529 @@
+//! The Helm chart `deploy/chart` with the real `helm` (hack/helm-binary.sh), a real API server,
+//! Debian's `promtool` and the agent: the chart lints and its schema refuses bad values; with the
+//! default values it renders the objects of the kustomize base `deploy/` (names, namespaces, RBAC
+//! rules, configuration, Deployment); every value becomes agent configuration the agent accepts,
+//! on a path the Deployment mounts; with everything switched on, every object passes a
+//! server-side dry run (the Prometheus Operator's kinds from minimal CRDs made here); the alerts
+//! read metrics the agent exposes and fire, and only, when they should (`promtool test rules`);
+//! the whole output of `fleetgate agent rbac` can be given as a value; and an agent holding the
+//! chart's RBAC with the chart's configuration runs a release to success.
+
+mod agent_support;
+
+use agent_support::{CLUSTER, Fleet, within};
+use fleetgate::agent::{AgentSettings, Outcome};
+use fleetgate::model::{PromotionMode, RELEASE_ADMISSION_POLICY_KIND, ReleaseAdmissionPolicy, parse_document};
+use fleetgate_testenv::operator_fixture::helm_binary;
+use fleetgate_testenv::{ClusterOptions, DeployManifests, TestCluster};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::{Discovery, Scope};
+use kube::runtime::wait::{await_condition, conditions};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Every toggle and optional value on: what the dry run and the configuration check render.
+const EVERYTHING: &[&str] = &[
+    "--set=metrics.serviceMonitor.enabled=true",
+    "--set=metrics.serviceMonitor.labels.release=prometheus",
+    "--set=metrics.prometheusRule.enabled=true",
+    "--set=networkPolicy.enabled=true",
+    "--set=gitCredentials.type=token",
+    "--set=webhook.enabled=true",
+    "--set=forge.kind=github,forge.url=https://api.github.com,forge.repository=platform/fleet",
+    "--set=prometheus.default=http://prometheus-operated.monitoring.svc:9090",
+    "--set=notify.secretName=fleetgate-notify",
+    "--set=allowGateKinds[0]=Certificate.cert-manager.io",
+    "--set=promotions=signed",
+    "--set=extraConfig.driftInterval=5m",
+    "--set=nodeSelector.kubernetes\\.io/os=linux",
+    "--set=tolerations[0].key=dedicated,tolerations[0].operator=Exists,tolerations[0].effect=NoSchedule",
+    "--set=trustedKeys.configMapName=release-signers",
+];
+
+fn chart_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/chart")
+}
+
+fn helm(args: &[&str]) -> Output {
+    let helm = helm_binary().unwrap_or_else(|e| panic!("{e:#}"));
+    Command::new(helm).args(args).output().expect("running helm")
+}
+
+/// `helm template fleetgate deploy/chart` with `args`; panics with helm's stderr when it fails.
+fn render(args: &[&str]) -> String {
+    let chart = chart_dir();
+    let mut all = vec!["template", "fleetgate", chart.to_str().unwrap(), "--namespace", "fleetgate-system"];
+    all.extend(args);
+    let out = helm(&all);
+    assert!(out.status.success(), "helm template {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn rendered(args: &[&str]) -> DeployManifests {
+    DeployManifests::from_yaml("helm template deploy/chart", &render(args)).unwrap_or_else(|e| panic!("{e:#}"))
+}
+
+fn kind(obj: &DynamicObject) -> &str {
+    obj.types.as_ref().map(|t| t.kind.as_str()).unwrap_or_default()
+}
+
+/// `Kind namespace/name`, how objects are matched between the chart and deploy/.
+fn key(obj: &DynamicObject) -> String {
+    format!(
+        "{} {}/{}",
+        kind(obj),
+        obj.metadata.namespace.as_deref().unwrap_or(""),
+        obj.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
+fn find<'a>(objects: &[&'a DynamicObject], kind_name: &str) -> &'a DynamicObject {
+    objects.iter().copied().find(|o| key(o) == kind_name).unwrap_or_else(|| panic!("no {kind_name}"))
+}
+
+fn config_data(objects: &[&DynamicObject]) -> (AgentSettings, ReleaseAdmissionPolicy) {
+    let data = &find(objects, "ConfigMap fleetgate-system/fleetgate-agent-config").data["data"];
+    let settings: AgentSettings =
+        serde_yaml_ng::from_str(data["agent.yaml"].as_str().unwrap()).expect("agent.yaml is agent configuration");
+    let policy = parse_document(
+        "admission-policy.yaml",
+        data["admission-policy.yaml"].as_str().unwrap(),
+        RELEASE_ADMISSION_POLICY_KIND,
+    )
+    .expect("the admission baseline parses");
+    (settings, policy)
+}
+
+#[test]
+fn the_chart_lints_and_its_schema_refuses_bad_values() {
+    let chart = chart_dir();
+    let out = helm(&["lint", "--strict", chart.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "helm lint: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (set, says) in [
+        ("cluster=Not_A_Label", "/cluster"),
+        ("gitCredentials.type=password", "/gitCredentials/type"),
+        ("forge.kind=bitbucket", "/forge/kind"),
+        ("metrics.serviceMonitor.enabled=true,service.enabled=false", "needs service.enabled"),
+        ("forge.kind=github", "forge.url"),
+    ] {
+        let out = helm(&["template", "fleetgate", chart.to_str().unwrap(), "--set", set]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "--set {set} was accepted");
+        assert!(stderr.contains(says), "--set {set}: {stderr}");
+    }
+    // A pasted rule without verbs.
+    let out = helm(&[
+        "template",
+        "fleetgate",
+        chart.to_str().unwrap(),
+        "--set-json",
+        r#"rbac.operator.clusterRules=[{"apiGroups":[""],"resources":["pods"]}]"#,
+    ]);
+    assert!(!out.status.success(), "a rule without verbs was accepted");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("verbs"), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `--set-file rbac.operator.manifest=FILE` in place of the rule lists.
+fn from_manifest(file: &Path) -> Vec<String> {
+    vec![
+        format!("--set-file=rbac.operator.manifest={}", file.display()),
+        "--set=rbac.operator.clusterRules=null".into(),
+        "--set=rbac.operator.namespaceRules=null".into(),
+    ]
+}
+
+/// The (Cluster)Roles, their rules in any order, and their bindings, as JSON.
+fn rbac_objects(m: &DeployManifests) -> Vec<String> {
+    let mut out: Vec<String> = m
+        .all_objects()
+        .iter()
+        .filter(|o| o.types.as_ref().is_some_and(|t| t.api_version.starts_with("rbac.")))
+        .map(|o| {
+            let mut o = (*o).clone();
+            if let Some(Value::Array(rules)) = o.data.get_mut("rules") {
+                rules.sort_by_key(|r| r.to_string());
+            }
+            serde_json::to_string(&o).unwrap()
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn the_operators_rbac_can_be_given_as_the_whole_output_of_agent_rbac() {
+    // deploy/rbac-operator.yaml is `fleetgate agent rbac` output for the template's release
+    // (src/apply/rbac.rs checks that).
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/rbac-operator.yaml");
+    let args = from_manifest(&shipped);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert_eq!(rbac_objects(&rendered(&args)), rbac_objects(&rendered(&[])));
+
+    let chart = chart_dir();
+    for (file, says) in [("deploy/rbac-state.yaml", "no ClusterRole"), ("Cargo.toml", "is not YAML")] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+        let out = helm(&[
+            "template",
+            "fleetgate",
+            chart.to_str().unwrap(),
+            &format!("--set-file=rbac.operator.manifest={}", path.display()),
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(says), "{file}: {stderr}");
+    }
+}
+
+/// The chart's labels are deploy/'s plus Helm's; the Pod template carries a checksum annotation;
+/// the Service states its default type. Everything else must be equal.
+fn normalized(obj: &DynamicObject) -> Value {
+    let mut data = obj.data.clone();
+    if kind(obj) == "Deployment" {
+        let meta = &mut data["spec"]["template"]["metadata"];
+        meta.as_object_mut().unwrap().remove("annotations");
+        meta["labels"].as_object_mut().unwrap().retain(|k, _| deploy_label(k));
+    }
+    if kind(obj) == "Service" && data["spec"]["type"] == "ClusterIP" {
+        data["spec"].as_object_mut().unwrap().remove("type");
+    }
+    if kind(obj) == "ConfigMap" {
+        data.as_object_mut().unwrap().remove("data");
+    }
+    data
+}
+
+fn deploy_label(key: &str) -> bool {
+    ["app.kubernetes.io/name", "app.kubernetes.io/part-of"].contains(&key) || key.starts_with("pod-security.")
+}
+
+#[test]
+fn default_values_render_the_objects_of_deploy() {
+    let chart = rendered(&[]);
+    let chart: Vec<&DynamicObject> = chart.all_objects();
+    let shipped = DeployManifests::shipped().unwrap();
+    let shipped: Vec<&DynamicObject> = shipped.all_objects();
+
+    let mut chart_keys: Vec<String> = chart.iter().map(|o| key(o)).collect();
+    let mut shipped_keys: Vec<String> = shipped.iter().map(|o| key(o)).collect();
+    chart_keys.sort();
+    shipped_keys.sort();
+    assert_eq!(chart_keys, shipped_keys, "the chart and deploy/ install different objects");
+
+    for ours in &shipped {
+        let theirs = find(&chart, &key(ours));
+        assert_eq!(ours.types, theirs.types, "{}", key(ours));
+        let labels = theirs.metadata.labels.clone().unwrap_or_default();
+        for (k, v) in ours.metadata.labels.iter().flatten() {
+            assert_eq!(labels.get(k), Some(v), "{}: label {k}", key(ours));
+        }
+        let extra: Vec<&String> =
+            labels.keys().filter(|k| !ours.metadata.labels.iter().flatten().any(|(o, _)| o == *k)).collect();
+        assert!(extra.iter().all(|k| k.starts_with("app.kubernetes.io/") || k.starts_with("helm.sh/")), "{extra:?}");
+        assert_eq!(normalized(theirs), normalized(ours), "{}", key(ours));
+    }
+    // The configuration is compared as what the agent reads, not as text (comments, key order).
+    assert_eq!(config_data(&chart), config_data(&shipped));
+    // Pods of a kustomize install and of the chart match the same selector, so the chart can take
+    // the Deployment over (a selector cannot change).
+    let selector = |objs: &[&DynamicObject]| {
+        find(objs, "Deployment fleetgate-system/fleetgate-agent").data["spec"]["selector"].clone()
+    };
+    assert_eq!(selector(&chart), json!({"matchLabels": {"app.kubernetes.io/name": "fleetgate-agent"}}));
+}
+
+#[test]
+fn every_value_becomes_agent_configuration_on_a_mounted_path() {
+    let manifests = rendered(EVERYTHING);
+    let objects = manifests.all_objects();
+    let (settings, _) = config_data(&objects);
+    assert_eq!(settings.git_token_file.as_deref(), Some(Path::new("/etc/fleetgate/git/token")));
+    assert_eq!(settings.webhook_secret_file.as_deref(), Some(Path::new("/etc/fleetgate/webhook/secret")));
+    assert_eq!(settings.allow_gate_kinds, ["Certificate.cert-manager.io"]);
+    assert_eq!(settings.drift_interval, Some(std::time::Duration::from_secs(300)));
+    assert_eq!(settings.promotions, Some(PromotionMode::Signed));
+    let forge_token = settings.forge.token_file.clone().expect("forge.tokenFile");
+
+    let deployment = find(&objects, "Deployment fleetgate-system/fleetgate-agent");
+    let pod = &deployment.data["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let mounts: BTreeMap<&str, &str> = container["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["mountPath"].as_str().unwrap(), m["name"].as_str().unwrap()))
+        .collect();
+    let volume = |path: &Path| -> Value {
+        let (_, name) = mounts
+            .iter()
+            .find(|(m, _)| path.starts_with(m))
+            .unwrap_or_else(|| panic!("{path:?} is not mounted ({mounts:?})"));
+        pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == *name).cloned().unwrap()
+    };
+    let mut paths = vec![settings.state_dir.clone().unwrap(), settings.admission_policy.clone().unwrap()];
+    paths.extend(settings.trusted_keys.clone());
+    paths.extend([settings.git_token_file.clone().unwrap(), settings.webhook_secret_file.clone().unwrap()]);
+    for p in &paths {
+        volume(p);
+    }
+    assert_eq!(volume(&forge_token)["secret"]["secretName"], "fleetgate-forge-token");
+    assert_eq!(volume(&settings.trusted_keys[0])["configMap"]["name"], "release-signers");
+    let notify = container["env"].as_array().unwrap().iter().find(|e| e["name"] == "FLEETGATE_NOTIFY_URL");
+    assert_eq!(notify.unwrap()["valueFrom"]["secretKeyRef"], json!({"name": "fleetgate-notify", "key": "urls"}));
+    assert_eq!(pod["nodeSelector"], json!({"kubernetes.io/os": "linux"}));
+    assert_eq!(pod["tolerations"][0]["key"], "dedicated");
+    // A configuration change rolls the Pods (the agent reads agent.yaml once, at start).
+    let checksum = |m: &DeployManifests| {
+        find(&m.all_objects(), "Deployment fleetgate-system/fleetgate-agent").data["spec"]["template"]["metadata"]
+            ["annotations"]["checksum/config"]
+            .clone()
+    };
+    assert_ne!(checksum(&manifests), checksum(&rendered(&[])));
+}
+
+/// Minimal CRDs for the Prometheus Operator's kinds the chart renders: the dry run needs their
+/// group, version, kind and scope served, not their schema.
+fn monitoring_crd(kind: &str, plural: &str) -> CustomResourceDefinition {
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.monitoring.coreos.com")},
+        "spec": {
+            "group": "monitoring.coreos.com",
+            "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "listKind": format!("{kind}List")},
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+            }],
+        },
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn everything_switched_on_passes_a_server_side_dry_run() {
+    let cluster = TestCluster::start(ClusterOptions::new("helm-chart")).await.unwrap_or_else(|e| panic!("{e:#}"));
+    let admin = cluster.client();
+    let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
+    for (kind, plural) in [("ServiceMonitor", "servicemonitors"), ("PrometheusRule", "prometheusrules")] {
+        crds.create(&PostParams::default(), &monitoring_crd(kind, plural)).await.unwrap();
+        let name = format!("{plural}.monitoring.coreos.com");
+        within(&name, 30, await_condition(crds.clone(), &name, conditions::is_crd_established())).await.unwrap();
+    }
+    let discovery = Discovery::new(admin.clone()).run().await.unwrap();
+
+    let manifests = rendered(EVERYTHING);
+    let objects = manifests.all_objects();
+    for k in ["ServiceMonitor", "PrometheusRule", "NetworkPolicy", "Service", "Deployment"] {
+        assert!(objects.iter().any(|o| kind(o) == k), "no {k} rendered");
+    }
+    let api = |obj: &DynamicObject| {
+        let gvk = GroupVersionKind::try_from(obj.types.as_ref().unwrap()).unwrap();
+        let (resource, caps) = discovery.resolve_gvk(&gvk).unwrap_or_else(|| panic!("{gvk:?} is not served"));
+        match caps.scope {
+            Scope::Namespaced => Api::<DynamicObject>::namespaced_with(
+                admin.clone(),
+                obj.metadata.namespace.as_deref().expect("a namespace"),
+                &resource,
+            ),
+            Scope::Cluster => Api::all_with(admin.clone(), &resource),
+        }
+    };
+    // Namespaces for real (a dry run of an object in a missing namespace is refused), then
+    // everything else as a dry run of the server-side apply `helm` or `kubectl` would send.
+    let (namespaces, rest): (Vec<_>, Vec<_>) = objects.iter().partition(|o| kind(o) == "Namespace");
+    assert_eq!(namespaces.len(), 2);
+    for ns in namespaces {
+        api(ns).create(&PostParams::default(), ns).await.unwrap_or_else(|e| panic!("{}: {e}", key(ns)));
+    }
+    let params = PatchParams::apply("helm-chart-test").dry_run();
+    let mut failures = Vec::new();
+    for obj in &rest {
+        match api(obj).patch(obj.metadata.name.as_deref().unwrap(), &params, &Patch::Apply(obj)).await {
+            Ok(answer) => assert_eq!(answer.metadata.name, obj.metadata.name),
+            Err(e) => failures.push(format!("{}: {e}", key(obj))),
+        }
+    }
+    assert!(failures.is_empty(), "server-side dry run refused:\n{}", failures.join("\n"));
+    // A dry run stores nothing.
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(admin, "fleetgate-system");
+    assert!(deployments.get_opt("fleetgate-agent").await.unwrap().is_none());
+}
+
+/// `promtool test rules` input: per alert, series over an hour at one sample a minute and when
+/// the alert must (and must not) fire. Cluster a misbehaves, cluster b is healthy; each has a
+/// leader and a standby replica where that matters.
+const ALERT_TESTS: &str = r#"
+rule_files: [rules.yaml]
+evaluation_interval: 1m
+tests:
+  # a: first rollback at 20 min (the series appears, already at 1); b: rolled back long ago
+  # (1 since the start), again at 45 min.
+  - interval: 1m
+    input_series:
+      - series: 'fleetgate_rollbacks_total{cluster="a",reason="GateFailed"}'
+        values: '_x20 1x40'
+      - series: 'fleetgate_rollbacks_total{cluster="b",reason="GateFailed"}'
+        values: '1x44 2x20'
+    alert_rule_test:
+      - {eval_time: 18m, alertname: FleetgateRollback, exp_alerts: []}
+      - eval_time: 22m
+        alertname: FleetgateRollback
+        exp_alerts:
+          - exp_labels: {cluster: a, reason: GateFailed, severity: warning}
+            exp_annotations:
+              summary: Cluster a rolled back a release (GateFailed)
+              description: "The fleetgate agent of cluster a rolled back automatically (reason GateFailed). Its state ConfigMap's Events and the status notes (fleetgate status) name the gate and figure."
+      - {eval_time: 40m, alertname: FleetgateRollback, exp_alerts: []}
+      - eval_time: 47m
+        alertname: FleetgateRollback
+        exp_alerts:
+          - exp_labels: {cluster: b, reason: GateFailed, severity: warning}
+            exp_annotations:
+              summary: Cluster b rolled back a release (GateFailed)
+              description: "The fleetgate agent of cluster b rolled back automatically (reason GateFailed). Its state ConfigMap's Events and the status notes (fleetgate status) name the gate and figure."
+  # a's leader syncs every minute until 20 min, then never again; b's always. Standbys never
+  # sync (their gauge stays 0) and must not make a healthy cluster alert.
+  - interval: 1m
+    input_series:
+      - series: 'fleetgate_last_sync_timestamp_seconds{cluster="a",pod="a-1"}'
+        values: '0+60x20 1200x40'
+      - series: 'fleetgate_last_sync_timestamp_seconds{cluster="a",pod="a-2"}'
+        values: '0x60'
+      - series: 'fleetgate_last_sync_timestamp_seconds{cluster="b",pod="b-1"}'
+        values: '0+60x60'
+      - series: 'fleetgate_last_sync_timestamp_seconds{cluster="b",pod="b-2"}'
+        values: '0x60'
+    alert_rule_test:
+      # 15 min without a sync at 35 min, pending from 36, firing 5 min later.
+      - {eval_time: 34m, alertname: FleetgateLastSyncTooOld, exp_alerts: []}
+      - {eval_time: 39m, alertname: FleetgateLastSyncTooOld, exp_alerts: []}
+      - eval_time: 45m
+        alertname: FleetgateLastSyncTooOld
+        exp_alerts:
+          - exp_labels: {cluster: a, severity: warning}
+            exp_annotations:
+              summary: Cluster a has not completed a sync for 25m 0s
+              description: "No reconcile pass of the fleetgate agent of cluster a completed recently: its passes fail (see the agent's logs and Warning Events) or it is stuck."
+  # a's leader loses the Lease at 21 min and its standby never takes over; b keeps a leader.
+  - interval: 1m
+    input_series:
+      - series: 'fleetgate_leader{cluster="a",pod="a-1"}'
+        values: '1x20 0x40'
+      - series: 'fleetgate_leader{cluster="a",pod="a-2"}'
+        values: '0x60'
+      - series: 'fleetgate_leader{cluster="b",pod="b-1"}'
+        values: '1x60'
+      - series: 'fleetgate_leader{cluster="b",pod="b-2"}'
+        values: '0x60'
+    alert_rule_test:
+      - {eval_time: 24m, alertname: FleetgateNotLeader, exp_alerts: []}
+      - eval_time: 30m
+        alertname: FleetgateNotLeader
+        exp_alerts:
+          - exp_labels: {cluster: a, severity: critical}
+            exp_annotations:
+              summary: No fleetgate agent leads cluster a
+              description: "Every agent of cluster a is a standby: none holds the Lease fleetgate-agent-a, so no release is applied or rolled back there."
+"#;
+
+#[test]
+fn the_alerts_fire_when_they_should_and_only_then() {
+    let manifests =
+        rendered(&["--set=metrics.prometheusRule.enabled=true", "--show-only=templates/prometheusrule.yaml"]);
+    let objects = manifests.all_objects();
+    assert_eq!(objects.len(), 1);
+    let dir = tempfile::tempdir().unwrap();
+    // The PrometheusRule's spec is a Prometheus rule file.
+    std::fs::write(dir.path().join("rules.yaml"), serde_yaml_ng::to_string(&objects[0].data["spec"]).unwrap()).unwrap();
+    std::fs::write(dir.path().join("alerts_test.yaml"), ALERT_TESTS).unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new("promtool")
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .expect("promtool (Debian's prometheus package)");
+        assert!(
+            out.status.success(),
+            "promtool {args:?}:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(run(&["check", "rules", "rules.yaml"]).contains("SUCCESS: 3 rules found"));
+    run(&["test", "rules", "alerts_test.yaml"]);
+}
+
+/// The alerts query series the agent exposes: a renamed metric would leave them silent forever.
+#[test]
+fn the_alerts_use_metric_names_the_agent_exposes() {
+    let manifests =
+        rendered(&["--set=metrics.prometheusRule.enabled=true", "--show-only=templates/prometheusrule.yaml"]);
+    let rules = &manifests.all_objects()[0].data["spec"]["groups"][0]["rules"];
+    let metrics = fleetgate::agent::metrics::Metrics::new("c");
+    // Every series the rules read, with a sample (a rollback family has none before the first).
+    metrics.record_rollback("GateFailed");
+    metrics.mark_synced();
+    let exposed = metrics.encode();
+    let mut used = Vec::new();
+    for rule in rules.as_array().unwrap() {
+        let expr = rule["expr"].as_str().unwrap();
+        for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if word.starts_with("fleetgate_") && !used.contains(&word) {
+                used.push(word);
+                let sample = format!("\n{word}{{cluster=\"c\"");
+                assert!(
+                    exposed.contains(&sample),
+                    "{} reads {word}, which the agent does not expose:\n{exposed}",
+                    rule["alert"]
+                );
+            }
+        }
+    }
+    assert_eq!(used, ["fleetgate_rollbacks_total", "fleetgate_last_sync_timestamp_seconds", "fleetgate_leader"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_with_the_charts_rbac_and_configuration_runs_a_release() {
+    let manifests = rendered(&[&format!("--set=cluster={CLUSTER}")]);
+    let fleet = Fleet::start_deployed("helm-agent", true, &manifests).await;
+    let (chart_settings, _) = config_data(&manifests.all_objects());
+    // The chart's configuration, with what only the test knows (the repo's URL, the ServiceAccount's
+    // kubeconfig, local paths) over it; the admission baseline is the chart's, written out.
+    let data = &find(&manifests.all_objects(), "ConfigMap fleetgate-system/fleetgate-agent-config").data["data"];
+    let policy = fleet.dir.path().join("admission-policy.yaml");
+    std::fs::write(&policy, data["admission-policy.yaml"].as_str().unwrap()).unwrap();
+    assert_eq!(chart_settings.cluster.as_deref(), Some(CLUSTER));
+    let settings = chart_settings.overlay(AgentSettings { admission_policy: Some(policy), ..fleet.settings() });
+
+    fleet.release("rel-1", |_| {});
+    // The rules the cluster got from the chart's defaults are the ones `fleetgate agent rbac`
+    // prints for this release, and its whole output given as `rbac.operator.manifest` renders them.
+    let out = Command::new(env!("CARGO_BIN_EXE_fleetgate"))
+        .args(["agent", "rbac", "--release", "rel-1", "--repo"])
+        .arg(&fleet.work)
+        .arg("--trusted-keys")
+        .arg(&fleet.trusted)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "agent rbac: {}", String::from_utf8_lossy(&out.stderr));
+    let printed = fleet.dir.path().join("rbac.yaml");
+    std::fs::write(&printed, &out.stdout).unwrap();
+    let args = from_manifest(&printed);
+    let from_output = rendered(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(rbac_objects(&from_output), rbac_objects(&manifests));
+
+    fleet.promote("rel-1");
+    let mut agent = fleet.agent_with(settings).await;
+    assert_eq!(within("rel-1", 180, agent.reconcile()).await.unwrap(), Outcome::Succeeded("rel-1".into()));
+    assert_eq!(fleet.operator_image().await, Some(agent_support::image_of("rel-1")));
+}
