@@ -503,7 +503,14 @@ async fn an_agent_with_the_charts_rbac_and_configuration_runs_a_release() {
     let policy = fleet.dir.path().join("admission-policy.yaml");
     std::fs::write(&policy, data["admission-policy.yaml"].as_str().unwrap()).unwrap();
     assert_eq!(chart_settings.cluster.as_deref(), Some(CLUSTER));
-    let settings = chart_settings.overlay(AgentSettings { admission_policy: Some(policy), ..fleet.settings() });
+    let webhook_secret = fleet.dir.path().join("webhook-secret");
+    std::fs::write(&webhook_secret, "a-webhook-secret").unwrap();
+    assert!(chart_settings.webhook_secret_file.is_some(), "the chart mounts a webhook secret by default");
+    let settings = chart_settings.overlay(AgentSettings {
+        admission_policy: Some(policy),
+        webhook_secret_file: Some(webhook_secret),
+        ..fleet.settings()
+    });
 
     fleet.release("rel-1", |_| {});
     // The rules the cluster got from the chart's defaults are the ones `fleetgate agent rbac`

@@ -273,7 +273,7 @@ impl Agent {
         if let Some(sync) = sync.as_ref().filter(|s| s.fetched) {
             tracing::info!(tip = %sync.tip, "fleet repo changed");
         }
-        for tag in &sync.refused {
+        for tag in sync.iter().flat_map(|s| &s.refused) {
             self.services.record_warning("FetchRefused", "Fetch", &tag.reason).await;
         }
         let checkout = tokio::task::block_in_place(|| self.source.checkout())?;

@@ -297,16 +297,21 @@ impl Engine {
         let resolver = phases::Resolver::new(self.client.clone()).await?;
         let mut set =
             ManifestSet::from_release(release, self.options.default_namespace.as_deref(), resolver.discovery())?;
+        policy.check(&set, &self.live_api(&resolver).await?)?;
+        set.add_labels(&self.labels(release.id()));
+        Ok(AdmittedSet { release, set, resolver, policy: policy.clone() })
+    }
+
+    /// What admission needs of the live cluster: what it serves (from `resolver`'s discovery)
+    /// and the CRDs fleetgate's inventory holds. Apply and restore judge against the same.
+    async fn live_api(&self, resolver: &phases::Resolver) -> Result<LiveApi, ApplyError> {
         let inventory = inventory::read(&self.client, &self.options).await?;
         let fleetgate_crds = inventory
             .iter()
             .flat_map(|inv| inv.objects.iter().chain(&inv.pending_prune))
             .filter(|e| e.group == crate::manifests::CRD_GROUP && e.kind == crate::manifests::CRD_KIND)
             .map(|e| e.name.clone());
-        let live = LiveApi::from_discovery(resolver.discovery(), fleetgate_crds, &self.options.agent_namespace);
-        policy.check(&set, &live)?;
-        set.add_labels(&self.labels(release.id()));
-        Ok(AdmittedSet { release, set, resolver, policy: policy.clone() })
+        Ok(LiveApi::from_discovery(resolver.discovery(), fleetgate_crds, &self.options.agent_namespace))
     }
 
     /// Checks an admitted set without changing anything: a server-side dry run of every object

@@ -375,7 +375,8 @@ impl Engine {
             })
         };
         let judged = sourced.iter().filter(|(_, o)| !is_custom(o)).cloned().collect();
-        policy.check(&ManifestSet::from_objects(id, judged, None, resolver.discovery())?)?;
+        let live = self.live_api(&resolver).await?;
+        policy.check(&ManifestSet::from_objects(id, judged, None, resolver.discovery())?, &live)?;
         let set = ManifestSet::from_objects(id, sourced, None, resolver.discovery())?;
         let (before, deferred) = self.dry_run_first(&resolver, &set).await?;
         let mut changes = ChangeSet::new(id);
