@@ -122,25 +122,6 @@ impl ReleaseFiles for Files {
     }
 }
 
-/// The template's operator/ manifests, keyed as a release tag holds them.
-fn operator_files() -> BTreeMap<String, Vec<u8>> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fleet-repo-template");
-    let mut files = BTreeMap::new();
-    let mut dirs = vec![root.join("operator")];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else {
-                let key = path.strip_prefix(&root).unwrap().to_str().unwrap().to_string();
-                files.insert(key, std::fs::read(&path).unwrap());
-            }
-        }
-    }
-    files
-}
-
 /// Scopes as a cluster serves them for the kinds the template uses.
 fn scope_of(group: &str, kind: &str) -> Option<Scope> {
     match (group, kind) {
@@ -234,7 +215,7 @@ proptest! {
         which in 0usize..9,
         edits in prop::collection::vec(edit(), 1..6),
     ) {
-        let mut files = operator_files();
+        let mut files = fleetgate_testenv::template_operator_files();
         let key = files.keys().nth(which % files.len()).unwrap().clone();
         let text = apply(&String::from_utf8(files[&key].clone()).unwrap(), &edits);
         files.insert(key.clone(), text.into_bytes());

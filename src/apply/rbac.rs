@@ -343,24 +343,13 @@ pub fn yaml_grants(text: &str) -> Result<BTreeSet<Grant>, serde_yaml_ng::Error> 
 mod tests {
     use super::*;
     use crate::manifests::tests::release;
-    use std::path::Path;
 
     /// The template Operator's manifest files, as a release holds them.
     fn template_set() -> ManifestSet {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fleet-repo-template");
-        let mut files = Vec::new();
-        let mut dirs = vec![root.join("operator")];
-        while let Some(dir) = dirs.pop() {
-            for entry in std::fs::read_dir(dir).unwrap() {
-                let path = entry.unwrap().path();
-                if path.is_dir() {
-                    dirs.push(path);
-                } else {
-                    let rel = path.strip_prefix(&root).unwrap().display().to_string();
-                    files.push((rel, std::fs::read_to_string(&path).unwrap()));
-                }
-            }
-        }
+        let files: Vec<(String, String)> = fleetgate_testenv::template_operator_files()
+            .into_iter()
+            .map(|(p, b)| (p, String::from_utf8(b).unwrap()))
+            .collect();
         let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
         ManifestSet::from_release(&release(&refs), Some("redis-system"), &builtin_scope).unwrap()
     }

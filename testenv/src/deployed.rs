@@ -238,3 +238,23 @@ mod tests {
         assert!(err.to_string().contains("nope.yaml"), "{err}");
     }
 }
+
+/// The template Operator's manifests (`fleet-repo-template/operator/**`), keyed by their path in a
+/// fleet repo, as a release tag holds them.
+pub fn template_operator_files() -> std::collections::BTreeMap<String, Vec<u8>> {
+    let root = crate::cluster::checkout_dir().join("fleet-repo-template");
+    let mut files = std::collections::BTreeMap::new();
+    let mut dirs = vec![root.join("operator")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.expect("a readable directory entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                let key = path.strip_prefix(&root).expect("under the template").display().to_string();
+                files.insert(key, std::fs::read(&path).expect("a readable template file"));
+            }
+        }
+    }
+    files
+}
