@@ -433,7 +433,7 @@ mod tests {
     #[case::unknown_wave("clusters/cluster-b.yaml", "wave: wave-1", "wave: wave-9", vec![(Rule::Reference, Some(10))])]
     #[case::name_not_file("clusters/cluster-b.yaml", "name: cluster-b", "name: cluster-x", vec![(Rule::Naming, Some(5))])]
     #[case::duplicate_name("clusters/cluster-b.yaml", "name: cluster-b", "name: cluster-a", vec![(Rule::Naming, Some(5)), (Rule::Duplicate, Some(5))])]
-    #[case::fleet_typo("fleet.yaml", "  rollout:", "  rolout:", vec![(Rule::Schema, Some(33))])]
+    #[case::fleet_typo("fleet.yaml", "  rollout:", "  rolout:", vec![(Rule::Schema, Some(36))])]
     #[case::duplicate_wave("fleet.yaml", "[canary, wave-1, wave-2]", "[canary, wave-1, wave-1]", vec![(Rule::Duplicate, Some(22)), (Rule::Reference, Some(10))])]
     #[case::gate_typo("policies/gates.yaml", "bakeTime: 10m", "bakeTim: 10m", vec![(Rule::Schema, Some(11))])]
     #[case::gate_unusable("policies/gates.yaml", "interval: 15s", "interval: 1h", vec![(Rule::Schema, None)])]
