@@ -7,10 +7,10 @@ mod fleet_support;
 use fleet_support::{FleetRemote, RELEASE};
 use fleetgate::model::{ErrorClass, PromotionMode};
 use fleetgate::release::{
-    Keyring, PromotionError, SignatureProblem, TagPins, TipTrust, TrustConfig, VerifyError, check_tip, resolve,
+    Keyring, PromotionError, SignatureProblem, TagPins, TipTrust, TrustConfig, VerifyError, resolve,
     resolve_release, verify,
 };
-use fleetgate::status::StatusKeys;
+use fleetgate::status::{StatusKeys, check_tip};
 use fleetgate_testenv::GpgHome;
 use rstest::rstest;
 

@@ -19,7 +19,7 @@
 //! decision clears it. Any error before the apply starts defers the release (Verifying → Idle)
 //! for the next pass.
 //!
-//! Trust (docs/SECURITY.md): the branch tip is judged first ([`release::check_tip`]). Unless a
+//! Trust (docs/SECURITY.md): the branch tip is judged first ([`status::check_tip`]). Unless a
 //! promotion key signed it, the tip only chooses which signed release runs and when; the safety
 //! settings (gate and admission policies, operator namespace, `maxFailedClusters`) come from the
 //! fleet configuration in the release tag's own tree ([`Agent::policy_config`]).
@@ -345,10 +345,10 @@ impl Agent {
         let mode = release::effective_mode(self.services.config.promotions, state.trust().signed_promotions, tip_says);
         let keys = self.promotion_keys.as_ref().unwrap_or(&self.trust.keyring);
         let accepted = state.trust().accepted_tip.as_deref();
-        // Write-backs are checked with the pinned status keys (release::promotion).
+        // Write-backs are checked with the pinned status keys (status::check_tip).
         let fleet = tip_config.as_ref().map(|c| self.fleet_name(c)).unwrap_or_default();
         let clusters = status::StatusKeys::from_openssh(&fleet, &state.trust().status_keys);
-        Ok(tokio::task::block_in_place(|| release::check_tip(checkout, mode, keys, accepted, &clusters))?)
+        Ok(tokio::task::block_in_place(|| status::check_tip(checkout, mode, keys, accepted, &clusters))?)
     }
 
     /// The configuration the safety settings of `release` (tagged at `commit`) come from: the

@@ -6,7 +6,7 @@
 //!
 //! The commit is SSH-signed (namespace `git`, a `gpgsig` header as Git writes for `gpg.format=ssh`)
 //! with this cluster's status key, so a fleet with `promotions: signed` accepts it as a write-back
-//! of this cluster ([`crate::release::check_tip`]) and `git verify-commit` can check it against the
+//! of this cluster ([`crate::status::check_tip`]) and `git verify-commit` can check it against the
 //! registered `statusKey`.
 //!
 //! The commit is built in the agent's bare mirror on top of the freshly fetched tip and pushed from

@@ -10,15 +10,13 @@
 //! relative to its single parent, change nothing but `clusters/C.yaml`'s `spec.release`, to a
 //! release C ran: a verified `success` status of C for it, or a verified `failure` of C for the
 //! release named by `Fleetgate-Release` that says C rolled back to it. Each other shape is refused
-//! with its own [`PromotionError`]. A write-back is not a signed decision: it cannot change keys,
+//! with its own [`PromotionError`] (judged by [`crate::status::check_tip`], which reads the statuses). A write-back is not a signed decision: it cannot change keys,
 //! settings or other clusters, and the safety settings still come from the release's signed tree.
 
-use super::trust::{GIT_NAMESPACE, Keyring, SignatureProblem};
+use super::trust::{Keyring, SignatureProblem};
 use super::verify::{VerifyError, verify_commit};
-use crate::model::{CLUSTERS_DIR, ErrorClass, FleetConfig, PromotionMode};
+use crate::model::{ErrorClass, PromotionMode};
 use crate::source::{Checkout, SourceError, short};
-use crate::status::{State, StatusKeys};
-use ssh_key::SshSig;
 
 /// How far this pass trusts the branch tip.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,7 +66,7 @@ pub enum PromotionError {
     )]
     WriteBackUnrunRelease { commit: String, cluster: String, release: String },
     #[error("reading the statuses a write-back is checked against")]
-    Statuses(#[from] crate::status::NotesError),
+    Statuses(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error(transparent)]
     Source(#[from] SourceError),
 }
@@ -140,157 +138,40 @@ pub fn effective_mode(agent: Option<PromotionMode>, was_signed: bool, tip_says: 
     }
 }
 
-/// Judges the checkout's tip under `mode`. `accepted` is the last tip accepted in signed mode;
-/// `clusters` are the pinned status keys write-backs are checked with (module docs).
+/// Judges the checkout's tip under `mode` by promotion keys alone; `accepted` is the last tip
+/// accepted in signed mode. A signed-mode tip no promotion key signed is [`PromotionError::UnsignedTip`]:
+/// [`crate::status::check_tip`] then judges it as a write-back (the status layer holds the keys and
+/// statuses that takes).
 pub fn check_tip(
     checkout: &Checkout,
     mode: PromotionMode,
     keyring: &Keyring,
     accepted: Option<&str>,
-    clusters: &StatusKeys,
 ) -> Result<TipTrust, PromotionError> {
     let tip = checkout.tip();
     let trust = match verify_commit(checkout, tip, keyring) {
         Ok(signer) => TipTrust::Signed { signer },
         Err(VerifyError::CommitSignature { problem, .. }) if mode == PromotionMode::Signed => {
-            match write_back_signer(checkout, tip, clusters)? {
-                Some((cluster, keys)) => check_write_back(checkout, tip, &cluster, &keys)?,
-                None => return Err(PromotionError::UnsignedTip { commit: short(tip), problem }),
-            }
+            return Err(PromotionError::UnsignedTip { commit: short(tip), problem });
         }
         Err(VerifyError::CommitSignature { .. }) => TipTrust::Unsigned,
         Err(VerifyError::Source(e)) => return Err(e.into()),
         Err(other) => unreachable!("verify_commit returns signature or source errors only: {other}"),
     };
+    check_descends(checkout, mode, accepted)?;
+    Ok(trust)
+}
+
+/// In signed mode, the tip must be `accepted` or descend from it (module docs).
+pub fn check_descends(checkout: &Checkout, mode: PromotionMode, accepted: Option<&str>) -> Result<(), PromotionError> {
+    let tip = checkout.tip();
     if mode == PromotionMode::Signed
         && let Some(accepted) = accepted
         && !descends(checkout, tip, accepted)
     {
         return Err(PromotionError::NotDescendant { tip: short(tip), accepted: accepted.chars().take(12).collect() });
     }
-    Ok(trust)
-}
-
-/// The cluster whose status key made `commit`'s SSH signature (valid, namespace `git`), with the
-/// keys it was found in: `pinned`, completed on first sight by what the parent registers. None
-/// when no cluster key signed it.
-fn write_back_signer(
-    checkout: &Checkout,
-    commit: git2::Oid,
-    pinned: &StatusKeys,
-) -> Result<Option<(String, StatusKeys)>, PromotionError> {
-    let (signature, payload) = match checkout.repo().extract_signature(&commit, None) {
-        Ok(pair) => pair,
-        Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(None),
-        Err(e) => return Err(SourceError::from(e).into()),
-    };
-    let Ok(sig) = SshSig::from_pem(&*signature) else { return Ok(None) };
-    if sig.namespace() != GIT_NAMESPACE {
-        return Ok(None);
-    }
-    let mut keys = pinned.clone();
-    if let Some(parent) = checkout.repo().find_commit(commit).map_err(SourceError::from)?.parents().next()
-        && let Some(config) = config_at(checkout, parent.id())
-    {
-        for (cluster, text) in StatusKeys::registrations(&config) {
-            if keys.get(&cluster).is_none()
-                && let Ok(key) = crate::status::StatusKey::parse(&text)
-            {
-                keys.insert(&cluster, key);
-            }
-        }
-    }
-    let found =
-        keys.iter().find(|(_, key)| key.public_key().key_data() == sig.public_key()).map(|(c, k)| (c, k.clone()));
-    let Some((cluster, key)) = found else { return Ok(None) };
-    if key.public_key().verify(GIT_NAMESPACE, &payload, &sig).is_err() {
-        return Ok(None);
-    }
-    let cluster = cluster.to_string();
-    Ok(Some((cluster, keys)))
-}
-
-fn config_at(checkout: &Checkout, commit: git2::Oid) -> Option<FleetConfig> {
-    let tree = checkout.commit_tree(commit, &format!("commit {}", short(commit))).ok()?;
-    FleetConfig::load(&tree).ok()
-}
-
-/// The rules of a write-back signed by `cluster` (module docs).
-fn check_write_back(
-    checkout: &Checkout,
-    commit: git2::Oid,
-    cluster: &str,
-    keys: &StatusKeys,
-) -> Result<TipTrust, PromotionError> {
-    let repo = checkout.repo();
-    let at = short(commit);
-    let git = |e: git2::Error| PromotionError::Source(e.into());
-    let tip = repo.find_commit(commit).map_err(git)?;
-    if tip.parent_count() != 1 {
-        return Err(PromotionError::WriteBackMerge { commit: at, cluster: cluster.into() });
-    }
-    let parent = tip.parent(0).map_err(git)?;
-    let diff = repo.diff_tree_to_tree(Some(&parent.tree().map_err(git)?), Some(&tip.tree().map_err(git)?), None);
-    let paths: Vec<String> = diff
-        .map_err(git)?
-        .deltas()
-        .filter_map(|d| d.new_file().path().or(d.old_file().path()).map(|p| p.to_string_lossy().into_owned()))
-        .collect();
-    let own = |p: &str| cluster_of(p).is_some_and(|c| c == cluster);
-    if let Some(other) = paths.iter().filter_map(|p| cluster_of(p)).find(|c| *c != cluster) {
-        return Err(PromotionError::WriteBackOtherCluster { commit: at, cluster: cluster.into(), other: other.into() });
-    }
-    if let Some(path) = paths.iter().find(|p| !own(p.as_str())) {
-        return Err(PromotionError::WriteBackOtherFile { commit: at, cluster: cluster.into(), path: path.clone() });
-    }
-    let not_a_pin = |what: &str| PromotionError::WriteBackNotAPin {
-        commit: short(commit),
-        cluster: cluster.into(),
-        what: what.to_string(),
-    };
-    let (Some(before), Some(after)) = (config_at(checkout, parent.id()), config_at(checkout, commit)) else {
-        return Err(not_a_pin("the fleet configuration does not load"));
-    };
-    let (Some(was), Some(now)) = (before.clusters.get(cluster), after.clusters.get(cluster)) else {
-        return Err(not_a_pin("the cluster is added or removed"));
-    };
-    let Some(release) = now.spec.release.clone() else { return Err(not_a_pin("the pin is removed")) };
-    let mut unpinned = now.clone();
-    unpinned.spec.release = was.spec.release.clone();
-    if &unpinned != was {
-        return Err(not_a_pin("other fields change"));
-    }
-    if !ran(checkout, cluster, &release, WriteBack::parse(tip.message().unwrap_or_default()).as_ref(), keys)? {
-        return Err(PromotionError::WriteBackUnrunRelease { commit: at, cluster: cluster.into(), release });
-    }
-    Ok(TipTrust::WriteBack { cluster: cluster.to_string(), release })
-}
-
-/// `clusters/<name>.yaml` → `name`.
-fn cluster_of(path: &str) -> Option<&str> {
-    let file = path.strip_prefix(CLUSTERS_DIR)?.strip_prefix('/')?;
-    file.strip_suffix(".yaml").or_else(|| file.strip_suffix(".yml")).filter(|c| !c.contains('/'))
-}
-
-/// Whether `cluster` reported running `release`: a verified success for it, or a verified failure
-/// of the write-back's rolled-back release that names `release` as where it went back to.
-fn ran(
-    checkout: &Checkout,
-    cluster: &str,
-    release: &str,
-    trailers: Option<&WriteBack>,
-    keys: &StatusKeys,
-) -> Result<bool, PromotionError> {
-    let statuses = |id: &str| -> Result<Vec<crate::status::Status>, PromotionError> {
-        let Some(tag) = checkout.tag(id)? else { return Ok(Vec::new()) };
-        let set = crate::status::read_all(checkout.repo(), &[tag.commit], keys)?;
-        Ok(set.history(cluster, id).to_vec())
-    };
-    if statuses(release)?.iter().any(|s| s.state == State::Success) {
-        return Ok(true);
-    }
-    let Some(wb) = trailers.filter(|wb| wb.rolled_back_to == release) else { return Ok(false) };
-    Ok(statuses(&wb.release)?.iter().any(|s| s.state == State::Failure && s.rollback_to.as_deref() == Some(release)))
+    Ok(())
 }
 
 /// `tip` is `accepted` or one of its descendants. An accepted commit the mirror no longer has
@@ -317,9 +198,6 @@ mod tests {
         assert_eq!(parsed.failure.as_deref(), Some("pod-restarts observed 4 > threshold 3"));
         assert_eq!((parsed.release.as_str(), parsed.rolled_back_to.as_str()), ("rel-2", "rel-1"));
         assert_eq!(WriteBack::parse("promote rel-2\n\nFleetgate-Release: rel-2\n"), None);
-        assert_eq!(cluster_of("clusters/cluster-a.yaml"), Some("cluster-a"));
-        assert_eq!(cluster_of("clusters/x/cluster-a.yaml"), None);
-        assert_eq!(cluster_of("fleet.yaml"), None);
     }
 
     #[test]

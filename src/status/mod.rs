@@ -23,6 +23,7 @@ mod model;
 pub mod notes;
 mod view;
 pub mod waves;
+mod write_back_tip;
 
 pub use backend::{GitNotesBackend, Publisher, StatusBackend, StatusError};
 pub use identity::{KeyError, STATUS_NAMESPACE, StatusIdentity, StatusKey, StatusKeys, StatusSigner, Unverified};
@@ -32,3 +33,4 @@ pub use model::*;
 pub use notes::{GitRemote, NotesError, Written, notes_ref, read_all, sync, write};
 pub use view::{FleetView, ViewError};
 pub use waves::{Decision, Member, may_start, members};
+pub use write_back_tip::check_tip;
