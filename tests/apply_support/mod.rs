@@ -133,7 +133,8 @@ pub async fn get(
 
 /// Every object the API server holds — `kind namespace/name` → resourceVersion — except kinds the
 /// control plane itself keeps rewriting (leases, events, endpoints, API priority and fairness
-/// status, APIService status).
+/// status, APIService status) and Service IP allocations (`IPAddress`, which the API server's
+/// repair loop may create for `default/kubernetes` seconds after start-up).
 pub async fn cluster_state(client: &kube::Client) -> BTreeMap<String, String> {
     const CHURNING: [&str; 6] = [
         "coordination.k8s.io",
@@ -150,7 +151,7 @@ pub async fn cluster_state(client: &kube::Client) -> BTreeMap<String, String> {
             continue;
         }
         for (ar, caps) in group.recommended_resources() {
-            if !caps.supports_operation(verbs::LIST) || matches!(ar.kind.as_str(), "Event" | "Endpoints") {
+            if !caps.supports_operation(verbs::LIST) || matches!(ar.kind.as_str(), "Event" | "Endpoints" | "IPAddress") {
                 continue;
             }
             let list = Api::<DynamicObject>::all_with(client.clone(), &ar).list(&ListParams::default()).await;
