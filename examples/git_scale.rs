@@ -105,6 +105,8 @@ fn run(run: &Run) {
     let bare = base.join("fleet.git");
     git(&work, &["push", "-q", bare.to_str().unwrap(), "main", "--tags"]);
 
+    // Not testenv's GitDaemon: git daemon serves 32 connections at a time unless told otherwise,
+    // which would cap the very load this measures, and the CPU figure needs its pid.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let mut daemon: Child = Command::new("git")
         .args(["daemon", "--reuseaddr", "--export-all", "--enable=receive-pack", "--listen=127.0.0.1"])

@@ -20,6 +20,7 @@
 
 use anyhow::{Context, bail, ensure};
 use fleetgate_testenv::{ClusterOptions, DeployManifests, GitDaemon, GpgHome, TestCluster, git_in, ssh_keygen};
+use fleetgate_testenv::process::memory_kib;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -33,12 +34,8 @@ const SECRET: &str = "flood-test-webhook-secret";
 
 /// The agent's `VmHWM` and `VmRSS` in KiB.
 fn memory(pid: u32) -> anyhow::Result<(u64, u64)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let field = |name: &str| -> anyhow::Result<u64> {
-        let line = status.lines().find(|l| l.starts_with(name)).with_context(|| format!("{name} missing"))?;
-        Ok(line.split_whitespace().nth(1).context("no value")?.parse()?)
-    };
-    Ok((field("VmHWM:")?, field("VmRSS:")?))
+    let pid = pid.to_string();
+    Ok((memory_kib(&pid, "VmHWM")?, memory_kib(&pid, "VmRSS")?))
 }
 
 /// The `fleetgate` binary next to this example's directory (`target/<profile>/fleetgate`).

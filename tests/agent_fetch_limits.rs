@@ -17,9 +17,7 @@ use std::path::Path;
 /// The highest resident set size of this process so far (`VmHWM`), in bytes. The agent runs
 /// in-process; the API server and git daemon are other processes.
 fn peak_rss() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("VmHWM in /proc/self/status");
-    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+    fleetgate_testenv::process::memory_kib("self", "VmHWM").unwrap() * 1024
 }
 
 /// Writes `path` into the object database of the working clone and returns the blob's id.

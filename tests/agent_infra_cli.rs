@@ -3,7 +3,7 @@
 //! first sync of a fleet repo that desires no release yet), wakes on a push to a local repo and on
 //! the webhook, and on SIGTERM releases the Lease and exits 0.
 
-use fleetgate_testenv::process::{Guarded, free_port, wait_for_port};
+use fleetgate_testenv::process::{Guarded, free_port, memory_kib, wait_for_port};
 use fleetgate_testenv::{ClusterOptions, DeployManifests, GpgHome, TestCluster, git_in};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -34,12 +34,6 @@ async fn wait_for_metric(http: &reqwest::Client, base: &str, series: &str, value
         assert!(start.elapsed() < limit, "{series} not {value} within {limit:?}:\n{text}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
 #[test]
@@ -135,7 +129,7 @@ async fn the_agent_process_runs_its_services_and_hands_over_on_sigterm() {
     assert_eq!(answer.status(), 202);
     let series = "fleetgate_triggers_total{cluster=\"cluster-a\",source=\"webhook\"}";
     wait_for_metric(&http, &base, series, "1", Duration::from_secs(3)).await;
-    println!("agent RSS while idle: {} KiB", rss_kib(agent.pid()));
+    println!("agent RSS while idle: {} KiB", memory_kib(&agent.pid().to_string(), "VmRSS").unwrap());
 
     // SIGTERM: exit 0 and the Lease released for a standby.
     let st = Command::new("kill").args(["-TERM", &agent.pid().to_string()]).status().unwrap();

@@ -8,6 +8,7 @@ mod agent_support;
 use agent_support::*;
 use fleetgate::status::State;
 use fleetgate_testenv::process::{Guarded, free_port};
+use fleetgate_testenv::wait::eventually_every;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use std::process::Command;
@@ -42,15 +43,13 @@ async fn leader_metric(port: u16) -> Option<String> {
     text.lines().find(|l| l.starts_with("fleetgate_leader{")).and_then(|l| l.split_whitespace().last()).map(str::to_string)
 }
 
-async fn wait_for<T>(what: &str, limit: Duration, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        assert!(start.elapsed() < limit, "{what} did not happen within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+/// Waits for `probe` at a 50 ms resolution (the hand-over time is reported).
+async fn wait_for<T, Fut: std::future::Future<Output = Option<T>>>(
+    what: &str,
+    secs: u64,
+    probe: impl FnMut() -> Fut,
+) -> T {
+    eventually_every(what, secs, Duration::from_millis(50), probe).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -62,13 +61,11 @@ async fn only_the_leader_acts_and_a_killed_leader_hands_its_bake_over() {
 
     let ports = [free_port(), free_port()];
     let mut replicas = vec![replica(&fleet, "agent-a", ports[0]), replica(&fleet, "agent-b", ports[1])];
-    let lead = wait_for("a leader", Duration::from_secs(30), async || holder(&fleet).await).await;
+    let lead = wait_for("a leader", 30, || holder(&fleet)).await;
     let (leader, standby) = if lead.starts_with("agent-a_") { (0, 1) } else { (1, 0) };
     assert!(lead.starts_with(["agent-a_", "agent-b_"][leader]), "{lead}");
 
-    wait_for("the leader baking rel-1", Duration::from_secs(120), async || {
-        (fleet.phase().await.as_deref() == Some("Baking")).then_some(())
-    })
+    wait_for("the leader baking rel-1", 120, || async { (fleet.phase().await.as_deref() == Some("Baking")).then_some(()) })
     .await;
     assert_eq!(leader_metric(ports[standby]).await.as_deref(), Some("0"), "the standby does not lead");
     let applied_by: Vec<String> = fleet
@@ -84,7 +81,7 @@ async fn only_the_leader_acts_and_a_killed_leader_hands_its_bake_over() {
     let killed = Instant::now();
     let pid = replicas[leader].pid().to_string();
     assert!(Command::new("kill").args(["-9", &pid]).status().unwrap().success());
-    let new = wait_for("the standby to take the Lease", Duration::from_secs(30), async || {
+    let new = wait_for("the standby to take the Lease", 30, || async {
         holder(&fleet).await.filter(|h| h.starts_with(["agent-a_", "agent-b_"][standby]))
     })
     .await;
@@ -94,7 +91,7 @@ async fn only_the_leader_acts_and_a_killed_leader_hands_its_bake_over() {
     assert_eq!(leader_metric(ports[standby]).await.as_deref(), Some("1"));
 
     // The new leader finishes the bake in flight: success, and still exactly one apply.
-    let done = wait_for("rel-1's success", Duration::from_secs(120), async || {
+    let done = wait_for("rel-1's success", 120, || async {
         fleet.statuses(&commit).last().filter(|s| s.state == State::Success).cloned()
     })
     .await;

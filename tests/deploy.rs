@@ -160,7 +160,7 @@ async fn deploy_manifests_pass_a_server_side_dry_run_and_rbac_is_least_privilege
     assert_eq!(listed, top_level);
 
     // deploy/ for real, then act as the agent's ServiceAccount with a TokenRequest token.
-    let manifests = DeployManifests::load(&repo().join("deploy")).unwrap();
+    let manifests = DeployManifests::shipped().unwrap();
     let agent = cluster.deploy_agent(&manifests).await.unwrap_or_else(|e| panic!("{e:#}")).client();
 
     // The agent can apply the template Operator (server-side apply, as it does, dry run).

@@ -19,17 +19,16 @@
 //!
 //! Storage: Secrets in the agent's namespace (the Role deploy/ ships already grants `secrets`
 //! get, list, create, delete there for snapshots; the store needs no other verb), chunks
-//! `<inventory>-lkg-<sha256>-<n>` of at most [`CHUNK_BYTES`] (a real Operator's ~1 MB CRDs span
+//! `<inventory>-lkg-<sha256>-<n>` of at most [`crate::apply::CHUNK_BYTES`] (a real Operator's ~1 MB CRDs span
 //! a few), then the index `<inventory>-lkg-<sha256>` written last, labelled with the release. A
 //! release is stored when it succeeds; the newest [`LKG_HISTORY`] are kept.
 
 use super::reconcile::{Agent, ReconcileError};
-use crate::apply::{ApplyError, CHUNK_BYTES, LABEL_INVENTORY, LABEL_RELEASE};
+use crate::apply::{ApplyError, ChunkError, Existing, LABEL_INVENTORY, LABEL_RELEASE, read_chunks, write_chunks};
 use crate::model::error_chain;
 use crate::release::{self, VerifiedRelease, VerifyError};
 use crate::source::{Checkout, SourceError};
 use git2::{ObjectType, Oid, Repository};
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use sha2::{Digest, Sha256};
@@ -279,31 +278,15 @@ impl Agent {
                 l.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
                 l
             };
-            let chunks: Vec<&[u8]> = bytes.chunks(CHUNK_BYTES).collect();
-            for (i, chunk) in chunks.iter().enumerate() {
-                let secret = Secret {
-                    metadata: ObjectMeta {
-                        name: Some(format!("{name}-{}", i + 1)),
-                        labels: Some(labels(&[])),
-                        ..Default::default()
-                    },
-                    data: Some(BTreeMap::from([(DATA_KEY.to_string(), ByteString(chunk.to_vec()))])),
-                    ..Default::default()
-                };
-                match api.create(&PostParams::default(), &secret).await {
-                    // Content-addressed: a chunk left by an interrupted store is the same bytes.
-                    Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.code == 409 => {}
-                    Err(e) => return Err(stored(e)),
-                }
-            }
+            // Content-addressed: a chunk left by an interrupted store is the same bytes.
+            let chunks = write_chunks(&api, &name, DATA_KEY, &bytes, &labels(&[]), Existing::Keep).await.map_err(stored)?;
             let created = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
             let index = Secret {
                 metadata: ObjectMeta {
                     name: Some(name.clone()),
                     labels: Some(labels(&[(LABEL_LKG, "true"), (LABEL_RELEASE, id)])),
                     annotations: Some(BTreeMap::from([
-                        (ANN_CHUNKS.to_string(), chunks.len().to_string()),
+                        (ANN_CHUNKS.to_string(), chunks.to_string()),
                         (ANN_MAC.to_string(), key.mac(MAC_DOMAIN, &[id.as_bytes(), sha.as_bytes()])),
                         (ANN_CREATED.to_string(), created),
                     ])),
@@ -312,7 +295,7 @@ impl Agent {
                 ..Default::default()
             };
             api.create(&PostParams::default(), &index).await.map_err(stored)?;
-            tracing::info!(release = %id, name = %name, chunks = chunks.len(), bytes = bytes.len(), "stored as last-known-good");
+            tracing::info!(release = %id, name = %name, chunks, bytes = bytes.len(), "stored as last-known-good");
         }
         self.trim_last_known_good(id).await
     }
@@ -380,15 +363,12 @@ impl Agent {
         let tampered =
             |reason: String| LkgError::Tampered { release: id.to_string(), name: newest.name.clone(), reason };
         let api = self.lkg_secrets();
-        let mut bytes = Vec::new();
-        for i in 1..=newest.chunks {
-            let name = format!("{}-{i}", newest.name);
-            let chunk = api.get_opt(&name).await.map_err(|e| {
-                LkgError::Api(crate::apply::ApplyError::Kube { action: format!("reading {name}"), source: e })
-            })?;
-            let data = chunk.and_then(|s| s.data).and_then(|mut d| d.remove(DATA_KEY));
-            bytes.extend_from_slice(&data.ok_or_else(|| tampered(format!("chunk {name} is missing or empty")))?.0);
-        }
+        let bytes = read_chunks(&api, &newest.name, DATA_KEY, newest.chunks).await.map_err(|e| match e {
+            ChunkError::Missing(name) => tampered(format!("chunk {name} is missing or empty")),
+            ChunkError::Api { name, source } => {
+                LkgError::Api(crate::apply::ApplyError::Kube { action: format!("reading {name}"), source })
+            }
+        })?;
         let sha = sha256_hex(&bytes);
         if newest.name != format!("{}{sha}", self.lkg_prefix()) {
             return Err(tampered(format!("its content hashes to {sha}, not to the name it is stored under")));

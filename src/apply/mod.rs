@@ -42,6 +42,7 @@
 //! resources of unchanged CRDs included — is dry-run before anything is applied.
 
 mod changes;
+mod chunked;
 mod drift;
 mod fields;
 mod inventory;
@@ -53,6 +54,8 @@ mod snapshot;
 mod withdraw;
 
 pub use changes::*;
+pub use chunked::CHUNK_BYTES;
+pub(crate) use chunked::{ChunkError, Existing, read_chunks, write_chunks};
 pub use drift::*;
 pub use inventory::*;
 pub use rbac::*;

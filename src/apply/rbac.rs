@@ -15,7 +15,7 @@
 //! The agent's own needs in its namespace (state, snapshots, Events, Lease) are in
 //! `deploy/rbac-state.yaml`, the same for every Operator.
 
-use crate::manifests::{ManifestError, ManifestSet, ObjectKey};
+use crate::manifests::{BUILTIN_GROUPS, ManifestError, ManifestSet, ObjectKey};
 use crate::model::{ConfigError, FleetConfig, TreeError};
 use crate::release::{TrustConfig, UnverifiedRelease, VerifyError, read_release, verify_tag_signature};
 use crate::source::{Checkout, SourceError};
@@ -81,30 +81,6 @@ pub fn release_rbac(checkout: &Checkout, id: &str, trust: Option<&TrustConfig>) 
 /// Name of the (Cluster)Roles and bindings the output defines.
 pub const AGENT_ROLE: &str = "fleetgate-agent";
 
-/// Built-in API groups of Kubernetes: kinds of these groups are namespaced unless listed in
-/// [`CLUSTER_SCOPED`]. Kinds of any other group must be defined by the release's CRDs.
-const BUILTIN_GROUPS: &[&str] = &[
-    "",
-    "admissionregistration.k8s.io",
-    "apiextensions.k8s.io",
-    "apiregistration.k8s.io",
-    "apps",
-    "autoscaling",
-    "batch",
-    "certificates.k8s.io",
-    "coordination.k8s.io",
-    "discovery.k8s.io",
-    "events.k8s.io",
-    "flowcontrol.apiserver.k8s.io",
-    "networking.k8s.io",
-    "node.k8s.io",
-    "policy",
-    "rbac.authorization.k8s.io",
-    "resource.k8s.io",
-    "scheduling.k8s.io",
-    "storage.k8s.io",
-];
-
 /// The cluster-scoped kinds of the built-in groups that a release may plausibly contain.
 const CLUSTER_SCOPED: &[(&str, &str)] = &[
     ("", "Namespace"),
@@ -126,12 +102,13 @@ const CLUSTER_SCOPED: &[(&str, &str)] = &[
     ("storage.k8s.io", "StorageClass"),
 ];
 
-/// Scopes of built-in kinds without a cluster (for [`ManifestSet::from_release`]): custom kinds
-/// are left to the release's CRDs.
+/// Scopes of built-in kinds without a cluster (for [`ManifestSet::from_release`]): kinds of the
+/// built-in groups ([`BUILTIN_GROUPS`]) are namespaced unless listed in [`CLUSTER_SCOPED`]; custom
+/// kinds are left to the release's CRDs.
 pub fn builtin_scope(group: &str, kind: &str) -> Option<Scope> {
     if CLUSTER_SCOPED.contains(&(group, kind)) {
         Some(Scope::Cluster)
-    } else if BUILTIN_GROUPS.contains(&group) {
+    } else if group.is_empty() || BUILTIN_GROUPS.contains(&group) {
         Some(Scope::Namespaced)
     } else {
         None

@@ -4,7 +4,7 @@
 //! namespace, so a rollback restores state, not only an image.
 //!
 //! Storage: Secrets (a snapshot can hold Secrets of the release), the JSON split into chunks
-//! `<inventory>-snapshot-<id>-<n>` of at most [`CHUNK_BYTES`], then an index Secret
+//! `<inventory>-snapshot-<id>-<n>` of at most [`CHUNK_BYTES`] ([`super::chunked`]), then an index Secret
 //! `<inventory>-snapshot-<id>` with the chunk count and an HMAC-SHA256 of the id, the release and
 //! the whole JSON, written last so a snapshot interrupted half way is never listed. Only the
 //! newest `snapshot_history` snapshots are kept.
@@ -20,6 +20,7 @@
 //! for custom resources of the snapshot's CRDs: those are the users' data, which no release
 //! policy describes.
 
+use super::chunked::{ChunkError, Existing, read_chunks, write_chunks};
 use super::phases::Resolver;
 use super::prune::api_for;
 use super::{
@@ -36,8 +37,6 @@ use serde_json::Value;
 use sha2::Sha256;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Largest chunk of snapshot JSON in one Secret (Secrets are limited to 1 MiB).
-pub const CHUNK_BYTES: usize = 512 * 1024;
 /// Label carrying the snapshot id on its index and chunk Secrets.
 pub const LABEL_SNAPSHOT: &str = "fleetgate.io/snapshot";
 /// Label (value `true`) marking a snapshot's index Secret.
@@ -223,27 +222,18 @@ impl Engine {
     async fn store_snapshot(&self, id: &str, release: &str, objects: &[Value]) -> Result<SnapshotInfo, ApplyError> {
         let json = serde_json::to_vec(objects).expect("objects serialize");
         let mac = self.agent_key().await?.mac(SNAPSHOT_DOMAIN, &[id.as_bytes(), release.as_bytes(), &json]);
-        let chunks: Vec<&[u8]> = json.chunks(CHUNK_BYTES).collect();
         let created = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
         let api = self.secrets();
-        for (i, chunk) in chunks.iter().enumerate() {
-            let secret = Secret {
-                metadata: ObjectMeta {
-                    name: Some(format!("{}-{}", self.index_name(id), i + 1)),
-                    labels: Some(self.options.own_labels(&[(LABEL_SNAPSHOT, id)])),
-                    ..Default::default()
-                },
-                data: Some(BTreeMap::from([(DATA_KEY.to_string(), ByteString(chunk.to_vec()))])),
-                ..Default::default()
-            };
-            api.create(&PostParams::default(), &secret).await.map_err(kube_err(format!("storing snapshot {id}")))?;
-        }
+        let chunk_labels = self.options.own_labels(&[(LABEL_SNAPSHOT, id)]);
+        let chunks = write_chunks(&api, &self.index_name(id), DATA_KEY, &json, &chunk_labels, Existing::Fail)
+            .await
+            .map_err(kube_err(format!("storing snapshot {id}")))?;
         let info = SnapshotInfo {
             id: id.to_string(),
             release: release.to_string(),
             created: created.clone(),
             objects: objects.len(),
-            chunks: chunks.len(),
+            chunks,
         };
         let index_labels =
             self.options.own_labels(&[(LABEL_SNAPSHOT, id), (LABEL_INDEX, "true"), (LABEL_RELEASE, release)]);
@@ -252,7 +242,7 @@ impl Engine {
                 name: Some(self.index_name(id)),
                 labels: Some(index_labels),
                 annotations: Some(BTreeMap::from([
-                    (ANN_CHUNKS.to_string(), chunks.len().to_string()),
+                    (ANN_CHUNKS.to_string(), chunks.to_string()),
                     (ANN_MAC.to_string(), mac),
                     (ANN_OBJECTS.to_string(), objects.len().to_string()),
                     (ANN_CREATED.to_string(), created),
@@ -323,13 +313,10 @@ impl Engine {
         let ann = index.metadata.annotations.unwrap_or_default();
         let chunks: usize =
             ann.get(ANN_CHUNKS).and_then(|c| c.parse().ok()).ok_or_else(|| bad("index has no chunk count".into()))?;
-        let mut json = Vec::new();
-        for i in 1..=chunks {
-            let name = format!("{}-{i}", self.index_name(id));
-            let secret = api.get(&name).await.map_err(|e| bad(format!("chunk {name}: {}", api_message(&e))))?;
-            let data = secret.data.unwrap_or_default();
-            json.extend_from_slice(&data.get(DATA_KEY).ok_or_else(|| bad(format!("chunk {name} is empty")))?.0);
-        }
+        let json = read_chunks(&api, &self.index_name(id), DATA_KEY, chunks).await.map_err(|e| match e {
+            ChunkError::Missing(name) => bad(format!("chunk {name} is missing or empty")),
+            ChunkError::Api { name, source } => bad(format!("chunk {name}: {}", api_message(&source))),
+        })?;
         let mac = ann.get(ANN_MAC).map(String::as_str).unwrap_or_default();
         if !self.agent_key().await?.verify(SNAPSHOT_DOMAIN, &[id.as_bytes(), release.as_bytes(), &json], mac) {
             return Err(ApplyError::SnapshotUnauthenticated { id: id.to_string(), release });

@@ -51,6 +51,36 @@ impl ObjectKey {
     }
 }
 
+/// API groups the Kubernetes API server serves itself (besides the core group `""`). Admission
+/// refuses release CRDs in them even on a server that has one switched off today (it may be
+/// switched on tomorrow); `fleetgate agent rbac` takes kinds in them as built-in.
+pub const BUILTIN_GROUPS: [&str; 24] = [
+    "apps",
+    "batch",
+    "policy",
+    "autoscaling",
+    "extensions",
+    "admissionregistration.k8s.io",
+    "apiextensions.k8s.io",
+    "apiregistration.k8s.io",
+    "apidiscovery.k8s.io",
+    "authentication.k8s.io",
+    "authorization.k8s.io",
+    "certificates.k8s.io",
+    "coordination.k8s.io",
+    "discovery.k8s.io",
+    "events.k8s.io",
+    "flowcontrol.apiserver.k8s.io",
+    "internal.apiserver.k8s.io",
+    "networking.k8s.io",
+    "node.k8s.io",
+    "rbac.authorization.k8s.io",
+    "resource.k8s.io",
+    "scheduling.k8s.io",
+    "storage.k8s.io",
+    "storagemigration.k8s.io",
+];
+
 /// `Kind.group`, or `Kind` for the core group.
 pub fn group_kind(group: &str, kind: &str) -> String {
     if group.is_empty() { kind.to_string() } else { format!("{kind}.{group}") }

@@ -75,3 +75,15 @@ pub fn wait_for_port(addr: &str, timeout: std::time::Duration) -> anyhow::Result
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+/// A memory figure of process `pid` (a number, or `self`) from `/proc/<pid>/status`, in KiB:
+/// `VmRSS` (resident now) or `VmHWM` (the peak so far).
+pub fn memory_kib(pid: &str, field: &str) -> anyhow::Result<u64> {
+    use anyhow::Context as _;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).with_context(|| format!("/proc/{pid}/status"))?;
+    let line = status
+        .lines()
+        .find(|l| l.strip_prefix(field).is_some_and(|rest| rest.starts_with(':')))
+        .with_context(|| format!("{field} missing in /proc/{pid}/status"))?;
+    Ok(line.split_whitespace().nth(1).context("no value")?.parse()?)
+}

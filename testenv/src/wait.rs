@@ -11,7 +11,16 @@ pub async fn within<T>(what: &str, secs: u64, fut: impl Future<Output = T>) -> T
 }
 
 /// Polls `check` every 500 ms until it returns `Some`, failing the test with `what` after `secs`.
-pub async fn eventually<T, F, Fut>(what: &str, secs: u64, mut check: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, secs: u64, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    eventually_every(what, secs, Duration::from_millis(500), check).await
+}
+
+/// [`eventually`], polling every `poll` (for a test that reports how long the wait took).
+pub async fn eventually_every<T, F, Fut>(what: &str, secs: u64, poll: Duration, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -21,7 +30,7 @@ where
             if let Some(v) = check().await {
                 return v;
             }
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            tokio::time::sleep(poll).await;
         }
     })
     .await

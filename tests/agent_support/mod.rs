@@ -306,7 +306,7 @@ impl Fleet {
 
 /// deploy/ of this checkout, as shipped.
 pub fn deploy_manifests() -> DeployManifests {
-    DeployManifests::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy")).unwrap_or_else(|e| panic!("{e:#}"))
+    DeployManifests::shipped().unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 /// The image of release `id` as [`Fleet::release`] renders it.

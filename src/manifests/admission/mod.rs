@@ -38,35 +38,6 @@ pub const ANNOTATION_ADOPT: &str = "fleetgate.io/adopt";
 /// The "policy" named by violations of rules no policy can lift.
 pub const FIXED_RULES: &str = "fleetgate's fixed rules";
 
-/// API groups the Kubernetes API server serves itself. Discovery decides first; this list also
-/// refuses them on a server that has one switched off today (it may be switched on tomorrow).
-const BUILTIN_GROUPS: [&str; 24] = [
-    "apps",
-    "batch",
-    "policy",
-    "autoscaling",
-    "extensions",
-    "admissionregistration.k8s.io",
-    "apiextensions.k8s.io",
-    "apiregistration.k8s.io",
-    "apidiscovery.k8s.io",
-    "authentication.k8s.io",
-    "authorization.k8s.io",
-    "certificates.k8s.io",
-    "coordination.k8s.io",
-    "discovery.k8s.io",
-    "events.k8s.io",
-    "flowcontrol.apiserver.k8s.io",
-    "internal.apiserver.k8s.io",
-    "networking.k8s.io",
-    "node.k8s.io",
-    "rbac.authorization.k8s.io",
-    "resource.k8s.io",
-    "scheduling.k8s.io",
-    "storage.k8s.io",
-    "storagemigration.k8s.io",
-];
-
 /// What admission needs to know about the live cluster.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LiveApi {
@@ -107,7 +78,7 @@ impl LiveApi {
     /// Who else serves API `group`, if anyone: the built-in API, or a resource the cluster serves
     /// in it that is neither one of `release_crds` nor a CRD fleetgate applied.
     fn serves_otherwise(&self, group: &str, release_crds: &BTreeSet<String>) -> Option<String> {
-        if group.is_empty() || BUILTIN_GROUPS.contains(&group) {
+        if group.is_empty() || super::BUILTIN_GROUPS.contains(&group) {
             return Some("a built-in API group".into());
         }
         let foreign = self.served.get(group)?.iter().find(|plural| {
