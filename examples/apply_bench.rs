@@ -1,41 +1,68 @@
-//! Wall time to apply N ConfigMaps (default 200) with fleetgate's apply engine and with
-//! `kubectl apply --server-side`, against the same real kube-apiserver (from fleetgate-testenv).
+//! fleetgate's apply engine against Flux's (`fluxcd/pkg/ssa`, run by `bench/ssa` as
+//! kustomize-controller runs it), on ONE real kube-apiserver + etcd from fleetgate-testenv, the
+//! engines alternating case by case (which goes first flips every round, so both meet the same
+//! machine load).
 //!
 //! ```text
-//! cargo run --example apply_bench [-- N]
+//! cargo run --release --example apply_bench [-- ROUNDS]      # default 3 rounds; `make bench`
 //! ```
 //!
-//! Each run gets its own namespace with the same objects: the engine with its default
-//! concurrency (16), the engine one object at a time, and kubectl. Measured: the first apply (creates
-//! everything) and a second apply of the same content (changes nothing). The engine's figure
-//! includes what kubectl does not do: admission policy, a server-side dry run of every object
-//! before the first write, the inventory and the release-manifest ConfigMap.
+//! Cases: 200 ConfigMaps (and their Namespace) created, applied again unchanged, 10 % of them
+//! changed, then 50 of them dropped and pruned; the real-shaped operator of
+//! `testenv/src/operator_fixture.rs` (ten CRDs of 0.3–1 MB, rendered by the real helm) installed
+//! and upgraded to its next chart. Each engine gets its own namespaces and inventory; the
+//! operator's CRDs are cluster-wide, so they are deleted between the two engines' operator runs.
+//!
+//! fleetgate's figure is what the agent does for a release: `admit` (discovery, parse, admission
+//! policy, inventory read), a `snapshot` of the previous release when there is one, `apply`
+//! (server-side dry run of everything, adoption check, inventory, phases, release-manifest) and
+//! `prune` where the case drops objects; each step is also shown on its own. Flux's is
+//! kustomize-controller's reconcile minus its own status write: owner labels, `ApplyAllStaged`
+//! (which waits for CRDs and Namespaces with `WaitForSet`), inventory diff and `DeleteAll`.
+//! Neither engine waits for workloads to roll out (kustomize-controller's `wait: false` default;
+//! fleetgate's bake gates do that). Requests are counted on each engine's client: a transport
+//! wrapper in Go, a tower layer on fleetgate's kube client — every HTTP request each one sends.
 
 use fleetgate::apply::{ApplyOptions, Engine};
 use fleetgate::manifests::admission::AdmissionPolicy;
 use fleetgate::model::{Document, ImageRef, ReleaseAdmissionPolicySpec, ReleaseSpec};
 use fleetgate::release::VerifiedRelease;
+use fleetgate::releng::chart::{ChartInput, RenderTarget};
+use fleetgate_testenv::operator_fixture::{CoreSchemas, CrdGeneration, FixtureChart, FixtureImages, KINDS};
 use fleetgate_testenv::{ClusterOptions, TestCluster};
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, ObjectMeta, PostParams};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout};
 
-fn manifests(namespace: &str, n: usize) -> String {
+const CONFIGMAPS: usize = 200;
+
+/// A manifest set: file name → YAML.
+type Files = BTreeMap<String, Vec<u8>>;
+
+/// The Namespace and `n` ConfigMaps; those with `i % 10 == 0` get another payload when `changed`,
+/// those with `i >= keep` are left out.
+fn configmaps(namespace: &str, changed: bool, keep: usize) -> Files {
     let mut text = format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n");
-    for i in 0..n {
+    for i in 0..keep {
+        let payload = if changed && i % 10 == 0 { "y" } else { "x" }.repeat(256);
         text.push_str(&format!(
             "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: config-{i:04}\n  namespace: {namespace}\n\
-             data:\n  index: \"{i}\"\n  payload: {}\n",
-            "x".repeat(256)
+             data:\n  index: \"{i}\"\n  payload: {payload}\n"
         ));
     }
-    text
+    BTreeMap::from([("objects.yaml".to_string(), text.into_bytes())])
 }
 
-fn release(text: String) -> VerifiedRelease {
+fn release(id: &str, files: &Files) -> VerifiedRelease {
     let spec = ReleaseSpec {
-        fleet: Some("redis-fleet".into()),
+        fleet: Some("bench-fleet".into()),
         sequence: Some(1),
         revokes: Vec::new(),
         git_commit: "bench".into(),
@@ -52,87 +79,253 @@ fn release(text: String) -> VerifiedRelease {
         manifests: "operator/".into(),
         deploy_timestamp: None,
     };
-    let files = BTreeMap::from([("operator/objects.yaml".to_string(), text.into_bytes())]);
-    VerifiedRelease::assume_verified(Document::new("Release", "rel-bench", spec), "bench", files)
+    let files = files.iter().map(|(name, text)| (format!("operator/{name}"), text.clone())).collect();
+    VerifiedRelease::assume_verified(Document::new("Release", id, spec), "bench", files)
 }
 
-async fn kubectl(file: &std::path::Path, kubeconfig: &std::path::Path) -> anyhow::Result<Duration> {
-    let start = Instant::now();
-    let out = tokio::process::Command::new("kubectl")
-        .args(["apply", "--server-side", "--field-manager", "bench", "-f"])
-        .arg(file)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .output()
-        .await?;
-    anyhow::ensure!(out.status.success(), "kubectl: {}", String::from_utf8_lossy(&out.stderr));
-    Ok(start.elapsed())
+/// One run's figures.
+#[derive(Debug, Clone, Default)]
+struct Run {
+    ms: f64,
+    requests: u64,
+    /// fleetgate only: (step, ms) in order.
+    steps: Vec<(&'static str, f64)>,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// fleetgate's engine on a client whose requests are counted.
+struct Fleetgate {
+    client: kube::Client,
+    requests: Arc<AtomicU64>,
+    policy: AdmissionPolicy,
+}
+
+impl Fleetgate {
+    async fn new(kubeconfig: &Path) -> anyhow::Result<Fleetgate> {
+        let kc = kube::config::Kubeconfig::read_from(kubeconfig)?;
+        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+        let requests = Arc::new(AtomicU64::new(0));
+        let count = requests.clone();
+        let layer = tower::util::MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
+            count.fetch_add(1, Ordering::Relaxed);
+            req
+        });
+        let client = kube::client::ClientBuilder::try_from(config)?.with_layer(&layer).build();
+        let policy = AdmissionPolicy::baseline(ReleaseAdmissionPolicySpec {
+            allowed_namespaces: Some(vec!["bench-*".into()]),
+            allowed_cluster_scoped_kinds: Some(vec![
+                "CustomResourceDefinition.apiextensions.k8s.io".into(),
+                "ClusterRole.rbac.authorization.k8s.io".into(),
+                "ClusterRoleBinding.rbac.authorization.k8s.io".into(),
+                "ValidatingWebhookConfiguration.admissionregistration.k8s.io".into(),
+                "MutatingWebhookConfiguration.admissionregistration.k8s.io".into(),
+            ]),
+            ..Default::default()
+        });
+        Ok(Fleetgate { client, requests, policy })
+    }
+
+    fn engine(&self, inventory: &str) -> Engine {
+        let mut options = ApplyOptions::new("fleetgate-system");
+        options.inventory = inventory.into();
+        Engine::new(self.client.clone(), options)
+    }
+
+    /// What the agent does for one release: admit, snapshot (when `snapshot`), apply, prune
+    /// (when `prune`).
+    async fn run(&self, engine: &Engine, rel: &VerifiedRelease, snapshot: bool, prune: bool) -> anyhow::Result<Run> {
+        let before = self.requests.load(Ordering::Relaxed);
+        let start = Instant::now();
+        let mut steps = Vec::new();
+        let mut step = Instant::now();
+        let mut lap = |name: &'static str, steps: &mut Vec<(&'static str, f64)>| {
+            steps.push((name, ms(step.elapsed())));
+            step = Instant::now();
+        };
+        let admitted = engine.admit(rel, &self.policy).await?;
+        lap("admit", &mut steps);
+        if snapshot {
+            engine.snapshot().await?;
+            lap("snapshot", &mut steps);
+        }
+        engine.apply(admitted).await?;
+        lap("apply", &mut steps);
+        if prune {
+            engine.prune().await?;
+            lap("prune", &mut steps);
+        }
+        Ok(Run { ms: ms(start.elapsed()), requests: self.requests.load(Ordering::Relaxed) - before, steps })
+    }
+}
+
+/// The long-lived `flux-ssa-bench` process (warm client and REST mapper, like a controller).
+struct Flux {
+    _child: Child,
+    stdin: ChildStdin,
+    stdout: Lines<BufReader<ChildStdout>>,
+}
+
+impl Flux {
+    fn start(kubeconfig: &Path) -> anyhow::Result<Flux> {
+        let bin = fleetgate_testenv::flux_ssa_bench_binary()?;
+        let mut child = tokio::process::Command::new(bin)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()?;
+        let stdin = child.stdin.take().expect("piped");
+        let stdout = BufReader::new(child.stdout.take().expect("piped")).lines();
+        Ok(Flux { _child: child, stdin, stdout })
+    }
+
+    async fn run(&mut self, dir: &Path) -> anyhow::Result<Run> {
+        self.stdin.write_all(format!("apply {}\n", dir.display()).as_bytes()).await?;
+        let line = self.stdout.next_line().await?.ok_or_else(|| anyhow::anyhow!("flux-ssa-bench exited"))?;
+        let v: serde_json::Value = serde_json::from_str(&line)?;
+        if let Some(e) = v.get("error").and_then(|e| e.as_str()) {
+            anyhow::bail!("flux-ssa-bench: {e}");
+        }
+        Ok(Run {
+            ms: v["ms"].as_f64().unwrap_or_default(),
+            requests: v["requests"].as_u64().unwrap_or_default(),
+            steps: Vec::new(),
+        })
+    }
+}
+
+/// Writes `files` into a fresh directory for flux-ssa-bench (flat: it reads `DIR/*.yaml`).
+fn flux_dir(root: &Path, name: &str, files: &Files) -> anyhow::Result<PathBuf> {
+    let dir = root.join(name);
+    std::fs::create_dir_all(&dir)?;
+    for (file, text) in files {
+        std::fs::write(dir.join(file.replace('/', "_")), text)?;
+    }
+    Ok(dir)
+}
+
+/// The fixture operator rendered by helm as release `name` into namespace `namespace`.
+fn render(chart: &Path, name: &str, namespace: &str) -> anyhow::Result<Files> {
+    let helm = fleetgate_testenv::operator_fixture::helm_binary()?;
+    let input = ChartInput { chart: chart.to_path_buf(), values: Vec::new(), set: Vec::new() };
+    let target = RenderTarget { release_name: name.into(), namespace: namespace.into(), kube_version: None };
+    Ok(fleetgate::releng::chart::render(&helm, &input, &target)?.files)
+}
+
+/// Deletes the fixture's CRDs and waits until they are gone.
+async fn delete_crds(client: &kube::Client) -> anyhow::Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for k in KINDS {
+        let _ = api.delete(&k.crd_name(), &DeleteParams::default()).await;
+    }
+    for k in KINDS {
+        while api.get_opt(&k.crd_name()).await?.is_some() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    Ok(())
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() { f64::NAN } else { v[v.len() / 2] }
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let n: usize = std::env::args().nth(1).map(|a| a.parse()).transpose()?.unwrap_or(200);
+    let rounds: usize = std::env::args().nth(1).map(|a| a.parse()).transpose()?.unwrap_or(3);
     let cluster = TestCluster::start(ClusterOptions::new("apply-bench")).await?;
-    let client = cluster.client();
-    let agent = Namespace {
-        metadata: ObjectMeta { name: Some("fleetgate-system".into()), ..Default::default() },
-        ..Default::default()
-    };
-    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &agent).await?;
+    let admin = cluster.client();
+    let agent_ns =
+        Namespace { metadata: ObjectMeta { name: Some("fleetgate-system".into()), ..Default::default() }, ..Default::default() };
+    Api::<Namespace>::all(admin.clone()).create(&PostParams::default(), &agent_ns).await?;
+    let fg = Fleetgate::new(cluster.kubeconfig_path()).await?;
+    let mut flux = Flux::start(cluster.kubeconfig_path())?;
 
-    let policy = AdmissionPolicy::baseline(ReleaseAdmissionPolicySpec {
-        allowed_namespaces: Some(vec!["bench-*".into()]),
-        allowed_cluster_scoped_kinds: Some(vec![]),
-        ..Default::default()
-    });
-    let engine = Engine::new(client.clone(), ApplyOptions::new("fleetgate-system"));
-    let rel = release(manifests("bench-engine", n));
-    let start = Instant::now();
-    let first = engine.apply(engine.admit(&rel, &policy).await?).await?;
-    let engine_first = start.elapsed();
-    let start = Instant::now();
-    let second = engine.apply(engine.admit(&rel, &policy).await?).await?;
-    let engine_second = start.elapsed();
-    anyhow::ensure!(!second.changed_anything(), "the second apply changed something");
+    let work = tempfile::tempdir()?;
+    let core = CoreSchemas::fetch(&admin).await?;
+    let images = |t: &str| FixtureImages { manager_tag: t.into(), proxy_tag: t.into(), webhook_tag: t.into() };
+    let charts = [("1.0.0", CrdGeneration::Initial, "v1.0.0"), ("1.1.0", CrdGeneration::Upgraded, "v1.1.0")].map(
+        |(version, generation, tag)| {
+            let dir = work.path().join(format!("chart-{version}"));
+            FixtureChart { version: version.into(), generation, images: images(tag) }.write(&dir, &core).map(|_| dir)
+        },
+    );
+    let charts: Vec<PathBuf> = charts.into_iter().collect::<anyhow::Result<_>>()?;
 
-    // The same with one object at a time, as kubectl does (another inventory and namespace).
-    let mut serial_options = ApplyOptions::new("fleetgate-system");
-    serial_options.inventory = "bench-serial".into();
-    serial_options.concurrency = 1;
-    let serial = Engine::new(client.clone(), serial_options);
-    let rel = release(manifests("bench-serial", n));
-    let start = Instant::now();
-    serial.apply(serial.admit(&rel, &policy).await?).await?;
-    let serial_first = start.elapsed();
-    let start = Instant::now();
-    serial.apply(serial.admit(&rel, &policy).await?).await?;
-    let serial_second = start.elapsed();
+    // case → (fleetgate runs, flux runs)
+    const CASES: [&str; 6] = [
+        "200 ConfigMaps: create",
+        "200 ConfigMaps: no-op",
+        "200 ConfigMaps: 10 % changed",
+        "prune 50 of them",
+        "operator: install",
+        "operator: upgrade",
+    ];
+    let mut results: Vec<(Vec<Run>, Vec<Run>)> = vec![Default::default(); CASES.len()];
+    for r in 0..rounds {
+        let fg_first = r % 2 == 0;
+        // ConfigMaps: each engine its own namespace and inventory.
+        let (fg_ns, flux_ns) = (format!("bench-fg-{r}"), format!("bench-flux-{r}"));
+        let engine = fg.engine(&format!("bench-fg-{r}"));
+        let variants = [(false, CONFIGMAPS), (false, CONFIGMAPS), (true, CONFIGMAPS), (true, CONFIGMAPS - 50)];
+        for (case, (changed, keep)) in variants.into_iter().enumerate() {
+            let id = ["rel-a", "rel-a", "rel-b", "rel-c"][case];
+            let rel = release(id, &configmaps(&fg_ns, changed, keep));
+            let dir = flux_dir(work.path(), &format!("{flux_ns}-{case}"), &configmaps(&flux_ns, changed, keep))?;
+            let (snapshot, prune) = (case >= 2, case == 3);
+            for turn in 0..2 {
+                if (turn == 0) == fg_first {
+                    results[case].0.push(fg.run(&engine, &rel, snapshot, prune).await?);
+                } else {
+                    results[case].1.push(flux.run(&dir).await?);
+                }
+            }
+        }
+        // The operator: install then upgrade, one engine after the other (they share the CRDs).
+        for turn in 0..2 {
+            let is_fg = (turn == 0) == fg_first;
+            let who = if is_fg { "fg" } else { "flux" };
+            let (name, ns) = (format!("fx-{who}-{r}"), format!("bench-fx-{who}-{r}"));
+            let engine = fg.engine(&format!("bench-op-{r}"));
+            for (step, chart) in charts.iter().enumerate() {
+                let files = render(chart, &name, &ns)?;
+                let run = if is_fg {
+                    let rel = release(&format!("rel-op-{step}"), &files);
+                    fg.run(&engine, &rel, step == 1, false).await?
+                } else {
+                    flux.run(&flux_dir(work.path(), &format!("{name}-{step}"), &files)?).await?
+                };
+                let slot = &mut results[4 + step];
+                if is_fg { slot.0.push(run) } else { slot.1.push(run) }
+            }
+            delete_crds(&admin).await?;
+        }
+    }
 
-    let dir = tempfile::tempdir()?;
-    let file = dir.path().join("objects.yaml");
-    std::fs::write(&file, manifests("bench-kubectl", n))?;
-    let kubectl_first = kubectl(&file, cluster.kubeconfig_path()).await?;
-    let kubectl_second = kubectl(&file, cluster.kubeconfig_path()).await?;
-
-    println!("objects: {} ({n} ConfigMaps + 1 Namespace); engine: {}", n + 1, first.summary());
-    println!("{:<40} {:>10} {:>10}", "", "create", "no-op");
     println!(
-        "{:<40} {:>9.2}s {:>9.2}s",
-        "fleetgate Engine::apply",
-        engine_first.as_secs_f64(),
-        engine_second.as_secs_f64()
+        "apply: fleetgate's engine vs Flux's (fluxcd/pkg/ssa v0.78.0), one kube-apiserver, {rounds} rounds alternating, medians"
     );
     println!(
-        "{:<40} {:>9.2}s {:>9.2}s",
-        "fleetgate Engine::apply, concurrency 1",
-        serial_first.as_secs_f64(),
-        serial_second.as_secs_f64()
+        "{:<30} {:>12} {:>10} {:>7} {:>9} {:>9}   fleetgate's steps (ms)",
+        "case", "fleetgate ms", "flux ms", "ratio", "fg req", "flux req"
     );
-    println!(
-        "{:<40} {:>9.2}s {:>9.2}s",
-        "kubectl apply --server-side",
-        kubectl_first.as_secs_f64(),
-        kubectl_second.as_secs_f64()
-    );
+    for (case, (fgr, fxr)) in CASES.iter().zip(&results) {
+        let f = median(fgr.iter().map(|r| r.ms).collect());
+        let x = median(fxr.iter().map(|r| r.ms).collect());
+        let fq = median(fgr.iter().map(|r| r.requests as f64).collect());
+        let xq = median(fxr.iter().map(|r| r.requests as f64).collect());
+        let steps: Vec<String> = fgr[0]
+            .steps
+            .iter()
+            .enumerate()
+            .map(|(i, (name, _))| format!("{name} {:.0}", median(fgr.iter().map(|r| r.steps[i].1).collect())))
+            .collect();
+        println!("{case:<30} {f:>12.0} {x:>10.0} {:>7.2} {fq:>9.0} {xq:>9.0}   {}", f / x, steps.join(", "));
+    }
     Ok(())
 }

@@ -59,6 +59,12 @@ fn find_binaries_dir() -> anyhow::Result<PathBuf> {
     )
 }
 
+/// `flux-ssa-bench` (bench/ssa: Flux's server-side apply engine, for examples/apply_bench.rs),
+/// built into the cache by `hack/flux-ssa-bench.sh` on first use.
+pub fn flux_ssa_bench_binary() -> anyhow::Result<PathBuf> {
+    run_hack_script("flux-ssa-bench.sh", "set FLEETGATE_REPO to the fleetgate checkout")
+}
+
 /// Runs `hack/<name>` of the fleetgate checkout (`FLEETGATE_REPO`, else this crate's parent) and
 /// returns the path it prints last: the scripts that build a tool into the cache answer with
 /// its location at once when it is there, and build it first otherwise. `hint` says what to do
