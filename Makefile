@@ -29,10 +29,15 @@ demo: testenv
 	$(CARGO) build --workspace --bins
 	@bash hack/demo.sh
 
-# The figures in docs/BENCHMARKS.md: apply of 200 objects vs kubectl, the 1,000 × 20 status matrix.
+# The figures in docs/BENCHMARKS.md, release profile: the apply engine vs Flux's fluxcd/pkg/ssa
+# (bench/ssa, built by hack/flux-ssa-bench.sh), the 1,000 × 20 status matrix; `uptime` notes the load.
 bench: testenv
-	$(CARGO) run --example apply_bench
-	$(CARGO) --config 'profile.dev.package.fleetgate.opt-level=3' run --example status_matrix
+	@uptime
+	bash hack/flux-ssa-bench.sh
+	$(CARGO) run --release --example apply_bench
+	$(CARGO) run --release --example status_matrix
+	$(CARGO) run --release --example status_matrix 10000 20
+	@uptime
 
 # The parser properties of tests/fuzz_parsers.rs at 20,000 cases each (make test runs 256).
 fuzz: deps

@@ -5,11 +5,12 @@
 // It is a long-lived process, like a controller: the client, its REST mapper and the
 // status poller are built once and stay warm across runs. Each line on stdin is one run:
 //
-//	apply DIR
+//	apply DIR [wait]
 //
 // reads every *.yaml file in DIR (multi-document), and does what kustomize-controller's
-// reconcile does with them: owner labels, ApplyAllStaged, WaitForSet on the change set,
-// then garbage collection of what the previous run's inventory held and this one does
+// reconcile does with them: owner labels, ApplyAllStaged (which waits for CRDs and Namespaces
+// with WaitForSet), with `wait` (a Kustomization's spec.wait, default false) WaitForSet on the
+// whole change set, then garbage collection of what the previous run's inventory held and this one does
 // not (DeleteAll, restricted to objects carrying the owner labels). The inventory is kept
 // in memory (kustomize-controller keeps it in the Kustomization's status; that status
 // write is one request this program does not make). One JSON line per run goes to stdout:
@@ -111,14 +112,14 @@ func main() {
 	out := json.NewEncoder(os.Stdout)
 	for in.Scan() {
 		fields := strings.Fields(in.Text())
-		if len(fields) != 2 || fields[0] != "apply" {
-			out.Encode(result{Error: "expected: apply DIR"})
+		if len(fields) < 2 || len(fields) > 3 || fields[0] != "apply" || (len(fields) == 3 && fields[2] != "wait") {
+			out.Encode(result{Error: "expected: apply DIR [wait]"})
 			continue
 		}
 		before := count.n.Load()
 		start := time.Now()
 		res := result{Actions: map[string]int{}}
-		next, err := run(manager, fields[1], inventory, *waitInterval, res.Actions)
+		next, err := run(manager, fields[1], len(fields) == 3, inventory, *waitInterval, res.Actions)
 		res.Ms = float64(time.Since(start).Microseconds()) / 1000
 		res.Requests = count.n.Load() - before
 		if err != nil {
@@ -131,7 +132,7 @@ func main() {
 }
 
 // run is one reconcile: apply in stages, wait, prune what left the set.
-func run(manager *ssa.ResourceManager, dir string, inventory []*unstructured.Unstructured,
+func run(manager *ssa.ResourceManager, dir string, waitAll bool, inventory []*unstructured.Unstructured,
 	waitInterval time.Duration, actions map[string]int) ([]*unstructured.Unstructured, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -150,9 +151,11 @@ func run(manager *ssa.ResourceManager, dir string, inventory []*unstructured.Uns
 	for _, e := range changeSet.Entries {
 		actions[string(e.Action)]++
 	}
-	if err := manager.WaitForSet(changeSet.ToObjMetadataSet(),
-		ssa.WaitOptions{Interval: waitInterval, Timeout: 2 * time.Minute}); err != nil {
-		return nil, err
+	if waitAll {
+		if err := manager.WaitForSet(changeSet.ToObjMetadataSet(),
+			ssa.WaitOptions{Interval: waitInterval, Timeout: 2 * time.Minute}); err != nil {
+			return nil, err
+		}
 	}
 	keep := object.UnstructuredSetToObjMetadataSet(objects)
 	var stale []*unstructured.Unstructured
