@@ -220,13 +220,6 @@ impl Gitea {
         v["id"].as_u64().context("no id in the hook answer")
     }
 
-    /// The deliveries of hook `id` Gitea recorded (newest first), each with `is_succeed` and the
-    /// response it got (`response.status`, `response.body`).
-    pub async fn hook_deliveries(&self, repo: &str, id: u64) -> anyhow::Result<Vec<Value>> {
-        let v = self.api(reqwest::Method::GET, &format!("/repos/{}/hooks/{id}/tasks", self.repository(repo)), None).await;
-        Ok(v?.as_array().cloned().unwrap_or_default())
-    }
-
     /// The pull requests of `repo` in `state` (`open`, `closed`, `all`), newest first.
     pub async fn pulls(&self, repo: &str, state: &str) -> anyhow::Result<Vec<Value>> {
         let path = format!("/repos/{}/pulls?state={state}", self.repository(repo));
@@ -334,7 +327,7 @@ fn app_ini(work: &Path, static_root: &Path, port: u16, options: &GiteaOptions) -
          [service]\nDISABLE_REGISTRATION = true\nREQUIRE_SIGNIN_VIEW = false\n\n\
          [webhook]\nALLOWED_HOST_LIST = loopback\nDELIVER_TIMEOUT = 10\n\n\
          [indexer]\nISSUE_INDEXER_TYPE = db\nREPO_INDEXER_ENABLED = false\n\n\
-         [actions]\nENABLED = false\n\n[mailer]\nENABLED = false\n\n[picture]\nDISABLE_GRAVATAR = true\n\n\
+         [actions]\nENABLED = false\n\n[mailer]\nENABLED = false\n\n\
          [session]\nPROVIDER = memory\n\n[cache]\nADAPTER = memory\n\n\
          [log]\nMODE = console\nLEVEL = Warn\n",
         static_root.display()
