@@ -200,6 +200,11 @@ impl Gitea {
         format!("{}://{GITEA_ADMIN}:{}@127.0.0.1:{}/{GITEA_ADMIN}/{name}.git", self.scheme, self.token, self.port)
     }
 
+    /// Where Gitea keeps the bare repo `name` on disk (for inspecting it with plain `git`).
+    pub fn repo_path(&self, name: &str) -> PathBuf {
+        self.dir.path().join("repos").join(GITEA_ADMIN).join(format!("{name}.git"))
+    }
+
     /// Creates an empty public repo `name` owned by the admin, default branch `main`; returns its
     /// [`clone_url`](Self::clone_url).
     pub async fn create_repo(&self, name: &str) -> anyhow::Result<String> {
@@ -257,11 +262,12 @@ impl Gitea {
         }
     }
 
-    /// The commit statuses of `sha` (every one posted, newest first): `context`, `status`
-    /// (Gitea's name for the state), `description`, `target_url`.
+    /// The newest status of each context on `sha` (Gitea's combined status): `context`,
+    /// `status` (Gitea's name for the state), `description`, `target_url`.
     pub async fn statuses(&self, repo: &str, sha: &str) -> anyhow::Result<Vec<Value>> {
-        let path = format!("/repos/{}/commits/{sha}/statuses", self.repository(repo));
-        Ok(self.api(reqwest::Method::GET, &path, None).await?.as_array().cloned().unwrap_or_default())
+        let path = format!("/repos/{}/commits/{sha}/status", self.repository(repo));
+        let combined = self.api(reqwest::Method::GET, &path, None).await?;
+        Ok(combined["statuses"].as_array().cloned().unwrap_or_default())
     }
 
     /// One API call with the admin's token; the answer's JSON (Null for an empty body).
