@@ -56,13 +56,21 @@ async fn open_pull(gitea: &Gitea, prefix: &str) -> Value {
     found.remove(0)
 }
 
-/// `fleetgate/cluster-a`'s newest status on `sha` as Gitea's API lists it, once it is `state`.
+/// `fleetgate/cluster-a`'s newest status on `sha` as Gitea's API lists it, once it is `state`;
+/// on timeout the failure shows the last statuses seen.
 async fn status_on(gitea: &Gitea, sha: &str, state: &str, what: &str) -> Value {
-    eventually(&format!("{CONTEXT} {state} on the {what} {sha}"), 240, || async {
-        let newest = gitea.statuses(REPO, sha).await.ok()?.into_iter().find(|s| s["context"] == CONTEXT)?;
-        (newest["status"] == state).then_some(newest)
-    })
-    .await
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let mut last = Vec::new();
+    loop {
+        if let Ok(statuses) = gitea.statuses(REPO, sha).await {
+            if let Some(s) = statuses.iter().find(|s| s["context"] == CONTEXT && s["status"] == state) {
+                return s.clone();
+            }
+            last = statuses;
+        }
+        assert!(Instant::now() < deadline, "no {CONTEXT} {state} on the {what} {sha} within 240 s; last: {last:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 async fn webhook_wakes(http: &reqwest::Client, addr: std::net::SocketAddr) -> u64 {
@@ -184,7 +192,7 @@ async fn promotion_prs_merged_in_gitea_wake_the_agent_and_carry_its_statuses() {
             .await
             .unwrap();
 
-        // rel-3 crash-loops: through a PR Gitea fast-forwards, rolled back, written back.
+        // rel-3 crash-loops: through a merged PR, rolled back, written back.
         fleet.git(&["pull", "-q", "--ff-only", "origin", "main"]);
         let rel3 = fleet.release("rel-3", crash_looping);
         fleetgate(
@@ -203,7 +211,11 @@ async fn promotion_prs_merged_in_gitea_wake_the_agent_and_carry_its_statuses() {
         );
         let pr = open_pull(&gitea, "promote/rel-3").await;
         let pr_head = pr["head"]["sha"].as_str().unwrap().to_string();
-        gitea.merge_pull(REPO, pr["number"].as_u64().unwrap(), "fast-forward-only").await.unwrap();
+        gitea.merge_pull(REPO, pr["number"].as_u64().unwrap(), "merge").await.unwrap();
+        eventually("the agent starts rel-3", 60, || async {
+            (fleet.state().await.desired() == Some("rel-3")).then_some(())
+        })
+        .await;
         let failure = status_on(&gitea, &rel3, "failure", "release commit").await;
         let description = failure["description"].as_str().unwrap();
         assert!(
