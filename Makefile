@@ -17,6 +17,7 @@ deps:
 testenv: deps
 	@bash hack/k8s-binaries.sh >/dev/null
 	@bash hack/helm-binary.sh >/dev/null
+	@bash hack/gitea-binary.sh >/dev/null
 
 build: deps
 	$(CARGO) build --workspace --bins

@@ -14,6 +14,12 @@
 #                 failed gate and its figure; wave-1 and wave-2 never apply rel-2
 #   rel-3 (good)  rolls through all waves
 #
+#   forge: when Gitea is built (`make testenv`, hack/gitea-binary.sh), the fleet repo is served by a
+#   real Gitea instead: promotions are pull requests opened with `fleetgate promote --open-pr` and
+#   merged through Gitea's API, Gitea's push webhook (signed) wakes the agents, and the agents
+#   mirror their statuses to Gitea (release commit, PR head, write-back commit). DEMO_FORGE=git
+#   keeps git daemon.
+#
 # Environment: DEMO_DIR (keep everything there; default a temp dir, removed at the end unless
 # DEMO_KEEP=1), FLEETGATE_BIN / TESTENV_BIN (binaries; default target/debug), DEMO_TIMEOUT (seconds
 # each step may take, default 240), DEMO_CHAOS=1 (kill -9 the canary's agent in the middle of
@@ -88,6 +94,31 @@ FPR=$(gpg --batch --with-colons --list-secret-keys 2>/dev/null | awk -F: '/^fpr/
 gpg --batch --armor --export "$FPR" >"$DIR/trusted.asc"
 ok "repo $REPO_URL, signing key $FPR"
 
+# A real forge when one is built: the fleet repo moves to Gitea, and $DIR/git/fleet.git points at
+# Gitea's bare repo so whoever inspects the repo afterwards finds it where git daemon's would be.
+FORGE_FLAGS=() AGENT_FORGE_FLAGS=()
+if [[ "${DEMO_FORGE:-auto}" != git ]] && "$TESTENV" gitea --check >/dev/null 2>&1; then
+  "$TESTENV" gitea --dir "$DIR/gitea" >"$DIR/gitea.log" 2>&1 &
+  pids+=($!)
+  wait_for "$STEP_TIMEOUT" "Gitea to start" test -f "$DIR/gitea/gitea.env"
+  # shellcheck disable=SC1091
+  source "$DIR/gitea/gitea.env"
+  printf '%s' "$GITEA_TOKEN" >"$DIR/gitea/token"
+  head -c 24 /dev/urandom | base64 | tr -d "\n" >"$DIR/gitea/webhook-secret"
+  rm -rf "$DIR/git/fleet.git"
+  ln -s "$GITEA_REPO_PATH" "$DIR/git/fleet.git"
+  REPO_URL=$GITEA_CLONE_URL ORIGIN_URL=$GITEA_PUSH_URL
+  FORGE_FLAGS=(--forge-kind gitea --forge-url "$GITEA_URL" --forge-repository "$GITEA_REPOSITORY" --forge-token-file "$DIR/gitea/token")
+  AGENT_FORGE_FLAGS=("${FORGE_FLAGS[@]}" --git-token-file "$DIR/gitea/token" --webhook-secret-file "$DIR/gitea/webhook-secret")
+  ok "forge: Gitea at $GITEA_URL — the fleet repo is $REPO_URL"
+else
+  info "forge: none (git daemon); build Gitea with hack/gitea-binary.sh for promotions through pull requests"
+fi
+gitea_api() { # gitea_api METHOD PATH [JSON]: one call to Gitea's API with the demo's token
+  curl -fsS -X "$1" -H "authorization: token $GITEA_TOKEN" -H 'content-type: application/json' \
+    ${3:+-d "$3"} "$GITEA_URL/api/v1$2"
+}
+
 say "fleetgate init: a fleet repo from the template"
 WORK=$DIR/fleet
 "$FG" init "$WORK" | sed 's/^/    /'
@@ -113,7 +144,7 @@ spec:
 YAML
 git -C "$WORK" add -A
 git -C "$WORK" -c user.name=demo -c user.email=demo@demo.invalid commit -qm "Demo gate policy: 20s bake"
-git -C "$WORK" remote add origin "$REPO_URL"
+git -C "$WORK" remote add origin "${ORIGIN_URL:-$REPO_URL}"
 
 # Each agent's status key is generated on first start into a Secret in its cluster; registering
 # its public half is what makes the other waves believe that cluster's statuses.
@@ -158,12 +189,28 @@ release() { # release ID TAG [bad] [release-create flags...]
 }
 
 promote() { # promote ID: a PR branch, "merged" into main the way a forge would
+  [[ -n "${GITEA_URL:-}" ]] && { promote_through_gitea "$1"; return; }
   "$FG" promote "$1" --fleet --repo "$WORK" --trusted-keys "$DIR/trusted.asc" | sed 's/^/    /'
   git -C "$WORK" checkout -q main
   git -C "$WORK" -c user.name=demo -c user.email=demo@demo.invalid merge -q --no-ff --no-edit "promote/$1-fleet"
   git -C "$WORK" push -q origin main
   poke
   ok "merged the promotion of $1 into main and pushed"
+}
+
+promote_through_gitea() { # promote_through_gitea ID: a real PR in Gitea, merged through its API
+  "$FG" promote "$1" --fleet --repo "$WORK" --trusted-keys "$DIR/trusted.asc" --open-pr "${FORGE_FLAGS[@]}" | sed 's/^/    /'
+  local pr number url
+  pr=$(gitea_api GET "/repos/$GITEA_REPOSITORY/pulls?state=open" | python3 -c '
+import json, sys
+p = [p for p in json.load(sys.stdin) if p["head"]["ref"] == sys.argv[1]][0]
+print(p["number"], p["html_url"])' "promote/$1-fleet")
+  read -r number url <<<"$pr"
+  # Gitea checks a new PR's mergeability in the background; it refuses a merge until it has.
+  wait_for 30 "Gitea to merge PR #$number" gitea_api POST "/repos/$GITEA_REPOSITORY/pulls/$number/merge" '{"Do":"merge"}'
+  git -C "$WORK" checkout -q main
+  git -C "$WORK" pull -q --ff-only origin main
+  ok "forge: Gitea — PR #$number $url merged through Gitea's API; its push webhook wakes the agents"
 }
 
 declare -A AGENT_PORT
@@ -224,7 +271,7 @@ start_agent() { # start_agent CLUSTER: one agent process; its pid in $DIR/agent-
   local c=$1
   "$FG" agent --repo "$REPO_URL" --cluster "$c" --kubeconfig "$DIR/clusters/$c.agent.kubeconfig" \
     --trusted-keys "$DIR/trusted.asc" --state-dir "$DIR/agents/$c" --interval 5s --lease-duration 5s \
-    --listen "127.0.0.1:${AGENT_PORT[$c]}" --log-format json >>"$DIR/agent-$c.log" 2>&1 &
+    --listen "127.0.0.1:${AGENT_PORT[$c]}" --log-format json "${AGENT_FORGE_FLAGS[@]}" >>"$DIR/agent-$c.log" 2>&1 &
   echo $! >"$DIR/agent-$c.pid"
   pids+=($!)
 }
@@ -261,6 +308,14 @@ for c in "${CLUSTERS[@]}"; do
   AGENT_PORT[$c]=$(free_port)
   start_agent "$c"
   ok "agent for $c (http://127.0.0.1:${AGENT_PORT[$c]}/metrics, log $DIR/agent-$c.log)"
+  if [[ -n "${GITEA_URL:-}" ]]; then
+    gitea_api POST "/repos/$GITEA_REPOSITORY/hooks" "$(python3 -c '
+import json, sys
+print(json.dumps({"type": "gitea", "active": True, "events": ["push"], "branch_filter": "*",
+                  "config": {"url": sys.argv[1], "content_type": "json", "secret": open(sys.argv[2]).read()}}))' \
+      "http://127.0.0.1:${AGENT_PORT[$c]}/hooks/git" "$DIR/gitea/webhook-secret")" >/dev/null
+    ok "Gitea push webhook (signed) → $c's agent"
+  fi
 done
 say "rel-1 rolls out wave by wave (canary → wave-1 → wave-2)"
 recover cluster-a Applying

@@ -17,11 +17,14 @@
 //! * [`server`] — `/healthz`, `/readyz`, `/metrics`, `POST /hooks/git`.
 //! * [`metrics`], [`events`], [`notifier`] — telling people: Prometheus, Kubernetes Events, a
 //!   Slack-compatible webhook.
+//! * `forge_mirror` — a status also on the promotion PR's head and the write-back commit, on the
+//!   agent's forge.
 //! * [`services`] — starts and stops all of the above as one [`AgentServices`].
 
 pub mod config;
 mod drift;
 pub mod events;
+mod forge_mirror;
 pub mod identity;
 pub mod lease;
 pub mod lkg;

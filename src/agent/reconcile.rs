@@ -767,8 +767,11 @@ impl Agent {
         if let Some(n) = &report.notification {
             self.notify(config, n).await;
         }
-        if let Some(wb) = &report.write_back {
-            self.write_back(&wb.failed, &wb.target, &wb.failure).await;
+        if let Some(wb) = &report.write_back
+            && let Some(commit) = self.write_back(&wb.failed, &wb.target, &wb.failure).await
+            && let Some(status) = &report.status
+        {
+            self.mirror_on_write_back(config, status, commit).await;
         }
         Ok(report)
     }
@@ -793,7 +796,8 @@ impl Agent {
         let publisher = self.publisher(config).await;
         match self.deliver(&publisher, status).await {
             Ok(super::outbox::Delivery::Written) => {
-                tracing::info!(release = %status.release, state = status.state.as_str(), "{}", status.description)
+                tracing::info!(release = %status.release, state = status.state.as_str(), "{}", status.description);
+                self.mirror_on_promotion(&publisher, status).await;
             }
             Ok(super::outbox::Delivery::Queued { why }) => {
                 let note = format!(

@@ -44,8 +44,9 @@ pub enum WriteBackError {
 }
 
 impl Agent {
-    /// Pushes the write-back commit; failures are logged (the rollback itself already happened).
-    pub(super) async fn write_back(&mut self, failed: &str, target: &str, failure: &Failure) {
+    /// Pushes the write-back commit and returns it; failures are logged (the rollback itself
+    /// already happened).
+    pub(super) async fn write_back(&mut self, failed: &str, target: &str, failure: &Failure) -> Option<Oid> {
         let cluster = self.services.config.cluster.clone();
         let credentials = self.services.config.git_credentials.to_source().unwrap_or_default();
         let signer = &self.services.status_signer;
@@ -53,9 +54,18 @@ impl Agent {
             write_back(&mut self.source, &credentials, signer, &cluster, failed, target, failure)
         });
         match result {
-            Ok(Some(commit)) => tracing::info!(%commit, release = target, "wrote the rollback back to Git"),
-            Ok(None) => tracing::info!(release = target, "Git already asks for the rolled-back-to release"),
-            Err(e) => tracing::error!(error = %error_chain(&e), "write-back failed; Git still asks for {failed}"),
+            Ok(Some(commit)) => {
+                tracing::info!(%commit, release = target, "wrote the rollback back to Git");
+                Some(commit)
+            }
+            Ok(None) => {
+                tracing::info!(release = target, "Git already asks for the rolled-back-to release");
+                None
+            }
+            Err(e) => {
+                tracing::error!(error = %error_chain(&e), "write-back failed; Git still asks for {failed}");
+                None
+            }
         }
     }
 }

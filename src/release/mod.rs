@@ -12,6 +12,7 @@
 mod history;
 pub mod mapping;
 mod pins;
+mod promoted;
 mod promotion;
 mod resolve;
 mod trust;
@@ -20,6 +21,7 @@ mod verify;
 
 pub use history::*;
 pub use pins::*;
+pub use promoted::*;
 pub use promotion::*;
 pub use resolve::*;
 pub use trust::*;

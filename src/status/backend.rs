@@ -88,6 +88,20 @@ impl Publisher {
     pub fn new(git: GitNotesBackend, forge: Option<ForgeBackend>) -> Publisher {
         Publisher { git, forge }
     }
+
+    /// Whether statuses are mirrored to a forge.
+    pub fn has_forge(&self) -> bool {
+        self.forge.is_some()
+    }
+
+    /// Mirrors `status` onto another `commit` of the forge's repo (a promotion PR's head, a
+    /// write-back commit) so the forge shows it there too; nothing without a forge. Forge only:
+    /// the Git note stays on the release commit, the one place readers and wave gating trust.
+    pub async fn mirror_on(&self, status: &Status, commit: &str) -> Result<(), StatusError> {
+        let Some(forge) = &self.forge else { return Ok(()) };
+        let mirrored = Status { commit: commit.to_string(), ..status.clone() };
+        forge.publish(&mirrored).await
+    }
 }
 
 impl StatusBackend for Publisher {

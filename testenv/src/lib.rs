@@ -8,6 +8,8 @@
 //! * [`GitDaemon`] — `git daemon` serving bare repos over `git://`, push enabled ([`git`]).
 //! * [`GpgHome`] — a throw-away `GNUPGHOME` with generated keys ([`gpg`]).
 //! * [`Prometheus`] — Debian's Prometheus scraping an endpoint the test serves ([`prometheus`]).
+//! * [`Gitea`] — a real forge (API, Git over HTTP, webhooks, pull requests, commit statuses), when
+//!   `hack/gitea-binary.sh` built it ([`gitea`]).
 //! * A generated operator at real scale as a Helm chart, and the `helm` that renders it
 //!   ([`operator_fixture`]).
 //!
@@ -16,6 +18,7 @@
 pub mod cluster;
 pub mod deployed;
 pub mod git;
+pub mod gitea;
 pub mod gpg;
 pub mod operator_fixture;
 pub mod process;
@@ -26,6 +29,7 @@ pub mod wait;
 pub use cluster::*;
 pub use deployed::*;
 pub use git::*;
+pub use gitea::*;
 pub use gpg::*;
 pub use prometheus::*;
 pub use ssh::*;

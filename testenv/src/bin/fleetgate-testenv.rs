@@ -4,6 +4,11 @@
 //! `DIR/<name>.agent.kubeconfig` (the agent's ServiceAccount token) — then `DIR/ready` once all are up, and runs until SIGINT/SIGTERM, when it stops every process and removes what it
 //! wrote.
 //!
+//! `fleetgate-testenv gitea --dir DIR [--repo fleet]`: starts Gitea (when `hack/gitea-binary.sh`
+//! built it) with an empty public repo, writes `DIR/gitea.env` (shell assignments: URL, token,
+//! repository, clone and push URLs, the bare repo's path), and runs until SIGINT/SIGTERM.
+//! `--check` only says whether the binary is there (exit 0) or not (exit 1, with how to build it).
+//!
 //! `fleetgate-testenv startup-time [--runs 5] [--workloads]`: measures how long one cluster takes
 //! to start (median of the runs).
 
@@ -41,6 +46,18 @@ enum Cmd {
         #[arg(long, value_name = "DIR")]
         deploy: Option<PathBuf>,
     },
+    /// Start Gitea with one empty repo and keep it running until interrupted.
+    Gitea {
+        /// Where to write `gitea.env`.
+        #[arg(long, required_unless_present = "check")]
+        dir: Option<PathBuf>,
+        /// The repo to create (owned by the admin user).
+        #[arg(long, default_value = "fleet")]
+        repo: String,
+        /// Only check that the binary is built.
+        #[arg(long)]
+        check: bool,
+    },
     /// Start and stop one cluster several times and print each start-up time and the median.
     StartupTime {
         #[arg(long, default_value_t = 5)]
@@ -57,6 +74,17 @@ async fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Cmd::Up { clusters, workloads, dir, deploy } => up(clusters, workloads, &dir, deploy.as_deref()).await,
         Cmd::StartupTime { runs, workloads } => startup_time(runs, workloads).await,
+        Cmd::Gitea { check: true, .. } => match fleetgate_testenv::Gitea::binary() {
+            Some(bin) => {
+                println!("{}", bin.display());
+                return ExitCode::SUCCESS;
+            }
+            None => {
+                eprintln!("{}", fleetgate_testenv::Gitea::skip_message());
+                return ExitCode::FAILURE;
+            }
+        },
+        Cmd::Gitea { dir, repo, .. } => gitea(&dir.expect("clap requires --dir"), &repo).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -115,6 +143,35 @@ async fn up(names: Vec<String>, workloads: bool, dir: &Path, deploy: Option<&Pat
         let _ = std::fs::remove_file(path);
     }
     drop(clusters);
+    Ok(())
+}
+
+async fn gitea(dir: &Path, repo: &str) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let env = dir.join("gitea.env");
+    // A stale file from an earlier run must not announce a Gitea that is not up yet.
+    let _ = std::fs::remove_file(&env);
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let gitea = fleetgate_testenv::Gitea::start().await?;
+    let clone = gitea.create_repo(repo).await?;
+    let text = format!(
+        "GITEA_URL='{}'\nGITEA_TOKEN='{}'\nGITEA_REPOSITORY='{}'\nGITEA_CLONE_URL='{clone}'\nGITEA_PUSH_URL='{}'\nGITEA_REPO_PATH='{}'\n",
+        gitea.url(),
+        gitea.token(),
+        gitea.repository(repo),
+        gitea.push_url(repo),
+        gitea.repo_path(repo).display()
+    );
+    // Written whole under another name first: a reader never sees half of it.
+    std::fs::write(dir.join("gitea.env.tmp"), text)?;
+    std::fs::rename(dir.join("gitea.env.tmp"), &env)?;
+    eprintln!("fleetgate-testenv: Gitea {} up at {}; Ctrl-C stops it", fleetgate_testenv::GITEA_VERSION, gitea.url());
+    tokio::select! {
+        _ = sigint.recv() => {}
+        _ = sigterm.recv() => {}
+    }
+    let _ = std::fs::remove_file(env);
     Ok(())
 }
 
