@@ -380,6 +380,7 @@ mod tests {
         let gate = |name: &str, on: Option<OnUnknown>| Gate {
             name: name.into(),
             on_unknown: on,
+            select: None,
             check: GateCheck::PodRestarts(PodRestartsGate { max: 3 }),
         };
         GatePolicySpec {
@@ -388,6 +389,7 @@ mod tests {
             call_timeout: Duration::from_secs(5),
             on_unknown,
             prometheus: None,
+            select: None,
             gates: vec![gate("a", None), gate("b", Some(OnUnknown::Ignore))],
         }
     }
