@@ -23,7 +23,9 @@ use fleetgate::agent::state::{AgentState, StateStore};
 use fleetgate::agent::{Agent, AgentServices, AgentSettings};
 use fleetgate::status::{Status, StatusNote};
 pub use fleetgate_testenv::wait::{eventually, within};
-use fleetgate_testenv::{AgentIdentity, ClusterOptions, DeployManifests, GitDaemon, GpgHome, TestCluster, git_in, ssh_keygen};
+use fleetgate_testenv::{
+    AgentIdentity, ClusterOptions, DeployManifests, GitDaemon, GpgHome, TestCluster, git_in, ssh_keygen,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::Api;
@@ -78,7 +80,8 @@ impl Fleet {
         let cluster = TestCluster::start(ClusterOptions::new(name).with_workloads(workloads))
             .await
             .unwrap_or_else(|e| panic!("{e:#}"));
-        let agent_identity = cluster.deploy_agent(manifests).await.unwrap_or_else(|e| panic!("deploying the agent: {e:#}"));
+        let agent_identity =
+            cluster.deploy_agent(manifests).await.unwrap_or_else(|e| panic!("deploying the agent: {e:#}"));
         let daemon = GitDaemon::start().expect("git daemon");
         let url = daemon.create_bare("fleet.git").expect("bare repo");
         let dir = tempfile::Builder::new().prefix("fg-agent").tempdir().unwrap();
