@@ -231,7 +231,8 @@ async fn baseline_relative_gate_passes_at_plus_10_and_fails_at_plus_30_percent()
     let spec = policy("1h", &gates);
 
     // Before the apply: wait for a steady 100 ms, then sample the baseline.
-    let client = fleetgate::gates::PrometheusClient::new(&prom.url().parse().unwrap(), Duration::from_secs(3)).unwrap();
+    let source = fleetgate::gates::PrometheusSource::plain("monitoring", prom.url().parse().unwrap());
+    let client = fleetgate::gates::PrometheusClient::new(&source, Duration::from_secs(3)).unwrap();
     let deadline = Instant::now() + Duration::from_secs(45);
     while !client.instant(RECONCILE).await.is_ok_and(|s| s.len() == 1 && near(s[0].value, 0.1)) {
         assert!(Instant::now() < deadline, "reconcile time never settled at 100 ms");

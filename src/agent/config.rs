@@ -14,7 +14,7 @@
 //! has one) from applying concurrently. `--leader-elect=false` turns it off for environments whose
 //! RBAC does not grant `leases`.
 
-use crate::gates::PrometheusEndpoints;
+use crate::gates::{PrometheusAuth, PrometheusEndpoints, PrometheusSource};
 use crate::model::{DEFAULT_ENDPOINT, is_dns_label};
 use crate::model::{
     PromotionMode, RELEASE_ADMISSION_POLICY_KIND, ReleaseAdmissionPolicy, ReleaseAdmissionPolicySpec, parse_document,
@@ -263,6 +263,10 @@ pub struct AgentSettings {
     pub forge: ForgeSettings,
     #[serde(default)]
     pub prometheus: NamedUrls,
+    /// Prometheus sources with credentials, headers and a CA (config file only); a source
+    /// replaces a `prometheus` URL of the same name.
+    #[serde(default)]
+    pub prometheus_sources: BTreeMap<String, PrometheusSourceSettings>,
     #[serde(default)]
     pub allow_gate_kinds: Vec<String>,
     pub leader_elect: Option<bool>,
@@ -325,6 +329,8 @@ pub enum ConfigError {
     FetchLimitTooSmall(u64),
     #[error("--max-tags 0 would consider no release at all; use at least 1")]
     NoTags,
+    #[error("prometheusSources.{name}: {problem}")]
+    InvalidPrometheusSource { name: String, problem: String },
 }
 
 /// The longest cluster name: `fleetgate-state-<cluster>` and `fleetgate-agent-<cluster>` must stay
@@ -365,6 +371,11 @@ impl AgentSettings {
             max_tags: higher.max_tags.or(self.max_tags),
             forge: self.forge.overlay(higher.forge),
             prometheus: self.prometheus.overlay(higher.prometheus),
+            prometheus_sources: {
+                let mut sources = self.prometheus_sources;
+                sources.extend(higher.prometheus_sources);
+                sources
+            },
             allow_gate_kinds: if higher.allow_gate_kinds.is_empty() {
                 self.allow_gate_kinds
             } else {
@@ -402,7 +413,8 @@ impl AgentSettings {
             }
         }
         let notify = self.notify_url.resolve("--notify-url")?;
-        let prometheus = PrometheusEndpoints::new(self.prometheus.resolve("--prometheus")?);
+        let prometheus = PrometheusEndpoints::new(self.prometheus.resolve("--prometheus")?)
+            .with_sources(resolve_prometheus_sources(self.prometheus_sources)?);
         let forge = self.forge.resolve()?;
         if let Some(kind) = self.allow_gate_kinds.iter().find(|k| !is_kind_group(k)) {
             return Err(ConfigError::InvalidGateKind(kind.clone()));
@@ -539,6 +551,70 @@ fn unreadable_key(path: &Path, source: std::io::Error) -> ConfigError {
     ConfigError::Unreadable { what: "trusted key", path: path.to_path_buf(), source }
 }
 
+/// One entry of `prometheusSources` in the agent's config file:
+///
+/// ```yaml
+/// prometheusSources:
+///   prod-mimir:
+///     url: https://mimir.monitoring:8080/prometheus
+///     bearerTokenFile: /etc/fleetgate/mimir/token      # or basicAuth: {username, passwordFile}
+///     headers: { X-Scope-OrgID: team-redis }
+///     caFile: /etc/fleetgate/mimir/ca.crt
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PrometheusSourceSettings {
+    pub url: String,
+    pub bearer_token_file: Option<PathBuf>,
+    pub basic_auth: Option<BasicAuthSettings>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    pub ca_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct BasicAuthSettings {
+    pub username: String,
+    pub password_file: PathBuf,
+}
+
+/// Checks names, URLs and that every credential and CA file is readable now (a missing Secret
+/// mount stops the start, not the first bake).
+fn resolve_prometheus_sources(
+    sources: BTreeMap<String, PrometheusSourceSettings>,
+) -> Result<Vec<PrometheusSource>, ConfigError> {
+    sources
+        .into_iter()
+        .map(|(name, s)| {
+            let invalid = |problem: String| ConfigError::InvalidPrometheusSource { name: name.clone(), problem };
+            if !is_dns_label(&name) {
+                return Err(invalid("the name must be a DNS-1123 label (what a GatePolicy refers to it by)".into()));
+            }
+            // The URL itself is not shown: it may carry credentials.
+            let url = reqwest::Url::parse(&s.url).map_err(|e| invalid(format!("url is not a URL ({e})")))?;
+            if !matches!(url.scheme(), "http" | "https") {
+                return Err(invalid(format!("url: not an http(s) URL (scheme {:?})", url.scheme())));
+            }
+            let auth = match (s.bearer_token_file, s.basic_auth) {
+                (Some(_), Some(_)) => return Err(invalid("give bearerTokenFile or basicAuth, not both".into())),
+                (Some(token_file), None) => PrometheusAuth::Bearer { token_file },
+                (None, Some(b)) => PrometheusAuth::Basic { username: b.username, password_file: b.password_file },
+                (None, None) => PrometheusAuth::None,
+            };
+            let files = match &auth {
+                PrometheusAuth::Bearer { token_file } => vec![("Prometheus bearer token file", token_file)],
+                PrometheusAuth::Basic { password_file, .. } => vec![("Prometheus password file", password_file)],
+                PrometheusAuth::None => vec![],
+            };
+            for (what, path) in files.into_iter().chain(s.ca_file.iter().map(|p| ("Prometheus CA file", p))) {
+                check_readable(what, path)?;
+            }
+            Ok(PrometheusSource { name: name.clone(), url, auth, headers: s.headers, ca_file: s.ca_file })
+        })
+        .collect()
+}
+
 /// HTTP endpoints by the logical name the fleet repo refers to them by (`--prometheus`,
 /// `--notify-url`). Flags give `[NAME=]URL` (repeatable; a bare URL is [`DEFAULT_ENDPOINT`]); the
 /// config file a URL, a list of `[NAME=]URL`, or a map `NAME: URL`.
@@ -673,6 +749,41 @@ mod tests {
     }
 
     #[test]
+    fn prometheus_sources_come_with_their_credentials_from_the_config_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "t0k\n").unwrap();
+        let file = dir.path().join("agent.yaml");
+        let yaml = |source: &str| {
+            std::fs::write(&file, format!("prometheusSources:\n  prod-mimir:\n{source}")).unwrap();
+            AgentSettings::from_file(&file).unwrap().overlay(minimal(dir.path())).resolve()
+        };
+        let c = yaml(&format!(
+            "    url: https://mimir:8080/prometheus\n    bearerTokenFile: {}\n    headers: {{X-Scope-OrgID: team-a}}\n",
+            token.display()
+        ))
+        .unwrap();
+        let policy: crate::model::GatePolicySpec = serde_yaml_ng::from_str(
+            "bakeTime: 1m\nprometheus: prod-mimir\ngates: [{name: e, prometheus: {query: x, max: 1}}]\n",
+        )
+        .unwrap();
+        let source = c.prometheus.for_policy(&policy).unwrap().unwrap();
+        assert_eq!(source.auth, PrometheusAuth::Bearer { token_file: token.clone() });
+        assert_eq!(source.headers["X-Scope-OrgID"], "team-a");
+        let err = |source: String| yaml(&source).unwrap_err().to_string();
+        let both = format!(
+            "    url: https://m\n    bearerTokenFile: {t}\n    basicAuth: {{username: u, passwordFile: {t}}}\n",
+            t = token.display()
+        );
+        assert_eq!(err(both), "prometheusSources.prod-mimir: give bearerTokenFile or basicAuth, not both");
+        let missing = err("    url: https://m\n    bearerTokenFile: /nonexistent/token\n".into());
+        assert!(missing.starts_with("Prometheus bearer token file /nonexistent/token"), "{missing}");
+        assert!(err("    url: https://user:pw@m/x\n    caFile: /nonexistent/ca\n".into()).starts_with("Prometheus CA file"));
+        let scheme = err("    url: ftp://user:s3cret@m/\n".into());
+        assert!(scheme.contains("not an http(s) URL") && !scheme.contains("s3cret"), "{scheme}");
+    }
+
+    #[test]
     fn flags_override_file_field_by_field() {
         let dir = tempfile::tempdir().unwrap();
         let file_path = dir.path().join("agent.yaml");
@@ -722,7 +833,7 @@ mod tests {
         assert_eq!(c.prometheus.names().collect::<Vec<_>>(), ["default", "thanos"]);
         let policy: crate::model::GatePolicySpec =
             serde_yaml_ng::from_str("bakeTime: 1m\ngates: [{name: e, prometheus: {query: x, max: 1}}]\n").unwrap();
-        assert_eq!(c.prometheus.for_policy(&policy).unwrap().map(host).as_deref(), Some("prom-2"), "the flag wins");
+        assert_eq!(c.prometheus.for_policy(&policy).unwrap().map(|s| host(&s.url)).as_deref(), Some("prom-2"), "the flag wins");
         let notify: Vec<(&str, String)> = c.notify.iter().map(|(n, u)| (n.as_str(), host(u))).collect();
         assert_eq!(notify, [("default", "hooks.slack.com".into()), ("oncall", "hooks.example.com".into())]);
         assert_eq!(c.allowed_gate_kinds, ["Certificate.cert-manager.io"]);

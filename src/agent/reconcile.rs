@@ -513,7 +513,7 @@ impl Agent {
         config: &FleetConfig,
         verified: &VerifiedRelease,
     ) -> Result<(gates::Baseline, Option<String>, Option<String>), ReconcileError> {
-        let policy = gate_policy(config);
+        let policy = gate_policy(config, &self.services.config.cluster);
         let prometheus = self.services.config.prometheus.for_policy(&policy)?;
         let baseline =
             gates::sample_baseline(&policy, prometheus, &self.services.client, &operator_target(config)).await?;
@@ -574,7 +574,7 @@ impl Agent {
             let failure = Failure::new(e.reason(), error_chain(&e));
             return self.roll_back(checkout, config, failure, Vec::new()).await;
         }
-        self.step(config, Step::Applied { bake_time: gate_policy(config).bake_time }).await?;
+        self.step(config, Step::Applied { bake_time: gate_policy(config, &self.services.config.cluster).bake_time }).await?;
         self.bake(checkout, config, baseline).await
     }
 
@@ -589,7 +589,7 @@ impl Agent {
         let Progress::Baking { operation, applied_at } = state.progress() else {
             return Err(TransitionError::WrongPhase { action: "bake", phase: state.phase(), needs: "Baking" }.into());
         };
-        let policy = gate_policy(config);
+        let policy = gate_policy(config, &self.services.config.cluster);
         let bake_time = policy.bake_time;
         let prometheus = self.services.config.prometheus.for_policy(&policy)?;
         let runner = GateRunner::new(
@@ -668,7 +668,7 @@ impl Agent {
         match saved.map(serde_json::from_value) {
             Some(Ok(b)) => Ok(b),
             _ => {
-                let policy = gate_policy(config);
+                let policy = gate_policy(config, &self.services.config.cluster);
                 let prometheus = self.services.config.prometheus.for_policy(&policy)?;
                 Ok(gates::sample_baseline(&policy, prometheus, &self.services.client, &operator_target(config)).await?)
             }
@@ -713,7 +713,7 @@ impl Agent {
         };
         // Gates read with the agent's permissions: only the release's own kinds, or the spoke's.
         let allowed = &self.services.config.allowed_gate_kinds;
-        if let Err(e) = gates::check_gate_kinds(&gate_policy(config), admitted.crds(), allowed) {
+        if let Err(e) = gates::check_gate_kinds(&gate_policy(config, &self.services.config.cluster), admitted.crds(), allowed) {
             return Ok(Err(Blocker::GatePolicy(e.to_string())));
         }
         let accept = match gates::crd_compat::Acceptance::parse_all(&verified.release().spec.accept_crd_changes) {
@@ -910,10 +910,13 @@ gates:
     podRestarts: { max: 3 }
 ";
 
-/// The fleet's gate policy: the first `GatePolicy` in `policies/`, else [`DEFAULT_GATE_POLICY`].
-pub(super) fn gate_policy(config: &FleetConfig) -> GatePolicySpec {
-    match config.gate_policies.first() {
-        Some(p) => p.spec.clone(),
+/// The gate policy of `cluster`: the first `GatePolicy` in `policies/` that selects it (with the
+/// gates that select it, [`FleetConfig::gate_policy_for`]), else [`DEFAULT_GATE_POLICY`].
+/// `config` is the one the policies are trusted from ([`Agent::policy_config`]), so the
+/// selectors see that tree's wave and labels of the cluster, never an unsigned tip's.
+pub(super) fn gate_policy(config: &FleetConfig, cluster: &str) -> GatePolicySpec {
+    match config.gate_policy_for(cluster) {
+        Some(p) => p,
         None => serde_yaml_ng::from_str(DEFAULT_GATE_POLICY).expect("the built-in gate policy parses"),
     }
 }

@@ -164,6 +164,8 @@ impl Args {
             git_token_file: self.git_token_file,
             notify_url: NamedUrls::parse(&self.notify_url),
             prometheus: NamedUrls::parse(&self.prometheus),
+            // Credentials are for the config file only (`prometheusSources`), never a flag.
+            prometheus_sources: Default::default(),
             allow_gate_kinds: self.allow_gate_kinds,
             forge: self.forge.settings(),
             notify_timeout: self.notify_timeout,

@@ -366,6 +366,7 @@ mod tests {
             .map(|(name, api_version, kind)| Gate {
                 name: (*name).into(),
                 on_unknown: None,
+                select: None,
                 check: GateCheck::CustomResources(CustomResourcesGate {
                     api_version: (*api_version).into(),
                     kind: (*kind).into(),
@@ -378,6 +379,7 @@ mod tests {
         gates.push(Gate {
             name: "restarts".into(),
             on_unknown: None,
+            select: None,
             check: GateCheck::PodRestarts(PodRestartsGate { max: 3 }),
         });
         GatePolicySpec {
@@ -386,6 +388,7 @@ mod tests {
             call_timeout: std::time::Duration::from_secs(5),
             on_unknown: Default::default(),
             prometheus: None,
+            select: None,
             gates,
         }
     }

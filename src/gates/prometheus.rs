@@ -11,6 +11,7 @@ use crate::model::{
 };
 use serde::Deserialize;
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// One series of an instant query's result.
@@ -20,15 +21,57 @@ pub struct Sample {
     pub value: f64,
 }
 
-/// The agent's Prometheus servers by logical name (`--prometheus [NAME=]URL`, a bare URL being
-/// [`crate::model::DEFAULT_ENDPOINT`]). URLs may carry credentials (`https://user:pw@…`, which
-/// the HTTP client sends as basic auth), so they are shown only redacted.
+/// How the agent proves itself to one Prometheus source. The secrets stay in files (mounted
+/// Secrets), read when a client is built, so a rotated Secret is picked up by the next bake.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PrometheusEndpoints(BTreeMap<String, reqwest::Url>);
+pub enum PrometheusAuth {
+    #[default]
+    None,
+    /// `Authorization: Bearer <the file's content>`.
+    Bearer { token_file: PathBuf },
+    /// `Authorization: Basic …` of `username` and the file's content.
+    Basic { username: String, password_file: PathBuf },
+}
+
+/// One of the agent's Prometheus servers (or Mimir/Thanos/Cortex query frontends): where it is
+/// and how to talk to it. Only the agent's configuration builds these: nothing from the fleet
+/// repo decides where a credential goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrometheusSource {
+    /// The logical name policies use (`prometheus: NAME`); errors name the source by it.
+    pub name: String,
+    /// Base URL; it may carry `user:pw@`, which the HTTP client sends as basic auth.
+    pub url: reqwest::Url,
+    pub auth: PrometheusAuth,
+    /// Extra request headers, e.g. `X-Scope-OrgID` for a Mimir tenant.
+    pub headers: BTreeMap<String, String>,
+    /// PEM file of the CA(s) the server's certificate is checked against, besides the system's.
+    pub ca_file: Option<PathBuf>,
+}
+
+impl PrometheusSource {
+    /// A source without credentials beyond what `url` carries (`--prometheus NAME=URL`).
+    pub fn plain(name: &str, url: reqwest::Url) -> PrometheusSource {
+        PrometheusSource { name: name.to_string(), url, auth: PrometheusAuth::None, headers: BTreeMap::new(), ca_file: None }
+    }
+}
+
+/// The agent's Prometheus servers by logical name (`--prometheus [NAME=]URL`, a bare URL being
+/// [`crate::model::DEFAULT_ENDPOINT`], or `prometheusSources` in the config file with
+/// credentials). URLs may carry credentials (`https://user:pw@…`, which the HTTP client sends as
+/// basic auth), so they are shown only redacted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PrometheusEndpoints(BTreeMap<String, PrometheusSource>);
 
 impl PrometheusEndpoints {
     pub fn new(endpoints: BTreeMap<String, reqwest::Url>) -> PrometheusEndpoints {
-        PrometheusEndpoints(endpoints)
+        PrometheusEndpoints(endpoints.into_iter().map(|(n, u)| (n.clone(), PrometheusSource::plain(&n, u))).collect())
+    }
+
+    /// These endpoints and `sources` (a source replaces an endpoint of the same name).
+    pub fn with_sources(mut self, sources: impl IntoIterator<Item = PrometheusSource>) -> PrometheusEndpoints {
+        self.0.extend(sources.into_iter().map(|s| (s.name.clone(), s)));
+        self
     }
 
     pub fn names(&self) -> impl Iterator<Item = &str> {
@@ -41,14 +84,14 @@ impl PrometheusEndpoints {
     /// [`GateError::InvalidPolicy`] ([`GatePolicyProblem::UnknownPrometheus`]) when the policy names
     /// an endpoint this agent does not have: a configuration problem to fix on the agent (or in
     /// the policy), not a gate that fails.
-    pub fn for_policy(&self, policy: &GatePolicySpec) -> Result<Option<&reqwest::Url>, GateError> {
+    pub fn for_policy(&self, policy: &GatePolicySpec) -> Result<Option<&PrometheusSource>, GateError> {
         let gates = policy.prometheus_gates();
         if gates.is_empty() {
             return Ok(None);
         }
         let name = policy.prometheus_endpoint();
         match self.0.get(name) {
-            Some(url) => Ok(Some(url)),
+            Some(source) => Ok(Some(source)),
             None => Err(GateError::InvalidPolicy(vec![GatePolicyProblem::UnknownPrometheus {
                 name: name.to_string(),
                 gates,
@@ -71,6 +114,15 @@ pub enum PrometheusError {
     /// The body is not kept: it is not the API's JSON, so nothing in it is fit for a status.
     #[error("Prometheus answered HTTP {status} without an API answer (the body is not shown)")]
     Http { status: u16 },
+    /// 401/403: the source refused the agent's credentials (or their absence).
+    #[error(
+        "{status} from source {source_name}: the credentials were refused; check the source's bearerTokenFile, \
+         basicAuth and headers in the agent's configuration"
+    )]
+    Refused { source_name: String, status: u16 },
+    /// A credential or CA file of the source cannot be used; `what` says which, never its content.
+    #[error("source {source_name}: {what}")]
+    Setup { source_name: String, what: String },
     #[error("Prometheus refused the query ({error_type}): {error}")]
     Query { error_type: String, error: String },
     #[error("unexpected answer from Prometheus: {0}")]
@@ -84,22 +136,42 @@ pub enum PrometheusError {
 pub struct PrometheusClient {
     http: reqwest::Client,
     base: reqwest::Url,
+    source: String,
     timeout: Duration,
 }
 
 impl PrometheusClient {
-    /// `url` is the server's base URL (`http://prometheus:9090`); `timeout` bounds each query.
-    pub fn new(url: &reqwest::Url, timeout: Duration) -> Result<PrometheusClient, PrometheusError> {
+    /// A client of `source` (its base URL, credentials, headers, CA); `timeout` bounds each query.
+    ///
+    /// # Errors
+    /// [`PrometheusError::Setup`] when a credential or CA file cannot be read or used,
+    /// [`PrometheusError::Unreachable`] when the HTTP client cannot be built.
+    pub fn new(source: &PrometheusSource, timeout: Duration) -> Result<PrometheusClient, PrometheusError> {
+        let url = &source.url;
         let mut base = url.clone();
         if !base.path().ends_with('/') {
             let p = format!("{}/", base.path());
             base.set_path(&p);
         }
-        let http = reqwest::Client::builder().timeout(timeout).build().map_err(|e| PrometheusError::Unreachable {
+        let setup = |what: String| PrometheusError::Setup { source_name: source.name.clone(), what };
+        let mut builder = reqwest::Client::builder().timeout(timeout).default_headers(source_headers(source)?);
+        if source.auth != PrometheusAuth::None {
+            // A redirect would carry the credentials to wherever the answer points.
+            builder = builder.redirect(reqwest::redirect::Policy::none());
+        }
+        if let Some(ca) = &source.ca_file {
+            let pem = std::fs::read(ca).map_err(|e| setup(format!("reading caFile {}: {e}", ca.display())))?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem)
+                .map_err(|_| setup(format!("caFile {} holds no PEM certificate", ca.display())))?;
+            for cert in certs {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        let http = builder.build().map_err(|e| PrometheusError::Unreachable {
             url: redacted_url(url),
             reason: error_chain(&e.without_url()),
         })?;
-        Ok(PrometheusClient { http, base, timeout })
+        Ok(PrometheusClient { http, base, source: source.name.clone(), timeout })
     }
 
     /// Runs an instant query at the current time.
@@ -119,6 +191,9 @@ impl PrometheusClient {
             Ok(Ok(r)) => r,
         };
         let status = resp.status();
+        if matches!(status.as_u16(), 401 | 403) {
+            return Err(PrometheusError::Refused { source_name: self.source.clone(), status: status.as_u16() });
+        }
         let body = match tokio::time::timeout(self.timeout, resp.text()).await {
             Err(_) => return Err(PrometheusError::Timeout(self.timeout)),
             Ok(Err(e)) => return Err(PrometheusError::Decode(error_chain(&e.without_url()))),
@@ -126,6 +201,40 @@ impl PrometheusClient {
         };
         parse_response(status.as_u16(), &body)
     }
+}
+
+/// The headers every request to `source` carries: its own, then `Authorization` from its
+/// credential file (marked sensitive, so it never shows in debug output).
+fn source_headers(source: &PrometheusSource) -> Result<reqwest::header::HeaderMap, PrometheusError> {
+    use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
+    let setup = |what: String| PrometheusError::Setup { source_name: source.name.clone(), what };
+    let read = |what: &str, path: &PathBuf| {
+        std::fs::read_to_string(path)
+            .map(|s| s.trim_end_matches(['\r', '\n']).to_string())
+            .map_err(|e| setup(format!("reading {what} {}: {e}", path.display())))
+    };
+    let mut headers = HeaderMap::new();
+    for (name, value) in &source.headers {
+        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| setup(format!("header name {name:?} is not valid")))?;
+        let value = HeaderValue::from_str(value).map_err(|_| setup(format!("header {name} has a value HTTP cannot carry")))?;
+        headers.insert(name, value);
+    }
+    let authorization = match &source.auth {
+        PrometheusAuth::None => None,
+        PrometheusAuth::Bearer { token_file } => Some(format!("Bearer {}", read("bearerTokenFile", token_file)?)),
+        PrometheusAuth::Basic { username, password_file } => {
+            use base64::Engine;
+            let pair = format!("{username}:{}", read("basicAuth.passwordFile", password_file)?);
+            Some(format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair)))
+        }
+    };
+    if let Some(text) = authorization {
+        let mut value =
+            HeaderValue::from_str(&text).map_err(|_| setup("the credential holds characters HTTP cannot carry".into()))?;
+        value.set_sensitive(true);
+        headers.insert(AUTHORIZATION, value);
+    }
+    Ok(headers)
 }
 
 #[derive(Deserialize)]
@@ -329,7 +438,11 @@ mod tests {
     #[tokio::test]
     async fn unreachable_servers_are_named_without_credentials_or_path() {
         let url: reqwest::Url = "http://scraper:s3cret@127.0.0.1:9/prom/?token=t0k".parse().unwrap();
-        let err = PrometheusClient::new(&url, Duration::from_secs(2)).unwrap().instant("up").await.unwrap_err();
+        let err = PrometheusClient::new(&PrometheusSource::plain("default", url), Duration::from_secs(2))
+            .unwrap()
+            .instant("up")
+            .await
+            .unwrap_err();
         let text = err.to_string();
         assert!(text.starts_with("cannot reach Prometheus at http://127.0.0.1:9/…: "), "{text}");
         for secret in ["s3cret", "t0k", "scraper", "/prom", "query="] {
@@ -357,7 +470,7 @@ mod tests {
             ("default".to_string(), url("http://prom:9090")),
             ("thanos".to_string(), url("http://thanos:9090")),
         ]));
-        let got = |p: &str| endpoints.for_policy(&policy(p)).map(|u| u.map(|u| u.host_str().unwrap().to_string()));
+        let got = |p: &str| endpoints.for_policy(&policy(p)).map(|s| s.map(|s| s.url.host_str().unwrap().to_string()));
         assert_eq!(got("").unwrap().as_deref(), Some("prom"));
         assert_eq!(got("prometheus: thanos\n").unwrap().as_deref(), Some("thanos"));
         // The old form names a URL: ignored, the agent's default is used.

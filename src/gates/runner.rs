@@ -1,7 +1,7 @@
 //! The bake: every `interval` until `bakeTime` after the apply, evaluate every gate of the policy;
 //! stop at the first failure; at the end, pass — or fail on gates still unknown, as the policy says.
 
-use super::prometheus::{self, PrometheusClient};
+use super::prometheus::{self, PrometheusClient, PrometheusSource};
 use super::{GateError, GateEvaluation, call, cel_health, webhook, workload};
 use crate::model::error_chain;
 use crate::model::{GateCheck, GatePolicySpec, OnUnknown, PrometheusBound};
@@ -58,7 +58,7 @@ impl Baseline {
     pub async fn sample_metrics(
         &mut self,
         policy: &GatePolicySpec,
-        prometheus: Option<&reqwest::Url>,
+        prometheus: Option<&PrometheusSource>,
     ) -> Result<(), GateError> {
         let relative: Vec<_> = policy
             .gates
@@ -94,7 +94,7 @@ impl Baseline {
 /// error, since restarts could then not be counted from the apply.
 pub async fn sample_baseline(
     policy: &GatePolicySpec,
-    prometheus: Option<&reqwest::Url>,
+    prometheus: Option<&PrometheusSource>,
     client: &kube::Client,
     target: &OperatorTarget,
 ) -> Result<Baseline, GateError> {
@@ -210,14 +210,14 @@ impl GateRunner {
     /// that resumes after a restart.
     pub fn new(
         policy: GatePolicySpec,
-        prometheus: Option<&reqwest::Url>,
+        prometheus: Option<&PrometheusSource>,
         client: kube::Client,
         target: OperatorTarget,
         applied_at: DateTime<Utc>,
         baseline: Baseline,
     ) -> Result<GateRunner, GateError> {
         policy.validate().map_err(GateError::InvalidPolicy)?;
-        let prometheus = prometheus.map(|url| PrometheusClient::new(url, policy.call_timeout)).transpose()?;
+        let prometheus = prometheus.map(|source| PrometheusClient::new(source, policy.call_timeout)).transpose()?;
         Ok(GateRunner { policy, client, target, applied_at, baseline, prometheus })
     }
 
@@ -380,6 +380,7 @@ mod tests {
         let gate = |name: &str, on: Option<OnUnknown>| Gate {
             name: name.into(),
             on_unknown: on,
+            select: None,
             check: GateCheck::PodRestarts(PodRestartsGate { max: 3 }),
         };
         GatePolicySpec {
@@ -388,6 +389,7 @@ mod tests {
             call_timeout: Duration::from_secs(5),
             on_unknown,
             prometheus: None,
+            select: None,
             gates: vec![gate("a", None), gate("b", Some(OnUnknown::Ignore))],
         }
     }

@@ -4,7 +4,7 @@
 //! Loading reports every finding at once; a config with any finding is not returned.
 
 use super::{
-    Cluster, ClusterSpec, DEFAULT_ENDPOINT, DocumentHead, Finding, Fleet, FleetSpec, GatePolicy, GatePolicySpec,
+    Cluster, ClusterIdentity, ClusterSpec, DEFAULT_ENDPOINT, DocumentHead, Finding, Fleet, FleetSpec, GatePolicy, GatePolicySpec,
     Location, MAX_YAML_BYTES, RELEASE_ADMISSION_POLICY_KIND, ReleaseAdmissionPolicy, ReleaseAdmissionPolicySpec, Rule,
     SpokeRef, check_cluster, check_fleet, join_findings, parse_document, parse_yaml,
 };
@@ -94,6 +94,22 @@ impl FleetConfig {
             (None, Some(r)) => Some((r, ReleaseOrigin::Fleet)),
             (None, None) => None,
         }
+    }
+
+    /// `name` (the agent's own cluster name) as this configuration describes it, for gate
+    /// selectors: with the wave and `metadata.labels` of `clusters/<name>.yaml` when there is one.
+    pub fn cluster_identity<'a>(&'a self, name: &'a str) -> ClusterIdentity<'a> {
+        let c = self.clusters.get(name);
+        ClusterIdentity { name, wave: c.map(|c| c.spec.wave.as_str()), labels: c.map(|c| &c.metadata.labels) }
+    }
+
+    /// The gate policy `cluster` runs: the first policy (in file order) whose `select` matches
+    /// it, keeping only the gates whose own `select` matches; None when no policy selects it.
+    /// Called on the configuration the policies are trusted from, so the wave and labels are
+    /// that tree's too.
+    pub fn gate_policy_for(&self, cluster: &str) -> Option<GatePolicySpec> {
+        let identity = self.cluster_identity(cluster);
+        self.gate_policies.iter().find(|p| p.spec.selects(&identity)).map(|p| p.spec.for_cluster(&identity))
     }
 
     /// Position of `cluster`'s wave in the rollout order.
@@ -401,6 +417,29 @@ mod tests {
         assert_eq!(config.admission_policies.len(), 1);
         assert_eq!(config.desired_release("cluster-a"), None);
         assert!(config.referenced_releases().is_empty());
+    }
+
+    #[test]
+    fn each_cluster_runs_the_first_policy_that_selects_it() {
+        let dir = template_dir();
+        let policy = |name: &str, select: &str, bake: &str| {
+            format!(
+                "apiVersion: fleetgate.io/v1alpha1\nkind: GatePolicy\nmetadata: {{name: {name}}}\nspec:\n  bakeTime: {bake}\n  interval: 1s\n{select}  gates:\n    - name: restarts\n      podRestarts: {{max: 3}}\n    - name: prod-only\n      select: {{matchLabels: {{env: production}}}}\n      podRestarts: {{max: 0}}\n"
+            )
+        };
+        std::fs::remove_file(dir.path().join("policies/gates.yaml")).unwrap();
+        std::fs::write(dir.path().join("policies/a-canary.yaml"), policy("canary", "  select: {waves: [canary]}\n", "1m")).unwrap();
+        std::fs::write(dir.path().join("policies/b-rest.yaml"), policy("rest", "", "30m")).unwrap();
+        let config = FleetConfig::load(&DirTree::new(dir.path())).unwrap();
+        let got = |c: &str| {
+            let p = config.gate_policy_for(c).unwrap();
+            (p.bake_time.as_secs(), p.gates.into_iter().map(|g| g.name).collect::<Vec<_>>())
+        };
+        assert_eq!(got("cluster-a"), (60, vec!["restarts".to_string()]));
+        // cluster-b is labelled env: production in the template.
+        assert_eq!(got("cluster-b"), (1800, vec!["restarts".to_string(), "prod-only".to_string()]));
+        // A cluster this tree does not describe gets only what selects it by nothing or by name.
+        assert_eq!(got("cluster-z"), (1800, vec!["restarts".to_string()]));
     }
 
     #[test]

@@ -9,6 +9,7 @@
 
 use super::{DEFAULT_ENDPOINT, Document, SpokeRef};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -33,7 +34,53 @@ pub struct GatePolicySpec {
     /// query; absent = `default`. A name only: the URL (and any credentials) is the spoke's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prometheus: Option<SpokeRef<String>>,
+    /// The clusters this policy is for; absent = every cluster ([`FleetConfig::gate_policy_for`]
+    /// takes the first policy that selects the cluster).
+    ///
+    /// [`FleetConfig::gate_policy_for`]: super::FleetConfig::gate_policy_for
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub select: Option<GateSelector>,
     pub gates: Vec<Gate>,
+}
+
+/// Which clusters a policy or one gate applies to: `waves` (any of), `clusters` (any of) and
+/// `matchLabels` (all of); every part given must match, an empty selector matches every cluster.
+///
+/// Trust: it is matched against a [`ClusterIdentity`] whose name is the agent's own and whose
+/// wave and labels come from the same signed tree as the policy (docs/SECURITY.md), so an
+/// unsigned push that relabels a cluster cannot de-select its gates.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GateSelector {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waves: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clusters: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_labels: BTreeMap<String, String>,
+}
+
+/// What a [`GateSelector`] is matched against: a cluster's name, and its wave and labels when
+/// the tree the policy came from describes it.
+#[derive(Debug, Clone, Copy)]
+pub struct ClusterIdentity<'a> {
+    pub name: &'a str,
+    pub wave: Option<&'a str>,
+    pub labels: Option<&'a BTreeMap<String, String>>,
+}
+
+impl GateSelector {
+    pub fn matches(&self, c: &ClusterIdentity<'_>) -> bool {
+        let waves = self.waves.is_empty() || c.wave.is_some_and(|w| self.waves.iter().any(|x| x == w));
+        let clusters = self.clusters.is_empty() || self.clusters.iter().any(|x| x == c.name);
+        let labels = self.match_labels.is_empty()
+            || c.labels.is_some_and(|l| self.match_labels.iter().all(|(k, v)| l.get(k) == Some(v)));
+        waves && clusters && labels
+    }
+}
+
+fn selects(select: &Option<GateSelector>, c: &ClusterIdentity<'_>) -> bool {
+    select.as_ref().is_none_or(|s| s.matches(c))
 }
 
 fn default_interval() -> Duration {
@@ -64,6 +111,8 @@ pub struct Gate {
     pub name: String,
     /// Overrides the policy's `onUnknown` for this gate.
     pub on_unknown: Option<OnUnknown>,
+    /// The clusters this gate applies to within its policy; absent = all the policy's.
+    pub select: Option<GateSelector>,
     pub check: GateCheck,
 }
 
@@ -185,6 +234,8 @@ struct GateDoc {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     on_unknown: Option<OnUnknown>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    select: Option<GateSelector>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     deployment_available: Option<DeploymentAvailableGate>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pod_restarts: Option<PodRestartsGate>,
@@ -214,7 +265,7 @@ impl TryFrom<GateDoc> for Gate {
                 if found.is_empty() { "none".to_string() } else { found.join(", ") }
             ));
         }
-        Ok(Gate { name: d.name, on_unknown: d.on_unknown, check: checks.remove(0) })
+        Ok(Gate { name: d.name, on_unknown: d.on_unknown, select: d.select, check: checks.remove(0) })
     }
 }
 
@@ -223,6 +274,7 @@ impl From<Gate> for GateDoc {
         let mut d = GateDoc {
             name: g.name,
             on_unknown: g.on_unknown,
+            select: g.select,
             deployment_available: None,
             pod_restarts: None,
             custom_resources: None,
@@ -347,6 +399,17 @@ impl GatePolicySpec {
     /// The names of the `prometheus` gates.
     pub fn prometheus_gates(&self) -> Vec<String> {
         self.gates.iter().filter(|g| matches!(g.check, GateCheck::Prometheus(_))).map(|g| g.name.clone()).collect()
+    }
+
+    /// Whether this policy is for `cluster` (its own `select`).
+    pub fn selects(&self, cluster: &ClusterIdentity<'_>) -> bool {
+        selects(&self.select, cluster)
+    }
+
+    /// This policy as `cluster` runs it: only the gates whose `select` matches it.
+    pub fn for_cluster(&self, cluster: &ClusterIdentity<'_>) -> GatePolicySpec {
+        let gates = self.gates.iter().filter(|g| selects(&g.select, cluster)).cloned().collect();
+        GatePolicySpec { gates, ..self.clone() }
     }
 
     /// The effective unknown-handling of `gate`.
@@ -590,6 +653,44 @@ spec:
 
     fn indent(s: &str) -> String {
         s.lines().map(|l| format!("    {l}\n")).collect()
+    }
+
+    #[test]
+    fn selectors_pick_the_gates_of_a_cluster() {
+        let text = r#"
+bakeTime: 30m
+interval: 10s
+select: { waves: [canary, prod] }
+gates:
+  - name: restarts
+    podRestarts: { max: 3 }
+  - name: prod-errors
+    select: { matchLabels: { tier: prod, cloud: aws } }
+    prometheus: { query: "x", max: 1% }
+  - name: only-b
+    select: { clusters: [b] }
+    podRestarts: { max: 0 }
+"#;
+        let p: GatePolicySpec = serde_yaml_ng::from_str(text).unwrap();
+        let prod = BTreeMap::from([("tier".to_string(), "prod".to_string()), ("cloud".to_string(), "aws".to_string())]);
+        let canary = BTreeMap::from([("tier".to_string(), "canary".to_string())]);
+        let id = |name, wave, labels| ClusterIdentity { name, wave, labels };
+        let names = |c: ClusterIdentity<'_>| -> Vec<String> {
+            p.for_cluster(&c).gates.into_iter().map(|g| g.name).collect()
+        };
+        assert_eq!(names(id("a", Some("prod"), Some(&prod))), ["restarts", "prod-errors"]);
+        assert_eq!(names(id("b", Some("canary"), Some(&canary))), ["restarts", "only-b"]);
+        // matchLabels needs every label; a cluster the tree does not describe has none.
+        let half = BTreeMap::from([("tier".to_string(), "prod".to_string())]);
+        assert_eq!(names(id("a", Some("prod"), Some(&half))), ["restarts"]);
+        assert_eq!(names(id("a", None, None)), ["restarts"]);
+        assert!(p.selects(&id("a", Some("prod"), None)));
+        assert!(!p.selects(&id("a", Some("staging"), Some(&prod))));
+        assert!(!p.selects(&id("a", None, None)), "a wave selector needs a wave");
+        let back: GatePolicySpec = serde_yaml_ng::from_str(&serde_yaml_ng::to_string(&p).unwrap()).unwrap();
+        assert_eq!(back, p);
+        let typo = "bakeTime: 1m\ngates:\n  - name: a\n    select: { wave: [prod] }\n    podRestarts: {max: 1}\n";
+        assert!(serde_yaml_ng::from_str::<GatePolicySpec>(typo).unwrap_err().to_string().contains("unknown field"));
     }
 
     #[test]
