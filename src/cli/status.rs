@@ -13,11 +13,11 @@
 //! Exit codes: 0 shown; 1 when RELEASE was given and a cluster reports `failure` or `error` for it;
 //! 2 bad usage, unreachable repo, or an invalid fleet configuration.
 
-use super::args::GitAccess;
+use super::args::{GitAccess, read_fleet};
 use super::output::{OutputFormat, colours, terminal_safe, terminal_width};
 use crate::model::error_chain;
 use crate::source::Source;
-use crate::status::{CommitUrl, FleetView, HtmlOptions, Matrix, RenderOptions, State, render_html, render_release, render_table};
+use crate::status::{CommitUrl, HtmlOptions, Matrix, RenderOptions, State, render_html, render_release, render_table};
 use anyhow::Context;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -83,7 +83,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut source = Source::open(&args.repo, state.path(), credentials)?.with_branch(&args.branch);
     loop {
         let (source_back, view) = tokio::task::spawn_blocking(move || {
-            let view = load(&mut source);
+            let view = read_fleet(&mut source);
             (source, view)
         })
         .await?;
@@ -109,11 +109,6 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             _ = tokio::signal::ctrl_c() => return Ok(code),
         }
     }
-}
-
-fn load(source: &mut Source) -> anyhow::Result<FleetView> {
-    source.sync().with_context(|| format!("reading {}", source.url()))?;
-    Ok(FleetView::load(&source.checkout()?)?)
 }
 
 fn show(args: &Args, matrix: &Matrix) -> anyhow::Result<ExitCode> {
