@@ -75,7 +75,10 @@ fn version_shows_the_client_and_each_agents_last_report() {
     let names: Vec<&str> = agents.iter().map(|a| a["cluster"].as_str().unwrap()).collect();
     assert_eq!(names, ["cluster-a", "cluster-b", "cluster-c", "cluster-d"]);
     // cluster-a reported on NEW last; cluster-c only on OLD.
-    assert_eq!((agents[0]["version"].as_str(), agents[0]["release"].as_str()), (Some(fleetgate::VERSION), Some(status_support::NEW)));
+    assert_eq!(
+        (agents[0]["version"].as_str(), agents[0]["release"].as_str()),
+        (Some(fleetgate::VERSION), Some(status_support::NEW))
+    );
     assert_eq!(agents[2]["release"], status_support::OLD);
 
     let table = Command::new(fleetgate()).args(["version", "--repo", &f.url]).env("NO_COLOR", "1").output().unwrap();

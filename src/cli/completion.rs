@@ -6,7 +6,9 @@ use clap_complete::Shell;
 use std::process::ExitCode;
 
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  bash: source <(fleetgate completion bash)\n  zsh:  fleetgate completion zsh > \"${fpath[1]}/_fleetgate\"\n  fish: fleetgate completion fish > ~/.config/fish/completions/fleetgate.fish")]
+#[command(
+    after_help = "Examples:\n  bash: source <(fleetgate completion bash)\n  zsh:  fleetgate completion zsh > \"${fpath[1]}/_fleetgate\"\n  fish: fleetgate completion fish > ~/.config/fish/completions/fleetgate.fish"
+)]
 pub struct Args {
     /// The shell.
     #[arg(value_enum)]

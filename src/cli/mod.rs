@@ -12,6 +12,7 @@ mod check_crd;
 mod cluster;
 mod completion;
 mod diff;
+mod get;
 mod init;
 mod output;
 mod promote;
@@ -77,6 +78,9 @@ pub enum Command {
     CheckCrd(check_crd::Args),
     /// Print a shell completion script: `source <(fleetgate completion bash)`.
     Completion(completion::Args),
+    /// Show the fleet's agents as their clusters and Git see them.
+    #[command(subcommand)]
+    Get(get::Command),
     /// Show this client's version and, with --repo, the version each agent last reported.
     Version(version::Args),
 }
@@ -119,6 +123,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::CheckCrd(a) => check_crd::run(a).await,
         Command::Completion(a) => completion::run(a),
         Command::Version(a) => version::run(a).await,
+        Command::Get(c) => get::run(c, cli.kube).await,
     }
 }
 

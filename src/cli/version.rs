@@ -85,7 +85,9 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
                 "{:<w$}  {:<10}  {:<20}  {}",
                 a.cluster,
                 a.version.as_deref().filter(|v| !v.is_empty()).unwrap_or("—"),
-                a.reported_at.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)).unwrap_or_else(|| "never".into()),
+                a.reported_at
+                    .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+                    .unwrap_or_else(|| "never".into()),
                 a.release.as_deref().unwrap_or("—")
             );
         }

@@ -160,7 +160,11 @@ fn cell_title(row: &ClusterRow, cell: &Cell) -> String {
         lines.push(format!("{}{}", if g.allowed { "may start: " } else { "" }, g.reason));
     }
     if !cell.unverified.is_empty() {
-        lines.push(format!("{} unverified entr{} (not counted)", cell.unverified.len(), if cell.unverified.len() == 1 { "y" } else { "ies" }));
+        lines.push(format!(
+            "{} unverified entr{} (not counted)",
+            cell.unverified.len(),
+            if cell.unverified.len() == 1 { "y" } else { "ies" }
+        ));
     }
     if cell.desired {
         lines.push("desired release".to_string());
@@ -186,7 +190,9 @@ fn cell_details(out: &mut String, row: &ClusterRow, col: &ReleaseColumn, cell: &
     if let Some(s) = &cell.status {
         let _ = write!(out, "<p class=\"description\">{}</p>", escape(&s.description));
         if !s.gates.is_empty() {
-            out.push_str("<table class=\"gates\"><tr><th>gate</th><th>observed</th><th>threshold</th><th>verdict</th></tr>");
+            out.push_str(
+                "<table class=\"gates\"><tr><th>gate</th><th>observed</th><th>threshold</th><th>verdict</th></tr>",
+            );
             for g in &s.gates {
                 let _ = write!(
                     out,
@@ -212,12 +218,8 @@ fn cell_details(out: &mut String, row: &ClusterRow, col: &ReleaseColumn, cell: &
         );
     }
     if let Some(g) = &cell.gate {
-        let _ = write!(
-            out,
-            "<p class=\"gate\">{}{}</p>",
-            if g.allowed { "may start: " } else { "" },
-            escape(&g.reason)
-        );
+        let _ =
+            write!(out, "<p class=\"gate\">{}{}</p>", if g.allowed { "may start: " } else { "" }, escape(&g.reason));
     }
     for u in &cell.unverified {
         let _ = write!(
@@ -321,8 +323,8 @@ pub fn render_html(m: &Matrix, opts: &HtmlOptions) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::{Member, Origin, ReleaseRef, StatusSet};
     use crate::model::{Document, Fleet, FleetSpec, OperatorIdentity, RolloutSettings};
+    use crate::status::{Member, Origin, ReleaseRef, StatusSet};
 
     fn matrix(description: &str, cluster: &str) -> Matrix {
         let fleet: Fleet = Document::new(
@@ -355,7 +357,10 @@ mod tests {
 
     #[test]
     fn commit_links_only_from_http_templates() {
-        assert_eq!(CommitUrl::parse("javascript:alert('{sha}')"), Err(CommitUrlError::Scheme("javascript:alert('{sha}')".into())));
+        assert_eq!(
+            CommitUrl::parse("javascript:alert('{sha}')"),
+            Err(CommitUrlError::Scheme("javascript:alert('{sha}')".into()))
+        );
         assert!(matches!(CommitUrl::parse("https://forge/x/commit/"), Err(CommitUrlError::NoSha(_))));
         let opts = HtmlOptions { commit_url: Some(CommitUrl::parse("https://forge/x/commit/{sha}").unwrap()) };
         let page = render_html(&matrix("ok", "c1"), &opts);
