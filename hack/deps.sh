@@ -6,6 +6,9 @@
 # and run the container image without a Docker engine). Skips packages already present.
 set -euo pipefail
 pkgs=(libgpgme-dev libssl-dev pkg-config gnupg git prometheus build-essential openssh-client buildah mmdebstrap)
+# chromium (headless: tests/status_html.rs renders the status page), zsh + fish (tests/cli_habits.rs
+# loads the shell completions fleetgate prints).
+pkgs+=(chromium zsh fish)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

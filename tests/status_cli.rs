@@ -4,96 +4,10 @@
 mod status_support;
 
 use fleetgate::status::{self, GitRemote, Matrix, State, Status};
-use status_support::identity;
-use fleetgate_testenv::{GitDaemon, git_in, git_in_env};
+use status_support::{NEW, OLD, fleet, identity};
 use std::io::BufRead;
-use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
-
-const OLD: &str = "rel-20250301-001";
-const NEW: &str = "rel-20250315-001";
-
-fn write(dir: &Path, file: &str, text: &str) {
-    let path = dir.join(file);
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, text).unwrap();
-}
-
-/// A cluster file registering the status key of `name`'s test identity.
-fn cluster(name: &str, wave: &str, pin: Option<&str>) -> String {
-    let pin = pin.map(|r| format!("  release: {r}\n")).unwrap_or_default();
-    let key = identity(name).signer.public();
-    format!(
-        "apiVersion: fleetgate.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: {name}\nspec:\n  wave: {wave}\n{pin}  statusKey: {key}\n"
-    )
-}
-
-struct Fleet {
-    daemon: GitDaemon,
-    url: String,
-    old: String,
-    new: String,
-}
-
-/// canary: cluster-a, cluster-b · prod: cluster-c, cluster-d (pinned to OLD). The fleet wants NEW.
-/// OLD succeeded everywhere; on NEW cluster-a succeeded, cluster-b failed and rolled back.
-fn fleet() -> Fleet {
-    let daemon = GitDaemon::start().unwrap();
-    let url = daemon.create_bare("fleet.git").unwrap();
-    let work = tempfile::tempdir().unwrap();
-    let w = work.path();
-    git_in(w, &["init", "-q", "-b", "main"]);
-    let fleet_yaml = |release: &str| {
-        format!(
-            "apiVersion: fleetgate.io/v1alpha1\nkind: Fleet\nmetadata:\n  name: redis-fleet\nspec:\n  operator:\n    name: redis-operator\n    namespace: redis-system\n  release: {release}\n  waves: [canary, prod]\n  rollout:\n    maxFailedClusters: 2\n"
-        )
-    };
-    write(w, "clusters/cluster-a.yaml", &cluster("cluster-a", "canary", None));
-    write(w, "clusters/cluster-b.yaml", &cluster("cluster-b", "canary", None));
-    write(w, "clusters/cluster-c.yaml", &cluster("cluster-c", "prod", None));
-    write(w, "clusters/cluster-d.yaml", &cluster("cluster-d", "prod", Some(OLD)));
-    let mut commits = Vec::new();
-    for (id, date) in [(OLD, "2025-03-01T10:00:00Z"), (NEW, "2025-03-15T10:00:00Z")] {
-        write(w, "fleet.yaml", &fleet_yaml(id));
-        write(w, "release.yaml", &format!("kind: Release\nmetadata:\n  name: {id}\n"));
-        let env = [("GIT_COMMITTER_DATE", date), ("GIT_AUTHOR_DATE", date)];
-        git_in_env(w, &env, &["add", "."]);
-        git_in_env(w, &env, &["commit", "-q", "-m", &format!("release {id}")]);
-        git_in_env(w, &env, &["tag", "-a", id, "-m", id]);
-        commits.push(git_in(w, &["rev-parse", "HEAD"]));
-    }
-    // Tags on a commit without release.yaml are not releases.
-    git_in(w, &["rm", "-q", "release.yaml"]);
-    git_in(w, &["commit", "-q", "-m", "tidy"]);
-    git_in(w, &["tag", "not-a-release"]);
-    git_in(w, &["tag", "-a", "docs-1", "-m", "docs"]);
-    git_in(w, &["push", "-q", "--tags", &url, "main"]);
-    let fleet = Fleet { daemon, url, old: commits[0].clone(), new: commits[1].clone() };
-
-    let agent = tempfile::tempdir().unwrap();
-    let repo = git2::Repository::init_bare(agent.path()).unwrap();
-    repo.remote_anonymous(&fleet.url).unwrap().fetch(&["+refs/tags/*:refs/tags/*"], None, None).unwrap();
-    let remote = GitRemote::new(&fleet.url);
-    for c in ["cluster-a", "cluster-b", "cluster-c", "cluster-d"] {
-        let ok = Status::new(c, OLD, &fleet.old, State::Success, "all 4 gates passed over 10m");
-        status::write(&repo, &remote, &ok, &identity(c)).unwrap();
-    }
-    let a = identity("cluster-a");
-    status::write(&repo, &remote, &Status::new("cluster-a", NEW, &fleet.new, State::Pending, "baking"), &a).unwrap();
-    status::write(&repo, &remote, &Status::new("cluster-a", NEW, &fleet.new, State::Success, "all 4 gates passed"), &a)
-        .unwrap();
-    let failed = Status::new(
-        "cluster-b",
-        NEW,
-        &fleet.new,
-        State::Failure,
-        "rolled back to rel-20250301-001: error-rate 7.3 % > 5 %",
-    )
-    .rolled_back_to(OLD);
-    status::write(&repo, &remote, &failed, &identity("cluster-b")).unwrap();
-    fleet
-}
 
 fn run(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_fleetgate"))

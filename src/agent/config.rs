@@ -223,8 +223,13 @@ impl AgentConfig {
 
     /// `fleetgate-agent-<cluster>`.
     pub fn lease_name(&self) -> String {
-        format!("fleetgate-agent-{}", self.cluster)
+        lease_name(&self.cluster)
     }
+}
+
+/// The leader-election Lease of `cluster`'s agents: `fleetgate-agent-<cluster>`.
+pub fn lease_name(cluster: &str) -> String {
+    format!("fleetgate-agent-{cluster}")
 }
 
 /// What one source (flags+env, or the config file) says; every field optional. The config file

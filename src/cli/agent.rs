@@ -3,7 +3,7 @@
 //! `fleetgate agent`: flags (each also a `FLEETGATE_*` environment variable and a camelCase key of
 //! the optional `--config` file) into an [`AgentConfig`], then the agent until SIGTERM or Ctrl-C.
 
-use super::args::{ForgeArgs, GitAccess};
+use super::args::{ForgeArgs, GitAccess, KubeArgs};
 use anyhow::Context as _;
 use crate::agent::config::NamedUrls;
 use crate::agent::{Agent, AgentConfig, AgentServices, AgentSettings};
@@ -32,12 +32,10 @@ pub struct Args {
     /// This cluster's name in the fleet repo (clusters/<NAME>.yaml).
     #[arg(long, env = "FLEETGATE_CLUSTER", value_name = "NAME")]
     cluster: Option<String>,
-    /// Kubeconfig file [default: $KUBECONFIG, ~/.kube/config, else the in-cluster service account].
-    #[arg(long, value_name = "FILE")]
-    kubeconfig: Option<PathBuf>,
-    /// Kubeconfig context [default: its current context].
-    #[arg(long)]
-    context: Option<String>,
+    /// The global `--kubeconfig` / `--context` (set by [`super::run`]); the config file's
+    /// `kubeconfig`/`context` apply where they are not given.
+    #[arg(skip)]
+    pub(super) kube: KubeArgs,
     /// Public keys of the release signers (files, or directories of key files): OpenPGP keys, or
     /// OpenSSH allowed_signers files for SSH-signed tags; repeatable.
     #[arg(long, env = "FLEETGATE_TRUSTED_KEYS", value_name = "FILE", num_args = 1.., value_delimiter = ',')]
@@ -151,8 +149,8 @@ impl Args {
             repo: self.repo,
             branch: self.branch,
             cluster: self.cluster,
-            kubeconfig: self.kubeconfig,
-            context: self.context,
+            kubeconfig: self.kube.kubeconfig,
+            context: self.kube.context,
             trusted_keys: self.trusted_keys,
             state_namespace: self.state_namespace,
             state_dir: self.state_dir,

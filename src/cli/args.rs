@@ -1,11 +1,12 @@
 //! Argument groups several commands share, each a `#[command(flatten)]` struct: one spelling,
 //! one default and one help text per flag across the binary.
 
+use crate::agent::config::KubeAccess;
 use crate::model::ForgeKind;
 use crate::releng::publish::PublishOptions;
 use crate::releng::{RelengError, Signer, Target};
-use crate::source::Credentials;
-use crate::status::ForgeSettings;
+use crate::source::{Credentials, Source};
+use crate::status::{FleetView, ForgeSettings};
 use anyhow::Context;
 use std::path::PathBuf;
 
@@ -161,4 +162,32 @@ impl GitAccess {
         };
         Ok(Credentials { ssh_key: self.ssh_key.clone(), token, ..Credentials::default() })
     }
+}
+
+/// Which cluster API server: `--kubeconfig` and `--context`, global flags of the binary (given
+/// before or after the subcommand), read by every command that talks to a cluster.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct KubeArgs {
+    /// Kubeconfig file [default: $KUBECONFIG, ~/.kube/config, else the in-cluster service account].
+    #[arg(long, global = true, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context [default: its current context].
+    #[arg(long, global = true, value_name = "NAME")]
+    pub context: Option<String>,
+}
+
+impl KubeArgs {
+    /// The kubeconfig and context given, or inference (default kubeconfig, else in-cluster).
+    pub fn access(&self) -> KubeAccess {
+        match (&self.kubeconfig, &self.context) {
+            (None, None) => KubeAccess::Infer,
+            (path, context) => KubeAccess::Kubeconfig { path: path.clone(), context: context.clone() },
+        }
+    }
+}
+
+/// Fetches `source` and reads the fleet view at its branch tip (status, version). Blocking.
+pub fn read_fleet(source: &mut Source) -> anyhow::Result<FleetView> {
+    source.sync().with_context(|| format!("reading {}", source.url()))?;
+    Ok(FleetView::load(&source.checkout()?)?)
 }

@@ -5,9 +5,9 @@
 //! Exit 0 no drift, 1 drift (an object differs or is missing), 2 usage, repository or cluster
 //! error. Changes nothing; the agent (or `fleetgate agent`'s next apply) corrects drift.
 
-use super::args::GitAccess;
+use super::args::{GitAccess, KubeArgs};
 use super::output::{OutputFormat, colours};
-use crate::agent::config::{DEFAULT_STATE_NAMESPACE, KubeAccess};
+use crate::agent::config::DEFAULT_STATE_NAMESPACE;
 use crate::apply::{ApplyOptions, DriftInput, DriftInputError, DriftRelease, DriftReport, DriftState, Engine};
 use crate::model::Finding;
 use crate::release::{ReleaseFiles, TrustConfig};
@@ -32,12 +32,9 @@ pub struct Args {
     /// to in a local repo, `main` for a URL.
     #[arg(long)]
     pub branch: Option<String>,
-    /// Kubeconfig file [default: $KUBECONFIG, ~/.kube/config, else the in-cluster service account].
-    #[arg(long, value_name = "FILE")]
-    pub kubeconfig: Option<PathBuf>,
-    /// Kubeconfig context [default: its current context].
-    #[arg(long)]
-    pub context: Option<String>,
+    /// The global `--kubeconfig` / `--context` (set by [`super::run`]).
+    #[arg(skip)]
+    pub kube: KubeArgs,
     /// Namespace of the agent (its inventory says which release was last applied).
     #[arg(short = 'n', long, default_value = DEFAULT_STATE_NAMESPACE)]
     pub namespace: String,
@@ -73,11 +70,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     })
     .await??;
 
-    let access = match (&args.kubeconfig, &args.context) {
-        (None, None) => KubeAccess::Infer,
-        (path, context) => KubeAccess::Kubeconfig { path: path.clone(), context: context.clone() },
-    };
-    let client = access.client().await.context("connecting to the cluster (check --kubeconfig and --context)")?;
+    let client = args.kube.access().client().await.context("connecting to the cluster (check --kubeconfig and --context)")?;
     let mut options = ApplyOptions::for_cluster(&args.namespace, &args.cluster);
     options.default_namespace = Some(desired.operator_namespace.clone());
     let engine = Engine::new(client, options);

@@ -10,7 +10,9 @@ mod agent;
 mod args;
 mod check_crd;
 mod cluster;
+mod completion;
 mod diff;
+mod get;
 mod init;
 mod output;
 mod promote;
@@ -18,6 +20,7 @@ mod release;
 mod rollback;
 mod status;
 mod validate;
+mod version;
 
 pub use output::OutputFormat;
 
@@ -37,6 +40,8 @@ pub struct Cli {
     /// Log format: `human` (default on a TTY) or `json`.
     #[arg(long, global = true, env = "FLEETGATE_LOG_FORMAT")]
     pub log_format: Option<LogFormat>,
+    #[command(flatten)]
+    pub kube: args::KubeArgs,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -71,6 +76,13 @@ pub enum Command {
     Diff(diff::Args),
     /// Offline CRD compatibility verdict between two CRD files.
     CheckCrd(check_crd::Args),
+    /// Print a shell completion script: `source <(fleetgate completion bash)`.
+    Completion(completion::Args),
+    /// Show the fleet's agents as their clusters and Git see them.
+    #[command(subcommand)]
+    Get(get::Command),
+    /// Show this client's version and, with --repo, the version each agent last reported.
+    Version(version::Args),
 }
 
 /// Logs go to stderr: human-readable on a TTY, JSON otherwise (in-cluster) unless told.
@@ -93,7 +105,10 @@ pub fn init_tracing(cli: &Cli) {
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Agent(a) => agent::run(a).await,
+        Command::Agent(mut a) => {
+            a.kube = cli.kube;
+            agent::run(a).await
+        }
         Command::Init(a) => init::run(a).await,
         Command::Validate(a) => validate::run(a).await,
         Command::Release(c) => release::run(c).await,
@@ -101,7 +116,43 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Rollback(a) => rollback::run(a).await,
         Command::Status(a) => status::run(a).await,
         Command::Cluster(c) => cluster::run(c).await,
-        Command::Diff(a) => diff::run(a).await,
+        Command::Diff(mut a) => {
+            a.kube = cli.kube;
+            diff::run(a).await
+        }
         Command::CheckCrd(a) => check_crd::run(a).await,
+        Command::Completion(a) => completion::run(a),
+        Command::Version(a) => version::run(a).await,
+        Command::Get(c) => get::run(c, cli.kube).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::config::KubeAccess;
+
+    #[test]
+    fn kubeconfig_and_context_are_global_flags() {
+        for argv in [
+            &["fleetgate", "--kubeconfig", "k.yaml", "--context", "eu-1", "diff", "--repo", "r", "--cluster", "c"][..],
+            &["fleetgate", "diff", "--repo", "r", "--cluster", "c", "--kubeconfig", "k.yaml", "--context", "eu-1"][..],
+        ] {
+            let cli = Cli::try_parse_from(argv).unwrap();
+            assert_eq!(
+                cli.kube.access(),
+                KubeAccess::Kubeconfig { path: Some("k.yaml".into()), context: Some("eu-1".into()) },
+                "{argv:?}"
+            );
+        }
+        let cli = Cli::try_parse_from(["fleetgate", "agent", "--context", "eu-1"]).unwrap();
+        assert_eq!(cli.kube.access(), KubeAccess::Kubeconfig { path: None, context: Some("eu-1".into()) });
+        assert_eq!(Cli::try_parse_from(["fleetgate", "version"]).unwrap().kube.access(), KubeAccess::Infer);
+    }
+
+    #[test]
+    fn the_cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
     }
 }

@@ -42,10 +42,19 @@ impl OutputFormat {
     }
 }
 
-/// True when stdout is a terminal that should get colours (and `NO_COLOR` is not set).
+/// True when stdout should get colours, as the `supports-color` crate decides it: always with
+/// `CLICOLOR_FORCE`/`FORCE_COLOR` (not 0), else never with `NO_COLOR` or `TERM=dumb`, else when
+/// stdout is a terminal.
 pub fn colours() -> bool {
-    use std::io::IsTerminal;
-    std::env::var_os("NO_COLOR").is_none() && std::io::stdout().is_terminal()
+    supports_color::on_cached(supports_color::Stream::Stdout).is_some()
+}
+
+/// The width tables fit in: `COLUMNS` when set (scripts, tests), else the terminal's own width
+/// when stdout is one, else 80. Never below 40.
+pub fn terminal_width() -> usize {
+    let columns = std::env::var("COLUMNS").ok().and_then(|c| c.parse::<usize>().ok());
+    let terminal = || terminal_size::terminal_size_of(std::io::stdout()).map(|(w, _)| usize::from(w.0));
+    columns.or_else(terminal).filter(|w| *w >= 40).unwrap_or(80)
 }
 
 /// How a release command ended, for `-o json|yaml`.

@@ -6,14 +6,18 @@
 //! text from the repo and its notes through [`terminal_safe`] (no control characters); `-o json`
 //! and `-o yaml` print it faithfully, escaped by their encoders.
 //!
+//! `-o wide` drops the terminal's width limit (every release column, full ids, descriptions on one
+//! line); `-o html [--out FILE]` writes the matrix as one self-contained page
+//! ([`crate::status::html`]), with release links from `--commit-url-template`.
+//!
 //! Exit codes: 0 shown; 1 when RELEASE was given and a cluster reports `failure` or `error` for it;
 //! 2 bad usage, unreachable repo, or an invalid fleet configuration.
 
-use super::args::GitAccess;
-use super::output::{OutputFormat, colours, terminal_safe};
+use super::args::{GitAccess, read_fleet};
+use super::output::{OutputFormat, colours, terminal_safe, terminal_width};
 use crate::model::error_chain;
 use crate::source::Source;
-use crate::status::{FleetView, Matrix, RenderOptions, State, render_release, render_table};
+use crate::status::{CommitUrl, HtmlOptions, Matrix, RenderOptions, State, render_html, render_release, render_table};
 use anyhow::Context;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -31,13 +35,45 @@ pub struct Args {
     #[command(flatten)]
     pub git: GitAccess,
     #[arg(short = 'o', long, value_enum, default_value_t)]
-    pub output: OutputFormat,
+    pub output: StatusFormat,
+    /// With `-o html`: write the page to FILE instead of stdout (with --watch, rewritten on each
+    /// refresh).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<std::path::PathBuf>,
+    /// With `-o html`: link each release to its commit on the forge's web UI, `{sha}` replaced by
+    /// the commit id, e.g. `https://github.com/acme/fleet/commit/{sha}`.
+    #[arg(long, env = "FLEETGATE_COMMIT_URL_TEMPLATE", value_name = "URL", value_parser = CommitUrl::parse)]
+    pub commit_url_template: Option<CommitUrl>,
     /// Keep refreshing until interrupted (Ctrl-C).
     #[arg(long)]
     pub watch: bool,
     /// Time between refreshes with --watch.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub interval: Duration,
+}
+
+/// `-o` of `fleetgate status`: the shared formats, and `wide` and `html`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum StatusFormat {
+    /// For people: tables fitted to the terminal, colours on a TTY.
+    #[default]
+    Table,
+    /// Like table, without the width limit: every release, full ids, unwrapped descriptions.
+    Wide,
+    Json,
+    Yaml,
+    /// One self-contained HTML page (to stdout or --out).
+    Html,
+}
+
+impl StatusFormat {
+    fn machine(self) -> OutputFormat {
+        match self {
+            StatusFormat::Json => OutputFormat::Json,
+            StatusFormat::Yaml => OutputFormat::Yaml,
+            StatusFormat::Table | StatusFormat::Wide | StatusFormat::Html => OutputFormat::Table,
+        }
+    }
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -47,7 +83,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut source = Source::open(&args.repo, state.path(), credentials)?.with_branch(&args.branch);
     loop {
         let (source_back, view) = tokio::task::spawn_blocking(move || {
-            let view = load(&mut source);
+            let view = read_fleet(&mut source);
             (source, view)
         })
         .await?;
@@ -75,15 +111,6 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn load(source: &mut Source) -> anyhow::Result<FleetView> {
-    source.sync().with_context(|| format!("reading {}", source.url()))?;
-    Ok(FleetView::load(&source.checkout()?)?)
-}
-
-fn terminal_width() -> usize {
-    std::env::var("COLUMNS").ok().and_then(|c| c.parse().ok()).filter(|w| *w >= 40).unwrap_or(80)
-}
-
 fn show(args: &Args, matrix: &Matrix) -> anyhow::Result<ExitCode> {
     let matrix = match &args.release {
         Some(id) => matrix.only(id).with_context(|| {
@@ -98,11 +125,25 @@ fn show(args: &Args, matrix: &Matrix) -> anyhow::Result<ExitCode> {
     };
     match (args.output, args.watch) {
         // One compact document per refresh, so `--watch -o json` is a stream of lines.
-        (OutputFormat::Json, true) => println!("{}", serde_json::to_string(&matrix)?),
-        (OutputFormat::Yaml, true) => print!("---\n{}", serde_yaml_ng::to_string(&matrix)?),
-        (format, _) if format.print_machine(&matrix)? => {}
-        _ => {
-            let opts = RenderOptions { width: terminal_width(), colours: colours() };
+        (StatusFormat::Json, true) => println!("{}", serde_json::to_string(&matrix)?),
+        (StatusFormat::Yaml, true) => print!("---\n{}", serde_yaml_ng::to_string(&matrix)?),
+        (format, _) if format.machine().print_machine(&matrix)? => {}
+        (StatusFormat::Html, _) => {
+            let page = render_html(&matrix, &HtmlOptions { commit_url: args.commit_url_template.clone() });
+            match &args.out {
+                Some(path) => {
+                    std::fs::write(path, page).with_context(|| format!("writing {}", path.display()))?;
+                    if args.watch {
+                        eprintln!("wrote {} · refreshing every {}", path.display(), humantime::format_duration(args.interval));
+                    }
+                }
+                None => print!("{page}"),
+            }
+        }
+        (format, _) => {
+            // Wide: no line is cut or wrapped short of this.
+            let width = if format == StatusFormat::Wide { 10_000 } else { terminal_width() };
+            let opts = RenderOptions { width, colours: colours() };
             let matrix = terminal_safe(&matrix)?;
             let text = match &args.release {
                 Some(id) => render_release(&matrix, id, opts).expect("the release is in the matrix"),

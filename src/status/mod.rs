@@ -12,11 +12,13 @@
 //! * [`StatusBackend`] / [`Publisher`] — one trait over both; the publisher writes Git first.
 //! * [`waves`] — wave gating as a pure function ([`may_start`]).
 //! * [`matrix`] / [`FleetView`] — the cluster × release view `fleetgate status` prints.
+//! * [`html`] — that view as one self-contained page (`fleetgate status -o html`).
 //!
 //! The note format and the `fleetgate status -o json` format are documented in docs/STATUS.md.
 
 mod backend;
 pub mod forge;
+pub mod html;
 pub mod identity;
 pub mod matrix;
 mod model;
@@ -28,6 +30,7 @@ mod write_back_tip;
 pub use backend::{GitNotesBackend, Publisher, StatusBackend, StatusError};
 pub use identity::{KeyError, STATUS_NAMESPACE, StatusIdentity, StatusKey, StatusKeys, StatusSigner, Unverified};
 pub use forge::{FORGE_TOKEN_ENV, ForgeBackend, ForgeConfig, ForgeError, ForgeSettings, Token, TokenSource};
+pub use html::{CommitUrl, CommitUrlError, HtmlOptions, render_html};
 pub use matrix::{Matrix, Origin, ReleaseRef, RenderOptions, render_release, render_table};
 pub use model::*;
 pub use notes::{GitRemote, NotesError, Written, notes_ref, read_all, sync, write};

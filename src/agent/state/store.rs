@@ -236,6 +236,15 @@ impl StateStore {
         Ok(state)
     }
 
+    /// Reads the state without creating or changing anything (`fleetgate get agents`): `None`
+    /// when the agent has not written one yet.
+    pub async fn peek(&self) -> Result<Option<AgentState>, StateError> {
+        match self.api.get_opt(&self.name).await.map_err(|e| self.kube_error("reading", e))? {
+            Some(object) => Ok(Some(self.decode(object)?.state)),
+            None => Ok(None),
+        }
+    }
+
     /// The state as last loaded or saved by this store, without a request.
     pub async fn cached(&self) -> Option<AgentState> {
         self.cache.lock().await.as_ref().map(|p| p.state.clone())
