@@ -151,11 +151,11 @@ mod tests {
         for _ in 0..8 {
             s.wait_on(BTreeSet::new(), at);
             assert!(s.due(&moved, at), "no refresh at {:?}", at - start);
-            let NotesSchedule::Waiting { refresh_at, .. } = &s else { unreachable!() };
-            pauses.push(*refresh_at - at);
+            let NotesSchedule::Waiting { refresh_at, .. } = s else { unreachable!() };
+            pauses.push(refresh_at - at);
             s.wait_on(BTreeSet::new(), at);
             assert!(!s.due(&moved, at + Duration::from_secs(1)), "refreshed again at once");
-            at = *refresh_at;
+            at = refresh_at;
         }
         assert_eq!(pauses[0], REFRESH_FIRST * 2);
         assert_eq!(*pauses.last().unwrap(), REFRESH_MAX);
