@@ -3,12 +3,15 @@
 //! N simulated agents (threads) run the agent's real source and status code against one local
 //! `git daemon`: each polls with [`Source::sync`] (one ls-remote; a fetch only when a ref moved),
 //! loads the tip's configuration, reads the verified statuses of the desired release and asks
-//! [`may_start`] whether its wave may start; when it may, it "applies" (nothing: no Kubernetes
-//! here) and writes a signed `success` to its own notes ref with [`notes::write`]. A release is
-//! promoted fleet-wide through four waves (1 %, 9 %, 30 %, 60 % of the clusters).
+//! [`may_start`] whether its wave may start; when it may not, it tells its source whom it waits
+//! for (the agent's [`fleetgate::source::NotesSchedule`] renewal, every waiting poll); when it
+//! may, it "applies" and "bakes" (nothing: no Kubernetes here) and writes the three signed
+//! statuses a real agent writes (`pending` applying, `pending` baking, `success`) to its own
+//! notes ref with [`notes::write`]. A release is promoted fleet-wide through four waves (1 %,
+//! 9 %, 30 %, 60 % of the clusters).
 //!
 //! Agents poll on after their own success until every agent has succeeded, as real ones do.
-//! Printed per run: ls-remotes and fetches per agent, notes pushes that
+//! Printed per run: ls-remotes and fetches per agent (all, and those of the notes alone), notes pushes that
 //! had to merge (conflicts), the daemon's CPU time (its own plus its reaped `git-upload-pack` /
 //! `git-receive-pack` children, from /proc), the ls-remote latency, and the times from the
 //! promotion to the last canary success and from there to the last agent of the last wave starting.
@@ -61,6 +64,7 @@ fn cpu_seconds(wrapper: u32) -> f64 {
 struct Totals {
     ls_remotes: AtomicU64,
     fetches: AtomicU64,
+    notes_fetches: AtomicU64,
     pushes: AtomicU64,
     merged_pushes: AtomicU64,
     errors: AtomicU64,
@@ -127,7 +131,7 @@ fn run(run: &Run) {
     let ready = Arc::new(Barrier::new(n + 1));
     let go = Arc::new(Barrier::new(n + 1));
     let promoted_at = Arc::new(Mutex::new(Instant::now()));
-    let deadline = Duration::from_secs(300);
+    let deadline = Duration::from_secs(600);
     let mut handles = Vec::new();
     for (i, signer) in signers.into_iter().enumerate() {
         let (url, totals, ready, go, promoted_at) =
@@ -155,6 +159,9 @@ fn run(run: &Run) {
                     let start = Instant::now();
                     let mut first = true;
                     let mut done = false;
+                    // Whom the last gate decision waited for: the statuses in the mirror only
+                    // change with a fetch, so the decision stands until the next one.
+                    let mut waiting: Option<std::collections::BTreeSet<String>> = None;
                     while totals.succeeded.load(Ordering::Relaxed) < n {
                         let t = Instant::now();
                         let outcome = match source.sync() {
@@ -166,6 +173,9 @@ fn run(run: &Run) {
                             }
                         };
                         totals.ls_remote_micros.lock().unwrap().push(t.elapsed().as_micros() as u64);
+                        if let Some(on) = waiting.as_ref().filter(|_| !done && !outcome.fetched) {
+                            source.notes_schedule().wait_on(on.clone(), Instant::now());
+                        }
                         if !done && (outcome.fetched || first) {
                             first = false;
                             let checkout = source.checkout().unwrap();
@@ -175,24 +185,36 @@ fn run(run: &Run) {
                                 let tag = checkout.tag("rel-2").unwrap().unwrap();
                                 let keys = StatusKeys::registered(&config);
                                 let statuses = fleetgate::status::read_all(checkout.repo(), &[tag.commit], &keys).unwrap();
-                                if may_start(&config.fleet, &members(&config), &statuses, &name, "rel-2").allowed {
+                                let decision = may_start(&config.fleet, &members(&config), &statuses, &name, "rel-2");
+                                if decision.allowed {
+                                    waiting = None;
                                     let started = promoted_at.lock().unwrap().elapsed();
                                     totals.starts.lock().unwrap().push((wave, started));
-                                    let status =
-                                        Status::new(&name, "rel-2", tag.commit.to_string(), State::Success, "bake passed");
-                                    match notes::write(&mirror, &remote, &status, &identity) {
-                                        Ok(w) => {
-                                            totals.pushes.fetch_add(w.attempts as u64, Ordering::Relaxed);
-                                            if w.attempts > 1 {
-                                                totals.merged_pushes.fetch_add(1, Ordering::Relaxed);
+                                    let commit = tag.commit.to_string();
+                                    for (state, what) in [
+                                        (State::Pending, "applying rel-2 (from rel-1)"),
+                                        (State::Pending, "baking for 0s"),
+                                        (State::Success, "bake passed"),
+                                    ] {
+                                        let status = Status::new(&name, "rel-2", commit.clone(), state, what);
+                                        match notes::write(&mirror, &remote, &status, &identity) {
+                                            Ok(w) => {
+                                                totals.pushes.fetch_add(w.attempts as u64, Ordering::Relaxed);
+                                                if w.attempts > 1 {
+                                                    totals.merged_pushes.fetch_add(1, Ordering::Relaxed);
+                                                }
                                             }
-                                        }
-                                        Err(_) => {
-                                            totals.errors.fetch_add(1, Ordering::Relaxed);
+                                            Err(_) => {
+                                                totals.errors.fetch_add(1, Ordering::Relaxed);
+                                            }
                                         }
                                     }
                                     done = true;
                                     totals.succeeded.fetch_add(1, Ordering::Relaxed);
+                                } else {
+                                    let on: std::collections::BTreeSet<String> = decision.waits_for.into_iter().collect();
+                                    source.notes_schedule().wait_on(on.clone(), Instant::now());
+                                    waiting = Some(on);
                                 }
                             }
                         }
@@ -205,6 +227,7 @@ fn run(run: &Run) {
                     let after = source.stats();
                     totals.ls_remotes.fetch_add(after.ls_remotes - before.ls_remotes, Ordering::Relaxed);
                     totals.fetches.fetch_add(after.fetches - before.fetches, Ordering::Relaxed);
+                    totals.notes_fetches.fetch_add(after.notes_fetches - before.notes_fetches, Ordering::Relaxed);
                 })
                 .unwrap(),
         );
@@ -224,6 +247,11 @@ fn run(run: &Run) {
     }
     let elapsed = wall.elapsed().as_secs_f64();
     let cpu = cpu_seconds(daemon.id()) - cpu_before;
+    // Killing the `git` wrapper leaves its `git-daemon` child serving (and holding our stdout).
+    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", daemon.id())).unwrap_or_default();
+    for pid in children.split_whitespace() {
+        Command::new("kill").arg(pid).status().ok();
+    }
     daemon.kill().ok();
     daemon.wait().ok();
 
@@ -236,12 +264,15 @@ fn run(run: &Run) {
     let pct = |p: f64| lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1))).copied().unwrap_or(0);
     let ls = totals.ls_remotes.load(Ordering::Relaxed) as f64;
     let fetches = totals.fetches.load(Ordering::Relaxed) as f64;
+    let notes_fetches = totals.notes_fetches.load(Ordering::Relaxed) as f64;
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
-        "| {n} | {}s | {}/{n} | {:.1} | {:.1} | {} | {} | {:.1}s ({:.0}%) | {:.1} / {:.1} ms | {:.1}s | {:.1}s | {} |",
+        "| {n} | {}s | {}/{n} | {:.1} | {:.2} ({:.2}) | {} | {} | {:.1}s ({:.0}%) | {:.1} / {:.1} ms | {:.1}s | {:.1}s | {} | {} |",
         run.poll.as_secs(),
         starts.len(),
         ls / n as f64,
         fetches / n as f64,
+        notes_fetches / n as f64,
         totals.pushes.load(Ordering::Relaxed),
         totals.merged_pushes.load(Ordering::Relaxed),
         cpu,
@@ -251,6 +282,7 @@ fn run(run: &Run) {
         last_canary.as_secs_f64(),
         (last_wave.saturating_sub(last_canary)).as_secs_f64(),
         totals.errors.load(Ordering::Relaxed),
+        load.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
     );
 }
 
@@ -261,8 +293,8 @@ fn main() {
     } else {
         args.chunks(2).map(|c| (c[0], *c.get(1).unwrap_or(&2))).collect()
     };
-    println!("| agents | poll | started rel-2 | ls-remotes/agent | fetches/agent | notes pushes | merged pushes | git daemon CPU (% of wall) | ls-remote p50 / p99 | promotion → last canary | last canary → last agent of last wave | errors |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| agents | poll | started rel-2 | ls-remotes/agent | fetches/agent (notes alone) | notes pushes | merged pushes | git daemon CPU (% of wall) | ls-remote p50 / p99 | promotion → last canary | last canary → last agent of last wave | errors | load avg |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (agents, poll) in pairs {
         run(&Run { agents: agents as usize, poll: Duration::from_secs(poll) });
     }

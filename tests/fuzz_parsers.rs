@@ -287,3 +287,141 @@ fn oversized_documents_are_refused_by_size_before_parsing() {
     let e = parse_document::<FleetSpec>("fleet.yaml", &big, "Fleet").unwrap_err();
     assert!(matches!(e, ParseError::TooLarge { .. }), "{e}");
 }
+
+// The webhook (`POST /hooks/git`): what anyone who reaches the agent's port sends. `judge` is
+// the handler's whole decision on a delivery's headers and body.
+mod webhook {
+    use axum::http::{HeaderMap, HeaderName, HeaderValue};
+    use fleetgate::agent::server::{Hook, HookRefused, MAX_BODY_BYTES, WebhookConfig};
+    use hmac::{Hmac, Mac};
+    use proptest::prelude::*;
+    use sha2::Sha256;
+
+    const SECRET: &[u8] = b"s3cret";
+    const HEADERS: &[&str] = &[
+        "x-hub-signature-256",
+        "x-gitea-signature",
+        "x-gitlab-token",
+        "x-github-event",
+        "x-gitea-event",
+        "x-gitlab-event",
+    ];
+    const PUSH: &str = r#"{"ref":"refs/heads/main","before":"0000000000000000000000000000000000000000","after":"1111111111111111111111111111111111111111","repository":{"full_name":"org/fleet"},"commits":[{"id":"1111","message":"promote"}]}"#;
+
+    fn hmac_hex(body: &[u8]) -> String {
+        let mut mac = Hmac::<Sha256>::new_from_slice(SECRET).unwrap();
+        mac.update(body);
+        mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    fn is_auth(e: &HookRefused) -> bool {
+        !matches!(e, HookRefused::NotJson { .. } | HookRefused::TooLarge { .. })
+    }
+
+    /// A push payload with its `ref` replaced, bytes flipped and cut: what a forge or an attacker sends.
+    fn body() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            ("\\PC{0,40}", any::<usize>(), proptest::collection::vec((any::<usize>(), any::<u8>()), 0..4)).prop_map(
+                |(git_ref, cut, flips)| {
+                    let mut b = PUSH.replace("refs/heads/main", &git_ref.replace('"', "\\\"")).into_bytes();
+                    for (at, byte) in flips {
+                        let i = at % b.len();
+                        b[i] = byte;
+                    }
+                    b.truncate(cut % (b.len() + 1));
+                    b
+                }
+            ),
+            proptest::collection::vec(any::<u8>(), 0..300),
+            Just(Vec::new()),
+        ]
+    }
+
+    fn header_value() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..80),
+            "(sha256=)?[0-9a-fA-F+ -]{0,70}".prop_map(String::into_bytes),
+            Just(b"ping".to_vec()),
+            Just(b"push".to_vec()),
+            Just(SECRET.to_vec()),
+        ]
+    }
+
+    proptest! {
+        /// Never a panic; every refusal names its rule; with a secret nothing unsigned passes,
+        /// and a correctly signed delivery is never refused for its signature.
+        #[test]
+        fn deliveries_are_judged_without_panics(
+            pairs in proptest::collection::vec((0..HEADERS.len(), header_value()), 0..4),
+            body in body(),
+            signed in proptest::option::of(0..3usize),
+            with_secret in any::<bool>(),
+        ) {
+            let mut headers = HeaderMap::new();
+            for (h, v) in &pairs {
+                if let Ok(v) = HeaderValue::from_bytes(v) {
+                    headers.insert(HeaderName::from_static(HEADERS[*h]), v);
+                }
+            }
+            if let Some(how) = signed {
+                for h in ["x-hub-signature-256", "x-gitea-signature", "x-gitlab-token"] {
+                    headers.remove(h);
+                }
+                let (name, value) = match how {
+                    0 => ("x-hub-signature-256", format!("sha256={}", hmac_hex(&body))),
+                    1 => ("x-gitea-signature", hmac_hex(&body)),
+                    _ => ("x-gitlab-token", String::from_utf8(SECRET.to_vec()).unwrap()),
+                };
+                headers.insert(HeaderName::from_static(name), value.parse().unwrap());
+            }
+            let config = WebhookConfig::new("main", with_secret.then(|| SECRET.to_vec()));
+            match config.judge(&headers, &body) {
+                Ok(Hook::OtherBranch(branch)) => prop_assert_ne!(branch, "main"),
+                Ok(_) => {
+                    // Accepted with a secret: only the generated valid credential (random ones
+                    // do not match a 256-bit HMAC, nor the token unless it is the secret).
+                    let token = headers.get("x-gitlab-token").map(|v| v.as_bytes() == SECRET);
+                    prop_assert!(!with_secret || signed.is_some() || token == Some(true), "{headers:?}");
+                }
+                Err(e) => {
+                    prop_assert!(!e.to_string().is_empty());
+                    prop_assert!(!(signed.is_some() && is_auth(&e)), "a signed delivery refused: {e}");
+                    prop_assert!(with_secret || !is_auth(&e), "no secret, yet refused: {e}");
+                }
+            }
+        }
+
+        /// Bodies over the limit are refused by their size, whatever they carry and however signed.
+        #[test]
+        fn large_bodies_are_refused_by_size(extra in 1usize..4096, fill in any::<u8>(), with_secret in any::<bool>()) {
+            let body = vec![fill; MAX_BODY_BYTES + extra];
+            let mut headers = HeaderMap::new();
+            headers.insert("x-gitea-signature", hmac_hex(&body).parse().unwrap());
+            let config = WebhookConfig::new("main", with_secret.then(|| SECRET.to_vec()));
+            prop_assert_eq!(config.judge(&headers, &body), Err(HookRefused::TooLarge { limit: MAX_BODY_BYTES }));
+        }
+    }
+
+    /// Found while writing these properties: `u8::from_str_radix` takes a sign, so `+f` decoded as 0x0f and a
+    /// digest written with `+` for a leading `0` passed. Only hex digits are a digest now.
+    #[test]
+    fn a_signed_digit_is_not_hex() {
+        let body = (0..)
+            .map(|i: u32| format!("{{\"ref\":\"refs/tags/rel-{i}\"}}"))
+            .find(|b| hmac_hex(b.as_bytes()).as_bytes().chunks(2).any(|p| p[0] == b'0'))
+            .unwrap();
+        let hex = hmac_hex(body.as_bytes());
+        let pair = hex.as_bytes().chunks(2).position(|p| p[0] == b'0').unwrap();
+        let mut signed = hex.clone().into_bytes();
+        signed[pair * 2] = b'+';
+        let config = WebhookConfig::new("main", Some(SECRET.to_vec()));
+        let mut headers = HeaderMap::new();
+        headers.insert("x-gitea-signature", String::from_utf8(signed).unwrap().parse().unwrap());
+        assert_eq!(
+            config.judge(&headers, body.as_bytes()),
+            Err(HookRefused::Malformed { header: "X-Gitea-Signature" })
+        );
+        headers.insert("x-gitea-signature", hex.parse().unwrap());
+        assert_eq!(config.judge(&headers, body.as_bytes()), Ok(Hook::Sync));
+    }
+}

@@ -401,6 +401,9 @@ impl Agent {
         fleet.spec.rollout = config.fleet.spec.rollout.clone();
         let decision = status::may_start(&fleet, &members, &statuses, &cluster, &id);
         if !decision.allowed {
+            // Renewed every waiting pass: the next syncs fetch sibling statuses only once the gate could open.
+            let waits_for = decision.waits_for.iter().cloned().collect();
+            self.source.notes_schedule().wait_on(waits_for, Instant::now());
             if self.last_wait.as_deref() != Some(decision.reason.as_str()) {
                 tracing::info!(release = %id, reason = %decision.reason, "waiting for earlier waves");
                 self.last_wait = Some(decision.reason.clone());

@@ -129,62 +129,114 @@ impl WebhookConfig {
     /// What the headers alone decide, before any of the body is read: `Ok(None)` when the
     /// request is authenticated (no secret, or the GitLab token), `Ok(Some(check))` when the body's
     /// HMAC must still be checked, `Err` when the request cannot pass whatever its body.
-    fn authenticate_headers(&self, headers: &HeaderMap) -> Result<Option<BodyCheck>, &'static str> {
+    fn authenticate_headers(&self, headers: &HeaderMap) -> Result<Option<BodyCheck>, HookRefused> {
         let Some(secret) = &self.secret else { return Ok(None) };
         let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-        let check = |hex_sig: &str, malformed: &'static str, mismatch: &'static str| {
-            let signature = decode_hex(hex_sig.trim()).ok_or(malformed)?;
-            Ok(Some(BodyCheck { secret: secret.clone(), signature, mismatch }))
+        let check = |hex_sig: &str, header: &'static str| {
+            let signature = decode_hex(hex_sig.trim()).ok_or(HookRefused::Malformed { header })?;
+            Ok(Some(BodyCheck { secret: secret.clone(), signature, header }))
         };
         if let Some(sig) = header("x-hub-signature-256") {
-            let hex_sig = sig.strip_prefix("sha256=").ok_or("X-Hub-Signature-256 must start with sha256=")?;
-            return check(
-                hex_sig,
-                "X-Hub-Signature-256 is not sha256=<hex digest>",
-                "X-Hub-Signature-256 does not match the body",
-            );
+            let hex_sig = sig.strip_prefix("sha256=").ok_or(HookRefused::NoSha256Prefix)?;
+            return check(hex_sig, "X-Hub-Signature-256");
         }
         if let Some(sig) = header("x-gitea-signature") {
-            return check(sig, "X-Gitea-Signature is not a hex digest", "X-Gitea-Signature does not match the body");
+            return check(sig, "X-Gitea-Signature");
         }
         if let Some(token) = header("x-gitlab-token") {
             // Comparing digests keeps the comparison's timing independent of the secret.
             return if Sha256::digest(token.as_bytes()) == Sha256::digest(secret) {
                 Ok(None)
             } else {
-                Err("X-Gitlab-Token does not match")
+                Err(HookRefused::TokenMismatch)
             };
         }
-        Err("a webhook secret is configured: send X-Hub-Signature-256, X-Gitea-Signature or X-Gitlab-Token")
+        Err(HookRefused::NoCredential)
     }
 
-    /// Checks the request's signature or token against the secret (any request passes without one).
-    #[cfg(test)]
-    fn authenticate(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), &'static str> {
-        match self.authenticate_headers(headers)? {
-            None => Ok(()),
-            Some(check) => check.verify(body),
+    /// What a delivery asks for, judged from its headers and whole body: the size bound, the
+    /// signature or token, then the event and the push payload's `ref`. The handler asks the
+    /// headers first ([`Self::authenticate_headers`]) so that it reads no body it would refuse.
+    pub fn judge(&self, headers: &HeaderMap, body: &[u8]) -> Result<Hook, HookRefused> {
+        if body.len() > MAX_BODY_BYTES {
+            return Err(HookRefused::TooLarge { limit: MAX_BODY_BYTES });
         }
+        if let Some(check) = self.authenticate_headers(headers)? {
+            check.verify(body)?;
+        }
+        let event = ["x-github-event", "x-gitea-event", "x-gitlab-event"]
+            .iter()
+            .find_map(|h| headers.get(*h).and_then(|v| v.to_str().ok()))
+            .unwrap_or("");
+        if event == "ping" {
+            return Ok(Hook::Ping);
+        }
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Hook::Sync);
+        }
+        let payload: serde_json::Value =
+            serde_json::from_slice(body).map_err(|e| HookRefused::NotJson { message: e.to_string() })?;
+        if let Some(git_ref) = payload.get("ref").and_then(|r| r.as_str())
+            && let Some(branch) = git_ref.strip_prefix("refs/heads/")
+            && branch != self.branch
+        {
+            return Ok(Hook::OtherBranch(branch.to_string()));
+        }
+        Ok(Hook::Sync)
     }
+}
+
+/// What an accepted webhook delivery asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Hook {
+    /// A forge's test delivery: answered, nothing to do.
+    Ping,
+    /// A push to another branch than the tracked one: acknowledged, ignored.
+    OtherBranch(String),
+    /// A push to the tracked branch, a tag, or an empty body: wake the loop.
+    Sync,
+}
+
+/// Why a webhook delivery was refused (the reason the caller gets back).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HookRefused {
+    #[error("a webhook secret is configured: send X-Hub-Signature-256, X-Gitea-Signature or X-Gitlab-Token")]
+    NoCredential,
+    #[error("X-Hub-Signature-256 must start with sha256=")]
+    NoSha256Prefix,
+    #[error("{header} is not a hex HMAC-SHA256 digest")]
+    Malformed { header: &'static str },
+    #[error("{header} does not match the body")]
+    Mismatch { header: &'static str },
+    #[error("X-Gitlab-Token does not match")]
+    TokenMismatch,
+    #[error("the body is over {limit} bytes; the agent reads only a push's ref (it polls anyway)")]
+    TooLarge { limit: usize },
+    #[error(
+        "the body is neither empty nor a JSON push payload ({message}); set the webhook's content type to application/json"
+    )]
+    NotJson { message: String },
 }
 
 /// An HMAC signature from the headers, to be checked against the body once it is read.
 struct BodyCheck {
     secret: Vec<u8>,
     signature: Vec<u8>,
-    mismatch: &'static str,
+    /// The header it came from, for the refusal.
+    header: &'static str,
 }
 
 impl BodyCheck {
-    fn verify(&self, body: &[u8]) -> Result<(), &'static str> {
+    fn verify(&self, body: &[u8]) -> Result<(), HookRefused> {
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.secret).expect("HMAC accepts any key length");
         mac.update(body);
-        mac.verify_slice(&self.signature).map_err(|_| self.mismatch)
+        mac.verify_slice(&self.signature).map_err(|_| HookRefused::Mismatch { header: self.header })
     }
 }
 
+/// Hex digits only: `u8::from_str_radix` alone would take a sign (`"+f"`), which no digest has.
 fn decode_hex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
+    if !s.len().is_multiple_of(2) || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
@@ -261,11 +313,7 @@ async fn read_capped(body: Body, limit: usize) -> Result<Vec<u8>, BodyRefused> {
 }
 
 fn too_large() -> Response {
-    answer(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        false,
-        &format!("the body is over {MAX_BODY_BYTES} bytes; the agent reads only a push's ref (it polls anyway)"),
-    )
+    answer(StatusCode::PAYLOAD_TOO_LARGE, false, &HookRefused::TooLarge { limit: MAX_BODY_BYTES }.to_string())
 }
 
 async fn git_hook(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> Response {
@@ -275,13 +323,10 @@ async fn git_hook(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
     if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
         return too_large();
     }
-    let check = match s.webhook.authenticate_headers(&headers) {
-        Ok(check) => check,
-        Err(why) => {
-            tracing::warn!(reason = why, "refused a webhook call");
-            return answer(StatusCode::UNAUTHORIZED, false, why);
-        }
-    };
+    if let Err(why) = s.webhook.authenticate_headers(&headers) {
+        tracing::warn!(reason = %why, "refused a webhook call");
+        return answer(StatusCode::UNAUTHORIZED, false, &why.to_string());
+    }
     // Only a delivery that gets this far reads its body, so only those need one of the few slots.
     let Ok(_slot) = shared.hooks.clone().try_acquire_owned() else {
         tracing::warn!("refused a webhook call: {MAX_CONCURRENT_HOOKS} deliveries in flight");
@@ -302,34 +347,17 @@ async fn git_hook(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
             return answer(StatusCode::REQUEST_TIMEOUT, false, &why);
         }
     };
-    if let Some(check) = check
-        && let Err(why) = check.verify(&body)
-    {
-        tracing::warn!(reason = why, "refused a webhook call");
-        return answer(StatusCode::UNAUTHORIZED, false, why);
-    }
-    let event = ["x-github-event", "x-gitea-event", "x-gitlab-event"]
-        .iter()
-        .find_map(|h| headers.get(*h).and_then(|v| v.to_str().ok()))
-        .unwrap_or("");
-    if event == "ping" {
-        return answer(StatusCode::OK, false, "pong");
-    }
-    if !body.iter().all(u8::is_ascii_whitespace) {
-        let payload: serde_json::Value = match serde_json::from_slice(&body) {
-            Ok(v) => v,
-            Err(e) => {
-                let why = format!(
-                    "the body is neither empty nor a JSON push payload ({e}); set the webhook's content type to application/json"
-                );
-                return answer(StatusCode::BAD_REQUEST, false, &why);
-            }
-        };
-        if let Some(git_ref) = payload.get("ref").and_then(|r| r.as_str())
-            && let Some(branch) = git_ref.strip_prefix("refs/heads/")
-            && branch != s.webhook.branch
-        {
+    match s.webhook.judge(&headers, &body) {
+        Ok(Hook::Sync) => {}
+        Ok(Hook::Ping) => return answer(StatusCode::OK, false, "pong"),
+        Ok(Hook::OtherBranch(branch)) => {
             return answer(StatusCode::ACCEPTED, false, &format!("push to {branch}; tracking {}", s.webhook.branch));
+        }
+        Err(why @ HookRefused::NotJson { .. }) => return answer(StatusCode::BAD_REQUEST, false, &why.to_string()),
+        Err(HookRefused::TooLarge { .. }) => return too_large(),
+        Err(why) => {
+            tracing::warn!(reason = %why, "refused a webhook call");
+            return answer(StatusCode::UNAUTHORIZED, false, &why.to_string());
         }
     }
     let leadership = s.health.leadership.borrow().clone();
@@ -452,12 +480,12 @@ mod tests {
     #[case::nothing(vec![], false)]
     fn authentication(#[case] pairs: Vec<(&'static str, String)>, #[case] ok: bool) {
         let w = WebhookConfig::new("main", Some(b"s3cret".to_vec()));
-        assert_eq!(w.authenticate(&headers(&pairs), b"{}").is_ok(), ok);
+        assert_eq!(w.judge(&headers(&pairs), b"{}").is_ok(), ok);
     }
 
     #[test]
     fn no_secret_accepts_anything() {
-        assert!(WebhookConfig::new("main", None).authenticate(&HeaderMap::new(), b"x").is_ok());
+        assert_eq!(WebhookConfig::new("main", None).judge(&HeaderMap::new(), b"{}"), Ok(Hook::Sync));
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //! [`Source`] keeps a **bare** mirror (`<state dir>/mirror.git`) of the tracked branch, every tag
 //! and the status notes `refs/notes/fleetgate/*` (fast-forward only, see [`NOTES_TRACKING_PREFIX`]). [`Source::sync`] first lists the remote's refs (one
 //! `ls-remote`-style connection) and fetches only when they differ from the mirror, so an
-//! unchanged remote costs one round trip. Fetching only writes objects and then moves refs —
+//! unchanged remote costs one round trip. A change of the branch or a tag is always fetched
+//! (notes included); notes refs that moved alone are fetched when the [`NotesSchedule`] says so
+//! (an agent waiting at a wave gate; see [`notes_schedule`]). Fetching only writes objects and then moves refs —
 //! there is no work tree to reset — so an interrupted fetch leaves the previous state intact.
 //! Network errors are retried with exponential backoff; authentication and configuration errors
 //! are not (retrying cannot fix them).
@@ -25,9 +27,11 @@
 //! URLs: a local path, `file://`, `git://`, `ssh://` (or `user@host:path`) with an SSH key file,
 //! `https://` with a token (sent as the password of `username`, default `git`).
 
+pub mod notes_schedule;
 mod template;
 mod tree;
 
+pub use notes_schedule::NotesSchedule;
 pub use template::*;
 pub use tree::*;
 
@@ -218,6 +222,8 @@ pub struct SourceStats {
     pub ls_remotes: u64,
     /// Fetches (successful or not, retries included).
     pub fetches: u64,
+    /// Of `fetches`, those of the status notes alone (no branch or tag had moved).
+    pub notes_fetches: u64,
 }
 
 /// What [`Source::sync`] did.
@@ -225,6 +231,8 @@ pub struct SourceStats {
 pub struct SyncOutcome {
     /// True when the remote differed and was fetched.
     pub fetched: bool,
+    /// True when only status notes had moved and were fetched (then `fetched` is true too).
+    pub notes_only: bool,
     /// The tracked branch's tip after the sync.
     pub tip: Oid,
     /// Tags this sync left out of the mirror because they were too large to fetch (each is
@@ -244,6 +252,7 @@ pub struct Source {
     /// Tags too large to fetch, by ref name, at the object id they were refused at.
     refused: BTreeMap<String, RefusedRef>,
     stats: SourceStats,
+    notes: NotesSchedule,
 }
 
 impl std::fmt::Debug for Source {
@@ -281,6 +290,7 @@ impl Source {
             limits: FetchLimits::default(),
             refused: BTreeMap::new(),
             stats: SourceStats::default(),
+            notes: NotesSchedule::default(),
         })
     }
 
@@ -318,6 +328,11 @@ impl Source {
 
     pub fn stats(&self) -> SourceStats {
         self.stats
+    }
+
+    /// When moved status notes are fetched; the agent renews its wait here each pass it waits.
+    pub fn notes_schedule(&mut self) -> &mut NotesSchedule {
+        &mut self.notes
     }
 
     fn branch_ref(&self) -> String {
@@ -513,9 +528,19 @@ impl Source {
         }
         self.refused.retain(|name, r| remote.refs.get(name) == Some(&r.oid));
         remote.refs.retain(|name, _| !self.refused.contains_key(name));
-        let fetched = remote != self.local_refs()?;
+        let local = self.local_refs()?;
+        let (remote_notes, remote_release) = split_notes(&remote);
+        let (local_notes, local_release) = split_notes(&local);
+        let release_moved = remote_release != local_release;
+        let notes_moved: std::collections::BTreeSet<String> = remote_notes
+            .iter()
+            .filter(|(cluster, oid)| local_notes.get(*cluster) != Some(*oid))
+            .chain(local_notes.iter().filter(|(cluster, _)| !remote_notes.contains_key(*cluster)))
+            .map(|(cluster, _)| cluster.to_string())
+            .collect();
+        let notes_due = self.notes.due(&notes_moved, std::time::Instant::now());
         let mut refused = Vec::new();
-        if fetched {
+        if release_moved {
             // Once a tag was refused, fetching everything would only be aborted again.
             let too_large = !self.refused.is_empty()
                 || match self.fetch() {
@@ -526,9 +551,16 @@ impl Source {
             if too_large {
                 refused = self.fetch_ref_by_ref(&remote)?;
             }
+            self.notes.fetched();
+        } else if notes_due {
+            self.stats.notes_fetches += 1;
+            self.fetch_specs(&[Self::notes_spec()], "the status notes")?;
+            self.fast_forward_notes()?;
+            self.notes.fetched();
         }
         let tip = self.mirror.refname_to_id(&branch)?;
-        Ok(SyncOutcome { fetched, tip, refused })
+        let notes_only = !release_moved && notes_due;
+        Ok(SyncOutcome { fetched: release_moved || notes_due, notes_only, tip, refused })
     }
 
     /// The mirror at its current state (call [`Source::sync`] first). Asking it for a tag that
@@ -543,6 +575,13 @@ impl Source {
             .collect();
         Ok(checkout)
     }
+}
+
+/// `refs`' status notes by cluster, and the rest (branch and tags).
+fn split_notes(refs: &RemoteRefs) -> (BTreeMap<&str, Oid>, BTreeMap<&str, Oid>) {
+    let (notes, rest): (Vec<_>, Vec<_>) = refs.refs.iter().partition(|(name, _)| name.starts_with(NOTES_PREFIX));
+    let notes = notes.into_iter().map(|(name, oid)| (&name[NOTES_PREFIX.len()..], *oid)).collect();
+    (notes, rest.into_iter().map(|(name, oid)| (name.as_str(), *oid)).collect())
 }
 
 /// A tag as found in the repository.

@@ -162,7 +162,10 @@ pub fn write(
     let mut last = String::new();
     for attempt in 1..=MAX_PUSH_ATTEMPTS {
         match push(repo, remote, &refname)? {
-            None => return Ok(Written { attempts: attempt }),
+            None => {
+                record_pushed(repo, &status.cluster, &refname)?;
+                return Ok(Written { attempts: attempt });
+            }
             Some(refusal) => {
                 tracing::debug!(%refname, attempt, %refusal, "status notes push refused; merging and retrying");
                 last = refusal;
@@ -174,6 +177,15 @@ pub fn write(
         }
     }
     Err(NotesError::Contended { url: remote.url.clone(), refname, attempts: MAX_PUSH_ATTEMPTS, last })
+}
+
+/// After an accepted push the remote holds the local tip: the tracking ref says so, as git's
+/// remote-tracking refs do, so the source's next sync does not take the agent's own status for a
+/// sibling's move and fetch for it.
+fn record_pushed(repo: &Repository, cluster: &str, refname: &str) -> Result<(), git2::Error> {
+    let tip = repo.refname_to_id(refname)?;
+    repo.reference(&format!("{NOTES_TRACKING_PREFIX}{cluster}"), tip, true, "fleetgate: pushed status notes")?;
+    Ok(())
 }
 
 /// Short, growing, jittered pauses: two writers that collided should not collide again in lockstep.

@@ -45,14 +45,19 @@ pub fn members(config: &FleetConfig) -> Vec<Member> {
 pub struct Decision {
     pub allowed: bool,
     pub reason: String,
+    /// When waiting for earlier waves: every cluster of them that must still report success (the
+    /// gate cannot open before each has written a new status). Empty otherwise, and when halted
+    /// by failures.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waits_for: Vec<String>,
 }
 
 impl Decision {
     fn allow(reason: String) -> Decision {
-        Decision { allowed: true, reason }
+        Decision { allowed: true, reason, waits_for: Vec::new() }
     }
     fn deny(reason: String) -> Decision {
-        Decision { allowed: false, reason }
+        Decision { allowed: false, reason, waits_for: Vec::new() }
     }
 }
 
@@ -111,18 +116,22 @@ pub fn may_start(fleet: &Fleet, members: &[Member], statuses: &StatusSet, cluste
         ));
     }
 
+    let unfinished = |m: &&Member| m.desired_release.as_deref() == Some(release) && state_of(m) != Some(State::Success);
+    let waits_for: Vec<String> = members.iter().filter(earlier).filter(unfinished).map(|m| m.name.clone()).collect();
     for wave in &waves[..my_wave] {
         let waiting: Vec<String> = members
             .iter()
-            .filter(|m| m.wave == *wave && m.desired_release.as_deref() == Some(release))
-            .filter_map(|m| match state_of(m) {
-                Some(State::Success) => None,
-                Some(state) => Some(format!("{} {state}", m.name)),
-                None => Some(format!("{} no status yet", m.name)),
+            .filter(|m| m.wave == *wave)
+            .filter(unfinished)
+            .map(|m| match state_of(m) {
+                Some(state) => format!("{} {state}", m.name),
+                None => format!("{} no status yet", m.name),
             })
             .collect();
         if !waiting.is_empty() {
-            return Decision::deny(format!("waiting for wave {wave}: {}", listing(&waiting)));
+            let mut decision = Decision::deny(format!("waiting for wave {wave}: {}", listing(&waiting)));
+            decision.waits_for = waits_for;
+            return decision;
         }
     }
 
@@ -211,6 +220,29 @@ mod tests {
         let d = may_start(&fleet(max_failed), &fleet_members(), &set, cluster, R);
         assert_eq!(d.allowed, allowed, "{d:?}");
         assert!(d.reason.contains(reason), "reason {:?} lacks {reason:?}", d.reason);
+    }
+
+    /// What a waiting agent's notes schedule waits for: every unfinished cluster of every earlier
+    /// wave (not only the first unfinished wave, which the reason names), none when halted.
+    #[rstest]
+    #[case::all_earlier_waves("e", &[("a", Success)], 1, &["b", "c"])]
+    #[case::pinned_elsewhere_left_out("e", &[("a", Success), ("b", Success)], 1, &["c"])]
+    #[case::pending_still_waited_for("c", &[("a", Pending), ("b", Success)], 1, &["a"])]
+    #[case::halted_waits_for_no_one("e", &[("a", Failure)], 1, &[])]
+    #[case::blocked_waits_for_no_one("e", &[("a", Failure)], 2, &[])]
+    #[case::allowed_waits_for_no_one("a", &[], 1, &[])]
+    fn waits_for(
+        #[case] cluster: &str,
+        #[case] reported: &[(&str, State)],
+        #[case] max_failed: u32,
+        #[case] expected: &[&str],
+    ) {
+        let mut set = StatusSet::new();
+        for (c, st) in reported {
+            set.insert(status(c, *st));
+        }
+        let d = may_start(&fleet(max_failed), &fleet_members(), &set, cluster, R);
+        assert_eq!(d.waits_for, expected, "{d:?}");
     }
 
     #[test]
