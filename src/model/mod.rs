@@ -17,6 +17,7 @@ mod error_class;
 mod finding;
 mod fleet;
 mod gate_policy;
+pub mod pause;
 mod release;
 mod template;
 mod tree;
