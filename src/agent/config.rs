@@ -117,21 +117,33 @@ impl KubeAccess {
 pub struct GitCredentials {
     pub ssh_key: Option<PathBuf>,
     pub token_file: Option<PathBuf>,
+    /// `known_hosts` SSH host keys are checked against, strictly (none: every SSH host is refused).
+    pub known_hosts: Option<PathBuf>,
+    /// PEM CA certificates an HTTPS Git server's certificate may chain to.
+    pub ca_file: Option<PathBuf>,
 }
 
 impl GitCredentials {
-    /// The credentials git2 is given: the SSH key path, and the token read from its file.
+    /// The credentials git2 is given: the SSH key path, the token and `known_hosts` read from
+    /// their files (each call reads them again, so a rotated Secret is picked up), the CA file,
+    /// and the proxies of the environment.
     pub fn to_source(&self) -> Result<Credentials, ConfigError> {
-        let token = match &self.token_file {
-            Some(path) => Some(
-                std::fs::read_to_string(path)
-                    .map_err(|source| ConfigError::Unreadable { what: "git token file", path: path.clone(), source })?
-                    .trim()
-                    .to_string(),
-            ),
-            None => None,
+        let read = |what: &'static str, path: &Option<PathBuf>| {
+            path.as_ref()
+                .map(|path| {
+                    std::fs::read_to_string(path)
+                        .map_err(|source| ConfigError::Unreadable { what, path: path.clone(), source })
+                })
+                .transpose()
         };
-        Ok(Credentials { ssh_key: self.ssh_key.clone(), token, ..Default::default() })
+        Ok(Credentials {
+            ssh_key: self.ssh_key.clone(),
+            token: read("git token file", &self.token_file)?.map(|t| t.trim().to_string()),
+            known_hosts: read("git known_hosts file", &self.known_hosts)?,
+            ca_file: self.ca_file.clone(),
+            proxy: crate::source::ProxyEnv::from_env(),
+            ..Default::default()
+        })
     }
 }
 
@@ -255,6 +267,8 @@ pub struct AgentSettings {
     pub write_back: Option<bool>,
     pub git_ssh_key: Option<PathBuf>,
     pub git_token_file: Option<PathBuf>,
+    pub git_known_hosts: Option<PathBuf>,
+    pub git_ca_file: Option<PathBuf>,
     #[serde(default)]
     pub notify_url: NamedUrls,
     #[serde(default, with = "humantime_serde")]
@@ -368,6 +382,8 @@ impl AgentSettings {
             write_back: higher.write_back.or(self.write_back),
             git_ssh_key: higher.git_ssh_key.or(self.git_ssh_key),
             git_token_file: higher.git_token_file.or(self.git_token_file),
+            git_known_hosts: higher.git_known_hosts.or(self.git_known_hosts),
+            git_ca_file: higher.git_ca_file.or(self.git_ca_file),
             notify_url: self.notify_url.overlay(higher.notify_url),
             notify_timeout: higher.notify_timeout.or(self.notify_timeout),
             webhook_secret_file: higher.webhook_secret_file.or(self.webhook_secret_file),
@@ -410,6 +426,8 @@ impl AgentSettings {
         for (what, path) in [
             ("git SSH key", &self.git_ssh_key),
             ("git token file", &self.git_token_file),
+            ("git known_hosts file", &self.git_known_hosts),
+            ("git CA file", &self.git_ca_file),
             ("webhook secret file", &self.webhook_secret_file),
             ("forge token file", &self.forge.token_file),
         ] {
@@ -470,7 +488,12 @@ impl AgentSettings {
             listen,
             // On unless switched off: after a rollback Git should say what runs (docs/STATUS.md).
             write_back: self.write_back.unwrap_or(true),
-            git_credentials: GitCredentials { ssh_key: self.git_ssh_key, token_file: self.git_token_file },
+            git_credentials: GitCredentials {
+                ssh_key: self.git_ssh_key,
+                token_file: self.git_token_file,
+                known_hosts: self.git_known_hosts,
+                ca_file: self.git_ca_file,
+            },
             notify,
             notify_timeout: self.notify_timeout.unwrap_or(DEFAULT_NOTIFY_TIMEOUT),
             forge,

@@ -852,7 +852,7 @@ impl Agent {
         }
         let remote = GitRemote::new(self.source.url());
         let remote = match self.services.config.git_credentials.to_source() {
-            Ok(creds) => remote.with_credentials(move |_url, user, allowed| creds.cred(user, allowed)),
+            Ok(creds) => remote.with_access(creds),
             Err(_) => remote,
         };
         let identity = status::StatusIdentity::new(self.fleet_name(config), self.services.status_signer.clone());

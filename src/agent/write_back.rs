@@ -148,16 +148,13 @@ fn push(repo: &Repository, url: &str, credentials: &Credentials, commit: Oid, br
     repo.reference(PUSH_REF, commit, true, "fleetgate write-back").map_err(failed)?;
     let mut remote = repo.remote_anonymous(url).map_err(failed)?;
     let mut rejection: Option<String> = None;
-    let mut callbacks = git2::RemoteCallbacks::new();
-    let creds = credentials.clone();
-    callbacks.credentials(move |_url, user, allowed| creds.cred(user, allowed));
+    let mut callbacks = credentials.callbacks(url);
     // A refused ref is reported only here, not as an error of push().
     callbacks.push_update_reference(|_refname, status| {
         rejection = status.map(str::to_string);
         Ok(())
     });
-    let mut options = git2::PushOptions::new();
-    options.remote_callbacks(callbacks);
+    let mut options = credentials.push_options(url, callbacks);
     let result = remote.push(&[format!("{PUSH_REF}:refs/heads/{branch}")], Some(&mut options));
     drop(options);
     match (result, rejection) {

@@ -66,6 +66,13 @@ pub struct Args {
     /// File holding a token for https:// repos.
     #[arg(long, env = "FLEETGATE_GIT_TOKEN_FILE", value_name = "FILE")]
     git_token_file: Option<PathBuf>,
+    /// known_hosts file the Git server's SSH host key must be in (strict: without it every SSH
+    /// host is refused; the pod has no ~/.ssh).
+    #[arg(long, env = "FLEETGATE_GIT_KNOWN_HOSTS", value_name = "FILE")]
+    git_known_hosts: Option<PathBuf>,
+    /// PEM file of the CA(s) an https:// Git server's certificate may also be issued by.
+    #[arg(long, env = "FLEETGATE_GIT_CA_FILE", value_name = "FILE")]
+    git_ca_file: Option<PathBuf>,
     /// POST a Slack-compatible JSON notification here on failures and rollbacks; repeatable,
     /// `NAME=URL` for the endpoint fleet.yaml spec.status.notify names (a bare URL is `default`).
     #[arg(long, env = "FLEETGATE_NOTIFY_URL", value_name = "[NAME=]URL", value_delimiter = ',')]
@@ -160,6 +167,8 @@ impl Args {
             write_back: self.write_back,
             git_ssh_key: self.git_ssh_key,
             git_token_file: self.git_token_file,
+            git_known_hosts: self.git_known_hosts,
+            git_ca_file: self.git_ca_file,
             notify_url: NamedUrls::parse(&self.notify_url),
             prometheus: NamedUrls::parse(&self.prometheus),
             // Credentials are for the config file only (`prometheusSources`), never a flag.

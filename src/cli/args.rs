@@ -5,7 +5,7 @@ use crate::agent::config::KubeAccess;
 use crate::model::ForgeKind;
 use crate::releng::publish::PublishOptions;
 use crate::releng::{RelengError, Signer, Target};
-use crate::source::{Credentials, Source};
+use crate::source::{Credentials, ProxyEnv, Source};
 use crate::status::{FleetView, ForgeSettings};
 use anyhow::Context;
 use std::path::PathBuf;
@@ -93,16 +93,20 @@ pub struct PublishArgs {
     pub remote: String,
     #[command(flatten)]
     pub forge: ForgeArgs,
+    #[command(flatten)]
+    pub git: GitAccess,
 }
 
 impl PublishArgs {
-    pub fn options(&self) -> PublishOptions {
-        PublishOptions {
+    /// The options; fails as [`GitAccess::credentials`] does.
+    pub fn options(&self) -> anyhow::Result<PublishOptions> {
+        Ok(PublishOptions {
             push: self.push,
             open_pr: self.open_pr,
             remote: self.remote.clone(),
             forge: self.forge.settings(),
-        }
+            access: self.git.credentials()?,
+        })
     }
 }
 
@@ -139,20 +143,28 @@ impl ForgeArgs {
 /// The variable `--token-env` reads when not given.
 const DEFAULT_TOKEN_ENV: &str = "FLEETGATE_GIT_TOKEN";
 
-/// How to reach a repo given by URL (validate, diff, status).
+/// How to reach a repo given by URL (validate, diff, status, promote, rollback, release create).
+/// HTTPS_PROXY/HTTP_PROXY/NO_PROXY are honoured for https:// and http:// URLs.
 #[derive(Debug, Clone, clap::Args)]
 pub struct GitAccess {
-    /// SSH private key for ssh:// URLs.
+    /// SSH private key for ssh:// URLs [default: the SSH agent].
     #[arg(long, value_name = "FILE")]
     pub ssh_key: Option<PathBuf>,
     /// Environment variable holding a token for https:// URLs (sent as the password). Without
-    /// the flag, FLEETGATE_GIT_TOKEN is used when it is set.
+    /// the flag, FLEETGATE_GIT_TOKEN is used when it is set, else Git's credential helpers.
     #[arg(long, value_name = "VAR")]
     pub token_env: Option<String>,
+    /// known_hosts file SSH host keys are checked against, strictly: a host not in it is refused
+    /// [default: ~/.ssh/known_hosts when it exists].
+    #[arg(long, env = "FLEETGATE_KNOWN_HOSTS", value_name = "FILE")]
+    pub known_hosts: Option<PathBuf>,
+    /// PEM file of the CA(s) an https:// server's certificate may also be issued by.
+    #[arg(long, env = "FLEETGATE_GIT_CA_FILE", value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
 }
 
 impl GitAccess {
-    /// The credentials; a variable named with `--token-env` must be set.
+    /// The credentials; a variable named with `--token-env` and a `--known-hosts` file must exist.
     pub fn credentials(&self) -> anyhow::Result<Credentials> {
         let token = match &self.token_env {
             Some(var) => {
@@ -160,7 +172,23 @@ impl GitAccess {
             }
             None => std::env::var(DEFAULT_TOKEN_ENV).ok(),
         };
-        Ok(Credentials { ssh_key: self.ssh_key.clone(), token, ..Credentials::default() })
+        let known_hosts = match &self.known_hosts {
+            Some(path) => Some(
+                std::fs::read_to_string(path).with_context(|| format!("--known-hosts {}", path.display()))?,
+            ),
+            None => std::env::var_os("HOME")
+                .map(|home| PathBuf::from(home).join(".ssh/known_hosts"))
+                .and_then(|p| std::fs::read_to_string(p).ok()),
+        };
+        Ok(Credentials {
+            ssh_key: self.ssh_key.clone(),
+            token,
+            known_hosts,
+            ca_file: self.ca_file.clone(),
+            proxy: ProxyEnv::from_env(),
+            git_helpers: true,
+            ..Credentials::default()
+        })
     }
 }
 

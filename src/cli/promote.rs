@@ -6,7 +6,7 @@ use super::args::{CommitSigning, PublishArgs, TargetArgs};
 use super::output::{Done, OutputFormat, crd_line, finish_published, heading, next, print_moves};
 use crate::release::TrustConfig;
 use crate::releng::promote::{PromoteOutcome, PromoteReport, PromoteRequest};
-use crate::releng::publish::{Published, promote_and_publish};
+use crate::releng::publish::{PublishOptions, Published, promote_and_publish};
 use crate::releng::{FleetRepo, RelengError};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -44,11 +44,12 @@ pub struct Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let outcome = promote(&args).await;
+    let opts = args.publish.options()?;
+    let outcome = promote(&args, &opts).await;
     finish_published(args.output, outcome, |repo, done| print_report(args.output, repo, &args, done))
 }
 
-async fn promote(args: &Args) -> Result<(FleetRepo, Published<PromoteReport>), RelengError> {
+async fn promote(args: &Args, opts: &PublishOptions) -> Result<(FleetRepo, Published<PromoteReport>), RelengError> {
     let repo = FleetRepo::open(&args.repo)?;
     let trust = TrustConfig::from_key_files(&args.trusted_keys)?;
     let mut signer = args.signing.signer()?;
@@ -59,7 +60,7 @@ async fn promote(args: &Args) -> Result<(FleetRepo, Published<PromoteReport>), R
         branch: args.branch.clone(),
         force: args.force,
     };
-    let done = promote_and_publish(&repo, &req, trust.as_ref(), signer.as_mut(), &args.publish.options(), args.offline)
+    let done = promote_and_publish(&repo, &req, trust.as_ref(), signer.as_mut(), opts, args.offline)
         .await?;
     Ok((repo, done))
 }

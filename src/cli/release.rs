@@ -9,6 +9,7 @@ use crate::releng::create::{self, CreateOutcome, CreateReport, CreateRequest, Ta
 use crate::releng::publish;
 use crate::releng::push::{self, Pushed};
 use crate::releng::{FleetRepo, RelengError};
+use crate::source::Credentials;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -102,6 +103,8 @@ pub struct CreateArgs {
     /// Remote to push to (a name or URL).
     #[arg(long, default_value = "origin")]
     pub remote: String,
+    #[command(flatten)]
+    pub git: super::args::GitAccess,
     #[arg(short = 'o', long, value_enum, default_value_t)]
     pub output: OutputFormat,
 }
@@ -114,7 +117,8 @@ pub async fn run(cmd: Command) -> anyhow::Result<ExitCode> {
 
 fn create_cmd(args: CreateArgs) -> anyhow::Result<ExitCode> {
     let format = args.output;
-    match create_and_push(&args) {
+    let access = args.git.credentials()?;
+    match create_and_push(&args, &access) {
         Ok(c) => {
             let done = Done { result: "done", report: &c.report, pushed: c.pushed.as_ref(), pull_request: None };
             if !format.print_machine(&done)? {
@@ -134,7 +138,7 @@ struct Created {
     has_remote: bool,
 }
 
-fn create_and_push(args: &CreateArgs) -> Result<Created, RelengError> {
+fn create_and_push(args: &CreateArgs, access: &Credentials) -> Result<Created, RelengError> {
     let requires = (args.requires_kubernetes.is_some() || !args.architectures.is_empty()).then(|| Requirements {
         kubernetes: args.requires_kubernetes.clone(),
         architectures: args.architectures.clone(),
@@ -163,13 +167,13 @@ fn create_and_push(args: &CreateArgs) -> Result<Created, RelengError> {
     let repo = FleetRepo::open(&args.repo)?;
     // The default rollback target is chosen by the clusters' statuses: read the newest ones.
     if req.rollback_to.is_none() {
-        publish::fetch_statuses(&repo, &args.remote)?;
+        publish::fetch_statuses(&repo, &args.remote, access)?;
     }
     let mut signer = args.signing_format.open(&args.sign_key, args.gpg_home.as_deref())?;
     let report = create::create(&repo, &req, &mut signer)?;
     let pushed = if args.push {
         let refs = vec![format!("refs/heads/{}", report.branch), format!("refs/tags/{}", report.id)];
-        Some(push::push(&repo, &args.remote, &refs)?)
+        Some(push::push(&repo, &args.remote, &refs, access)?)
     } else {
         None
     };

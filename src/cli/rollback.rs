@@ -4,7 +4,7 @@
 
 use super::args::{CommitSigning, PublishArgs, TargetArgs};
 use super::output::{Done, OutputFormat, finish_published, heading, next, print_moves};
-use crate::releng::publish::{Published, roll_back_and_publish};
+use crate::releng::publish::{PublishOptions, Published, roll_back_and_publish};
 use crate::releng::rollback::{RollbackMethod, RollbackReport, RollbackRequest};
 use crate::releng::{FleetRepo, RelengError};
 use std::path::PathBuf;
@@ -38,11 +38,12 @@ pub struct Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let outcome = roll_back(&args).await;
+    let opts = args.publish.options()?;
+    let outcome = roll_back(&args, &opts).await;
     finish_published(args.output, outcome, |repo, done| print_report(args.output, repo, &args, done))
 }
 
-async fn roll_back(args: &Args) -> Result<(FleetRepo, Published<RollbackReport>), RelengError> {
+async fn roll_back(args: &Args, opts: &PublishOptions) -> Result<(FleetRepo, Published<RollbackReport>), RelengError> {
     let repo = FleetRepo::open(&args.repo)?;
     let mut signer = args.signing.signer()?;
     let req = RollbackRequest {
@@ -52,7 +53,7 @@ async fn roll_back(args: &Args) -> Result<(FleetRepo, Published<RollbackReport>)
         base: args.base.clone(),
         branch: args.branch.clone(),
     };
-    let done = roll_back_and_publish(&repo, req, signer.as_mut(), &args.publish.options()).await?;
+    let done = roll_back_and_publish(&repo, req, signer.as_mut(), opts).await?;
     Ok((repo, done))
 }
 

@@ -10,6 +10,7 @@ use super::push::{self, Pushed};
 use super::rollback::{self, RollbackReport, RollbackRequest};
 use super::{FleetRepo, RelengError, Signer};
 use crate::release::TrustConfig;
+use crate::source::Credentials;
 use crate::status::{self, ForgeConfig, ForgeSettings, GitRemote, Token};
 
 /// Where the new commit goes besides the local clone.
@@ -23,6 +24,8 @@ pub struct PublishOptions {
     pub remote: String,
     /// The forge `open_pr` opens the request on: the caller's flags and environment.
     pub forge: ForgeSettings,
+    /// How to reach the remote (pushing, fetching statuses).
+    pub access: Credentials,
 }
 
 /// A command's report with what publishing did, and the error that stopped it after the commit
@@ -54,14 +57,14 @@ fn forge_if(opts: &PublishOptions) -> Result<Option<ForgeAccess>, RelengError> {
 
 /// Folds the remote's status notes into the local clone, when the remote exists. Returns
 /// whether there was one to fetch from.
-pub fn fetch_statuses(repo: &FleetRepo, remote: &str) -> Result<bool, RelengError> {
+pub fn fetch_statuses(repo: &FleetRepo, remote: &str, access: &Credentials) -> Result<bool, RelengError> {
     let url = match repo.git().find_remote(remote) {
         Ok(r) => r.url().ok().map(str::to_string),
         Err(_) if remote.contains("://") => Some(remote.to_string()),
         Err(_) => None,
     };
     let Some(url) = url else { return Ok(false) };
-    let git_remote = GitRemote::new(url).with_credentials(push::git_credentials());
+    let git_remote = GitRemote::new(url).with_access(access.clone());
     status::sync(repo.git(), &git_remote)
         .map_err(|source| RelengError::StatusFetch { remote: remote.to_string(), source })?;
     Ok(true)
@@ -71,7 +74,7 @@ pub fn fetch_statuses(repo: &FleetRepo, remote: &str) -> Result<bool, RelengErro
 /// first failure.
 async fn publish<R>(
     repo: &FleetRepo,
-    remote: &str,
+    opts: &PublishOptions,
     push: bool,
     forge: Option<ForgeAccess>,
     report: R,
@@ -79,7 +82,7 @@ async fn publish<R>(
 ) -> Published<R> {
     let mut done = Published { report, pushed: None, pull_request: None, error: None };
     if push {
-        match push::push(repo, remote, &[format!("refs/heads/{}", spec.head)]) {
+        match push::push(repo, &opts.remote, &[format!("refs/heads/{}", spec.head)], &opts.access) {
             Ok(p) => done.pushed = Some(p),
             Err(e) => {
                 done.error = Some(e);
@@ -113,13 +116,13 @@ pub async fn promote_and_publish(
 ) -> Result<Published<PromoteReport>, RelengError> {
     let forge = forge_if(opts)?;
     if !offline {
-        fetch_statuses(repo, &opts.remote)?;
+        fetch_statuses(repo, &opts.remote, &opts.access)?;
     }
     let report = promote::promote(repo, req, trusted, signer)?;
     let changed = report.outcome != PromoteOutcome::AlreadyPromoted;
     let spec = pull_request(report.title(), report.pr_body(), &report.branch, &report.base);
     let push = (opts.push || opts.open_pr) && changed;
-    Ok(publish(repo, &opts.remote, push, forge.filter(|_| changed), report, spec).await)
+    Ok(publish(repo, opts, push, forge.filter(|_| changed), report, spec).await)
 }
 
 /// Writes the rollback ([`rollback::rollback`]) and publishes it. With `--open-pr` and no branch
@@ -139,7 +142,7 @@ pub async fn roll_back_and_publish(
     }
     let report = rollback::rollback(repo, &req, signer)?;
     let spec = pull_request(report.title(), report.pr_body(), &report.branch, &report.base);
-    Ok(publish(repo, &opts.remote, opts.push || opts.open_pr, forge, report, spec).await)
+    Ok(publish(repo, opts, opts.push || opts.open_pr, forge, report, spec).await)
 }
 
 fn pull_request(title: String, body: String, head: &str, base: &str) -> PullRequestSpec {

@@ -27,16 +27,18 @@
 //! URLs: a local path, `file://`, `git://`, `ssh://` (or `user@host:path`) with an SSH key file,
 //! `https://` with a token (sent as the password of `username`, default `git`).
 
+mod access;
 pub mod notes_schedule;
 mod template;
 mod tree;
 
+pub use access::*;
 pub use notes_schedule::NotesSchedule;
 pub use template::*;
 pub use tree::*;
 
 use crate::model::ErrorClass;
-use git2::{AutotagOption, Direction, FetchOptions, FetchPrune, Oid, RemoteCallbacks, Repository};
+use git2::{AutotagOption, Direction, FetchPrune, Oid, RemoteCallbacks, Repository};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -91,6 +93,16 @@ pub struct Credentials {
     /// User name sent with the token (default `git`; GitHub and Gitea accept any, GitLab wants
     /// `oauth2` for OAuth tokens).
     pub username: Option<String>,
+    /// `known_hosts` content SSH host keys are checked against; None refuses every SSH host
+    /// (see [`access`](self#)'s strict checking, [`check_host_key`]).
+    pub known_hosts: Option<String>,
+    /// PEM CA certificates an HTTPS server's certificate may also chain to.
+    pub ca_file: Option<PathBuf>,
+    /// The proxies of `https://` and `http://` URLs.
+    pub proxy: ProxyEnv,
+    /// Without a key or token, ask the SSH agent and Git's credential helpers, the way `git`
+    /// does (promote and rollback on a person's machine).
+    pub git_helpers: bool,
 }
 
 impl std::fmt::Debug for Credentials {
@@ -100,27 +112,38 @@ impl std::fmt::Debug for Credentials {
             .field("ssh_user", &self.ssh_user)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("username", &self.username)
+            .field("known_hosts", &self.known_hosts.as_ref().map(|k| k.lines().count()))
+            .field("ca_file", &self.ca_file)
+            .field("proxy", &self.proxy)
+            .field("git_helpers", &self.git_helpers)
             .finish()
     }
 }
 
 impl Credentials {
-    /// The credential libgit2 asks for (`allowed`), from what is configured: SSH key, token, or
-    /// just a user name. Shared by fetching (the source) and pushing (status notes, write-back).
-    pub fn cred(&self, user_from_url: Option<&str>, allowed: git2::CredentialType) -> Result<git2::Cred, git2::Error> {
-        if allowed.contains(git2::CredentialType::SSH_KEY)
-            && let Some(key) = &self.ssh_key
-        {
-            let user = user_from_url.or(self.ssh_user.as_deref()).unwrap_or("git");
-            return git2::Cred::ssh_key(user, None, key, None);
+    /// The credential libgit2 asks for (`allowed`) for `url`, from what is configured: SSH key,
+    /// token, the SSH agent or a credential helper when [`Credentials::git_helpers`], or just a
+    /// user name. Used by [`Credentials::callbacks`].
+    pub fn cred(&self, url: &str, user_from_url: Option<&str>, allowed: git2::CredentialType) -> Result<git2::Cred, git2::Error> {
+        let user = user_from_url.or(self.ssh_user.as_deref()).unwrap_or("git");
+        if allowed.contains(git2::CredentialType::SSH_KEY) {
+            if let Some(key) = &self.ssh_key {
+                return git2::Cred::ssh_key(user, None, key, None);
+            }
+            if self.git_helpers {
+                return git2::Cred::ssh_key_from_agent(user);
+            }
         }
-        if allowed.contains(git2::CredentialType::USER_PASS_PLAINTEXT)
-            && let Some(token) = &self.token
-        {
-            return git2::Cred::userpass_plaintext(self.username.as_deref().unwrap_or("git"), token);
+        if allowed.contains(git2::CredentialType::USER_PASS_PLAINTEXT) {
+            if let Some(token) = &self.token {
+                return git2::Cred::userpass_plaintext(self.username.as_deref().unwrap_or("git"), token);
+            }
+            if self.git_helpers {
+                return git2::Cred::credential_helper(&git2::Config::open_default()?, url, user_from_url);
+            }
         }
         if allowed.contains(git2::CredentialType::USERNAME) {
-            return git2::Cred::username(user_from_url.or(self.ssh_user.as_deref()).unwrap_or("git"));
+            return git2::Cred::username(user);
         }
         Err(git2::Error::from_str("the remote asks for credentials and none are configured"))
     }
@@ -174,6 +197,11 @@ pub enum SourceError {
     State { path: PathBuf, message: String },
     #[error("{url}: authentication failed ({message}); check the SSH key or token")]
     Auth { url: String, message: String },
+    /// The SSH server's host key was refused ([`HostKeyError`] says which and why).
+    #[error("{url}: {message}")]
+    HostKey { url: String, message: String },
+    #[error("{url}: the server's TLS certificate was refused ({message}); {hint}", hint = CA_HINT)]
+    Certificate { url: String, message: String },
     #[error("{url}: {message} (after {attempts} attempt(s))")]
     Network { url: String, message: String, attempts: u32 },
     #[error("{url}: {message}")]
@@ -200,6 +228,8 @@ impl SourceError {
         match self {
             SourceError::Network { .. } | SourceError::Git(_) | SourceError::State { .. } => ErrorClass::Retryable,
             SourceError::Auth { .. }
+            | SourceError::HostKey { .. }
+            | SourceError::Certificate { .. }
             | SourceError::Remote { .. }
             | SourceError::BranchNotFound { .. }
             | SourceError::PackTooLarge { .. }
@@ -346,18 +376,7 @@ impl Source {
     }
 
     fn callbacks(&self) -> RemoteCallbacks<'_> {
-        let mut cb = RemoteCallbacks::new();
-        let creds = self.credentials.clone();
-        let mut tried = false;
-        cb.credentials(move |_url, user_from_url, allowed| {
-            // libgit2 calls again after a rejection; offering the same secret again would loop.
-            if tried {
-                return Err(git2::Error::from_str("the remote rejected the configured credentials"));
-            }
-            tried = true;
-            creds.cred(user_from_url, allowed)
-        });
-        cb
+        self.credentials.callbacks(&self.url)
     }
 
     fn classify(&self, e: git2::Error, attempts: u32) -> SourceError {
@@ -365,6 +384,14 @@ impl Source {
         let message = e.message().to_string();
         if e.code() == ErrorCode::Auth || message.contains("credentials") {
             return SourceError::Auth { url: self.url.clone(), message };
+        }
+        // A refused host is a configuration matter: retrying would only knock again.
+        if e.code() == ErrorCode::Certificate {
+            return if self.url.starts_with("https://") || self.url.starts_with("http://") {
+                SourceError::Certificate { url: self.url.clone(), message }
+            } else {
+                SourceError::HostKey { url: self.url.clone(), message }
+            };
         }
         match e.class() {
             C::Net | C::Ssh | C::Http | C::Ssl | C::Os => {
@@ -400,7 +427,8 @@ impl Source {
         self.with_retries(|s| {
             s.stats.ls_remotes += 1;
             let mut remote = s.mirror.remote_anonymous(&s.url)?;
-            let conn = remote.connect_auth(Direction::Fetch, Some(s.callbacks()), None)?;
+            let proxy = s.credentials.proxy_options(&s.url);
+            let conn = remote.connect_auth(Direction::Fetch, Some(s.callbacks()), Some(proxy))?;
             let refs =
                 conn.list()?.iter().filter(|h| s.wanted(h.name())).map(|h| (h.name().to_string(), h.oid())).collect();
             Ok(RemoteRefs { refs })
@@ -456,9 +484,8 @@ impl Source {
                 seen.set(p.received_bytes() as u64);
                 p.received_bytes() as u64 <= limit
             });
-            let mut opts = FetchOptions::new();
-            opts.remote_callbacks(callbacks)
-                .prune(FetchPrune::On)
+            let mut opts = s.credentials.fetch_options(&s.url, callbacks);
+            opts.prune(FetchPrune::On)
                 .download_tags(AutotagOption::None)
                 .update_fetchhead(false);
             remote.fetch(specs, Some(&mut opts), Some("fleetgate fetch"))

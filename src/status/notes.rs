@@ -15,16 +15,15 @@
 use super::identity::{KeyError, StatusIdentity, StatusKeys};
 use super::model::{NoteParseError, Status, StatusNote, StatusSet};
 use crate::model::error_chain;
-use git2::{Cred, CredentialType, ErrorCode, FetchOptions, Oid, PushOptions, RemoteCallbacks, Repository, Signature};
+use git2::{ErrorCode, Oid, RemoteCallbacks, Repository, Signature};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Prefix of every cluster's notes ref; the remote's copies are kept under
 /// [`NOTES_TRACKING_PREFIX`] (the same layout the source mirror uses).
 pub use crate::source::{NOTES_PREFIX, NOTES_TRACKING_PREFIX};
-use crate::source::{fast_forward_notes_ref, tracked_notes};
+use crate::source::{Credentials, fast_forward_notes_ref, tracked_notes};
 /// Pushes of one write before giving up on a ref someone else keeps rewriting.
 pub const MAX_PUSH_ATTEMPTS: u32 = 6;
 
@@ -33,32 +32,21 @@ pub fn notes_ref(cluster: &str) -> String {
     format!("{NOTES_PREFIX}{cluster}")
 }
 
-type CredentialsFn = dyn Fn(&str, Option<&str>, CredentialType) -> Result<Cred, git2::Error> + Send + Sync;
-
-/// The remote statuses are pushed to and fetched from: a URL (or local path) and, for remotes that
-/// need them, credentials (the same callback git2's `RemoteCallbacks::credentials` takes).
-#[derive(Clone)]
+/// The remote statuses are pushed to and fetched from: a URL (or local path) and how to reach it
+/// (credentials, host checks, proxy: [`Credentials`], the same as the source's).
+#[derive(Debug, Clone)]
 pub struct GitRemote {
     url: String,
-    credentials: Option<Arc<CredentialsFn>>,
-}
-
-impl std::fmt::Debug for GitRemote {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GitRemote").field("url", &self.url).field("credentials", &self.credentials.is_some()).finish()
-    }
+    access: Credentials,
 }
 
 impl GitRemote {
     pub fn new(url: impl Into<String>) -> GitRemote {
-        GitRemote { url: url.into(), credentials: None }
+        GitRemote { url: url.into(), access: Credentials::default() }
     }
 
-    pub fn with_credentials(
-        mut self,
-        f: impl Fn(&str, Option<&str>, CredentialType) -> Result<Cred, git2::Error> + Send + Sync + 'static,
-    ) -> GitRemote {
-        self.credentials = Some(Arc::new(f));
+    pub fn with_access(mut self, access: Credentials) -> GitRemote {
+        self.access = access;
         self
     }
 
@@ -67,11 +55,7 @@ impl GitRemote {
     }
 
     fn callbacks(&self) -> RemoteCallbacks<'_> {
-        let mut cbs = RemoteCallbacks::new();
-        if let Some(creds) = &self.credentials {
-            cbs.credentials(move |url, user, allowed| creds(url, user, allowed));
-        }
-        cbs
+        self.access.callbacks(&self.url)
     }
 }
 
@@ -283,8 +267,7 @@ fn push(repo: &Repository, remote: &GitRemote, refname: &str) -> Result<Option<S
         }
         Ok(())
     });
-    let mut opts = PushOptions::new();
-    opts.remote_callbacks(cbs);
+    let mut opts = remote.access.push_options(&remote.url, cbs);
     let result = r.push(&[format!("{refname}:{refname}")], Some(&mut opts));
     drop(opts);
     match result {
@@ -303,8 +286,7 @@ fn push(repo: &Repository, remote: &GitRemote, refname: &str) -> Result<Option<S
 pub fn sync(repo: &Repository, remote: &GitRemote) -> Result<(), NotesError> {
     let fetch_err = |source| NotesError::Fetch { url: remote.url.clone(), source };
     let mut r = repo.remote_anonymous(&remote.url).map_err(fetch_err)?;
-    let mut opts = FetchOptions::new();
-    opts.remote_callbacks(remote.callbacks());
+    let mut opts = remote.access.fetch_options(&remote.url, remote.callbacks());
     opts.update_fetchhead(false);
     // The tracking refs mirror the remote exactly; refs deleted there are dropped here too.
     opts.prune(git2::FetchPrune::On);
