@@ -1,9 +1,7 @@
 //! Status delivery through the outbox ([`super::state::outbox`]): a status that cannot reach Git
 //! because Git is out of reach waits in the cluster and is written, in order, when Git answers
 //! again — at the start of the next pass that can sync, or before the next status. The loop never
-//! waits for it: a queued status is a Warning Event, and the pass goes on. A status decided by an
-//! agent killed before it reached Git or the outbox is kept in the state and written after the
-//! restart ([`Agent::deliver_unreported`]).
+//! waits for it: a queued status is a Warning Event, and the pass goes on.
 
 use super::reconcile::Agent;
 use super::state::Outbox;
@@ -87,25 +85,6 @@ impl Agent {
                 let queue = format!("could not queue the status in {}: {}", outbox.name(), error_chain(&queue));
                 Err(failed.unwrap_or(StatusError::Interrupted(queue)))
             }
-        }
-    }
-
-    /// At the start of a pass: writes (or queues) the statuses a killed agent decided but did
-    /// not hand over ([`super::state::AgentState::unreported`]). Writing one twice adds no entry:
-    /// the note already holding it is recognised.
-    pub(super) async fn deliver_unreported(&self, checkout: &Checkout) {
-        let unreported = match self.services.store.load().await {
-            Ok(state) if state.unreported().is_empty() => return,
-            Ok(state) => state.unreported().to_vec(),
-            Err(e) => {
-                tracing::warn!(error = %error_chain(&e), "could not read the unreported statuses");
-                return;
-            }
-        };
-        let Ok(config) = self.config_at_tip(checkout) else { return };
-        for status in &unreported {
-            tracing::info!(release = %status.release, state = status.state.as_str(), "writing a status decided before a restart");
-            self.publish(&config, status).await;
         }
     }
 

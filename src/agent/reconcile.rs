@@ -280,7 +280,6 @@ impl Agent {
         if sync.is_some() {
             self.deliver_waiting(&checkout).await;
         }
-        self.deliver_unreported(&checkout).await;
         let state = self.services.store.load().await?;
         let tip = self.judge_tip(&checkout, &state);
         if let Next::Resume(progress) = state.next() {
@@ -611,7 +610,6 @@ impl Agent {
                     metrics.record_gate_evaluation(&e.gate, verdict_text(&e.verdict));
                 }
                 tracing::info!(round = round.number, gates = %summary(&round.evaluations), "gate round");
-                crate::model::pause::at("bake:round");
             })
             .await;
         match verdict {
@@ -761,19 +759,7 @@ impl Agent {
     pub(super) async fn step(&mut self, config: &FleetConfig, step: Step) -> Result<Report, ReconcileError> {
         let cluster = self.services.config.cluster.clone();
         let ctx = Context { cluster: &cluster, now: Utc::now(), write_back: self.services.config.write_back };
-        let (state, report) = self
-            .services
-            .store
-            .update(|s| {
-                let report = conclude(s, &step, &ctx)?;
-                // Kept with the state it leads to, so a kill before the status is written loses nothing.
-                if let Some(status) = &report.status {
-                    s.hold_report(status.clone());
-                }
-                Ok(report)
-            })
-            .await?;
-        crate::model::pause::at(&format!("phase:{}", state.phase()));
+        let (state, report) = self.services.store.update(|s| conclude(s, &step, &ctx)).await?;
         self.services.metrics.observe_state(&state);
         if let Some(t) = &report.transition {
             self.record_transition(t).await;
@@ -808,9 +794,8 @@ impl Agent {
 
     /// Writes a status to Git (and the forge). A status that cannot be written is logged, not
     /// fatal: the cluster's state is already decided and persisted; the next pass does not
-    /// repeat the release, so the failure is also recorded as an Event. Written or queued, it
-    /// leaves the state's unreported statuses; otherwise the next pass tries it again.
-    pub(super) async fn publish(&self, config: &FleetConfig, status: &Status) {
+    /// repeat the release, so the failure is also recorded as an Event.
+    async fn publish(&self, config: &FleetConfig, status: &Status) {
         let publisher = self.publisher(config).await;
         match self.deliver(&publisher, status).await {
             Ok(super::outbox::Delivery::Written) => {
@@ -829,15 +814,7 @@ impl Agent {
             Err(e) => {
                 tracing::error!(release = %status.release, error = %error_chain(&e), "could not write the status");
                 self.record_error(&ReconcileError::Status(e)).await;
-                return;
             }
-        }
-        let delivered = self.update(|s| {
-            s.reported(status);
-            Ok(())
-        });
-        if let Err(e) = delivered.await {
-            tracing::warn!(error = %error_chain(&e), "could not mark a written status as reported; it is written again (once) next pass");
         }
     }
 

@@ -130,7 +130,6 @@ impl Agent {
         let changes = self.rollback_engine.apply(admitted).await?;
         let pruned = self.rollback_engine.prune().await?;
         tracing::info!(release = %target, changes = %changes.summary(), pruned = pruned.len(), "rollback applied");
-        crate::model::pause::at("rollback:target-applied");
         let Some(snapshot) = &operation.snapshot else { return Ok(()) };
         // A snapshot holds the objects of the release that ran when it was taken; restored on
         // top of another release it would leave the cluster part one, part the other.

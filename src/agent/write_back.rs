@@ -111,7 +111,6 @@ pub fn write_back(
             failure.message
         );
         let commit = commit_files(repo, &mut signer, checkout.tip(), &files, &message)?;
-        crate::model::pause::at("write-back:committed");
         match push(repo, source.url(), credentials, commit, &branch) {
             Ok(()) => return Ok(Some(commit)),
             Err(PushOutcome::NotFastForward) => continue,

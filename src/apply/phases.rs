@@ -166,7 +166,6 @@ pub(crate) async fn apply_phase(
                         .patch(&m.key.name, &pp, &Patch::Apply(&m.object))
                         .await
                         .map_err(|e| fail(api_message(&e)))?;
-                    crate::model::pause::at("apply:object-applied");
                     let rv_before = before.get(&m.key).and_then(|d| d.resource_version()).filter(|rv| !rv.is_empty());
                     Ok(match rv_before {
                         None => Action::Created,

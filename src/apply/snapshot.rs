@@ -228,7 +228,6 @@ impl Engine {
         let chunks = write_chunks(&api, &self.index_name(id), DATA_KEY, &json, &chunk_labels, Existing::Fail)
             .await
             .map_err(kube_err(format!("storing snapshot {id}")))?;
-        crate::model::pause::at("snapshot:chunks-written");
         let info = SnapshotInfo {
             id: id.to_string(),
             release: release.to_string(),
@@ -283,42 +282,18 @@ impl Engine {
         Ok(out)
     }
 
-    /// Deletes snapshots beyond `snapshot_history`, and the chunks of any snapshot whose index
-    /// was never written (an agent killed while storing it). Runs right after a snapshot was
-    /// stored whole, and only the leading agent stores snapshots, so no chunk set without an
-    /// index is still being written.
     async fn trim_snapshots(&self) -> Result<(), ApplyError> {
         let api = self.secrets();
-        let complete = self.snapshots().await?;
-        let old = complete.iter().skip(self.options.snapshot_history.max(1)).map(|s| s.id.clone());
-        for id in old {
-            api.delete(&self.index_name(&id), &DeleteParams::default())
+        for old in self.snapshots().await?.iter().skip(self.options.snapshot_history.max(1)) {
+            api.delete(&self.index_name(&old.id), &DeleteParams::default())
                 .await
-                .map_err(kube_err(format!("deleting snapshot {id}")))?;
-            self.delete_chunks(&id).await?;
-        }
-        let chunked = format!("{LABEL_INVENTORY}={},{LABEL_SNAPSHOT}", self.options.inventory);
-        let chunks = api.list_metadata(&ListParams::default().labels(&chunked)).await.map_err(kube_err("listing snapshots"))?;
-        let orphans: BTreeSet<String> = chunks
-            .items
-            .iter()
-            .filter_map(|s| s.metadata.labels.as_ref()?.get(LABEL_SNAPSHOT).cloned())
-            .filter(|id| !complete.iter().any(|s| &s.id == id))
-            .collect();
-        for id in orphans {
-            tracing::warn!(snapshot = %id, "deleting the chunks of a snapshot whose index was never written");
-            self.delete_chunks(&id).await?;
+                .map_err(kube_err(format!("deleting snapshot {}", old.id)))?;
+            let chunks = format!("{LABEL_INVENTORY}={},{LABEL_SNAPSHOT}={}", self.options.inventory, old.id);
+            api.delete_collection(&DeleteParams::default(), &ListParams::default().labels(&chunks))
+                .await
+                .map_err(kube_err(format!("deleting snapshot {}", old.id)))?;
         }
         Ok(())
-    }
-
-    async fn delete_chunks(&self, id: &str) -> Result<(), ApplyError> {
-        let chunks = format!("{LABEL_INVENTORY}={},{LABEL_SNAPSHOT}={id}", self.options.inventory);
-        self.secrets()
-            .delete_collection(&DeleteParams::default(), &ListParams::default().labels(&chunks))
-            .await
-            .map(drop)
-            .map_err(kube_err(format!("deleting snapshot {id}")))
     }
 
     /// Reads a snapshot back: its objects, authenticated by their MAC under the agent key.

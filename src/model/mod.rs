@@ -17,7 +17,6 @@ mod error_class;
 mod finding;
 mod fleet;
 mod gate_policy;
-pub mod pause;
 mod release;
 mod template;
 mod tree;

@@ -117,7 +117,6 @@ impl StatusBackend for Publisher {
     fn publish<'a>(&'a self, status: &'a Status) -> BoxFuture<'a, Result<(), StatusError>> {
         Box::pin(async move {
             self.git.publish(status).await?;
-            crate::model::pause::at("notes:pushed");
             if let Some(forge) = &self.forge {
                 forge.publish(status).await?;
             }

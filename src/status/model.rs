@@ -77,7 +77,7 @@ pub struct GateFigure {
 }
 
 /// What one cluster reports about one release at one moment. A note keeps a list of these.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Status {
     pub cluster: String,

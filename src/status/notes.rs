@@ -143,7 +143,6 @@ pub fn write(
         identity.signer.sign(&mut signed, &identity.fleet, sequence)?;
         append_local(repo, &refname, &status.cluster, commit, &signed)?;
     }
-    crate::model::pause::at("notes:written-locally");
     let mut last = String::new();
     for attempt in 1..=MAX_PUSH_ATTEMPTS {
         match push(repo, remote, &refname)? {

@@ -28,7 +28,7 @@
 //! a Kubernetes Event and log line; the state itself never does I/O.
 
 use crate::release::{Ran, TagPins};
-use crate::status::{GateFigure, Status};
+use crate::status::GateFigure;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -186,9 +186,6 @@ pub struct AgentState {
     pub(super) rejected: BTreeMap<String, Rejection>,
     pub(super) tag_pins: TagPins,
     pub(super) trust: TrustMemory,
-    /// Statuses a step decided, persisted with the state that step led to and dropped once they
-    /// are in Git or the outbox: an agent killed in between delivers them after its restart.
-    pub(super) unreported: Vec<Status>,
 }
 
 /// What the agent remembers to judge the branch tip and moves back in time (docs/SECURITY.md).
@@ -284,18 +281,6 @@ impl AgentState {
     pub fn succeeded_here(&self, release: &str) -> bool {
         (self.succeeded.contains(release) || self.last_known_good.as_deref() == Some(release))
             && !self.rejected.contains_key(release)
-    }
-    /// Statuses decided but not yet handed to Git or the outbox, oldest first.
-    pub fn unreported(&self) -> &[Status] {
-        &self.unreported
-    }
-    /// Keeps `status` until [`reported`](Self::reported) (persisted with the step that made it).
-    pub fn hold_report(&mut self, status: Status) {
-        self.unreported.push(status);
-    }
-    /// `status` is in Git or the outbox now.
-    pub fn reported(&mut self, status: &Status) {
-        self.unreported.retain(|s| s != status);
     }
     /// Pins to hand to verification (clone, verify, then [`record_tag_pins`](Self::record_tag_pins)).
     pub fn tag_pins(&self) -> &TagPins {

@@ -5,7 +5,7 @@
 //! The encoding is the one every agent since `fleetgate.io/agent-state/v1` wrote — keys `phase`,
 //! `operation` (JSON, one flat object whatever the phase), `desired`, `current`, `lastKnownGood`,
 //! `rejected`, `tagPins` (and, since fleetgate tracked promotions, `trust`, and since rollback
-//! targets are checked against this cluster's history, `succeeded`, and since statuses survive a kill between deciding and writing them, `unreported`; all absent in older states) — so an agent upgraded mid-operation resumes what the previous one left.
+//! targets are checked against this cluster's history, `succeeded`; both absent in older states) — so an agent upgraded mid-operation resumes what the previous one left.
 //! Decoding checks that the operation carries what its phase needs.
 
 use super::machine::{AgentState, Failure, Operation, Phase, Progress, Rollback, TransitionError};
@@ -32,7 +32,6 @@ mod key {
     pub const TAG_PINS: &str = "tagPins";
     pub const TRUST: &str = "trust";
     pub const SUCCEEDED: &str = "succeeded";
-    pub const UNREPORTED: &str = "unreported";
 }
 const SCHEMA: &str = "fleetgate.io/agent-state/v1";
 
@@ -132,9 +131,6 @@ pub(super) fn to_data(state: &AgentState) -> BTreeMap<String, String> {
     d.insert(key::TAG_PINS.into(), serde_json::to_string_pretty(&state.tag_pins).expect("pins serialize"));
     d.insert(key::TRUST.into(), serde_json::to_string_pretty(&state.trust).expect("trust memory serializes"));
     d.insert(key::SUCCEEDED.into(), serde_json::to_string(&state.succeeded).expect("releases serialize"));
-    if !state.unreported.is_empty() {
-        d.insert(key::UNREPORTED.into(), serde_json::to_string_pretty(&state.unreported).expect("statuses serialize"));
-    }
     d
 }
 
@@ -166,7 +162,6 @@ pub(super) fn from_data(data: &BTreeMap<String, String>) -> Result<AgentState, S
         rejected: json(data, key::REJECTED)?,
         tag_pins: json(data, key::TAG_PINS)?,
         trust: json(data, key::TRUST)?,
-        unreported: json(data, key::UNREPORTED)?,
     })
 }
 
