@@ -17,17 +17,17 @@ fn an_unchanged_remote_costs_one_ls_remote_and_no_fetch() {
 
     let first = source.sync().unwrap();
     assert!(first.fetched);
-    assert_eq!(source.stats(), SourceStats { ls_remotes: 1, fetches: 1 });
+    assert_eq!(source.stats(), SourceStats { ls_remotes: 1, fetches: 1, notes_fetches: 0 });
 
     let second = source.sync().unwrap();
     assert!(!second.fetched);
     assert_eq!(second.tip, first.tip);
-    assert_eq!(source.stats(), SourceStats { ls_remotes: 2, fetches: 1 }, "an unchanged remote was fetched");
+    assert_eq!(source.stats(), SourceStats { ls_remotes: 2, fetches: 1, notes_fetches: 0 }, "an unchanged remote was fetched");
 
     // A new tag is a change; so is a new commit.
     remote.signed_tag(RELEASE);
     assert!(source.sync().unwrap().fetched);
-    assert_eq!(source.stats(), SourceStats { ls_remotes: 3, fetches: 2 });
+    assert_eq!(source.stats(), SourceStats { ls_remotes: 3, fetches: 2, notes_fetches: 0 });
     assert!(source.checkout().unwrap().tag(RELEASE).unwrap().is_some());
 
     let tip = {
@@ -38,12 +38,12 @@ fn an_unchanged_remote_costs_one_ls_remote_and_no_fetch() {
     let third = source.sync().unwrap();
     assert!(third.fetched);
     assert_eq!(third.tip.to_string(), tip);
-    assert_eq!(source.stats(), SourceStats { ls_remotes: 4, fetches: 3 });
+    assert_eq!(source.stats(), SourceStats { ls_remotes: 4, fetches: 3, notes_fetches: 0 });
 
     // A source reopened on the same state directory (an agent restart) starts from the mirror.
     let mut reopened = remote.source(state.path());
     assert!(!reopened.sync().unwrap().fetched);
-    assert_eq!(reopened.stats(), SourceStats { ls_remotes: 1, fetches: 0 });
+    assert_eq!(reopened.stats(), SourceStats { ls_remotes: 1, fetches: 0, notes_fetches: 0 });
 }
 
 #[test]
@@ -110,7 +110,7 @@ fn network_errors_are_retried_with_backoff_and_leave_the_mirror_intact() {
     let err = source.sync().unwrap_err();
     assert!(matches!(err, SourceError::Network { attempts: 3, .. }), "{err:?}");
     assert_eq!(err.class(), ErrorClass::Retryable);
-    assert_eq!(source.stats(), SourceStats { ls_remotes: 3, fetches: 0 });
+    assert_eq!(source.stats(), SourceStats { ls_remotes: 3, fetches: 0, notes_fetches: 0 });
     assert!(started.elapsed() >= Duration::from_millis(250), "no backoff between attempts");
 
     // The mirror still serves the last good state.
