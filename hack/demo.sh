@@ -14,11 +14,11 @@
 #                 failed gate and its figure; wave-1 and wave-2 never apply rel-2
 #   rel-3 (good)  rolls through all waves
 #
-#   forge: when Gitea is built (`make testenv`, hack/gitea-binary.sh), the fleet repo is served by a
-#   real Gitea instead: promotions are pull requests opened with `fleetgate promote --open-pr` and
+#   forge: with DEMO_FORGE=gitea and Gitea built (`make testenv`, hack/gitea-binary.sh), the fleet
+#   repo is served by a real Gitea instead: promotions are pull requests opened with `fleetgate promote --open-pr` and
 #   merged through Gitea's API, Gitea's push webhook (signed) wakes the agents, and the agents
-#   mirror their statuses to Gitea (release commit, PR head, write-back commit). DEMO_FORGE=git
-#   keeps git daemon.
+#   mirror their statuses to Gitea (release commit, PR head, write-back commit). The default (DEMO_FORGE
+#   unset or git) is git daemon: the Gitea path has not yet been run end to end by tests/e2e.rs.
 #
 # Environment: DEMO_DIR (keep everything there; default a temp dir, removed at the end unless
 # DEMO_KEEP=1), FLEETGATE_BIN / TESTENV_BIN (binaries; default target/debug), DEMO_TIMEOUT (seconds
@@ -97,7 +97,7 @@ ok "repo $REPO_URL, signing key $FPR"
 # A real forge when one is built: the fleet repo moves to Gitea, and $DIR/git/fleet.git points at
 # Gitea's bare repo so whoever inspects the repo afterwards finds it where git daemon's would be.
 FORGE_FLAGS=() AGENT_FORGE_FLAGS=()
-if [[ "${DEMO_FORGE:-auto}" != git ]] && "$TESTENV" gitea --check >/dev/null 2>&1; then
+if [[ "${DEMO_FORGE:-git}" == gitea ]] && "$TESTENV" gitea --check >/dev/null 2>&1; then
   "$TESTENV" gitea --dir "$DIR/gitea" >"$DIR/gitea.log" 2>&1 &
   pids+=($!)
   wait_for "$STEP_TIMEOUT" "Gitea to start" test -f "$DIR/gitea/gitea.env"

@@ -194,6 +194,7 @@ async fn promotion_prs_merged_in_gitea_wake_the_agent_and_carry_its_statuses() {
 
         // rel-3 crash-loops: through a merged PR, rolled back, written back.
         fleet.git(&["pull", "-q", "--ff-only", "origin", "main"]);
+        fleet.set_gates("20s", STRICT_RESTARTS);
         let rel3 = fleet.release("rel-3", crash_looping);
         fleetgate(
             &fleet,
