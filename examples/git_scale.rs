@@ -20,7 +20,7 @@
 //! (default: 100 2  250 2  500 2  1000 5  1000 2). Figures: docs/RELIABILITY.md.
 
 use fleetgate::model::FleetConfig;
-use fleetgate::source::{Credentials, Source};
+use fleetgate::source::{Credentials, NotesSchedule, Source};
 use fleetgate::status::{GitRemote, State, Status, StatusIdentity, StatusKeys, StatusSigner, may_start, members, notes};
 use std::path::Path;
 use std::process::{Child, Command};
@@ -144,7 +144,8 @@ fn run(run: &Run) {
                 .spawn(move || {
                     let name = format!("c-{i:04}");
                     let wave = WAVES.iter().position(|(w, _)| *w == wave_of(i, n)).unwrap();
-                    let mut source = Source::open(&url, &state, Credentials::default()).unwrap();
+                    let mut source =
+                        Source::open(&url, &state, Credentials::default()).unwrap().with_notes(NotesSchedule::Fresh);
                     while source.sync().is_err() {
                         std::thread::sleep(Duration::from_millis(200));
                     }

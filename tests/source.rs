@@ -6,7 +6,7 @@ mod fleet_support;
 
 use fleet_support::{FleetRemote, RELEASE};
 use fleetgate::model::ErrorClass;
-use fleetgate::source::{Credentials, RetryPolicy, Source, SourceError, SourceStats};
+use fleetgate::source::{Credentials, NotesSchedule, RetryPolicy, Source, SourceError, SourceStats};
 use std::time::Duration;
 
 #[test]
@@ -164,4 +164,53 @@ fn status_notes_fast_forward_and_unpushed_local_notes_survive_a_sync() {
     note("cluster-b", "b again");
     assert!(source.sync().unwrap().fetched);
     assert!(read(&source, "cluster-b").contains("b again"));
+}
+
+/// One fetch per release change, not one per sibling status: an agent that waits at no gate
+/// leaves moved notes on the remote; a waiting agent fetches them once every cluster it waits
+/// for has moved; a branch change brings every note along in its one fetch.
+#[test]
+fn status_notes_alone_are_fetched_only_when_the_gate_could_open() {
+    let remote = FleetRemote::new();
+    remote.signed_tag(RELEASE);
+    let note = |cluster: &str, text: &str| {
+        let target = format!("{RELEASE}^{{commit}}");
+        remote.git(&["notes", &format!("--ref=fleetgate/{cluster}"), "append", "-m", text, &target]);
+        remote.git(&["push", "-q", "origin", &format!("refs/notes/fleetgate/{cluster}")]);
+    };
+    let state = tempfile::tempdir().unwrap();
+    let mut source = remote.source(state.path()).with_notes(NotesSchedule::Fresh);
+    source.sync().unwrap();
+    let has_note = |source: &Source, cluster: &str| {
+        let checkout = source.checkout().unwrap();
+        let tagged = checkout.tag(RELEASE).unwrap().unwrap().commit;
+        checkout.repo().find_note(Some(&format!("refs/notes/fleetgate/{cluster}")), tagged).is_ok()
+    };
+    let set = |names: &[&str]| names.iter().map(|s| s.to_string()).collect();
+
+    // Idle (the first sync's `All` is over): a sibling's status is not fetched.
+    note("cluster-a", "a pending");
+    let idle = source.sync().unwrap();
+    assert!(!idle.fetched, "an idle agent fetched a sibling's status");
+    assert!(!has_note(&source, "cluster-a"));
+
+    // Waiting for a and b: a alone moved, so the gate cannot open yet.
+    source.notes_schedule().wait_on(set(&["cluster-a", "cluster-b"]), std::time::Instant::now());
+    assert!(!source.sync().unwrap().fetched);
+    note("cluster-b", "b success");
+    source.notes_schedule().wait_on(set(&["cluster-a", "cluster-b"]), std::time::Instant::now());
+    let waiting = source.sync().unwrap();
+    assert!(waiting.fetched && waiting.notes_only, "{waiting:?}");
+    assert!(has_note(&source, "cluster-a") && has_note(&source, "cluster-b"));
+    assert_eq!(source.stats().notes_fetches, 1);
+
+    // The wait ended (not renewed): idle again. A branch change brings the notes with it.
+    note("cluster-c", "c success");
+    assert!(!source.sync().unwrap().fetched);
+    remote.git(&["commit", "-q", "--allow-empty", "-m", "moved on"]);
+    remote.git(&["push", "-q", "origin", "main"]);
+    let release = source.sync().unwrap();
+    assert!(release.fetched && !release.notes_only);
+    assert!(has_note(&source, "cluster-c"));
+    assert_eq!(source.stats().notes_fetches, 1);
 }

@@ -35,7 +35,7 @@ use crate::manifests::AdmissionPolicy;
 use crate::model::error_chain;
 use crate::model::{ErrorClass, FleetConfig, GatePolicySpec, PromotionMode, ReleaseAdmissionPolicySpec};
 use crate::release::{self, DesiredRelease, Keyring, TipTrust, TrustConfig, VerifiedRelease, VerifyError};
-use crate::source::{Checkout, Source, SourceError};
+use crate::source::{Checkout, NotesSchedule, Source, SourceError};
 use crate::status::{self, GateFigure, GitNotesBackend, GitRemote, Publisher, Status};
 use chrono::Utc;
 use std::time::{Duration, Instant};
@@ -173,7 +173,8 @@ impl Agent {
         let config = &services.config;
         let source = Source::open(&config.repo.url(), &config.state_dir, config.git_credentials.to_source()?)?
             .with_branch(config.branch.clone())
-            .with_limits(config.fetch_limits);
+            .with_limits(config.fetch_limits)
+            .with_notes(NotesSchedule::Fresh);
         let keyring = Keyring::from_files(&config.trusted_keys)?;
         let trust = TrustConfig { keyring, fleet: config.fleet.clone() };
         let promotion_keys =

@@ -339,6 +339,12 @@ impl Source {
         self
     }
 
+    /// How moved status notes are fetched (default [`NotesSchedule::All`]; the agent starts `Fresh`).
+    pub fn with_notes(mut self, notes: NotesSchedule) -> Self {
+        self.notes = notes;
+        self
+    }
+
     pub fn url(&self) -> &str {
         &self.url
     }

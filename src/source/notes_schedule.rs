@@ -8,9 +8,9 @@
 //!
 //! * A change of the branch or of a tag is fetched at once, with every notes ref in the same fetch
 //!   (a new release is gated on fresh statuses; write-back tips are judged with them).
-//! * [`NotesSchedule::All`] — the default and a fresh process's first sync (its mirror may be
-//!   stale; the status sequence of its own cluster continues from the local notes): any moved notes
-//!   ref is fetched.
+//! * [`NotesSchedule::All`] — the default (one-shot readers, tools): any moved notes ref is fetched.
+//! * [`NotesSchedule::Fresh`] — an agent's start: like `All` until the first fetch (its mirror may be
+//!   stale; the status sequence of its own cluster continues from the local notes), then `Idle`.
 //! * Not waiting ([`NotesSchedule::Idle`]): moved notes refs are not fetched.
 //! * Waiting on clusters `W` ([`NotesSchedule::Waiting`]): the notes are fetched once every cluster of `W`
 //!   moved its ref since the mirror last fetched it — sooner the gate cannot open — or, whatever
@@ -36,6 +36,8 @@ pub enum NotesSchedule {
     /// Any moved notes ref is fetched.
     #[default]
     All,
+    /// `All` until the first fetch, then `Idle`.
+    Fresh,
     /// Moved notes refs are left on the remote until the branch or a tag moves.
     Idle,
     /// Waiting at a wave gate for `on`.
@@ -69,7 +71,7 @@ impl NotesSchedule {
             *self = NotesSchedule::Idle;
         }
         match self {
-            NotesSchedule::All => !moved.is_empty(),
+            NotesSchedule::All | NotesSchedule::Fresh => !moved.is_empty(),
             NotesSchedule::Idle => false,
             NotesSchedule::Waiting { on, refresh_at, backoff, renewed } => {
                 *renewed = false;
@@ -89,9 +91,9 @@ impl NotesSchedule {
         }
     }
 
-    /// After a fetch that brought the notes (any reason): a fresh process's `All` is over.
+    /// After a fetch that brought the notes (any reason): a fresh agent's first look is over.
     pub fn fetched(&mut self) {
-        if *self == NotesSchedule::All {
+        if *self == NotesSchedule::Fresh {
             *self = NotesSchedule::Idle;
         }
     }
@@ -108,10 +110,13 @@ mod tests {
     #[test]
     fn a_fresh_process_fetches_any_moved_notes_once_then_idles() {
         let now = Instant::now();
-        let mut s = NotesSchedule::default();
+        let mut s = NotesSchedule::Fresh;
         assert!(s.due(&set(&["x"]), now));
         s.fetched();
         assert!(!s.due(&set(&["x"]), now), "an idle agent fetched a sibling's status");
+        let mut tool = NotesSchedule::default();
+        tool.fetched();
+        assert!(tool.due(&set(&["x"]), now), "a tool's source missed a status");
     }
 
     #[test]
