@@ -9,7 +9,6 @@ mod agent_support;
 
 use agent_support::*;
 use fleetgate::agent::Outcome;
-use fleetgate::status::State;
 
 /// A strict restart gate for production, a toothless one for canaries.
 const BY_TIER: &str = "    - name: prod-restarts\n      select: {matchLabels: {tier: prod}}\n      podRestarts: {max: 1}\n    \
@@ -38,10 +37,5 @@ async fn relabeling_a_prod_cluster_on_the_unsigned_tip_keeps_its_prod_gates() {
         within("rel-2", 240, agent.reconcile()).await.unwrap(),
         Outcome::RolledBack { release: "rel-2".into(), to: Some("rel-1".into()) }
     );
-    let failure = fleet.statuses(&rel2).pop().unwrap();
-    assert_eq!(failure.state, State::Failure);
-    assert!(failure.description.starts_with("rolled back to rel-1: prod-restarts"), "{}", failure.description);
-    let gate = &failure.gates[0];
-    assert_eq!((gate.name.as_str(), gate.threshold.as_str(), gate.verdict.as_str()), ("prod-restarts", "≤ 1", "fail"));
-    assert_eq!(fleet.operator_image().await, Some(image_of("rel-1")));
+    fleet.assert_rolled_back_by_restarts(&rel2, "prod-restarts").await;
 }

@@ -8,7 +8,6 @@ mod agent_support;
 
 use agent_support::*;
 use fleetgate::agent::Outcome;
-use fleetgate::status::State;
 
 const TOOTHLESS: &str = "    - name: pod-restarts\n      podRestarts: {max: 1000000}\n";
 
@@ -31,10 +30,5 @@ async fn gates_weakened_on_the_unsigned_tip_still_roll_a_crash_loop_back() {
         within("rel-2", 240, agent.reconcile()).await.unwrap(),
         Outcome::RolledBack { release: "rel-2".into(), to: Some("rel-1".into()) }
     );
-    let failure = fleet.statuses(&rel2).pop().unwrap();
-    assert_eq!(failure.state, State::Failure);
-    assert!(failure.description.starts_with("rolled back to rel-1: pod-restarts"), "{}", failure.description);
-    let gate = &failure.gates[0];
-    assert_eq!((gate.name.as_str(), gate.threshold.as_str(), gate.verdict.as_str()), ("pod-restarts", "≤ 1", "fail"));
-    assert_eq!(fleet.operator_image().await, Some(image_of("rel-1")));
+    fleet.assert_rolled_back_by_restarts(&rel2, "pod-restarts").await;
 }

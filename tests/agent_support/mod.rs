@@ -292,6 +292,18 @@ impl Fleet {
         StatusNote::parse(&String::from_utf8_lossy(&out.stdout)).expect("a status note").entries
     }
 
+    /// Asserts the last status of `release` (cut at `commit`) is its `failure`: rolled back to
+    /// rel-1 by the restart gate `gate` (threshold `≤ 1`), with rel-1's image live again.
+    pub async fn assert_rolled_back_by_restarts(&self, commit: &str, gate: &str) {
+        let failure = self.statuses(commit).pop().expect("a status for the failed release");
+        assert_eq!(failure.state, fleetgate::status::State::Failure);
+        let cause = format!("rolled back to rel-1: {gate}");
+        assert!(failure.description.starts_with(&cause), "{}", failure.description);
+        let g = &failure.gates[0];
+        assert_eq!((g.name.as_str(), g.threshold.as_str(), g.verdict.as_str()), (gate, "≤ 1", "fail"));
+        assert_eq!(self.operator_image().await, Some(image_of("rel-1")));
+    }
+
     /// The Operator Deployment's image, if it exists.
     pub async fn operator_image(&self) -> Option<String> {
         let api: Api<Deployment> = Api::namespaced(self.cluster.client(), OPERATOR_NS);
