@@ -17,7 +17,8 @@ deps:
 testenv: deps
 	@bash hack/k8s-binaries.sh >/dev/null
 	@bash hack/helm-binary.sh >/dev/null
-	@bash hack/gitea-binary.sh >/dev/null
+	@# Gitea is optional: if its build fails here (proxy, disk), its tests say SKIPPED and the rest run.
+	@bash hack/gitea-binary.sh >/dev/null || echo 'testenv: Gitea was not built (see the error above); tests/forge_gitea.rs will skip' >&2
 
 build: deps
 	$(CARGO) build --workspace --bins
