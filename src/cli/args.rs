@@ -164,6 +164,14 @@ pub struct GitAccess {
 }
 
 impl GitAccess {
+    /// A private mirror of `repo` for one invocation (the branch, the tags and every status
+    /// note), in a temporary directory that lives as long as the returned guard.
+    pub fn open_mirror(&self, repo: &str, branch: &str, prefix: &str) -> anyhow::Result<(tempfile::TempDir, Source)> {
+        let state = tempfile::Builder::new().prefix(prefix).tempdir()?;
+        let source = Source::open(repo, state.path(), self.credentials()?)?.with_branch(branch);
+        Ok((state, source))
+    }
+
     /// The credentials; a variable named with `--token-env` and a `--known-hosts` file must exist.
     pub fn credentials(&self) -> anyhow::Result<Credentials> {
         let token = match &self.token_env {

@@ -12,7 +12,6 @@ use super::output::{OutputFormat, terminal_safe, terminal_width};
 use crate::agent::config::{DEFAULT_STATE_NAMESPACE, KubeAccess, lease_name};
 use crate::agent::state::StateStore;
 use crate::model::error_chain;
-use crate::source::Source;
 use crate::status::truncate;
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
@@ -93,14 +92,12 @@ pub struct AgentRow {
 /// `kube`: the global flags; only `--kubeconfig` counts here (each cluster has its own context).
 pub async fn run(command: Command, kube: KubeArgs) -> anyhow::Result<ExitCode> {
     let Command::Agents(args) = command;
-    let credentials = args.git.credentials()?;
-    let state = tempfile::Builder::new().prefix("fleetgate-get").tempdir()?;
-    let mut source = Source::open(&args.repo, state.path(), credentials)?.with_branch(&args.branch);
+    let (_state, mut source) = args.git.open_mirror(&args.repo, &args.branch, "fleetgate-get")?;
     let view = tokio::task::spawn_blocking(move || read_fleet(&mut source)).await??;
     let matrix = view.matrix();
     let contexts: BTreeMap<String, String> = args.context_for.iter().cloned().collect();
     let rows = matrix.waves.iter().flat_map(|w| w.clusters.iter().map(move |c| (w, c))).map(|(wave, row)| {
-        let newest = row.cells.iter().filter_map(|c| c.status.as_ref()).max_by_key(|s| s.reported_at);
+        let newest = row.newest_status();
         let context = contexts.get(&row.name).cloned().unwrap_or_else(|| row.name.clone());
         let base = AgentRow {
             cluster: row.name.clone(),

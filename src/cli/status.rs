@@ -16,7 +16,6 @@
 use super::args::{GitAccess, read_fleet};
 use super::output::{OutputFormat, colours, terminal_safe, terminal_width};
 use crate::model::error_chain;
-use crate::source::Source;
 use crate::status::{CommitUrl, HtmlOptions, Matrix, RenderOptions, State, render_html, render_release, render_table};
 use anyhow::Context;
 use std::process::ExitCode;
@@ -77,10 +76,7 @@ impl StatusFormat {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let credentials = args.git.credentials()?;
-    // A private mirror for this invocation: the branch, the tags and every status note.
-    let state = tempfile::Builder::new().prefix("fleetgate-status").tempdir()?;
-    let mut source = Source::open(&args.repo, state.path(), credentials)?.with_branch(&args.branch);
+    let (_state, mut source) = args.git.open_mirror(&args.repo, &args.branch, "fleetgate-status")?;
     loop {
         let (source_back, view) = tokio::task::spawn_blocking(move || {
             let view = read_fleet(&mut source);

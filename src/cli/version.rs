@@ -5,7 +5,6 @@
 
 use super::args::{GitAccess, read_fleet};
 use super::output::{OutputFormat, terminal_safe};
-use crate::source::Source;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::process::ExitCode;
@@ -61,9 +60,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let agents = match &args.repo {
         None => Vec::new(),
         Some(repo) => {
-            let credentials = args.git.credentials()?;
-            let state = tempfile::Builder::new().prefix("fleetgate-version").tempdir()?;
-            let mut source = Source::open(repo, state.path(), credentials)?.with_branch(&args.branch);
+            let (_state, mut source) = args.git.open_mirror(repo, &args.branch, "fleetgate-version")?;
             let view = tokio::task::spawn_blocking(move || read_fleet(&mut source)).await??;
             agents(&view.matrix())
         }
@@ -95,14 +92,13 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Per cluster (in wave order), its newest verified status over all releases. `reportedAt` is
-/// the agent's own clock: good enough to pick what to show, never used to decide anything.
+/// Per cluster (in wave order), what its newest verified status says.
 fn agents(m: &crate::status::Matrix) -> Vec<AgentVersion> {
     m.waves
         .iter()
         .flat_map(|w| &w.clusters)
         .map(|row| {
-            let newest = row.cells.iter().filter_map(|c| c.status.as_ref()).max_by_key(|s| s.reported_at);
+            let newest = row.newest_status();
             AgentVersion {
                 cluster: row.name.clone(),
                 version: newest.map(|s| s.agent_version.clone()),

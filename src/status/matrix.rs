@@ -119,6 +119,14 @@ pub struct ClusterRow {
     pub cells: Vec<Cell>,
 }
 
+impl ClusterRow {
+    /// The cluster's newest verified status over all releases. `reportedAt` is the agent's own
+    /// clock: good enough to pick what to show, never used to decide anything.
+    pub fn newest_status(&self) -> Option<&Status> {
+        self.cells.iter().filter_map(|c| c.status.as_ref()).max_by_key(|s| s.reported_at)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Cell {
