@@ -26,6 +26,7 @@ fn fleet(clusters: usize, releases: &[ReleaseRef]) -> FleetConfig {
             rollout: RolloutSettings { max_failed_clusters: 5 },
                 promotions: Default::default(),
             status: Default::default(),
+            paused: false,
         },
     );
     let clusters = (0..clusters)
@@ -40,7 +41,7 @@ fn fleet(clusters: usize, releases: &[ReleaseRef]) -> FleetConfig {
             };
             // Every 50th cluster is pinned to the previous release.
             let pin = (i % 50 == 49).then(|| releases[1].id.clone());
-            let c: Cluster = Document::new("Cluster", &name, ClusterSpec { wave: wave.into(), release: pin, status_key: None });
+            let c: Cluster = Document::new("Cluster", &name, ClusterSpec { wave: wave.into(), release: pin, status_key: None, paused: false });
             (name, c)
         })
         .collect();

@@ -190,6 +190,9 @@ pub struct AgentConfig {
     pub drift_interval: Option<Duration>,
     pub listen: SocketAddr,
     pub write_back: bool,
+    /// The local emergency brake (`--paused[=REASON]`): hold this cluster on the release it runs
+    /// whatever Git says, until the agent restarts without it. The reason, shown in the status.
+    pub paused: Option<String>,
     pub git_credentials: GitCredentials,
     /// Where failure and rollback notifications are POSTed (Slack-compatible JSON), by the name
     /// `fleet.yaml` `spec.status.notify` picks (absent: `default`).
@@ -265,6 +268,8 @@ pub struct AgentSettings {
     pub drift_interval: Option<Duration>,
     pub listen: Option<SocketAddr>,
     pub write_back: Option<bool>,
+    /// Hold the cluster on its current release; the value is the reason (may be empty).
+    pub paused: Option<String>,
     pub git_ssh_key: Option<PathBuf>,
     pub git_token_file: Option<PathBuf>,
     pub git_known_hosts: Option<PathBuf>,
@@ -380,6 +385,7 @@ impl AgentSettings {
             drift_interval: higher.drift_interval.or(self.drift_interval),
             listen: higher.listen.or(self.listen),
             write_back: higher.write_back.or(self.write_back),
+            paused: higher.paused.or(self.paused),
             git_ssh_key: higher.git_ssh_key.or(self.git_ssh_key),
             git_token_file: higher.git_token_file.or(self.git_token_file),
             git_known_hosts: higher.git_known_hosts.or(self.git_known_hosts),
@@ -488,6 +494,7 @@ impl AgentSettings {
             listen,
             // On unless switched off: after a rollback Git should say what runs (docs/STATUS.md).
             write_back: self.write_back.unwrap_or(true),
+            paused: self.paused,
             git_credentials: GitCredentials {
                 ssh_key: self.git_ssh_key,
                 token_file: self.git_token_file,

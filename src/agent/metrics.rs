@@ -11,7 +11,8 @@
 //! | `fleetgate_gate_evaluations_total` | counter | `gate`, `verdict` |
 //! | `fleetgate_last_sync_timestamp_seconds` | gauge | |
 //! | `fleetgate_leader` | gauge (1 while this process leads) | |
-//! | `fleetgate_triggers_total` | counter | `source` (startup, poll, webhook, git-refs) |
+//! | `fleetgate_paused` | gauge (1 while the agent holds its cluster: flag, annotation, `spec.paused`) | |
+//! | `fleetgate_triggers_total` | counter | `source` (startup, poll, webhook, git-refs, request) |
 
 use super::state::{AgentState, Phase};
 use super::triggers::TriggerSource;
@@ -83,6 +84,7 @@ pub struct Metrics {
     gate_evaluations: Family<GateLabels, Counter>,
     last_sync: Gauge<f64, AtomicU64>,
     leader: Gauge,
+    paused: Gauge,
     triggers: Family<SourceLabels, Counter>,
 }
 
@@ -97,6 +99,7 @@ impl Metrics {
         let gate_evaluations = Family::<GateLabels, Counter>::default();
         let last_sync = Gauge::<f64, AtomicU64>::default();
         let leader = Gauge::default();
+        let paused = Gauge::default();
         let triggers = Family::<SourceLabels, Counter>::default();
         let seconds = prometheus_client::registry::Unit::Seconds;
         registry.register_with_unit(
@@ -120,6 +123,7 @@ impl Metrics {
             last_sync.clone(),
         );
         registry.register("leader", "1 while this process holds the leader Lease", leader.clone());
+        registry.register("paused", "1 while the agent holds its cluster on the release it runs", paused.clone());
         registry.register("triggers", "Loop wake-ups by trigger source", triggers.clone());
         let metrics = Metrics {
             registry,
@@ -130,6 +134,7 @@ impl Metrics {
             gate_evaluations,
             last_sync,
             leader,
+            paused,
             triggers,
         };
         metrics.observe_state(&AgentState::default());
@@ -185,6 +190,10 @@ impl Metrics {
 
     pub fn set_leader(&self, leading: bool) {
         self.leader.set(i64::from(leading));
+    }
+
+    pub fn set_paused(&self, paused: bool) {
+        self.paused.set(i64::from(paused));
     }
 
     pub fn record_trigger(&self, source: TriggerSource) {

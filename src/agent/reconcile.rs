@@ -143,6 +143,11 @@ pub enum Outcome {
         release: String,
         objects: Vec<String>,
     },
+    /// Paused ([`Agent::pause`]): nothing started, nothing corrected; `release` is what Git asks for.
+    Paused {
+        release: String,
+        reason: String,
+    },
 }
 
 /// The agent: services plus the pipeline's long-lived parts.
@@ -165,6 +170,9 @@ pub struct Agent {
     pub(super) last_rollback_error: Option<String>,
     /// When drift was last checked (`--drift-interval`).
     pub(super) last_drift_check: Option<Instant>,
+    /// Why the agent holds the cluster and which release it holds back, while it does: logged,
+    /// recorded and reported once per (reason, release).
+    last_pause: Option<(String, String)>,
 }
 
 impl Agent {
@@ -196,6 +204,7 @@ impl Agent {
             last_wait: None,
             last_rollback_error: None,
             last_drift_check: None,
+            last_pause: None,
         })
     }
 
@@ -254,6 +263,12 @@ impl Agent {
         let result = self.reconcile().await;
         if let Err(e) = &result {
             self.record_error(e).await;
+        }
+        // `fleetgate reconcile` waits for this: a pass that started after its request has ended.
+        match self.services.store.acknowledge_reconcile_request().await {
+            Ok(Some(requested)) => tracing::info!(%requested, "reconcile request handled"),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %error_chain(&e), "could not mark the reconcile request handled"),
         }
         result
     }
@@ -317,6 +332,10 @@ impl Agent {
             tracing::warn!(%cluster, "{message}");
             self.services.record_warning("StatusKeyChangeRefused", "Reconcile", &message).await;
         }
+        match self.pause(&desired.config).await {
+            Some(why) => return self.hold(&checkout, &desired, &state, why).await,
+            None => self.resume_from_pause().await,
+        }
         match state.next() {
             Next::Nothing if state.current() == Some(desired.id.as_str()) => {
                 self.correct_drift(&checkout, &desired, &tip).await
@@ -325,6 +344,75 @@ impl Agent {
             Next::Rejected { release, .. } => Ok(Outcome::Rejected(release.to_string())),
             Next::Start { .. } => self.start(&checkout, desired, &tip).await,
             Next::Resume(_) => unreachable!("handled above"),
+        }
+    }
+
+    /// Why the cluster is held on the release it runs, if it is: the agent's `--paused` flag, the
+    /// state ConfigMap's [`PAUSED_ANNOTATION`](super::state::PAUSED_ANNOTATION) (both the spoke's
+    /// own brake, which no commit can release), then the tip's `spec.paused` (the fleet's, then
+    /// the cluster's). A pause from the tip needs no signature of its own: like the desired
+    /// release, it only says *when* a signed release runs, and under signed promotions the tip
+    /// itself is signed. An operation in flight is not held (a rollback must finish).
+    pub async fn pause(&self, tip: &FleetConfig) -> Option<String> {
+        let with = |by: String, reason: &str| match reason.trim() {
+            "" => by,
+            reason => format!("{by}: {reason}"),
+        };
+        use status::PAUSED_PREFIX;
+        if let Some(reason) = &self.services.config.paused {
+            return Some(with(format!("{PAUSED_PREFIX}the agent's --paused flag"), reason));
+        }
+        if let Some(reason) = self.services.store.paused_annotation().await {
+            let (annotation, configmap) = (super::state::PAUSED_ANNOTATION, self.services.store.name());
+            return Some(with(format!("{PAUSED_PREFIX}the annotation {annotation} on ConfigMap {configmap}"), &reason));
+        }
+        let cluster = &self.services.config.cluster;
+        tip.paused(cluster).map(|by| format!("{PAUSED_PREFIX}{}", by.setting(cluster)))
+    }
+
+    /// A paused pass: nothing starts and drift is left alone. A release Git asks for gets one
+    /// `pending` status that says why it waits, so the promotion PR and `fleetgate status` show
+    /// the brake.
+    async fn hold(
+        &mut self,
+        checkout: &Checkout,
+        desired: &DesiredRelease,
+        state: &AgentState,
+        why: String,
+    ) -> Result<Outcome, ReconcileError> {
+        self.services.metrics.set_paused(true);
+        let cluster = self.services.config.cluster.clone();
+        let held = (why.clone(), desired.id.clone());
+        if self.last_pause.as_ref() != Some(&held) {
+            tracing::warn!(release = %desired.id, reason = %why, "holding the cluster on the release it runs");
+            self.services.record_normal("Paused", "Reconcile", &format!("{why}; Git asks for {}", desired.id)).await;
+            self.last_pause = Some(held);
+            if matches!(state.next(), Next::Start { .. }) {
+                let running = state.current().unwrap_or("nothing yet");
+                let description = format!("{why}; holding {} here, running {running}", desired.id);
+                let keys = self.status_keys(&desired.config).await?;
+                let commit = desired.tag.commit;
+                let statuses =
+                    tokio::task::block_in_place(|| status::read_all(checkout.repo(), &[commit], &keys))
+                        .map_err(status::StatusError::from)?;
+                let status = Status::new(&cluster, &desired.id, commit.to_string(), status::State::Pending, &description);
+                let said = statuses
+                    .latest(&cluster, &desired.id)
+                    .is_some_and(|s| s.state == status::State::Pending && s.description == status.description);
+                if !said {
+                    self.publish(&desired.config, &status).await;
+                }
+            }
+        }
+        Ok(Outcome::Paused { release: desired.id.clone(), reason: why })
+    }
+
+    /// The first pass after a pause ends: say so once.
+    async fn resume_from_pause(&mut self) {
+        if let Some((was, _)) = self.last_pause.take() {
+            self.services.metrics.set_paused(false);
+            tracing::info!(was = %was, "pause lifted; reconciling again");
+            self.services.record_normal("Resumed", "Reconcile", &format!("no longer {was}")).await;
         }
     }
 

@@ -53,6 +53,7 @@ pub struct AgentServices {
     pub health: Health,
     server: HttpServer,
     _ref_watcher: Option<RefWatcher>,
+    annotation_watch: tokio::task::JoinHandle<()>,
     leader_gauge: tokio::task::JoinHandle<()>,
 }
 
@@ -109,6 +110,13 @@ impl AgentServices {
             None => None,
         };
 
+        let annotation_watch = super::triggers::watch_annotations(
+            kube::Api::namespaced(client.clone(), &config.state_namespace),
+            store.name(),
+            &[super::state::PAUSED_ANNOTATION, super::state::RECONCILE_REQUEST_ANNOTATION],
+            trigger_sender.clone(),
+        );
+
         let health = Health::new(leader.subscribe());
         let webhook = WebhookConfig::with_secret_file(&config.branch, config.webhook_secret_file.as_deref())?;
         let server = HttpServer::start(
@@ -140,6 +148,7 @@ impl AgentServices {
             health,
             server,
             _ref_watcher: ref_watcher,
+            annotation_watch,
             leader_gauge,
         })
     }
@@ -147,12 +156,19 @@ impl AgentServices {
     /// Records a Warning Event on the state ConfigMap (a configuration problem someone must fix);
     /// failing to record it is only logged.
     pub async fn record_warning(&self, reason: &str, action: &str, note: &str) {
+        self.record(super::state::Severity::Warning, reason, action, note).await;
+    }
+
+    /// Records a Normal Event on the state ConfigMap (a deliberate state, such as a pause).
+    pub async fn record_normal(&self, reason: &str, action: &str, note: &str) {
+        self.record(super::state::Severity::Normal, reason, action, note).await;
+    }
+
+    async fn record(&self, severity: super::state::Severity, reason: &str, action: &str, note: &str) {
         let recorded = match self.store.object_ref().await {
-            Ok(regarding) => self
-                .events
-                .publish(&regarding, super::state::Severity::Warning, reason, action, note)
-                .await
-                .map_err(|e| error_chain(&e)),
+            Ok(regarding) => {
+                self.events.publish(&regarding, severity, reason, action, note).await.map_err(|e| error_chain(&e))
+            }
             Err(e) => Err(error_chain(&e)),
         };
         if let Err(e) = recorded {
@@ -178,6 +194,7 @@ impl AgentServices {
     pub async fn shutdown(self) {
         self.leader.step_down().await;
         self.leader_gauge.abort();
+        self.annotation_watch.abort();
         self.server.stop().await;
     }
 }

@@ -1,6 +1,7 @@
 //! What wakes the reconcile loop: the poll interval (±10 % jitter, so a fleet of agents does not hit
-//! the Git server in step), `POST /hooks/git`, and for a local-path repo a file-system watcher on the
-//! repo's refs. All sources feed one [`Triggers`] receiver that coalesces them: however many fire
+//! the Git server in step), `POST /hooks/git`, for a local-path repo a file-system watcher on the
+//! repo's refs, and a watch on the agent's state ConfigMap for what people write on it
+//! (`fleetgate reconcile`'s request, the pause annotation). All sources feed one [`Triggers`] receiver that coalesces them: however many fire
 //! while the loop is busy (a push updating several refs, a webhook and the watcher for the same
 //! push), the loop wakes once, with every source that fired listed in the [`Wake`].
 //!
@@ -30,6 +31,8 @@ pub enum TriggerSource {
     Webhook,
     /// The local repo's refs changed on disk.
     GitRefs,
+    /// Someone annotated the state ConfigMap: `fleetgate reconcile`, or a pause set or lifted.
+    Request,
 }
 
 impl TriggerSource {
@@ -39,6 +42,7 @@ impl TriggerSource {
             TriggerSource::Poll => "poll",
             TriggerSource::Webhook => "webhook",
             TriggerSource::GitRefs => "git-refs",
+            TriggerSource::Request => "request",
         }
     }
 }
@@ -153,6 +157,41 @@ pub enum TriggerError {
     NotARepo { path: PathBuf, source: git2::Error },
     #[error("watching {path} for ref changes")]
     Watch { path: PathBuf, source: notify::Error },
+}
+
+/// Watches the state ConfigMap `name` and fires [`TriggerSource::Request`] whenever the
+/// annotations people set on it (`keys`) change — not on the agent's own state writes. The watch
+/// restarts with backoff when the API server drops it; the task ends when the sender's loop does.
+pub fn watch_annotations(
+    api: kube::Api<k8s_openapi::api::core::v1::ConfigMap>,
+    name: &str,
+    keys: &'static [&'static str],
+    sender: TriggerSender,
+) -> tokio::task::JoinHandle<()> {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    tokio::spawn(async move {
+        let mut last: Option<Vec<Option<String>>> = None;
+        let mut objects = std::pin::pin!(watcher(api, config).default_backoff().applied_objects());
+        while let Some(item) = objects.next().await {
+            let cm = match item {
+                Ok(cm) => cm,
+                Err(e) => {
+                    tracing::debug!(error = %error_chain(&e), "state ConfigMap watch");
+                    continue;
+                }
+            };
+            let annotations = cm.metadata.annotations.unwrap_or_default();
+            let now: Vec<Option<String>> = keys.iter().map(|k| annotations.get(*k).cloned()).collect();
+            // The first sight is the state at start, which the startup pass reads anyway.
+            if last.as_ref().is_some_and(|l| *l != now) {
+                tracing::info!(annotations = ?now, "state ConfigMap annotations changed");
+                sender.fire(TriggerSource::Request);
+            }
+            last = Some(now);
+        }
+    })
 }
 
 /// Keeps a file-system watcher on a local repo's refs alive; dropping it stops watching.

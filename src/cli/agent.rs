@@ -60,6 +60,11 @@ pub struct Args {
     /// rolled-back-to release. On by default; `--write-back=false` switches it off.
     #[arg(long, env = "FLEETGATE_WRITE_BACK", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     write_back: Option<bool>,
+    /// Hold this cluster on the release it runs, whatever Git says (an operation in flight still
+    /// finishes); the optional value is the reason shown in statuses. The same brake without a
+    /// restart: annotate the state ConfigMap `fleetgate.io/paused=REASON`.
+    #[arg(long, env = "FLEETGATE_PAUSED", num_args = 0..=1, default_missing_value = "", value_name = "REASON")]
+    paused: Option<String>,
     /// SSH private key for ssh:// and user@host:path repos.
     #[arg(long, env = "FLEETGATE_GIT_SSH_KEY", value_name = "FILE")]
     git_ssh_key: Option<PathBuf>,
@@ -165,6 +170,7 @@ impl Args {
             drift_interval: self.drift_interval,
             listen: self.listen,
             write_back: self.write_back,
+            paused: self.paused,
             git_ssh_key: self.git_ssh_key,
             git_token_file: self.git_token_file,
             git_known_hosts: self.git_known_hosts,

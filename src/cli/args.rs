@@ -10,7 +10,7 @@ use crate::status::{FleetView, ForgeSettings};
 use anyhow::Context;
 use std::path::PathBuf;
 
-/// Which clusters: exactly one of `--cluster`, `--wave`, `--fleet` (promote, rollback).
+/// Which clusters: exactly one of `--cluster`, `--wave`, `--fleet` (promote, rollback, pause, resume).
 #[derive(Debug, Clone, clap::Args)]
 #[group(required = true, multiple = false)]
 pub struct TargetArgs {
@@ -35,7 +35,7 @@ impl TargetArgs {
     }
 }
 
-/// Optional commit signing (promote, rollback).
+/// Optional commit signing (promote, rollback, pause, resume).
 #[derive(Debug, clap::Args)]
 pub struct CommitSigning {
     /// Sign the commit with this key: a promotion key makes it a signed decision (needed with
@@ -78,7 +78,7 @@ impl SigningFormat {
     }
 }
 
-/// Where the new commit goes (promote, rollback).
+/// Where the new commit goes (promote, rollback, pause, resume).
 #[derive(Debug, clap::Args)]
 pub struct PublishArgs {
     /// Push the commit's branch (a rollback without --branch: the base branch itself).

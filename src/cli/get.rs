@@ -10,7 +10,7 @@
 use super::args::{GitAccess, KubeArgs, read_fleet};
 use super::output::{OutputFormat, terminal_safe, terminal_width};
 use crate::agent::config::{DEFAULT_STATE_NAMESPACE, KubeAccess, lease_name};
-use crate::agent::state::StateStore;
+use crate::agent::state::{PAUSED_ANNOTATION, StateStore};
 use crate::model::error_chain;
 use crate::status::truncate;
 use anyhow::Context as _;
@@ -84,6 +84,9 @@ pub struct AgentRow {
     /// The newest verified status the cluster wrote to Git (its agent's clock).
     pub last_report: Option<DateTime<Utc>>,
     pub version: Option<String>,
+    /// Why the agent holds its cluster: the Git setting, else its state ConfigMap's annotation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<String>,
     /// `unreachable: …` when the cluster could not be read; the Git columns are still filled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -105,6 +108,7 @@ pub async fn run(command: Command, kube: KubeArgs) -> anyhow::Result<ExitCode> {
             context: context.clone(),
             last_report: newest.map(|s| s.reported_at),
             version: newest.map(|s| s.agent_version.clone()).filter(|v| !v.is_empty()),
+            paused: row.paused.clone(),
             ..AgentRow::default()
         };
         let access = KubeAccess::Kubeconfig { path: kube.kubeconfig.clone(), context: Some(context) };
@@ -141,10 +145,12 @@ async fn live(mut row: AgentRow, access: &KubeAccess, namespace: &str) -> anyhow
         .await
         .with_context(|| format!("reading Lease {namespace}/{}", lease_name(&row.cluster)))?;
     match state {
-        Some(s) => {
+        Some(peeked) => {
+            let s = &peeked.state;
             row.phase = Some(s.phase().to_string());
             row.current = s.current().map(str::to_string);
             row.desired = s.desired().map(str::to_string);
+            row.paused = row.paused.or(peeked.paused.map(|r| format!("{PAUSED_ANNOTATION}: {r}")));
         }
         None => row.phase = Some("no state yet".to_string()),
     }
@@ -164,9 +170,10 @@ fn table(rows: &[AgentRow], wide: bool) -> String {
             let mut c = vec![
                 r.cluster.clone(),
                 r.wave.clone(),
-                match &r.error {
-                    Some(e) => e.clone(),
-                    None => dash(&r.phase),
+                match (&r.error, &r.paused) {
+                    (Some(e), _) => e.clone(),
+                    (None, Some(_)) => format!("{} (paused)", dash(&r.phase)),
+                    (None, None) => dash(&r.phase),
                 },
                 dash(&r.current),
                 r.last_report

@@ -15,7 +15,9 @@ mod diff;
 mod get;
 mod init;
 mod output;
+mod pause;
 mod promote;
+mod reconcile;
 mod release;
 mod rollback;
 mod status;
@@ -67,6 +69,13 @@ pub enum Command {
     Promote(promote::Args),
     /// Put clusters back on their previous release (a revert commit, optionally a PR).
     Rollback(rollback::Args),
+    /// Pause a cluster, a wave or the fleet: its agents start no release and correct no drift
+    /// (an operation in flight finishes) until resumed (a commit setting `spec.paused`).
+    Pause(pause::Args),
+    /// Resume what `pause` paused (a commit removing `spec.paused`).
+    Resume(pause::Args),
+    /// Wake a cluster's agent now and wait for its pass (an annotation on its state ConfigMap).
+    Reconcile(reconcile::Args),
     /// Show per-cluster statuses of releases as a matrix.
     Status(status::Args),
     /// Manage clusters of the fleet repo (register a cluster's status key).
@@ -114,11 +123,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Release(c) => release::run(c).await,
         Command::Promote(a) => promote::run(a).await,
         Command::Rollback(a) => rollback::run(a).await,
+        Command::Pause(a) => pause::run(a, true).await,
+        Command::Resume(a) => pause::run(a, false).await,
         Command::Status(a) => status::run(a).await,
         Command::Cluster(c) => cluster::run(c).await,
         Command::Diff(mut a) => {
             a.kube = cli.kube;
             diff::run(a).await
+        }
+        Command::Reconcile(mut a) => {
+            a.kube = cli.kube;
+            reconcile::run(a).await
         }
         Command::CheckCrd(a) => check_crd::run(a).await,
         Command::Completion(a) => completion::run(a),

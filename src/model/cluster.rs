@@ -18,4 +18,7 @@ pub struct ClusterSpec {
     /// believed: they are shown as unverified and never open a later wave.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status_key: Option<String>,
+    /// Holds this cluster on the release it runs, as `fleet.yaml` `spec.paused` holds the fleet.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
 }

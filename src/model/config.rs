@@ -32,6 +32,26 @@ pub struct FleetConfig {
     pub admission_policies: Vec<ReleaseAdmissionPolicy>,
 }
 
+/// Which document of the fleet repo pauses a cluster ([`FleetConfig::paused`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PausedBy {
+    /// `fleet.yaml` `spec.paused`.
+    Fleet,
+    /// `clusters/<name>.yaml` `spec.paused`.
+    Cluster,
+}
+
+impl PausedBy {
+    /// The setting, as a person would look for it.
+    pub fn setting(self, cluster: &str) -> String {
+        match self {
+            PausedBy::Fleet => format!("{FLEET_FILE} spec.paused"),
+            PausedBy::Cluster => format!("{CLUSTERS_DIR}/{cluster}.yaml spec.paused"),
+        }
+    }
+}
+
 /// Where a cluster's desired release id comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -94,6 +114,15 @@ impl FleetConfig {
             (None, Some(r)) => Some((r, ReleaseOrigin::Fleet)),
             (None, None) => None,
         }
+    }
+
+    /// Why Git holds `cluster` where it is, when it does: `fleet.yaml` `spec.paused` (the whole
+    /// fleet) or its own `clusters/<name>.yaml` `spec.paused`.
+    pub fn paused(&self, cluster: &str) -> Option<PausedBy> {
+        if self.fleet.spec.paused {
+            return Some(PausedBy::Fleet);
+        }
+        self.clusters.get(cluster).filter(|c| c.spec.paused).map(|_| PausedBy::Cluster)
     }
 
     /// `name` (the agent's own cluster name) as this configuration describes it, for gate

@@ -22,6 +22,10 @@ pub struct FleetSpec {
     pub rollout: RolloutSettings,
     #[serde(default)]
     pub status: StatusSettings,
+    /// The emergency brake: no cluster starts a release (or corrects drift) while set; an
+    /// operation in flight (a bake, a rollback) still finishes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
 }
 
 /// Which Operator this fleet releases and where it lives in each spoke.

@@ -157,7 +157,8 @@ fix these (`fleetgate validate` shows them) and run again"
         if let Some(r) = &change.fleet_release {
             let mut doc = self.config.fleet.clone();
             doc.spec.release = r.clone();
-            out.insert(FLEET_FILE.to_string(), edit_spec_release(&self.fleet_text, &doc, r.as_deref(), FLEET_FILE)?);
+            let value = r.as_deref().map(scalar);
+            out.insert(FLEET_FILE.to_string(), edit_spec(&self.fleet_text, &doc, "release", value.as_deref(), FLEET_FILE)?);
         }
         for (n, pin) in &change.pins {
             let (path, text) = self
@@ -166,7 +167,36 @@ fix these (`fleetgate validate` shows them) and run again"
                 .ok_or_else(|| RelengError::Usage(format!("no file for cluster {n} under {CLUSTERS_DIR}/")))?;
             let mut doc = self.config.clusters[n].clone();
             doc.spec.release = pin.clone();
-            out.insert(path.clone(), edit_spec_release(text, &doc, pin.as_deref(), path)?);
+            let value = pin.as_deref().map(scalar);
+            out.insert(path.clone(), edit_spec(text, &doc, "release", value.as_deref(), path)?);
+        }
+        Ok(out)
+    }
+
+    /// The file contents that set `spec.paused` to `paused` in `fleet.yaml` (`clusters` empty) or
+    /// in each named cluster's file: path → new text, only for files that change. `false`
+    /// removes the key (the default).
+    pub fn render_paused(&self, clusters: &[String], paused: bool) -> Result<BTreeMap<String, String>, RelengError> {
+        let value = paused.then_some("true");
+        let mut out = BTreeMap::new();
+        if clusters.is_empty() {
+            if self.config.fleet.spec.paused != paused {
+                let mut doc = self.config.fleet.clone();
+                doc.spec.paused = paused;
+                out.insert(FLEET_FILE.to_string(), edit_spec(&self.fleet_text, &doc, "paused", value, FLEET_FILE)?);
+            }
+            return Ok(out);
+        }
+        for n in clusters {
+            let (path, text) = self
+                .cluster_files
+                .get(n)
+                .ok_or_else(|| RelengError::Usage(format!("no file for cluster {n} under {CLUSTERS_DIR}/")))?;
+            if self.config.clusters[n].spec.paused != paused {
+                let mut doc = self.config.clusters[n].clone();
+                doc.spec.paused = paused;
+                out.insert(path.clone(), edit_spec(text, &doc, "paused", value, path)?);
+            }
         }
         Ok(out)
     }
@@ -186,19 +216,20 @@ impl DesiredChange {
     }
 }
 
-/// Sets (or removes) `spec.release` in a document's text, keeping everything else byte for byte.
-/// The result must parse to `expected`; when a line edit cannot guarantee that (flow-style
-/// `spec: {…}`, multi-line values), the document is written out whole instead.
-fn edit_spec_release<S>(
+/// Sets `spec.<key>` to the YAML scalar `value` (or removes it) in a document's text, keeping
+/// everything else byte for byte. The result must parse to `expected`; when a line edit cannot
+/// guarantee that (flow-style `spec: {…}`, multi-line values), the document is written out whole.
+fn edit_spec<S>(
     text: &str,
     expected: &model::Document<S>,
+    key: &str,
     value: Option<&str>,
     file: &str,
 ) -> Result<String, RelengError>
 where
     S: serde::Serialize + serde::de::DeserializeOwned + PartialEq,
 {
-    if let Some(edited) = line_edit(text, value) {
+    if let Some(edited) = line_edit(text, key, value) {
         let parsed: Result<model::Document<S>, _> = model::parse_document(file, &edited, &expected.kind);
         if parsed.as_ref().is_ok_and(|d| d == expected) {
             return Ok(edited);
@@ -222,9 +253,10 @@ fn is_blank_or_comment(line: &str) -> bool {
     t.is_empty() || t.starts_with('#')
 }
 
-/// The line-level edit behind [`edit_spec_release`]; `None` when the layout is not the plain
-/// block style it understands.
-fn line_edit(text: &str, value: Option<&str>) -> Option<String> {
+/// The line-level edit behind [`edit_spec`] (`value` is YAML already); `None` when the layout is
+/// not the plain block style it understands.
+fn line_edit(text: &str, key: &str, value: Option<&str>) -> Option<String> {
+    let field = format!("{key}:");
     let lines: Vec<&str> = text.split_inclusive('\n').collect();
     let spec = lines.iter().position(|l| {
         let t = l.trim_end();
@@ -247,7 +279,7 @@ fn line_edit(text: &str, value: Option<&str>) -> Option<String> {
     let newline = if text.contains("\r\n") { "\r\n" } else { "\n" };
     let mut found = None;
     for (i, l) in lines.iter().enumerate().take(end).skip(spec + 1) {
-        if indent_of(l) == indent && l.trim_start().starts_with("release:") {
+        if indent_of(l) == indent && l.trim_start().starts_with(&field) {
             found = Some(i);
             break;
         }
@@ -263,21 +295,21 @@ fn line_edit(text: &str, value: Option<&str>) -> Option<String> {
             {
                 return None;
             }
-            let rest = lines[i].trim_start()["release:".len()..].trim_end();
+            let rest = lines[i].trim_start()[field.len()..].trim_end();
             let comment = rest.find(" #").map(|p| rest[p..].to_string()).unwrap_or_default();
             match value {
-                Some(v) => out[i] = format!("{}release: {}{comment}{newline}", " ".repeat(indent), scalar(v)),
+                Some(v) => out[i] = format!("{}{field} {v}{comment}{newline}", " ".repeat(indent)),
                 None => {
                     out.remove(i);
                 }
             }
         }
         (None, Some(v)) => {
-            let line = format!("{}release: {}{newline}", " ".repeat(indent), scalar(v));
+            let line = format!("{}{field} {v}{newline}", " ".repeat(indent));
             // Next to a commented-out example (`# release: …`, as the template has), else first.
             let example = (spec + 1..end).find(|&i| {
                 indent_of(lines[i]) == indent
-                    && lines[i].trim_start().trim_start_matches('#').trim_start().starts_with("release:")
+                    && lines[i].trim_start().trim_start_matches('#').trim_start().starts_with(&field)
             });
             let at = example.unwrap_or(spec);
             if !out[at].ends_with('\n') {
@@ -323,11 +355,30 @@ mod tests {
         FleetState::load(&DirTree::new(dir.path())).unwrap()
     }
 
+    fn release_edit(text: &str, value: Option<&str>) -> Option<String> {
+        line_edit(text, "release", value.map(scalar).as_deref())
+    }
+
+    #[test]
+    fn pausing_adds_and_resuming_removes_the_key() {
+        let st = state(&[("a", "canary", None), ("b", "prod", None)]);
+        let fleet = st.render_paused(&[], true).unwrap();
+        assert!(fleet[FLEET_FILE].contains("\n  paused: true\n"), "{}", fleet[FLEET_FILE]);
+        let one = st.render_paused(&["b".to_string()], true).unwrap();
+        assert_eq!(one.keys().collect::<Vec<_>>(), ["clusters/b.yaml"]);
+        assert!(one["clusters/b.yaml"].contains("  paused: true\n"));
+        // Already as asked: no file changes.
+        assert!(st.render_paused(&["a".to_string()], false).unwrap().is_empty());
+        let text = one["clusters/b.yaml"].clone();
+        let resumed = line_edit(&text, "paused", None).unwrap();
+        assert!(!resumed.contains("paused"), "{resumed}");
+    }
+
     #[rstest]
     #[case::replace_keeps_comment(Some("rel-2"), "  release: rel-2 # fleet-wide\n")]
     #[case::quotes_ambiguous(Some("1.0"), "  release: '1.0' # fleet-wide\n")]
     fn line_edit_replaces_in_place(#[case] value: Option<&str>, #[case] want_line: &str) {
-        let out = line_edit(FLEET, value).unwrap();
+        let out = release_edit(FLEET, value).unwrap();
         assert!(out.contains(want_line), "{out}");
         assert!(out.contains("  # operator identity\n"), "comments stay: {out}");
         assert_eq!(out.lines().count(), FLEET.lines().count());
@@ -335,24 +386,24 @@ mod tests {
 
     #[test]
     fn line_edit_removes_and_inserts() {
-        let removed = line_edit(FLEET, None).unwrap();
+        let removed = release_edit(FLEET, None).unwrap();
         assert!(!removed.contains("release:"), "{removed}");
         let text = cluster("a", "canary", None);
-        let inserted = line_edit(&text, Some("rel-3")).unwrap();
+        let inserted = release_edit(&text, Some("rel-3")).unwrap();
         assert_eq!(inserted, text.replace("spec:\n", "spec:\n  release: rel-3\n"));
     }
 
     #[test]
     fn inserts_next_to_a_commented_example() {
         let text = "apiVersion: fleetgate.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: a\nspec:\n  wave: canary\n  # Pin it:\n  # release: rel-0\nstatus: {}\n";
-        let out = line_edit(text, Some("rel-3")).unwrap();
+        let out = release_edit(text, Some("rel-3")).unwrap();
         assert!(out.ends_with("  # release: rel-0\n  release: rel-3\nstatus: {}\n"), "{out}");
     }
 
     #[test]
     fn flow_style_spec_falls_back_to_rewriting() {
         let text = "apiVersion: fleetgate.io/v1alpha1\nkind: Cluster\nmetadata: {name: a}\nspec: {wave: canary}\n";
-        assert!(line_edit(text, Some("rel-1")).is_none());
+        assert!(release_edit(text, Some("rel-1")).is_none());
         let dir = tempfile::tempdir().unwrap();
         write_repo(dir.path(), &[], Some(("a", text)));
         let st = FleetState::load(&DirTree::new(dir.path())).unwrap();

@@ -18,6 +18,7 @@ pub mod checks;
 pub mod create;
 pub mod desired;
 pub mod forge_pr;
+pub mod pause;
 pub mod promote;
 pub mod publish;
 pub mod push;

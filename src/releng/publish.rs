@@ -1,4 +1,5 @@
-//! Sending out what [`promote`](super::promote) and [`rollback`](super::rollback) wrote: push the
+//! Sending out what [`promote`](super::promote), [`rollback`](super::rollback) and
+//! [`pause`](super::pause) wrote: push the
 //! branch to a remote, then open the pull/merge request through the caller's forge
 //! ([`PublishOptions::forge`], never the repo's). Each command is one call here: check the forge (before anything is
 //! written), write the commit, publish it. A failure while publishing keeps what was done, so
@@ -7,6 +8,7 @@
 use super::forge_pr::{self, OpenedPullRequest, PullRequestSpec};
 use super::promote::{self, PromoteOutcome, PromoteReport, PromoteRequest};
 use super::push::{self, Pushed};
+use super::pause::{self, PauseReport, PauseRequest};
 use super::rollback::{self, RollbackReport, RollbackRequest};
 use super::{FleetRepo, RelengError, Signer};
 use crate::release::TrustConfig;
@@ -143,6 +145,29 @@ pub async fn roll_back_and_publish(
     let report = rollback::rollback(repo, &req, signer)?;
     let spec = pull_request(report.title(), report.pr_body(), &report.branch, &report.base);
     Ok(publish(repo, opts, opts.push || opts.open_pr, forge, report, spec).await)
+}
+
+/// Writes the pause or resume ([`pause::set_paused`]) and publishes it; with `--open-pr` and no
+/// branch asked for, on a new branch `pause/<target>-<UTC time>` (or `resume/…`). A target that
+/// already is as asked is not published.
+///
+/// # Errors
+/// As [`promote_and_publish`], for [`pause::set_paused`].
+pub async fn pause_and_publish(
+    repo: &FleetRepo,
+    mut req: PauseRequest,
+    signer: Option<&mut Signer>,
+    opts: &PublishOptions,
+) -> Result<Published<PauseReport>, RelengError> {
+    let forge = forge_if(opts)?;
+    if req.branch.is_none() && opts.open_pr {
+        let verb = if req.paused { "pause" } else { "resume" };
+        req.branch = Some(format!("{verb}/{}-{}", req.target.slug(), chrono::Utc::now().format("%Y%m%d-%H%M%S")));
+    }
+    let report = pause::set_paused(repo, &req, signer)?;
+    let changed = report.commit.is_some();
+    let spec = pull_request(report.title(), report.pr_body(), &report.branch, &report.base);
+    Ok(publish(repo, opts, (opts.push || opts.open_pr) && changed, forge.filter(|_| changed), report, spec).await)
 }
 
 fn pull_request(title: String, body: String, head: &str, base: &str) -> PullRequestSpec {

@@ -337,6 +337,7 @@ mod tests {
                 rollout: RolloutSettings { max_failed_clusters: 1 },
                 promotions: Default::default(),
                 status: Default::default(),
+                paused: false,
             },
         );
         let rels = vec![ReleaseRef { id: "rel-2".into(), commit: "ab".repeat(20), created_at: None }];

@@ -9,7 +9,7 @@
 //! verify are listed beside them (`unverified`, each `"verified": false` with its reason) so a
 //! person sees a forgery, and nothing counts it.
 
-use super::model::{State, Status, StatusSet, UnverifiedStatus, truncate};
+use super::model::{PAUSED_PREFIX, State, Status, StatusSet, UnverifiedStatus, truncate};
 use super::waves::{Decision, Member, may_start};
 use crate::model::Fleet;
 use chrono::{DateTime, Utc};
@@ -115,6 +115,10 @@ pub struct WaveRows {
 pub struct ClusterRow {
     pub name: String,
     pub desired_release: Option<String>,
+    /// Why the cluster is held where it is, when it is: the setting in Git that pauses it, else
+    /// its agent's own `pending` status saying it is paused (a flag or annotation on the spoke).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<String>,
     /// One per release, in the order of [`Matrix::releases`].
     pub cells: Vec<Cell>,
 }
@@ -199,7 +203,7 @@ impl Matrix {
         let mut sorted: Vec<&Member> = members.iter().collect();
         sorted.sort_by(|a, b| a.name.cmp(&b.name));
         for m in sorted {
-            let cells = columns
+            let cells: Vec<Cell> = columns
                 .iter_mut()
                 .map(|col| {
                     let status = statuses.latest(&m.name, &col.id);
@@ -227,7 +231,12 @@ impl Matrix {
                     Cell { release: col.id.clone(), state, desired, status: status.cloned(), gate, unverified }
                 })
                 .collect();
-            let row = ClusterRow { name: m.name.clone(), desired_release: m.desired_release.clone(), cells };
+            let paused = m.paused.clone().or_else(|| {
+                let held = cells.iter().find(|c| c.desired)?.status.as_ref()?;
+                (held.state == State::Pending && held.description.starts_with(PAUSED_PREFIX))
+                    .then(|| held.description.split(';').next().unwrap_or_default().to_string())
+            });
+            let row = ClusterRow { name: m.name.clone(), desired_release: m.desired_release.clone(), paused, cells };
             match waves.iter_mut().find(|w| w.name == m.wave) {
                 Some(w) => w.clusters.push(row),
                 None => waves.push(WaveRows { name: m.wave.clone(), clusters: vec![row] }),
@@ -405,6 +414,9 @@ pub fn render_table(m: &Matrix, opts: RenderOptions) -> String {
                 let padded = pad(&text, *w);
                 let _ = write!(line, "  {}{}", paint(&text, cell.state, opts.colours), &padded[text.len()..]);
             }
+            if row.paused.is_some() {
+                let _ = write!(line, "  {}", paint("(paused)", Some(State::Pending), opts.colours));
+            }
             let _ = writeln!(out, "{}", line.trim_end());
         }
     }
@@ -420,6 +432,15 @@ pub fn render_table(m: &Matrix, opts: RenderOptions) -> String {
     let mut notes = vec!["* desired release".to_string(), "`fleetgate status RELEASE` for details".to_string()];
     let unverified: usize =
         m.waves.iter().flat_map(|w| &w.clusters).flat_map(|c| &c.cells[..shown.min(c.cells.len())]).map(|c| c.unverified.len()).sum();
+    let paused: Vec<String> = m
+        .waves
+        .iter()
+        .flat_map(|w| &w.clusters)
+        .filter_map(|c| Some(format!("{} ({})", c.name, c.paused.as_deref()?)))
+        .collect();
+    if !paused.is_empty() {
+        notes.push(format!("paused: {}", paused.join(", ")));
+    }
     if unverified > 0 {
         notes.push(format!("{unverified} unverified status entr{} (not counted)", if unverified == 1 { "y" } else { "ies" }));
     }
@@ -456,6 +477,7 @@ pub fn render_release(m: &Matrix, release: &str, opts: RenderOptions) -> Option<
             let description = match (&cell.status, &cell.gate, &row.desired_release) {
                 (Some(s), Some(g), _) if !g.allowed => format!("{} ({})", s.description, g.reason),
                 (Some(s), _, _) => s.description.clone(),
+                (None, _, _) if cell.desired && row.paused.is_some() => row.paused.clone().unwrap_or_default(),
                 (None, Some(g), _) if g.allowed => format!("may start: {}", g.reason),
                 (None, Some(g), _) => g.reason.clone(),
                 (None, None, Some(other)) => format!("not targeted: desires {other}"),
@@ -508,6 +530,7 @@ mod tests {
                 rollout: RolloutSettings { max_failed_clusters: 2 },
                 promotions: Default::default(),
                 status: Default::default(),
+                paused: false,
             },
         )
     }
@@ -547,6 +570,29 @@ mod tests {
 
     fn plain(width: usize) -> RenderOptions {
         RenderOptions { width, colours: false }
+    }
+
+    #[test]
+    fn paused_clusters_are_marked_from_git_and_from_their_agents_status() {
+        let rels = releases(1);
+        let members = vec![
+            Member { paused: Some("fleet.yaml spec.paused".into()), ..Member::new("a", "canary", Some(&rels[0].id)) },
+            Member::new("b", "canary", Some(&rels[0].id)),
+            Member::new("c", "canary", Some(&rels[0].id)),
+        ];
+        let mut set = StatusSet::new();
+        let held = format!("{PAUSED_PREFIX}the agent's --paused flag: INC-7; holding {} here, running rel-0", rels[0].id);
+        set.insert(Status::new("b", &rels[0].id, &rels[0].commit, State::Pending, &held));
+        set.insert(Status::new("c", &rels[0].id, &rels[0].commit, State::Pending, "applying"));
+        let origin = Origin { branch: "main".into(), revision: "0123456789abcdef".into() };
+        let m = Matrix::build(&fleet(), &members, &rels, &set, &origin);
+        let paused: Vec<Option<&str>> = m.waves[0].clusters.iter().map(|c| c.paused.as_deref()).collect();
+        assert_eq!(paused, [Some("fleet.yaml spec.paused"), Some("paused by the agent's --paused flag: INC-7"), None]);
+        let table = render_table(&m, plain(100));
+        assert_eq!(table.matches("(paused)").count(), 2, "{table}");
+        assert!(table.contains("paused: a (fleet.yaml spec.paused), b (paused by"), "{table}");
+        let detail = render_release(&m, &rels[0].id, plain(100)).unwrap();
+        assert!(detail.contains("fleet.yaml spec.paused"), "{detail}");
     }
 
     #[test]

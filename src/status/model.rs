@@ -21,6 +21,10 @@ use super::identity::Unverified;
 /// and shown as unverified; 2: signed entries).
 pub const SCHEMA: u32 = 2;
 
+/// How the `pending` status of a paused agent begins (`reconcile::Agent::pause` writes it; the
+/// matrix reads it to mark clusters paused on the spoke, which Git does not know of).
+pub const PAUSED_PREFIX: &str = "paused by ";
+
 /// The status context of a cluster, as forges show it: `fleetgate/<cluster>`.
 pub fn context(cluster: &str) -> String {
     format!("fleetgate/{cluster}")

@@ -22,11 +22,14 @@ pub struct Member {
     pub wave: String,
     /// `None` when neither the cluster nor the fleet names a release.
     pub desired_release: Option<String>,
+    /// The setting that pauses it, when Git does (`fleet.yaml` or its own `spec.paused`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused: Option<String>,
 }
 
 impl Member {
     pub fn new(name: impl Into<String>, wave: impl Into<String>, desired: Option<&str>) -> Member {
-        Member { name: name.into(), wave: wave.into(), desired_release: desired.map(str::to_string) }
+        Member { name: name.into(), wave: wave.into(), desired_release: desired.map(str::to_string), paused: None }
     }
 }
 
@@ -36,7 +39,10 @@ pub fn members(config: &FleetConfig) -> Vec<Member> {
     config
         .clusters
         .values()
-        .map(|c| Member::new(c.name(), &c.spec.wave, config.desired_release(c.name()).map(|(id, _)| id)))
+        .map(|c| Member {
+            paused: config.paused(c.name()).map(|by| by.setting(c.name())),
+            ..Member::new(c.name(), &c.spec.wave, config.desired_release(c.name()).map(|(id, _)| id))
+        })
         .collect()
 }
 
@@ -162,6 +168,7 @@ mod tests {
                 rollout: RolloutSettings { max_failed_clusters: max_failed },
                 promotions: Default::default(),
                 status: Default::default(),
+                paused: false,
             },
         )
     }
@@ -268,8 +275,8 @@ mod tests {
     fn members_take_the_pin_else_the_fleet_release() {
         use crate::model::ClusterSpec;
         let pinned =
-            Document::new("Cluster", "a", ClusterSpec { wave: "canary".into(), release: Some("rel-8".into()), status_key: None });
-        let free = Document::new("Cluster", "b", ClusterSpec { wave: "prod".into(), release: None, status_key: None });
+            Document::new("Cluster", "a", ClusterSpec { wave: "canary".into(), release: Some("rel-8".into()), status_key: None, paused: false });
+        let free = Document::new("Cluster", "b", ClusterSpec { wave: "prod".into(), release: None, status_key: None, paused: false });
         let config = FleetConfig {
             fleet: fleet(1),
             clusters: [("a".to_string(), pinned), ("b".to_string(), free)].into_iter().collect(),

@@ -185,6 +185,15 @@ pub enum StateError {
 
 /// Label on the state ConfigMap naming the cluster it belongs to.
 pub const CLUSTER_LABEL: &str = "fleetgate.io/cluster";
+/// The annotation that pauses the agent without a restart or a commit (the on-call engineer's
+/// brake: `kubectl annotate cm fleetgate-state-<cluster> fleetgate.io/paused="INC-123"`); its value
+/// is the reason. `false` (or removing it) resumes.
+pub const PAUSED_ANNOTATION: &str = "fleetgate.io/paused";
+/// `fleetgate reconcile` writes the time of its request here; the agent wakes, runs a pass, and
+/// copies the value to [`RECONCILE_HANDLED_ANNOTATION`] (Flux's `requestedAt`/`lastHandledReconcileAt`).
+pub const RECONCILE_REQUEST_ANNOTATION: &str = "fleetgate.io/reconcile-requested-at";
+/// The last [`RECONCILE_REQUEST_ANNOTATION`] value a finished pass had seen at its start.
+pub const RECONCILE_HANDLED_ANNOTATION: &str = "fleetgate.io/reconcile-handled-at";
 /// How many times an update reloads and re-applies after a resourceVersion conflict.
 const MAX_CONFLICT_RETRIES: u32 = 5;
 
@@ -192,6 +201,19 @@ const MAX_CONFLICT_RETRIES: u32 = 5;
 struct Persisted {
     state: AgentState,
     object: ConfigMap,
+}
+
+/// The reason in a state ConfigMap's [`PAUSED_ANNOTATION`], unless absent or `false`.
+fn pause_reason(object: &ConfigMap) -> Option<String> {
+    let value = object.metadata.annotations.as_ref()?.get(PAUSED_ANNOTATION)?.trim();
+    (value != "false").then(|| value.to_string())
+}
+
+/// What [`StateStore::peek`] reads: the state and the pause annotation's reason.
+#[derive(Debug, Clone)]
+pub struct Peeked {
+    pub state: AgentState,
+    pub paused: Option<String>,
 }
 
 /// Loads and saves one cluster's [`AgentState`] in its ConfigMap. Writes carry the last seen
@@ -238,11 +260,42 @@ impl StateStore {
 
     /// Reads the state without creating or changing anything (`fleetgate get agents`): `None`
     /// when the agent has not written one yet.
-    pub async fn peek(&self) -> Result<Option<AgentState>, StateError> {
+    pub async fn peek(&self) -> Result<Option<Peeked>, StateError> {
         match self.api.get_opt(&self.name).await.map_err(|e| self.kube_error("reading", e))? {
-            Some(object) => Ok(Some(self.decode(object)?.state)),
+            Some(object) => {
+                let paused = pause_reason(&object);
+                Ok(Some(Peeked { state: self.decode(object)?.state, paused }))
+            }
             None => Ok(None),
         }
+    }
+
+    /// The reason in [`PAUSED_ANNOTATION`] as last loaded or saved, when the ConfigMap has one
+    /// that is not `false`.
+    pub async fn paused_annotation(&self) -> Option<String> {
+        pause_reason(&self.cache.lock().await.as_ref()?.object)
+    }
+
+    /// After a pass: marks the reconcile request the pass saw when it loaded the state as handled
+    /// (a merge patch of [`RECONCILE_HANDLED_ANNOTATION`]); returns the value when there was one
+    /// not handled yet. A request written during the pass is handled by the next one.
+    pub async fn acknowledge_reconcile_request(&self) -> Result<Option<String>, StateError> {
+        let mut cache = self.cache.lock().await;
+        let Some(persisted) = cache.as_mut() else { return Ok(None) };
+        let annotations = persisted.object.metadata.annotations.clone().unwrap_or_default();
+        let Some(requested) = annotations.get(RECONCILE_REQUEST_ANNOTATION) else { return Ok(None) };
+        if annotations.get(RECONCILE_HANDLED_ANNOTATION) == Some(requested) {
+            return Ok(None);
+        }
+        let patch = serde_json::json!({"metadata": {"annotations": {RECONCILE_HANDLED_ANNOTATION: requested}}});
+        let patched = self
+            .api
+            .patch(&self.name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+            .await
+            .map_err(|e| self.kube_error("writing", e))?;
+        // The patched object's resourceVersion, so the next state write does not conflict with it.
+        persisted.object = patched;
+        Ok(Some(requested.clone()))
     }
 
     /// The state as last loaded or saved by this store, without a request.
