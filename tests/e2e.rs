@@ -98,7 +98,7 @@ fn three_releases_through_three_waves_with_the_canary_agent_killed_twice() {
     }
     // The pause held rel-3 everywhere, each agent said why, and the status table marked it.
     assert!(stdout.contains("every agent holds rel-3 and says why: paused by fleet.yaml spec.paused"), "{stdout}");
-    assert!(stdout.contains("paused: cluster-a (fleet.yaml spec.paused)"), "the status table marks paused clusters");
+    assert!(stdout.matches("(paused)").count() >= 3, "the status table marks each paused cluster");
 
     // The write-back: one commit on main, changing the canary's pin only, with its trailers.
     let bare = dir.path().join("git/fleet.git");

@@ -233,8 +233,8 @@ impl Matrix {
                 .collect();
             let paused = m.paused.clone().or_else(|| {
                 let held = cells.iter().find(|c| c.desired)?.status.as_ref()?;
-                (held.state == State::Pending && held.description.starts_with(PAUSED_PREFIX))
-                    .then(|| held.description.split(';').next().unwrap_or_default().to_string())
+                let by = held.description.strip_prefix(PAUSED_PREFIX).filter(|_| held.state == State::Pending)?;
+                Some(by.split(';').next().unwrap_or_default().to_string())
             });
             let row = ClusterRow { name: m.name.clone(), desired_release: m.desired_release.clone(), paused, cells };
             match waves.iter_mut().find(|w| w.name == m.wave) {
@@ -432,14 +432,26 @@ pub fn render_table(m: &Matrix, opts: RenderOptions) -> String {
     let mut notes = vec!["* desired release".to_string(), "`fleetgate status RELEASE` for details".to_string()];
     let unverified: usize =
         m.waves.iter().flat_map(|w| &w.clusters).flat_map(|c| &c.cells[..shown.min(c.cells.len())]).map(|c| c.unverified.len()).sum();
-    let paused: Vec<String> = m
-        .waves
-        .iter()
-        .flat_map(|w| &w.clusters)
-        .filter_map(|c| Some(format!("{} ({})", c.name, c.paused.as_deref()?)))
-        .collect();
+    // By reason, so a paused fleet of a thousand clusters is one short note.
+    let mut paused: Vec<(&str, Vec<&str>)> = Vec::new();
+    for c in m.waves.iter().flat_map(|w| &w.clusters) {
+        let Some(why) = c.paused.as_deref() else { continue };
+        match paused.iter_mut().find(|(w, _)| *w == why) {
+            Some((_, names)) => names.push(&c.name),
+            None => paused.push((why, vec![&c.name])),
+        }
+    }
     if !paused.is_empty() {
-        notes.push(format!("paused: {}", paused.join(", ")));
+        let total = m.cluster_count();
+        let groups: Vec<String> = paused
+            .iter()
+            .map(|(why, names)| match names.len() {
+                n if n == total && n > 1 => format!("all {n} clusters ({why})"),
+                n if n > 3 => format!("{} and {} more ({why})", names[..3].join(", "), n - 3),
+                _ => format!("{} ({why})", names.join(", ")),
+            })
+            .collect();
+        notes.push(format!("paused: {}", groups.join(", ")));
     }
     if unverified > 0 {
         notes.push(format!("{unverified} unverified status entr{} (not counted)", if unverified == 1 { "y" } else { "ies" }));
@@ -587,10 +599,10 @@ mod tests {
         let origin = Origin { branch: "main".into(), revision: "0123456789abcdef".into() };
         let m = Matrix::build(&fleet(), &members, &rels, &set, &origin);
         let paused: Vec<Option<&str>> = m.waves[0].clusters.iter().map(|c| c.paused.as_deref()).collect();
-        assert_eq!(paused, [Some("fleet.yaml spec.paused"), Some("paused by the agent's --paused flag: INC-7"), None]);
-        let table = render_table(&m, plain(100));
+        assert_eq!(paused, [Some("fleet.yaml spec.paused"), Some("the agent's --paused flag: INC-7"), None]);
+        let table = render_table(&m, plain(200));
         assert_eq!(table.matches("(paused)").count(), 2, "{table}");
-        assert!(table.contains("paused: a (fleet.yaml spec.paused), b (paused by"), "{table}");
+        assert!(table.contains("paused: a (fleet.yaml spec.paused), b (the agent's --paused flag: INC-7)"), "{table}");
         let detail = render_release(&m, &rels[0].id, plain(100)).unwrap();
         assert!(detail.contains("fleet.yaml spec.paused"), "{detail}");
     }
