@@ -16,16 +16,34 @@ use std::process::{Command, Output};
 const BIN: &str = env!("CARGO_BIN_EXE_fleetgate");
 
 fn fleetgate(args: &[&str]) -> Output {
-    let out = Command::new(BIN)
+    let out = fleetgate_unchecked(args);
+    assert!(
+        out.status.success(),
+        "fleetgate {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn fleetgate_unchecked(args: &[&str]) -> Output {
+    Command::new(BIN)
         .args(args)
         .env("COLUMNS", "120")
         .env("NO_COLOR", "1")
         .env_remove("FLEETGATE_REPO")
         .env_remove("FLEETGATE_PAUSED")
         .output()
-        .unwrap();
-    assert!(out.status.success(), "fleetgate {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    out
+        .unwrap()
+}
+
+/// [`fleetgate_unchecked`] off the test's task: the agent's loop runs beside it on the same task
+/// and must not wait while the command does.
+async fn fleetgate_beside_agent(args: &[&str]) -> Output {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || fleetgate_unchecked(&args.iter().map(String::as_str).collect::<Vec<_>>()))
+        .await
+        .unwrap()
 }
 
 fn stdout(out: &Output) -> String {
@@ -83,7 +101,7 @@ async fn a_paused_fleet_starts_nothing_until_it_is_resumed() {
 
     let table = stdout(&fleetgate(&["status", "--repo", &fleet.url]));
     assert!(table.contains("(paused)"), "{table}");
-    assert!(table.contains(&format!("paused: {CLUSTER} (fleet.yaml spec.paused)")), "{table}");
+    assert!(table.contains("paused: all 3 clusters (fleet.yaml spec.paused)"), "{table}");
     let events = fleet.events_json().await;
     assert!(events.contains("\"Paused\""), "{events}");
 
@@ -142,6 +160,7 @@ async fn the_spokes_own_brake_holds_whatever_git_says() {
 /// state ConfigMap), with a poll interval long enough that only the watch explains the wake.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconcile_and_the_pause_annotation_wake_a_running_agent() {
+    let logs = LogCapture::install();
     let fleet = Fleet::start("pause-wake", false).await;
     fleet.release("rel-1", |_| {});
     fleet.promote("rel-1");
@@ -152,24 +171,30 @@ async fn reconcile_and_the_pause_annotation_wake_a_running_agent() {
         let _ = stopped.await;
     });
     let story = async {
-        // The startup pass applies rel-1.
-        eventually("rel-1 applied", 120, || async { (fleet.state().await.current() == Some("rel-1")).then_some(()) })
-            .await;
+        // The startup pass applies and bakes rel-1.
+        eventually("rel-1 baked", 180, || async {
+            let state = fleet.state().await;
+            (state.current() == Some("rel-1") && state.operation().is_none()).then_some(())
+        })
+        .await;
 
         let kubeconfig = fleet.cluster.kubeconfig_path().to_str().unwrap().to_string();
-        let json = stdout(&fleetgate(&[
-            "reconcile",
-            "--cluster",
-            CLUSTER,
-            "--kubeconfig",
-            &kubeconfig,
-            "--timeout",
-            "60s",
-            "-o",
-            "json",
-        ]));
+        let json = stdout(
+            &fleetgate_beside_agent(&[
+                "reconcile",
+                "--cluster",
+                CLUSTER,
+                "--kubeconfig",
+                &kubeconfig,
+                "--timeout",
+                "60s",
+                "-o",
+                "json",
+            ])
+            .await,
+        );
         let report: serde_json::Value = serde_json::from_str(&json).unwrap();
-        assert_eq!(report["handled"], true, "{json}");
+        assert_eq!(report["handled"], true, "{json}\n{}", logs.text());
         assert_eq!((report["phase"].as_str(), report["current"].as_str()), (Some("Idle"), Some("rel-1")), "{json}");
 
         // rel-2 is promoted while the annotation pauses the agent; lifting it wakes the agent, which
@@ -177,8 +202,18 @@ async fn reconcile_and_the_pause_annotation_wake_a_running_agent() {
         annotate(&fleet, "hold").await;
         fleet.release("rel-2", |_| {});
         fleet.promote("rel-2");
-        let human =
-            stdout(&fleetgate(&["reconcile", "--cluster", CLUSTER, "--kubeconfig", &kubeconfig, "--timeout", "60s"]));
+        let human = stdout(
+            &fleetgate_beside_agent(&[
+                "reconcile",
+                "--cluster",
+                CLUSTER,
+                "--kubeconfig",
+                &kubeconfig,
+                "--timeout",
+                "60s",
+            ])
+            .await,
+        );
         assert!(human.contains("running    rel-1") && human.contains("desired    rel-2"), "{human}");
         annotate(&fleet, "false").await;
         eventually("rel-2 applied after the pause is lifted", 120, || async {
@@ -187,10 +222,9 @@ async fn reconcile_and_the_pause_annotation_wake_a_running_agent() {
         .await;
 
         // An unknown cluster: a clear error, exit 1 or 2, nothing created.
-        let out = Command::new(BIN)
-            .args(["reconcile", "--cluster", "nope", "--kubeconfig", &kubeconfig, "--timeout", "5s"])
-            .output()
-            .unwrap();
+        let out =
+            fleetgate_beside_agent(&["reconcile", "--cluster", "nope", "--kubeconfig", &kubeconfig, "--timeout", "5s"])
+                .await;
         assert!(!out.status.success());
         assert!(String::from_utf8_lossy(&out.stderr).contains("no ConfigMap fleetgate-state-nope"), "{out:?}");
         let _ = stop.send(());
