@@ -12,9 +12,7 @@
 #                 rel-1, reports failure, and writes the rollback back to Git: `main` pins the
 #                 canary to rel-1 in a commit signed with its status key, whose trailers name the
 #                 failed gate and its figure; wave-1 and wave-2 never apply rel-2
-#   pause         `fleetgate pause --fleet` (a commit setting fleet.yaml spec.paused); rel-3 (good)
-#                 is promoted, and every agent holds it, saying why in a pending status
-#   rel-3 (good)  `fleetgate resume --fleet`, and it rolls through all waves
+#   rel-3 (good)  rolls through all waves
 #
 #   forge: with DEMO_FORGE=gitea and Gitea built (`make testenv`, hack/gitea-binary.sh), the fleet
 #   repo is served by a real Gitea instead: promotions are pull requests opened with `fleetgate promote --open-pr` and
@@ -350,24 +348,10 @@ ok "main pins cluster-a to rel-1 (clusters/cluster-a.yaml), so Git again says wh
 info "fleetgate rollback --cluster cluster-a reads that commit as the rollback it is:"
 { "$FG" rollback --cluster cluster-a --repo "$WORK" 2>&1 || true; } | sed 's/^/      /'
 
-say "The emergency brake: fleetgate pause --fleet, then rel-3 (good) is cut and promoted"
-"$FG" pause --fleet --repo "$WORK" --reason "demo: change freeze" | sed 's/^/    /'
-git -C "$WORK" push -q origin main
-poke
+say "Cutting rel-3 (good) and promoting it fleet-wide"
 # rel-2's tag is the newest, but it failed: name the release to fall back to explicitly.
 release rel-3 v1.2.0 --rollback-to rel-1
 promote rel-3
-follow rel-3 pending pending pending
-for c in "${CLUSTERS[@]}"; do
-  [[ "$(running "$c")" == rel-1 ]] || die "$c runs $(running "$c") while paused, not rel-1"
-done
-ok "every agent holds rel-3 and says why: $(cell cluster-a rel-3 description)"
-"$FG" status --repo "$REPO_URL" | sed 's/^/    /'
-
-say "fleetgate resume --fleet: rel-3 rolls through all waves"
-"$FG" resume --fleet --repo "$WORK" | sed 's/^/    /'
-git -C "$WORK" push -q origin main
-poke
 follow rel-3 success success success
 ok "rel-3 runs everywhere"
 

@@ -96,9 +96,6 @@ fn three_releases_through_three_waves_with_the_canary_agent_killed_twice() {
     for c in ["cluster-b", "cluster-c"] {
         assert_eq!(state(&status, c, "rel-2"), None, "{c} must never start rel-2");
     }
-    // The pause held rel-3 everywhere, each agent said why, and the status table marked it.
-    assert!(stdout.contains("every agent holds rel-3 and says why: paused by fleet.yaml spec.paused"), "{stdout}");
-    assert!(stdout.matches("(paused)").count() >= 3, "the status table marks each paused cluster");
 
     // The write-back: one commit on main, changing the canary's pin only, with its trailers.
     let bare = dir.path().join("git/fleet.git");
