@@ -20,9 +20,12 @@
 //!   transport reports a certificate it found invalid with a generic error code. Whoever reports a
 //!   failed connection passes its error through [`explain_refusal`], which gives both back
 //!   (`ErrorCode::Certificate`, the [`HostKeyError`]).
-//! * **Proxies**: `HTTPS_PROXY`/`HTTP_PROXY` (either case) are honoured for `https://`/`http://`
-//!   URLs unless `NO_PROXY` covers the host, as reqwest does for the agent's HTTP. libgit2 proxies
-//!   only its HTTP transports; `ssh://` and `git://` connect directly.
+//! * **Proxies**: `HTTPS_PROXY` (either case) is honoured for `https://` URLs unless `NO_PROXY`
+//!   covers the host, as reqwest does for the agent's HTTP. libgit2 proxies nothing else: it
+//!   tunnels only HTTPS through a proxy (`CONNECT`), and for an `http://` URL it would connect to
+//!   the server itself whatever it is told (libgit2 issue #5650), so an `HTTP_PROXY` that covers
+//!   an `http://` repo is not passed on and a warning says the connection goes direct. `ssh://`
+//!   and `git://` connect directly.
 
 use super::Credentials;
 use git2::cert::Cert;
@@ -351,11 +354,23 @@ impl Credentials {
         cb
     }
 
-    /// The proxy of a connection to `url` ([`ProxyEnv::for_url`]), none when not covered.
+    /// The proxy of a connection to `url` ([`ProxyEnv::for_url`]), none when not covered, and
+    /// none for `http://` (see the module's doc: libgit2 would not use it).
     pub fn proxy_options<'a>(&self, url: &str) -> ProxyOptions<'a> {
+        static DIRECT_HTTP: std::sync::Once = std::sync::Once::new();
         let mut proxy = ProxyOptions::new();
-        if let Some(p) = self.proxy.for_url(url) {
-            proxy.url(p);
+        match self.proxy.for_url(url) {
+            Some(p) if reqwest::Url::parse(url).is_ok_and(|u| u.scheme() == "http") => DIRECT_HTTP.call_once(|| {
+                tracing::warn!(
+                    url,
+                    proxy = p,
+                    "HTTP_PROXY is not used for http:// Git URLs (libgit2 proxies only https://); connecting directly"
+                );
+            }),
+            Some(p) => {
+                proxy.url(p);
+            }
+            None => {}
         }
         proxy
     }
