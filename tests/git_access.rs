@@ -15,6 +15,7 @@
 //!
 //! A test whose server binary is absent says so and returns.
 
+mod agent_support;
 mod fleet_support;
 mod status_support;
 
@@ -216,6 +217,55 @@ fn the_agent_reads_known_hosts_from_its_credentials_secret() {
     std::fs::write(secret.join("known_hosts"), f.wrong_known_hosts()).unwrap();
     let message = host_key_refusal(&mut open());
     assert!(message.contains("SSH HOST KEY MISMATCH"), "{message}");
+}
+
+/// A whole agent as deployed (its ServiceAccount, deploy/'s RBAC, a real API server) whose fleet
+/// repo is reached over SSH only: it fetches, applies and pushes its statuses through sshd; given a
+/// known_hosts with another key, its pass fails on the host key and nothing is applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_as_deployed_reconciles_over_ssh_and_refuses_a_wrong_host_key() {
+    use agent_support::{CLUSTER, Fleet, within};
+    use fleetgate::agent::Outcome;
+    if Sshd::binary().is_none() {
+        eprintln!("{}", Sshd::skip_message());
+        return;
+    }
+    let fleet = Fleet::start("git-ssh", false).await;
+    let commit = fleet.release("rel-1", |_| {});
+    fleet.promote("rel-1");
+    let key = fleet.dir.path().join("deploy_key");
+    ssh_keygen(&key, "fleetgate-agent");
+    let sshd = Sshd::start(&std::fs::read_to_string(key.with_extension("pub")).unwrap()).expect("sshd");
+    let secret = fleet.dir.path().join("git-credentials");
+    std::fs::create_dir(&secret).unwrap();
+    std::fs::copy(&key, secret.join("ssh-privatekey")).unwrap();
+    std::fs::write(secret.join("known_hosts"), sshd.known_hosts_line()).unwrap();
+    let settings = || fleetgate::agent::AgentSettings {
+        repo: Some(sshd.url(&fleet.daemon.path("fleet.git"))),
+        git_ssh_key: Some(secret.join("ssh-privatekey")),
+        git_known_hosts: Some(secret.join("known_hosts")),
+        ..fleet.settings()
+    };
+
+    let mut agent = fleet.agent_with(settings()).await;
+    let outcome = within("reconcile rel-1 over ssh", 90, agent.reconcile()).await.unwrap();
+    assert_eq!(outcome, Outcome::Succeeded("rel-1".into()));
+    let statuses = fleet.statuses(&commit);
+    assert_eq!(statuses.last().map(|s| (s.cluster.as_str(), s.state)), Some((CLUSTER, State::Success)), "{statuses:?}");
+    assert!(sshd.sessions() >= 3, "fetches and status pushes went through sshd:\n{}", sshd.log());
+    drop(agent);
+
+    // The Secret's known_hosts now holds another key: a restarted agent refuses the server.
+    let keys = tempfile::tempdir().unwrap();
+    ssh_keygen(&keys.path().join("other"), "another host");
+    let other = std::fs::read_to_string(keys.path().join("other.pub")).unwrap();
+    let other: Vec<&str> = other.split_whitespace().take(2).collect();
+    std::fs::write(secret.join("known_hosts"), format!("[127.0.0.1]:{} {}\n", sshd.port(), other.join(" "))).unwrap();
+    let mut agent = fleet.agent_with(settings()).await;
+    let err = within("reconcile with a wrong host key", 60, agent.reconcile()).await.unwrap_err();
+    let message = fleetgate::model::error_chain(&err);
+    assert!(message.contains("SSH HOST KEY MISMATCH"), "{message}");
+    assert!(matches!(err, fleetgate::agent::ReconcileError::Source(SourceError::HostKey { .. })), "{err:?}");
 }
 
 /// `fleetgate` with `args`, its environment cleared of the machine's Git and SSH settings.
