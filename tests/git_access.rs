@@ -314,6 +314,56 @@ fn validate_over_ssh_checks_the_host_key_given_with_known_hosts() {
     assert!(stderr(&out).contains(&f.fingerprint()), "{}", stderr(&out));
 }
 
+/// `fleetgate promote --push` over SSH: the statuses it checks are fetched and the promotion
+/// branch pushed through sshd; with a wrong host key (and `--offline`, so the push is the first
+/// connection) the push is refused and says why.
+#[test]
+fn promote_pushes_over_ssh_and_refuses_a_wrong_host_key() {
+    let Some(f) = ssh_fleet() else { return };
+    // The fleet runs nothing yet, so promoting the release to the canary changes something.
+    f.remote.edit("fleet.yaml", "  release: rel-20250315-001", "  # release: rel-20250315-001");
+    f.remote.commit_all("the fleet runs nothing");
+    f.remote.git(&["push", "-q", "origin", "main"]);
+    // Who commits the promotion (the test's HOME has no Git configuration).
+    git_in(&f.remote.work, &["config", "user.name", "Release Manager"]);
+    git_in(&f.remote.work, &["config", "user.email", "rm@example.com"]);
+    let home = f.dir.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    let good = f.dir.path().join("known_hosts");
+    std::fs::write(&good, f.sshd.known_hosts_line()).unwrap();
+    let wrong = f.dir.path().join("wrong_known_hosts");
+    std::fs::write(&wrong, f.wrong_known_hosts()).unwrap();
+    let (key, trusted, work) =
+        (f.key.display().to_string(), f.remote.trusted.display().to_string(), f.remote.work.display().to_string());
+    let promote = |branch: &str, known_hosts: &Path, extra: &[&str]| {
+        let kh = known_hosts.display().to_string();
+        let mut args = vec!["promote", RELEASE, "--cluster", "cluster-a", "--repo", &work, "--branch", branch];
+        args.extend([
+            "--trusted-keys",
+            &trusted,
+            "--push",
+            "--remote",
+            &f.url,
+            "--ssh-key",
+            &key,
+            "--known-hosts",
+            &kh,
+        ]);
+        args.extend(extra);
+        fleetgate(&args, &[], &home)
+    };
+    let out = promote("promote/over-ssh", &good, &[]);
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    let bare = f.remote.daemon.path("fleet.git");
+    assert!(!git_in(&bare, &["branch", "--list", "promote/over-ssh"]).is_empty(), "the branch was not pushed");
+
+    let out = promote("promote/refused", &wrong, &["--offline"]);
+    println!("{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("SSH HOST KEY MISMATCH"), "{}", stderr(&out));
+    assert!(git_in(&bare, &["branch", "--list", "promote/refused"]).is_empty());
+}
+
 /// Every command that reaches a repo takes the same Git access flags (one shared args struct).
 #[test]
 fn every_command_that_reaches_a_repo_takes_known_hosts_and_ca_file() {
