@@ -4,13 +4,15 @@
 //! * SSH with strict host key checking against Debian's `sshd` serving the fleet repo (Git
 //!   commands only): fetch and status-note pushes with the right `known_hosts`; a wrong host key,
 //!   a host missing from `known_hosts` and no `known_hosts` at all each refused before any
-//!   credential is offered, with a message that says what to put where. Also through the agent's
-//!   configuration (`gitSshKey`/`gitKnownHosts` files of a mounted Secret) and `fleetgate
-//!   validate --known-hosts`.
+//!   credential is offered, not retried, with a message that says what to put where. Also
+//!   through the agent's configuration (`gitSshKey`/`gitKnownHosts` files of a mounted Secret,
+//!   re-read per connection), a whole agent as deployed, `fleetgate validate --known-hosts` and
+//!   `fleetgate promote --push`.
 //! * HTTPS with a private CA against Gitea served over TLS with a CA made here: `caFile` makes it
-//!   work, no `caFile` or the wrong CA is `SourceError::Certificate`.
+//!   work, no `caFile` or the wrong CA is `SourceError::Certificate`, not retried.
 //! * Proxies: Git over HTTPS through Debian's tinyproxy (its log shows the `CONNECT`s), and
-//!   `NO_PROXY` bypassing it; also from the environment of `fleetgate validate`.
+//!   `NO_PROXY` bypassing it, also from the environment of `fleetgate validate`; `http://` repos
+//!   are reached directly (libgit2 cannot proxy plain HTTP).
 //! * Every CLI command that reaches a repo takes the same flags.
 //!
 //! A test whose server binary is absent says so and returns.
@@ -67,14 +69,9 @@ impl SshFleet {
         (state, source)
     }
 
-    /// A known_hosts line for this server with another key (an impostor's, or a rotated one).
+    /// [`wrong_known_hosts`] for this server.
     fn wrong_known_hosts(&self) -> String {
-        let keys = tempfile::tempdir_in(self.dir.path()).unwrap();
-        let other = keys.path().join("other_host_key");
-        ssh_keygen(&other, "another host");
-        let key = std::fs::read_to_string(other.with_extension("pub")).unwrap();
-        let key: Vec<&str> = key.split_whitespace().take(2).collect();
-        format!("[127.0.0.1]:{} {}\n", self.sshd.port(), key.join(" "))
+        wrong_known_hosts(&self.sshd)
     }
 
     /// The SHA-256 fingerprint of the server's host key, as `ssh-keygen -l` prints it.
@@ -85,6 +82,26 @@ impl SshFleet {
         assert!(out.status.success(), "ssh-keygen -l: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).split_whitespace().nth(1).unwrap().to_string()
     }
+}
+
+/// A known_hosts line for `sshd` with another key (an impostor's, or a rotated one).
+fn wrong_known_hosts(sshd: &Sshd) -> String {
+    let keys = tempfile::tempdir().unwrap();
+    let other = keys.path().join("other_host_key");
+    ssh_keygen(&other, "another host");
+    let key = std::fs::read_to_string(other.with_extension("pub")).unwrap();
+    let key: Vec<&str> = key.split_whitespace().take(2).collect();
+    format!("[127.0.0.1]:{} {}\n", sshd.port(), key.join(" "))
+}
+
+/// The agent's Git credentials Secret as its volume is mounted: one file per key
+/// (`ssh-privatekey`, `known_hosts`) in a directory under `dir`, which is returned.
+fn credentials_secret(dir: &Path, key: &Path, known_hosts: &str) -> PathBuf {
+    let secret = dir.join("git-credentials");
+    std::fs::create_dir(&secret).unwrap();
+    std::fs::copy(key, secret.join("ssh-privatekey")).unwrap();
+    std::fs::write(secret.join("known_hosts"), known_hosts).unwrap();
+    secret
 }
 
 fn quick_retry() -> RetryPolicy {
@@ -186,11 +203,7 @@ fn ssh_refuses_a_host_missing_from_known_hosts_and_a_missing_known_hosts() {
 #[test]
 fn the_agent_reads_known_hosts_from_its_credentials_secret() {
     let Some(f) = ssh_fleet() else { return };
-    // The layout of a Secret volume: one file per key (the kubelet adds hidden ..data entries).
-    let secret = f.dir.path().join("git-credentials");
-    std::fs::create_dir(&secret).unwrap();
-    std::fs::copy(&f.key, secret.join("ssh-privatekey")).unwrap();
-    std::fs::write(secret.join("known_hosts"), f.sshd.known_hosts_line()).unwrap();
+    let secret = credentials_secret(f.dir.path(), &f.key, &f.sshd.known_hosts_line());
     let config = f.dir.path().join("agent.yaml");
     std::fs::write(
         &config,
@@ -236,10 +249,7 @@ async fn an_agent_as_deployed_reconciles_over_ssh_and_refuses_a_wrong_host_key()
     let key = fleet.dir.path().join("deploy_key");
     ssh_keygen(&key, "fleetgate-agent");
     let sshd = Sshd::start(&std::fs::read_to_string(key.with_extension("pub")).unwrap()).expect("sshd");
-    let secret = fleet.dir.path().join("git-credentials");
-    std::fs::create_dir(&secret).unwrap();
-    std::fs::copy(&key, secret.join("ssh-privatekey")).unwrap();
-    std::fs::write(secret.join("known_hosts"), sshd.known_hosts_line()).unwrap();
+    let secret = credentials_secret(fleet.dir.path(), &key, &sshd.known_hosts_line());
     let settings = || fleetgate::agent::AgentSettings {
         repo: Some(sshd.url(&fleet.daemon.path("fleet.git"))),
         git_ssh_key: Some(secret.join("ssh-privatekey")),
@@ -256,11 +266,7 @@ async fn an_agent_as_deployed_reconciles_over_ssh_and_refuses_a_wrong_host_key()
     drop(agent);
 
     // The Secret's known_hosts now holds another key: a restarted agent refuses the server.
-    let keys = tempfile::tempdir().unwrap();
-    ssh_keygen(&keys.path().join("other"), "another host");
-    let other = std::fs::read_to_string(keys.path().join("other.pub")).unwrap();
-    let other: Vec<&str> = other.split_whitespace().take(2).collect();
-    std::fs::write(secret.join("known_hosts"), format!("[127.0.0.1]:{} {}\n", sshd.port(), other.join(" "))).unwrap();
+    std::fs::write(secret.join("known_hosts"), wrong_known_hosts(&sshd)).unwrap();
     let mut agent = fleet.agent_with(settings()).await;
     let err = within("reconcile with a wrong host key", 60, agent.reconcile()).await.unwrap_err();
     let message = fleetgate::model::error_chain(&err);
