@@ -7,8 +7,9 @@
 set -euo pipefail
 pkgs=(libgpgme-dev libssl-dev pkg-config gnupg git prometheus build-essential openssh-client buildah mmdebstrap)
 # chromium (headless: tests/status_html.rs renders the status page), zsh + fish (tests/cli_habits.rs
-# loads the shell completions fleetgate prints).
-pkgs+=(chromium zsh fish)
+# loads the shell completions fleetgate prints), openssh-server + tinyproxy (tests/git_access.rs
+# runs its own sshd and proxy on loopback).
+pkgs+=(chromium zsh fish openssh-server tinyproxy)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -18,7 +19,10 @@ SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO=sudo
 echo "deps: installing ${missing[*]}" >&2
 $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
-# The prometheus package starts a system service; tests run their own instances.
-if command -v systemctl >/dev/null && systemctl is-active --quiet prometheus 2>/dev/null; then
-  $SUDO systemctl stop prometheus || true
-fi
+# These packages start system services; tests run their own instances (on their own ports).
+for svc in prometheus ssh tinyproxy; do
+  if command -v systemctl >/dev/null && systemctl is-active --quiet "$svc" 2>/dev/null; then
+    $SUDO systemctl stop "$svc" || true
+    $SUDO systemctl disable "$svc" 2>/dev/null || true
+  fi
+done

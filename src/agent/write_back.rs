@@ -18,7 +18,7 @@ use super::state::Failure;
 use crate::model::error_chain;
 use crate::release::WriteBack;
 use crate::releng::{FleetState, SignError, Signer, sign};
-use crate::source::{Credentials, Source};
+use crate::source::{Credentials, Source, explain_refusal};
 use crate::status::StatusSigner;
 use git2::{Oid, Repository};
 use std::collections::BTreeMap;
@@ -158,7 +158,7 @@ fn push(repo: &Repository, url: &str, credentials: &Credentials, commit: Oid, br
     drop(options);
     match (result, rejection) {
         (Err(e), _) if e.code() == git2::ErrorCode::NotFastForward => Err(PushOutcome::NotFastForward),
-        (Err(e), _) => Err(failed(e)),
+        (Err(e), _) => Err(failed(explain_refusal(e))),
         (Ok(()), Some(message)) if message.contains("fast-forward") || message.contains("fetch first") => {
             Err(PushOutcome::NotFastForward)
         }

@@ -144,7 +144,7 @@ impl ForgeArgs {
 const DEFAULT_TOKEN_ENV: &str = "FLEETGATE_GIT_TOKEN";
 
 /// How to reach a repo given by URL (validate, diff, status, promote, rollback, release create).
-/// HTTPS_PROXY/HTTP_PROXY/NO_PROXY are honoured for https:// and http:// URLs.
+/// HTTPS_PROXY/NO_PROXY are honoured for https:// URLs (libgit2 cannot proxy http://).
 #[derive(Debug, Clone, clap::Args)]
 pub struct GitAccess {
     /// SSH private key for ssh:// URLs [default: the SSH agent].

@@ -4,7 +4,7 @@
 
 use super::RelengError;
 use super::repo::FleetRepo;
-use crate::source::Credentials;
+use crate::source::{Credentials, explain_refusal};
 use serde::Serialize;
 use std::cell::RefCell;
 
@@ -45,6 +45,7 @@ pub fn push(repo: &FleetRepo, remote: &str, refs: &[String], access: &Credential
     let pushed = r.push(&specs, Some(&mut opts));
     drop(opts);
     pushed.map_err(|e| {
+        let e = explain_refusal(e);
         let hint = if e.code() == git2::ErrorCode::NotFastForward {
             " (the remote has commits you do not: fetch, rebase or re-run on top of them)"
         } else {

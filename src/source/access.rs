@@ -15,15 +15,50 @@
 //!   left to libgit2's own verdict against the system roots, so `caFile` adds trust, never removes
 //!   it. libgit2 hands the callback only the server's leaf certificate: intermediates must be in
 //!   `caFile`.
-//! * **Proxies**: `HTTPS_PROXY`/`HTTP_PROXY` (either case) are honoured for `https://`/`http://`
-//!   URLs unless `NO_PROXY` covers the host, as reqwest does for the agent's HTTP. libgit2 proxies
-//!   only its HTTP transports; `ssh://` and `git://` connect directly.
+//! * **Refusals say why, and are not retried.** libgit2 loses both: its SSH transport replaces the
+//!   reason a host key was refused with "invalid or unknown remote ssh hostkey", and its HTTPS
+//!   transport reports a certificate it found invalid with a generic error code. Whoever reports a
+//!   failed connection passes its error through [`explain_refusal`], which gives both back
+//!   (`ErrorCode::Certificate`, the [`HostKeyError`]).
+//! * **Proxies**: `HTTPS_PROXY` (either case) is honoured for `https://` URLs unless `NO_PROXY`
+//!   covers the host, as reqwest does for the agent's HTTP. libgit2 proxies nothing else: it
+//!   tunnels only HTTPS through a proxy (`CONNECT`), and for an `http://` URL it would connect to
+//!   the server itself whatever it is told (libgit2 issue #5650), so an `HTTP_PROXY` that covers
+//!   an `http://` repo is not passed on and a warning says the connection goes direct. `ssh://`
+//!   and `git://` connect directly.
 
 use super::Credentials;
 use git2::cert::Cert;
 use git2::{CertificateCheckStatus, FetchOptions, ProxyOptions, PushOptions, RemoteCallbacks};
+use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::path::Path;
+
+thread_local! {
+    /// Why this thread's latest SSH connection refused its host key, for [`explain_refusal`]:
+    /// libgit2 calls the certificate callback on the thread that connects, and then overwrites
+    /// the message the callback set.
+    static HOST_KEY_REFUSAL: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// `e` as a refusal of the server's identity (`ErrorCode::Certificate`) when it is one: an SSH
+/// host key refused here, with its [`HostKeyError`] instead of libgit2's generic message, or a
+/// TLS certificate libgit2 found invalid (class `Ssl`, which it reports with code `GenericError`:
+/// "the SSL certificate is invalid", "hostname does not match certificate"). Any other error
+/// unchanged.
+pub fn explain_refusal(e: git2::Error) -> git2::Error {
+    use git2::{ErrorClass, ErrorCode};
+    if e.code() == ErrorCode::Certificate {
+        return match HOST_KEY_REFUSAL.with(|r| r.borrow_mut().take()) {
+            Some(reason) => git2::Error::new(e.code(), e.class(), reason),
+            None => e,
+        };
+    }
+    if e.class() == ErrorClass::Ssl && e.message().contains("certificate") {
+        return git2::Error::new(ErrorCode::Certificate, e.class(), e.message());
+    }
+    e
+}
 
 /// The proxy settings of the environment, read once ([`ProxyEnv::from_env`]) so a test or a
 /// caller can also give them explicitly.
@@ -42,10 +77,7 @@ impl ProxyEnv {
     /// `HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY`, each also in lower case (the upper case wins).
     pub fn from_env() -> ProxyEnv {
         let var = |name: &str| {
-            std::env::var(name)
-                .or_else(|_| std::env::var(name.to_lowercase()))
-                .ok()
-                .filter(|v| !v.trim().is_empty())
+            std::env::var(name).or_else(|_| std::env::var(name.to_lowercase())).ok().filter(|v| !v.trim().is_empty())
         };
         ProxyEnv {
             https: var("HTTPS_PROXY"),
@@ -185,7 +217,9 @@ fn parse_known_hosts(text: &str) -> Vec<KnownHost> {
 /// The algorithm name a public key blob starts with (`ssh-ed25519`, `ssh-rsa`, …).
 fn key_type(blob: &[u8]) -> String {
     let len = blob.get(..4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize);
-    len.and_then(|l| blob.get(4..4 + l)).map(|t| String::from_utf8_lossy(t).into_owned()).unwrap_or_else(|| "unknown".into())
+    len.and_then(|l| blob.get(4..4 + l))
+        .map(|t| String::from_utf8_lossy(t).into_owned())
+        .unwrap_or_else(|| "unknown".into())
 }
 
 /// `SHA256:<base64>`, as `ssh-keygen -l` prints it.
@@ -207,7 +241,8 @@ pub fn check_host_key(
     let Some(text) = known_hosts else {
         return Err(HostKeyError::NoKnownHosts { host: name, key_type, fingerprint });
     };
-    let lines: Vec<KnownHost> = parse_known_hosts(text).into_iter().filter(|l| patterns_match(&l.patterns, &name)).collect();
+    let lines: Vec<KnownHost> =
+        parse_known_hosts(text).into_iter().filter(|l| patterns_match(&l.patterns, &name)).collect();
     if lines.iter().any(|l| l.revoked && l.key == blob) {
         return Err(HostKeyError::Revoked { host: name, key_type, fingerprint });
     }
@@ -220,7 +255,8 @@ pub fn check_host_key(
     }
     let mut seen = String::new();
     for (i, l) in listed.iter().enumerate() {
-        let _ = write!(seen, "{}{} {}", if i > 0 { ", " } else { "" }, self::key_type(&l.key), self::fingerprint(&l.key));
+        let _ =
+            write!(seen, "{}{} {}", if i > 0 { ", " } else { "" }, self::key_type(&l.key), self::fingerprint(&l.key));
     }
     Err(HostKeyError::Mismatch { host: name, key_type, fingerprint, listed: seen })
 }
@@ -232,7 +268,8 @@ fn verify_with_ca(ca_file: &Path, leaf: &[u8], host: &str) -> Result<(), String>
     use openssl::x509::verify::X509VerifyParam;
     use openssl::x509::{X509, X509StoreContext};
     let pem = std::fs::read(ca_file).map_err(|e| format!("reading caFile {}: {e}", ca_file.display()))?;
-    let cas = X509::stack_from_pem(&pem).map_err(|e| format!("caFile {} is not PEM certificates: {e}", ca_file.display()))?;
+    let cas =
+        X509::stack_from_pem(&pem).map_err(|e| format!("caFile {} is not PEM certificates: {e}", ca_file.display()))?;
     let openssl = |e: openssl::error::ErrorStack| e.to_string();
     let mut store = X509StoreBuilder::new().map_err(openssl)?;
     for ca in cas {
@@ -248,17 +285,20 @@ fn verify_with_ca(ca_file: &Path, leaf: &[u8], host: &str) -> Result<(), String>
     let leaf = X509::from_der(leaf).map_err(openssl)?;
     let chain = openssl::stack::Stack::new().map_err(openssl)?;
     let mut ctx = X509StoreContext::new().map_err(openssl)?;
-    let verdict = ctx
-        .init(&store, &leaf, &chain, |c| Ok(if c.verify_cert()? { Ok(()) } else { Err(c.error().to_string()) }))
-        .map_err(openssl)?;
-    verdict
+    // The outer error is OpenSSL failing to run the check, the inner one the check's verdict.
+    ctx.init(&store, &leaf, &chain, |c| Ok(if c.verify_cert()? { Ok(()) } else { Err(c.error().to_string()) }))
+        .map_err(openssl)?
 }
 
 /// What a certificate callback decides for `url`.
-fn check_certificate(creds: &Credentials, url: &str, cert: &Cert<'_>, host: &str) -> Result<CertificateCheckStatus, git2::Error> {
-    let refuse = |message: String| {
-        Err(git2::Error::new(git2::ErrorCode::Certificate, git2::ErrorClass::Callback, message))
-    };
+fn check_certificate(
+    creds: &Credentials,
+    url: &str,
+    cert: &Cert<'_>,
+    host: &str,
+) -> Result<CertificateCheckStatus, git2::Error> {
+    let refuse =
+        |message: String| Err(git2::Error::new(git2::ErrorCode::Certificate, git2::ErrorClass::Callback, message));
     if let Some(hostkey) = cert.as_hostkey() {
         let port = reqwest::Url::parse(url).ok().and_then(|u| u.port());
         let Some(blob) = hostkey.hostkey() else {
@@ -266,7 +306,10 @@ fn check_certificate(creds: &Credentials, url: &str, cert: &Cert<'_>, host: &str
         };
         return match check_host_key(creds.known_hosts.as_deref(), host, port, blob) {
             Ok(()) => Ok(CertificateCheckStatus::CertificateOk),
-            Err(e) => refuse(e.to_string()),
+            Err(e) => {
+                HOST_KEY_REFUSAL.with(|r| *r.borrow_mut() = Some(e.to_string()));
+                refuse(e.to_string())
+            }
         };
     }
     if let (Some(x509), Some(ca_file)) = (cert.as_x509(), &creds.ca_file) {
@@ -290,6 +333,8 @@ impl Credentials {
     /// what was offered, instead of offering it forever) and the host checks above. Add a
     /// command's own callbacks (progress, push answers) to the value returned.
     pub fn callbacks<'a>(&self, url: &str) -> RemoteCallbacks<'a> {
+        // A new connection: a refusal an earlier one left unexplained is not this one's.
+        HOST_KEY_REFUSAL.with(|r| r.borrow_mut().take());
         let mut cb = RemoteCallbacks::new();
         let creds = self.clone();
         let mut offered = false;
@@ -308,11 +353,23 @@ impl Credentials {
         cb
     }
 
-    /// The proxy of a connection to `url` ([`ProxyEnv::for_url`]), none when not covered.
+    /// The proxy of a connection to `url` ([`ProxyEnv::for_url`]), none when not covered, and
+    /// none for `http://` (see the module's doc: libgit2 would not use it).
     pub fn proxy_options<'a>(&self, url: &str) -> ProxyOptions<'a> {
+        static DIRECT_HTTP: std::sync::Once = std::sync::Once::new();
         let mut proxy = ProxyOptions::new();
-        if let Some(p) = self.proxy.for_url(url) {
-            proxy.url(p);
+        match self.proxy.for_url(url) {
+            Some(p) if reqwest::Url::parse(url).is_ok_and(|u| u.scheme() == "http") => DIRECT_HTTP.call_once(|| {
+                tracing::warn!(
+                    url,
+                    proxy = p,
+                    "HTTP_PROXY is not used for http:// Git URLs (libgit2 proxies only https://); connecting directly"
+                );
+            }),
+            Some(p) => {
+                proxy.url(p);
+            }
+            None => {}
         }
         proxy
     }
@@ -385,6 +442,15 @@ mod tests {
         let kh = line(&format!("|1|{}|{}", b64.encode(salt), b64.encode(mac)), &good);
         assert_eq!(check_host_key(Some(&kh), "127.0.0.1", Some(2222), &good), Ok(()));
         assert!(check_host_key(Some(&kh), "127.0.0.2", Some(2222), &good).is_err());
+    }
+
+    #[test]
+    fn certificates_libgit2_found_invalid_are_refusals() {
+        use git2::{ErrorClass, ErrorCode};
+        let invalid = git2::Error::new(ErrorCode::GenericError, ErrorClass::Ssl, "the SSL certificate is invalid");
+        assert_eq!(explain_refusal(invalid).code(), ErrorCode::Certificate);
+        let reset = git2::Error::new(ErrorCode::GenericError, ErrorClass::Ssl, "SSL error: connection failure");
+        assert_eq!(explain_refusal(reset).code(), ErrorCode::GenericError, "a network failure stays one");
     }
 
     #[test]

@@ -387,17 +387,19 @@ impl Source {
 
     fn classify(&self, e: git2::Error, attempts: u32) -> SourceError {
         use git2::{ErrorClass as C, ErrorCode};
+        let e = explain_refusal(e);
         let message = e.message().to_string();
-        if e.code() == ErrorCode::Auth || message.contains("credentials") {
-            return SourceError::Auth { url: self.url.clone(), message };
-        }
-        // A refused host is a configuration matter: retrying would only knock again.
+        // A refused host is a configuration matter: retrying would only knock again. First: its
+        // message says where credentials go, which is no authentication failure.
         if e.code() == ErrorCode::Certificate {
             return if self.url.starts_with("https://") || self.url.starts_with("http://") {
                 SourceError::Certificate { url: self.url.clone(), message }
             } else {
                 SourceError::HostKey { url: self.url.clone(), message }
             };
+        }
+        if e.code() == ErrorCode::Auth || message.contains("credentials") {
+            return SourceError::Auth { url: self.url.clone(), message };
         }
         match e.class() {
             C::Net | C::Ssh | C::Http | C::Ssl | C::Os => {

@@ -23,7 +23,7 @@ use std::time::Duration;
 /// Prefix of every cluster's notes ref; the remote's copies are kept under
 /// [`NOTES_TRACKING_PREFIX`] (the same layout the source mirror uses).
 pub use crate::source::{NOTES_PREFIX, NOTES_TRACKING_PREFIX};
-use crate::source::{Credentials, fast_forward_notes_ref, tracked_notes};
+use crate::source::{Credentials, explain_refusal, fast_forward_notes_ref, tracked_notes};
 /// Pushes of one write before giving up on a ref someone else keeps rewriting.
 pub const MAX_PUSH_ATTEMPTS: u32 = 6;
 
@@ -272,7 +272,9 @@ fn push(repo: &Repository, remote: &GitRemote, refname: &str) -> Result<Option<S
     match result {
         Ok(()) => Ok(refused.into_inner()),
         Err(e) if e.code() == ErrorCode::NotFastForward => Ok(Some(e.message().to_string())),
-        Err(e) => Err(NotesError::Push { url: remote.url.clone(), refname: refname.to_string(), source: e }),
+        Err(e) => {
+            Err(NotesError::Push { url: remote.url.clone(), refname: refname.to_string(), source: explain_refusal(e) })
+        }
     }
 }
 
@@ -283,7 +285,7 @@ fn push(repo: &Repository, remote: &GitRemote, refname: &str) -> Result<Option<S
 /// # Errors
 /// A fetch transport failure or a local repository failure.
 pub fn sync(repo: &Repository, remote: &GitRemote) -> Result<(), NotesError> {
-    let fetch_err = |source| NotesError::Fetch { url: remote.url.clone(), source };
+    let fetch_err = |source| NotesError::Fetch { url: remote.url.clone(), source: explain_refusal(source) };
     let mut r = repo.remote_anonymous(&remote.url).map_err(fetch_err)?;
     let mut opts = remote.access.fetch_options(&remote.url, remote.callbacks());
     opts.update_fetchhead(false);

@@ -37,9 +37,10 @@ const ADMIN_PASSWORD: &str = "fleetgate-test-password-1";
 /// How the harness serves Gitea.
 #[derive(Debug, Clone, Default)]
 pub struct GiteaOptions {
-    /// Serve HTTPS with this certificate (PEM, chain) and key instead of plain HTTP
-    /// (`[server] PROTOCOL = https`, `CERT_FILE`, `KEY_FILE`). Clients of the harness then need
-    /// [`Gitea::with_root_certificate`] to trust its issuer.
+    /// Serve HTTPS with this certificate (PEM: the server's certificate, then its issuers) and
+    /// key instead of plain HTTP (`[server] PROTOCOL = https`, `CERT_FILE`, `KEY_FILE`). The
+    /// harness's own client ([`Gitea::client`]) trusts every certificate in the file; Git clients
+    /// under test are given the CA (or not) by the test.
     pub tls: Option<(PathBuf, PathBuf)>,
 }
 
@@ -134,8 +135,11 @@ impl Gitea {
         let mut client = reqwest::Client::builder().timeout(Duration::from_secs(30));
         if let Some((cert, _)) = &options.tls {
             let pem = std::fs::read(cert).with_context(|| cert.display().to_string())?;
-            // The test's own certificate: trusted as a root so the harness talks to its server.
-            client = client.add_root_certificate(reqwest::Certificate::from_pem(&pem)?);
+            // The test's own chain, trusted as roots so the harness talks to its server: the
+            // issuer must be among them (a leaf alone is no trust anchor for OpenSSL).
+            for cert in reqwest::Certificate::from_pem_bundle(&pem)? {
+                client = client.add_root_certificate(cert);
+            }
         }
         let mut gitea = Gitea { proc, port, scheme, token: String::new(), client: client.build()?, dir };
         gitea.wait_ready(Duration::from_secs(60)).await?;

@@ -9,7 +9,11 @@
 //! * [`GpgHome`] — a throw-away `GNUPGHOME` with generated keys ([`gpg`]).
 //! * [`Prometheus`] — Debian's Prometheus scraping an endpoint the test serves ([`prometheus`]).
 //! * [`Gitea`] — a real forge (API, Git over HTTP, webhooks, pull requests, commit statuses), when
-//!   `hack/gitea-binary.sh` built it ([`gitea`]).
+//!   `hack/gitea-binary.sh` built it; over HTTPS with the test's own CA if asked ([`gitea`]).
+//! * [`Sshd`] — Debian's OpenSSH server serving bare repos over `ssh://`, Git commands only,
+//!   with its own host key ([`sshd`]).
+//! * [`Tinyproxy`] — Debian's tinyproxy, an HTTP(S) proxy whose log shows who went through it
+//!   ([`proxy`]).
 //! * A generated operator at real scale as a Helm chart, and the `helm` that renders it
 //!   ([`operator_fixture`]).
 //!
@@ -23,7 +27,9 @@ pub mod gpg;
 pub mod operator_fixture;
 pub mod process;
 pub mod prometheus;
+pub mod proxy;
 pub mod ssh;
+pub mod sshd;
 pub mod wait;
 
 pub use cluster::*;
@@ -32,4 +38,6 @@ pub use git::*;
 pub use gitea::*;
 pub use gpg::*;
 pub use prometheus::*;
+pub use proxy::*;
 pub use ssh::*;
+pub use sshd::*;
