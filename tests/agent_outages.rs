@@ -1,0 +1,429 @@
+//! Outages of the servers an agent depends on, each against the real process, in the middle of a
+//! bake (issue 19, item 2). In every case the agent neither crashes nor applies anything it has
+//! not verified, says what is happening (Events, metrics, `/readyz`), and converges once the fault
+//! ends with every status in Git, in order, each once:
+//!
+//! * the git daemon stopped during a bake, and gone the moment the agent pushes a status, then
+//!   started again on the same port;
+//! * a Git server that accepts connections and never answers: syncs and pushes time out (libgit2's
+//!   server timeouts, [`set_network_timeouts`]), the bake in flight finishes, a restarted agent is
+//!   not ready and says why;
+//! * kube-apiserver stopped and started again (etcd keeps the data);
+//! * etcd frozen with `SIGSTOP` for longer than the gates' call timeout.
+//!
+//! Each test prints how long the agent took to converge once the fault ended
+//! (docs/RELIABILITY.md's faults table).
+
+mod agent_support;
+
+use agent_support::*;
+use fleetgate::agent::{Agent, Outcome};
+use fleetgate::source::{NetworkTimeouts, set_network_timeouts};
+use fleetgate::status::State;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// Short enough that a silent server costs seconds, long enough for a loaded machine's git daemon.
+/// libgit2 holds them per process, so every test of this binary sets the same ones first.
+const TIMEOUTS: NetworkTimeouts = NetworkTimeouts { connect: Duration::from_secs(2), io: Duration::from_secs(5) };
+
+fn short_git_timeouts() {
+    assert_eq!(set_network_timeouts(TIMEOUTS), TIMEOUTS, "set before any Source opened");
+}
+
+/// Waits until the agent bakes `commit` and its `baking` status is in Git: from then on the only
+/// push of the pass is the bake's verdict.
+async fn baking(fleet: &Fleet, commit: &str) {
+    eventually("Baking, its status in Git", 120, || async {
+        let baking = fleet.phase().await.as_deref() == Some("Baking");
+        let reported = fleet.statuses(commit).iter().any(|s| s.description.starts_with("baking for"));
+        (baking && reported).then_some(())
+    })
+    .await;
+}
+
+/// Runs passes, as the agent's loop does, until one reports `release` succeeded; returns the
+/// passes that failed on the way. Panics on any other outcome.
+async fn until_succeeded(agent: &mut Agent, release: &str, secs: u64) -> usize {
+    within(&format!("{release} succeeds"), secs, async {
+        let mut failed = 0;
+        loop {
+            match agent.pass().await {
+                Ok(Outcome::Succeeded(r)) if r == release => return failed,
+                Ok(other) => panic!("expected {release} to succeed, the pass said {other:?}"),
+                Err(e) => {
+                    eprintln!("pass failed ({}): {}", e.reason(), fleetgate::model::error_chain(&e));
+                    failed += 1;
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    })
+    .await
+}
+
+/// Asserts `commit`'s statuses in Git are `applying`, `baking`, `success` — in order, each once.
+fn assert_reported_once_in_order(fleet: &Fleet, commit: &str) {
+    let statuses = fleet.statuses(commit);
+    let seen: Vec<(State, String)> =
+        statuses.iter().map(|s| (s.state, s.description.split_whitespace().next().unwrap_or("").to_string())).collect();
+    let expected = [(State::Pending, "applying"), (State::Pending, "baking"), (State::Success, "all")];
+    assert_eq!(seen, expected.map(|(s, d)| (s, d.to_string())), "{statuses:?}");
+    let sequences: Vec<u64> = statuses.iter().filter_map(|s| s.sequence).collect();
+    assert!(sequences.len() == 3 && sequences.windows(2).all(|w| w[0] < w[1]), "in order: {sequences:?}");
+}
+
+/// The value of the agent's OpenMetrics sample `name` whose labels include every one of
+/// `labels` (`key="value"`), 0 when there is none.
+fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with('{')))
+        .filter(|l| labels.iter().all(|label| l.contains(label)))
+        .find_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// How many gate rounds read `unknown` for the pod-restarts gate.
+fn unknown_rounds(agent: &Agent) -> f64 {
+    let text = agent.services().metrics.encode();
+    metric(&text, "fleetgate_gate_evaluations_total", &["gate=\"pod-restarts\"", "verdict=\"unknown\""])
+}
+
+/// A TCP relay in front of the git daemon that can make the Git server vanish at the instant the
+/// agent pushes: once [`cut_next_push`](Self::cut_next_push) armed it, the next `git-receive-pack`
+/// connection is closed after its request line, before the daemon sees anything. Everything else
+/// is relayed byte for byte (to a stopped daemon: refused, so the client's connection closes).
+struct PushCutter {
+    port: u16,
+    armed: Arc<AtomicBool>,
+    cut: Arc<tokio::sync::Notify>,
+}
+
+impl PushCutter {
+    fn start(upstream: String) -> PushCutter {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let armed = Arc::new(AtomicBool::new(false));
+        let cut = Arc::new(tokio::sync::Notify::new());
+        let (armed_, cut_) = (armed.clone(), cut.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let (armed, cut, upstream) = (armed_.clone(), cut_.clone(), upstream.clone());
+                std::thread::spawn(move || relay(client, &upstream, &armed, &cut));
+            }
+        });
+        PushCutter { port, armed, cut }
+    }
+
+    fn url(&self, repo: &str) -> String {
+        format!("git://127.0.0.1:{}/{repo}", self.port)
+    }
+
+    fn cut_next_push(&self) {
+        self.armed.store(true, Ordering::SeqCst);
+    }
+
+    /// Resolves once an armed cut happened.
+    async fn push_cut(&self) {
+        self.cut.notified().await;
+    }
+}
+
+fn relay(mut client: TcpStream, upstream: &str, armed: &AtomicBool, cut: &tokio::sync::Notify) {
+    // git:// starts with one pkt-line from the client: "git-upload-pack /repo\0host=…\0" (fetch,
+    // ls-remote) or "git-receive-pack …" (push).
+    let mut len = [0u8; 4];
+    if client.read_exact(&mut len).is_err() {
+        return;
+    }
+    let Some(n) = std::str::from_utf8(&len).ok().and_then(|h| usize::from_str_radix(h, 16).ok()) else { return };
+    let mut request = vec![0u8; n.saturating_sub(4)];
+    if client.read_exact(&mut request).is_err() {
+        return;
+    }
+    if request.starts_with(b"git-receive-pack") && armed.swap(false, Ordering::SeqCst) {
+        let _ = client.shutdown(Shutdown::Both);
+        cut.notify_one();
+        return;
+    }
+    let Ok(mut server) = TcpStream::connect(upstream) else { return };
+    if server.write_all(&len).and_then(|()| server.write_all(&request)).is_err() {
+        return;
+    }
+    let (mut client_in, mut server_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+    let up = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut client_in, &mut server_out);
+        let _ = server_out.shutdown(Shutdown::Write);
+    });
+    let _ = std::io::copy(&mut server, &mut client);
+    let _ = client.shutdown(Shutdown::Write);
+    let _ = up.join();
+}
+
+/// A "Git server" that accepts every connection and never sends a byte, holding the sockets
+/// open until dropped.
+struct SilentServer {
+    accepted: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SilentServer {
+    fn bind(addr: &str) -> SilentServer {
+        let listener = TcpListener::bind(addr).unwrap_or_else(|e| panic!("binding {addr}: {e}"));
+        listener.set_nonblocking(true).unwrap();
+        let (accepted, stop) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
+        let (accepted_, stop_) = (accepted.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut held = Vec::new();
+            while !stop_.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((socket, _)) => {
+                        held.push(socket);
+                        accepted_.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        });
+        SilentServer { accepted, stop, thread: Some(thread) }
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for SilentServer {
+    /// Closes the held sockets and the listener, freeing the port.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The daemon stops in the middle of rel-1's bake, and vanishes at the instant rel-2's verdict is
+/// pushed. Both bakes finish; each `success` waits in the outbox (Warning Event `StatusQueued`),
+/// a pass while Git is away fails without touching the cluster (Warning Event `SourceFailed`), and
+/// the first pass after the daemon is back on its port writes the waiting status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn git_daemon_stopped_during_a_bake_and_during_a_status_push() {
+    short_git_timeouts();
+    let mut fleet = Fleet::start("out-git", false).await;
+    fleet.set_gates("6s", QUICK_GATES);
+    let rel1 = fleet.release("rel-1", |_| {});
+    let rel2 = fleet.release("rel-2", |_| {});
+    fleet.promote("rel-1");
+    let cutter = PushCutter::start(fleet.daemon.addr());
+    let mut settings = fleet.settings();
+    settings.repo = Some(cutter.url("fleet.git"));
+    let mut agent = fleet.agent_with(settings).await;
+
+    // Stopped mid-bake.
+    let fleet_ref = &mut fleet;
+    let stop = async {
+        baking(fleet_ref, &rel1).await;
+        fleet_ref.daemon.stop();
+    };
+    let (outcome, ()) =
+        within("rel-1 with Git stopped mid-bake", 120, async { tokio::join!(agent.pass(), stop) }).await;
+    assert_eq!(outcome.unwrap(), Outcome::Succeeded("rel-1".into()), "the bake finished without Git");
+    assert_eq!(fleet.statuses(&rel1).last().map(|s| s.state), Some(State::Pending), "no success in Git yet");
+    assert!(fleet.outbox_text().await.contains("\"state\":\"success\""), "the success waits in the outbox");
+    let err = within("a pass while Git is down", 60, agent.pass()).await.expect_err("Git is down");
+    assert_eq!(err.reason(), "SourceFailed");
+    let events = fleet.events_json().await;
+    assert!(events.contains("StatusQueued") && events.contains("SourceFailed"), "{events}");
+    assert_eq!(fleet.operator_image().await, Some(image_of("rel-1")));
+
+    fleet.daemon.restart().unwrap();
+    let back = Instant::now();
+    assert_eq!(within("Git is back", 60, agent.pass()).await.unwrap(), Outcome::UpToDate);
+    println!("git daemon back → rel-1's queued success in Git: {:?} (one pass)", back.elapsed());
+    assert_reported_once_in_order(&fleet, &rel1);
+    assert_eq!(fleet.outbox_text().await, "[]");
+
+    // Gone the moment rel-2's verdict is pushed: the push's connection is accepted, its request
+    // read, and closed; the daemon is stopped right after.
+    fleet.promote("rel-2");
+    let fleet_ref = &mut fleet;
+    let cut = async {
+        baking(fleet_ref, &rel2).await;
+        cutter.cut_next_push();
+        cutter.push_cut().await;
+        fleet_ref.daemon.stop();
+    };
+    let (outcome, ()) =
+        within("rel-2 with Git gone during the push", 120, async { tokio::join!(agent.pass(), cut) }).await;
+    assert_eq!(outcome.unwrap(), Outcome::Succeeded("rel-2".into()));
+    assert!(fleet.outbox_text().await.contains("\"state\":\"success\""), "rel-2's success waits in the outbox");
+    assert!(within("a pass while Git is down", 60, agent.pass()).await.is_err());
+    fleet.daemon.restart().unwrap();
+    let back = Instant::now();
+    assert_eq!(within("Git is back", 60, agent.pass()).await.unwrap(), Outcome::UpToDate);
+    println!("git daemon back → rel-2's queued success in Git: {:?} (one pass)", back.elapsed());
+    assert_reported_once_in_order(&fleet, &rel2);
+    assert_reported_once_in_order(&fleet, &rel1);
+    assert_eq!(fleet.outbox_text().await, "[]");
+    let state = fleet.state().await;
+    assert_eq!((state.current(), state.last_known_good()), (Some("rel-2"), Some("rel-2")));
+}
+
+/// A server on the daemon's port that accepts connections and never answers. The agent baking
+/// rel-1 finishes the bake: the verdict's push times out and the status waits in the outbox. An
+/// agent restarted meanwhile (the real loop, with its HTTP endpoints) does not hang in its first
+/// sync: the sync times out, `/readyz` stays 503 with the reason, the failure is an Event and a
+/// metric. When the real daemon is back, the agent becomes ready and the status lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_git_server_that_never_answers_times_out_and_the_bake_in_flight_finishes() {
+    short_git_timeouts();
+    let mut fleet = Fleet::start("out-silent", false).await;
+    fleet.set_gates("8s", QUICK_GATES);
+    let rel1 = fleet.release("rel-1", |_| {});
+    fleet.promote("rel-1");
+    let mut agent = fleet.agent().await;
+
+    let fleet_ref = &mut fleet;
+    let silence = async {
+        baking(fleet_ref, &rel1).await;
+        fleet_ref.daemon.stop();
+        SilentServer::bind(&fleet_ref.daemon.addr())
+    };
+    let (outcome, silent) =
+        within("rel-1 against a silent Git server", 120, async { tokio::join!(agent.pass(), silence) }).await;
+    assert_eq!(outcome.unwrap(), Outcome::Succeeded("rel-1".into()), "the bake in flight finished");
+    assert!(silent.accepted() >= 1, "the verdict's push reached the silent server");
+    let outbox = fleet.outbox_text().await;
+    assert!(outbox.contains("\"state\":\"success\""), "the success waits in the outbox: {outbox}");
+    let events = fleet.events_json().await;
+    assert!(events.contains("StatusQueued"), "{events}");
+    drop(agent);
+
+    // A restarted agent runs its loop against the silent server.
+    let mut settings = fleet.settings();
+    settings.interval = Some(Duration::from_secs(1));
+    let agent = fleet.agent_with(settings).await;
+    let readyz = format!("http://{}/readyz", agent.services().http_addr());
+    let metrics = format!("http://{}/metrics", agent.services().http_addr());
+    let (stop_loop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let fleet_ref = &mut fleet;
+    let observe = async {
+        let failed_syncs = eventually("a failed sync reported as an Event", 90, || async {
+            let events = fleet_ref.events_json().await;
+            let reported = events.matches("SourceFailed").count();
+            (reported >= 1 && events.contains("timed out")).then_some(reported)
+        })
+        .await;
+        let probe = reqwest::get(&readyz).await.unwrap();
+        assert_eq!(probe.status(), reqwest::StatusCode::SERVICE_UNAVAILABLE);
+        let why = probe.text().await.unwrap();
+        println!("/readyz against the silent server: {why}");
+        assert!(why.starts_with("not ready:"), "{why}");
+        let text = reqwest::get(&metrics).await.unwrap().text().await.unwrap();
+        let failed_passes = metric(&text, "fleetgate_reconcile_duration_seconds_count", &["result=\"error\""]);
+        assert!(failed_passes >= 1.0, "failed passes counted: {text}");
+        println!("silent server: {} connections accepted, {failed_syncs} SourceFailed Event(s)", silent.accepted());
+
+        drop(silent);
+        fleet_ref.daemon.restart().unwrap();
+        let back = Instant::now();
+        eventually("ready once Git answers", 90, || async {
+            (reqwest::get(&readyz).await.ok()?.status() == reqwest::StatusCode::OK).then_some(())
+        })
+        .await;
+        eventually("the queued success in Git", 60, || async {
+            (fleet_ref.statuses(&rel1).last()?.state == State::Success).then_some(())
+        })
+        .await;
+        println!("silent server replaced by the daemon → ready and the success in Git: {:?}", back.elapsed());
+        let _ = stop_loop.send(());
+    };
+    let run = agent.run(async {
+        let _ = stopped.await;
+    });
+    within("the loop against a silent server, then Git", 300, async { tokio::join!(run, observe) }).await;
+    assert_reported_once_in_order(&fleet, &rel1);
+    assert_eq!(fleet.outbox_text().await, "[]");
+}
+
+/// kube-apiserver is stopped in the middle of a 30 s bake and started again on the same port
+/// (etcd keeps the data). The gates read `unknown` meanwhile (counted in
+/// `fleetgate_gate_evaluations_total`); the bake passes once the server is back, and the one
+/// `success` reaches Git.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_apiserver_stopped_and_restarted_during_a_bake() {
+    short_git_timeouts();
+    let mut fleet = Fleet::start("out-apiserver", false).await;
+    fleet.set_gates("30s", QUICK_GATES);
+    let rel1 = fleet.release("rel-1", |_| {});
+    fleet.promote("rel-1");
+    let mut agent = fleet.agent().await;
+
+    let fleet_ref = &mut fleet;
+    let outage = async {
+        baking(fleet_ref, &rel1).await;
+        fleet_ref.cluster.stop_apiserver().unwrap();
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        fleet_ref.cluster.start_apiserver(Duration::from_secs(90)).await.unwrap();
+        Instant::now()
+    };
+    let (first, back) =
+        within("rel-1 across an API server restart", 180, async { tokio::join!(agent.pass(), outage) }).await;
+    let failed = match first {
+        Ok(Outcome::Succeeded(r)) if r == "rel-1" => 0,
+        Ok(other) => panic!("{other:?}"),
+        Err(e) => {
+            eprintln!("the pass across the outage failed ({}): {}", e.reason(), fleetgate::model::error_chain(&e));
+            1 + until_succeeded(&mut agent, "rel-1", 120).await
+        }
+    };
+    println!("kube-apiserver back → rel-1 succeeded: {:?}, {failed} failed pass(es)", back.elapsed());
+    let unknown = unknown_rounds(&agent);
+    assert!(unknown >= 1.0, "the gate rounds without the API server read unknown: {unknown}");
+    assert_reported_once_in_order(&fleet, &rel1);
+    let state = fleet.state().await;
+    assert_eq!((state.current(), state.last_known_good()), (Some("rel-1"), Some("rel-1")));
+    assert_eq!(fleet.operator_image().await, Some(image_of("rel-1")));
+}
+
+/// etcd is frozen with `SIGSTOP` for 20 s in the middle of a 40 s bake — four times the gates'
+/// call timeout — then continued. The gates read `unknown` while it is frozen; the bake passes,
+/// and the one `success` reaches Git.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_paused_longer_than_the_request_timeouts_during_a_bake() {
+    short_git_timeouts();
+    let mut fleet = Fleet::start("out-etcd", false).await;
+    fleet.set_gates("40s", QUICK_GATES);
+    let rel1 = fleet.release("rel-1", |_| {});
+    fleet.promote("rel-1");
+    let mut agent = fleet.agent().await;
+
+    let fleet_ref = &mut fleet;
+    let pause = async {
+        baking(fleet_ref, &rel1).await;
+        fleet_ref.cluster.pause_etcd().unwrap();
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        fleet_ref.cluster.resume_etcd().unwrap();
+        Instant::now()
+    };
+    let (first, resumed) = within("rel-1 across an etcd pause", 180, async { tokio::join!(agent.pass(), pause) }).await;
+    let failed = match first {
+        Ok(Outcome::Succeeded(r)) if r == "rel-1" => 0,
+        Ok(other) => panic!("{other:?}"),
+        Err(e) => {
+            eprintln!("the pass across the pause failed ({}): {}", e.reason(), fleetgate::model::error_chain(&e));
+            1 + until_succeeded(&mut agent, "rel-1", 120).await
+        }
+    };
+    println!("etcd continued → rel-1 succeeded: {:?}, {failed} failed pass(es)", resumed.elapsed());
+    let unknown = unknown_rounds(&agent);
+    assert!(unknown >= 1.0, "the gate rounds against a frozen etcd read unknown: {unknown}");
+    assert_reported_once_in_order(&fleet, &rel1);
+    let state = fleet.state().await;
+    assert_eq!((state.current(), state.last_known_good()), (Some("rel-1"), Some("rel-1")));
+}
