@@ -343,9 +343,10 @@ async fn a_git_server_that_never_answers_times_out_and_the_bake_in_flight_finish
         println!("silent server replaced by the daemon → ready and the success in Git: {:?}", back.elapsed());
         let _ = stop_loop.send(());
     };
-    let run = agent.run(async {
+    // Boxed: the loop's future is too large for a test thread's stack in a debug build.
+    let run = Box::pin(agent.run(async {
         let _ = stopped.await;
-    });
+    }));
     within("the loop against a silent server, then Git", 300, async { tokio::join!(run, observe) }).await;
     assert_reported_once_in_order(&fleet, &rel1);
     assert_eq!(fleet.outbox_text().await, "[]");
