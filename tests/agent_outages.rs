@@ -76,6 +76,14 @@ fn assert_reported_once_in_order(fleet: &Fleet, commit: &str) {
     assert!(sequences.len() == 3 && sequences.windows(2).all(|w| w[0] < w[1]), "in order: {sequences:?}");
 }
 
+/// How long after `commit`'s bake time ran out its `success` was decided (the delay an outage
+/// added to the verdict).
+fn verdict_delay(fleet: &Fleet, commit: &str, bake: chrono::Duration) -> Duration {
+    let success = fleet.statuses(commit).pop().expect("a status");
+    assert_eq!(success.state, State::Success, "{success:?}");
+    (success.decided_at.unwrap() - success.applied_at.unwrap() - bake).to_std().unwrap_or_default()
+}
+
 /// The value of the agent's OpenMetrics sample `name` whose labels include every one of
 /// `labels` (`key="value"`), 0 when there is none.
 fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
@@ -323,7 +331,8 @@ async fn a_git_server_that_never_answers_times_out_and_the_bake_in_flight_finish
         assert_eq!(probe.status(), reqwest::StatusCode::SERVICE_UNAVAILABLE);
         let why = probe.text().await.unwrap();
         println!("/readyz against the silent server: {why}");
-        assert!(why.starts_with("not ready:"), "{why}");
+        assert!(why.starts_with("not ready: leading; first sync not finished: the last pass failed: "), "{why}");
+        assert!(why.contains(&fleet_ref.url), "names the Git server: {why}");
         let text = reqwest::get(&metrics).await.unwrap().text().await.unwrap();
         let failed_passes = metric(&text, "fleetgate_reconcile_duration_seconds_count", &["result=\"error\""]);
         assert!(failed_passes >= 1.0, "failed passes counted: {text}");
@@ -369,11 +378,12 @@ async fn kube_apiserver_stopped_and_restarted_during_a_bake() {
     let outage = async {
         baking(fleet_ref, &rel1).await;
         fleet_ref.cluster.stop_apiserver().unwrap();
+        let stopped = Instant::now();
         tokio::time::sleep(Duration::from_secs(8)).await;
         fleet_ref.cluster.start_apiserver(Duration::from_secs(90)).await.unwrap();
-        Instant::now()
+        (stopped.elapsed(), Instant::now())
     };
-    let (first, back) =
+    let (first, (down, back)) =
         within("rel-1 across an API server restart", 180, async { tokio::join!(agent.pass(), outage) }).await;
     let failed = match first {
         Ok(Outcome::Succeeded(r)) if r == "rel-1" => 0,
@@ -383,12 +393,58 @@ async fn kube_apiserver_stopped_and_restarted_during_a_bake() {
             1 + until_succeeded(&mut agent, "rel-1", 120).await
         }
     };
-    println!("kube-apiserver back → rel-1 succeeded: {:?}, {failed} failed pass(es)", back.elapsed());
+    let delay = verdict_delay(&fleet, &rel1, chrono::Duration::seconds(30));
+    println!(
+        "kube-apiserver down {down:?} (stop → /readyz ok); rel-1 succeeded {:?} after it was back, its verdict \
+         {delay:?} after the bake time; {failed} failed pass(es)",
+        back.elapsed()
+    );
     let unknown = unknown_rounds(&agent);
     assert!(unknown >= 1.0, "the gate rounds without the API server read unknown: {unknown}");
     assert_reported_once_in_order(&fleet, &rel1);
     let state = fleet.state().await;
     assert_eq!((state.current(), state.last_known_good()), (Some("rel-1"), Some("rel-1")));
+    assert_eq!(fleet.operator_image().await, Some(image_of("rel-1")));
+}
+
+/// kube-apiserver is stopped in the middle of a 6 s bake and stays down when the bake ends: the
+/// gate is still `unknown` then, and the failed verdict cannot be persisted, so the pass fails
+/// and nothing is rolled back (no rollback counted, no `failure` in Git); passes while the server
+/// is away fail too. Once it is back, the next pass judges the bake again from the persisted
+/// `appliedAt`, and it passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_apiserver_down_when_the_bake_ends() {
+    short_git_timeouts();
+    let mut fleet = Fleet::start("out-apiserver-end", false).await;
+    fleet.set_gates("6s", QUICK_GATES);
+    let rel1 = fleet.release("rel-1", |_| {});
+    fleet.promote("rel-1");
+    let mut agent = fleet.agent().await;
+
+    let fleet_ref = &mut fleet;
+    let stop = async {
+        baking(fleet_ref, &rel1).await;
+        fleet_ref.cluster.stop_apiserver().unwrap();
+    };
+    let (first, ()) =
+        within("rel-1's bake ends without the API server", 120, async { tokio::join!(agent.pass(), stop) }).await;
+    let err = first.expect_err("the verdict cannot be persisted without the API server");
+    println!("the pass whose bake ended without the API server: {}", fleetgate::model::error_chain(&err));
+    assert_eq!(err.class(), fleetgate::model::ErrorClass::Retryable, "{err:?}");
+    let again = within("a pass without the API server", 60, agent.pass()).await.expect_err("still down");
+    assert_eq!(again.class(), fleetgate::model::ErrorClass::Retryable, "{again:?}");
+    assert!(unknown_rounds(&agent) >= 1.0, "the rounds without the API server read unknown");
+    let rollbacks = metric(&agent.services().metrics.encode(), "fleetgate_rollbacks_total", &[]);
+    assert_eq!(rollbacks, 0.0, "a verdict never persisted is no rollback");
+
+    fleet.cluster.start_apiserver(Duration::from_secs(90)).await.unwrap();
+    let back = Instant::now();
+    let failed = until_succeeded(&mut agent, "rel-1", 120).await;
+    println!("kube-apiserver back → rel-1 succeeded: {:?}, {failed} failed pass(es) after it was back", back.elapsed());
+    assert_reported_once_in_order(&fleet, &rel1);
+    let state = fleet.state().await;
+    assert_eq!((state.current(), state.last_known_good()), (Some("rel-1"), Some("rel-1")));
+    assert!(state.rejected().is_empty(), "rel-1 was not rejected");
     assert_eq!(fleet.operator_image().await, Some(image_of("rel-1")));
 }
 
@@ -421,7 +477,11 @@ async fn etcd_paused_longer_than_the_request_timeouts_during_a_bake() {
             1 + until_succeeded(&mut agent, "rel-1", 120).await
         }
     };
-    println!("etcd continued → rel-1 succeeded: {:?}, {failed} failed pass(es)", resumed.elapsed());
+    let delay = verdict_delay(&fleet, &rel1, chrono::Duration::seconds(40));
+    println!(
+        "etcd continued → rel-1 succeeded {:?} later, its verdict {delay:?} after the bake time; {failed} failed pass(es)",
+        resumed.elapsed()
+    );
     let unknown = unknown_rounds(&agent);
     assert!(unknown >= 1.0, "the gate rounds against a frozen etcd read unknown: {unknown}");
     assert_reported_once_in_order(&fleet, &rel1);
