@@ -100,6 +100,19 @@ fn unknown_rounds(agent: &Agent) -> f64 {
     metric(&text, "fleetgate_gate_evaluations_total", &["gate=\"pod-restarts\"", "verdict=\"unknown\""])
 }
 
+/// `GET url` in a task of its own: the test's task shares its thread with the agent's loop, which
+/// blocks it during a sync, and a request stalled between connect and send would meet the agent's
+/// 10 s header timeout.
+async fn http_get(url: &str) -> reqwest::Result<(reqwest::StatusCode, String)> {
+    let url = url.to_string();
+    tokio::spawn(async move {
+        let response = reqwest::get(url).await?;
+        Ok((response.status(), response.text().await?))
+    })
+    .await
+    .expect("the request task")
+}
+
 /// A TCP relay in front of the git daemon that can make the Git server vanish at the instant the
 /// agent pushes: once [`cut_next_push`](Self::cut_next_push) armed it, the next `git-receive-pack`
 /// connection is closed after its request line, before the daemon sees anything. Everything else
@@ -180,8 +193,21 @@ struct SilentServer {
 }
 
 impl SilentServer {
+    /// Binds `addr` (retrying for a few seconds: the daemon stopped a moment ago may still be
+    /// letting go of it).
     fn bind(addr: &str) -> SilentServer {
-        let listener = TcpListener::bind(addr).unwrap_or_else(|e| panic!("binding {addr}: {e}"));
+        let mut tries = 0;
+        let listener = loop {
+            match TcpListener::bind(addr) {
+                Ok(l) => break l,
+                Err(e) if tries < 100 => {
+                    tries += 1;
+                    eprintln!("binding {addr}: {e}; again");
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => panic!("binding {addr}: {e}"),
+            }
+        };
         listener.set_nonblocking(true).unwrap();
         let (accepted, stop) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
         let (accepted_, stop_) = (accepted.clone(), stop.clone());
@@ -327,13 +353,12 @@ async fn a_git_server_that_never_answers_times_out_and_the_bake_in_flight_finish
             (reported >= 1 && events.contains("timed out")).then_some(reported)
         })
         .await;
-        let probe = reqwest::get(&readyz).await.unwrap();
-        assert_eq!(probe.status(), reqwest::StatusCode::SERVICE_UNAVAILABLE);
-        let why = probe.text().await.unwrap();
+        let (code, why) = http_get(&readyz).await.unwrap();
+        assert_eq!(code, reqwest::StatusCode::SERVICE_UNAVAILABLE);
         println!("/readyz against the silent server: {why}");
         assert!(why.starts_with("not ready: leading; first sync not finished: the last pass failed: "), "{why}");
         assert!(why.contains(&fleet_ref.url), "names the Git server: {why}");
-        let text = reqwest::get(&metrics).await.unwrap().text().await.unwrap();
+        let (_, text) = http_get(&metrics).await.unwrap();
         let failed_passes = metric(&text, "fleetgate_reconcile_duration_seconds_count", &["result=\"error\""]);
         assert!(failed_passes >= 1.0, "failed passes counted: {text}");
         println!("silent server: {} connections accepted, {failed_syncs} SourceFailed Event(s)", silent.accepted());
@@ -342,7 +367,7 @@ async fn a_git_server_that_never_answers_times_out_and_the_bake_in_flight_finish
         fleet_ref.daemon.restart().unwrap();
         let back = Instant::now();
         eventually("ready once Git answers", 90, || async {
-            (reqwest::get(&readyz).await.ok()?.status() == reqwest::StatusCode::OK).then_some(())
+            (http_get(&readyz).await.ok()?.0 == reqwest::StatusCode::OK).then_some(())
         })
         .await;
         eventually("the queued success in Git", 60, || async {
