@@ -513,3 +513,37 @@ async fn etcd_paused_longer_than_the_request_timeouts_during_a_bake() {
     let state = fleet.state().await;
     assert_eq!((state.current(), state.last_known_good()), (Some("rel-1"), Some("rel-1")));
 }
+
+/// etcd is frozen for 20 s from the middle of a 6 s bake, so the bake ends while it is frozen: the
+/// gate is still `unknown` then, and under `onUnknown: failAfterBake` that fails the release. The
+/// verdict's state write waits for etcd (it is not refused, as with a stopped API server) and the
+/// rollback runs once etcd continues: rel-1, the first release here, is taken out, and its
+/// `failure` in Git names the gate that could not be read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_paused_when_the_bake_ends() {
+    short_git_timeouts();
+    let mut fleet = Fleet::start("out-etcd-end", false).await;
+    fleet.set_gates("6s", QUICK_GATES);
+    let rel1 = fleet.release("rel-1", |_| {});
+    fleet.promote("rel-1");
+    let mut agent = fleet.agent().await;
+
+    let fleet_ref = &mut fleet;
+    let pause = async {
+        baking(fleet_ref, &rel1).await;
+        fleet_ref.cluster.pause_etcd().unwrap();
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        fleet_ref.cluster.resume_etcd().unwrap();
+        Instant::now()
+    };
+    let (outcome, resumed) =
+        within("rel-1 whose bake ends with etcd frozen", 180, async { tokio::join!(agent.pass(), pause) }).await;
+    println!("etcd continued → the pass ended {:?} later: {outcome:?}", resumed.elapsed());
+    assert_eq!(outcome.unwrap(), Outcome::RolledBack { release: "rel-1".into(), to: None });
+    let failure = fleet.statuses(&rel1).pop().unwrap();
+    assert_eq!(failure.state, State::Failure, "{failure:?}");
+    println!("rel-1's failure in Git: {}", failure.description);
+    assert!(failure.description.contains("pod-restarts"), "{}", failure.description);
+    assert!(unknown_rounds(&agent) >= 1.0, "the rounds against a frozen etcd read unknown");
+    assert_eq!(fleet.operator_image().await, None, "the failed first release was taken out");
+}
