@@ -8,8 +8,10 @@
 //! * a Git server that accepts connections and never answers: syncs and pushes time out (libgit2's
 //!   server timeouts, [`set_network_timeouts`]), the bake in flight finishes, a restarted agent is
 //!   not ready and says why;
-//! * kube-apiserver stopped and started again (etcd keeps the data);
-//! * etcd frozen with `SIGSTOP` for longer than the gates' call timeout.
+//! * kube-apiserver stopped and started again (etcd keeps the data), mid-bake and across the end
+//!   of the bake (the verdict cannot be persisted: judged again once the server is back);
+//! * etcd frozen with `SIGSTOP` for longer than the gates' call timeout, mid-bake and across the
+//!   end of the bake (the verdict waits for etcd: the `unknown` gate rolls the release back).
 //!
 //! Each test prints how long the agent took to converge once the fault ended
 //! (docs/RELIABILITY.md's faults table).
