@@ -3,8 +3,8 @@
 //! not verified, says what is happening (Events, metrics, `/readyz`), and converges once the fault
 //! ends with every status in Git, in order, each once:
 //!
-//! * the git daemon stopped during a bake, and gone the moment the agent pushes a status, then
-//!   started again on the same port;
+//! * the git daemon stopped during a bake, the Git server gone the moment the agent pushes a
+//!   status and in the middle of a fetch, then back on the same port;
 //! * a Git server that accepts connections and never answers: syncs and pushes time out (libgit2's
 //!   server timeouts, [`set_network_timeouts`]), the bake in flight finishes, a restarted agent is
 //!   not ready and says why;
@@ -19,9 +19,10 @@
 mod agent_support;
 
 use agent_support::*;
-use fleetgate::agent::{Agent, Outcome};
+use fleetgate::agent::{Agent, Outcome, ReconcileError};
 use fleetgate::source::{NetworkTimeouts, set_network_timeouts};
 use fleetgate::status::State;
+use fleetgate_testenv::git_in;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::Arc;
@@ -47,13 +48,19 @@ async fn baking(fleet: &Fleet, commit: &str) {
     .await;
 }
 
+/// One pass as the agent's loop runs it, boxed: a test holding several pass futures inline
+/// overflows a test thread's stack in a debug build.
+fn pass(agent: &mut Agent) -> std::pin::Pin<Box<impl Future<Output = Result<Outcome, ReconcileError>> + '_>> {
+    Box::pin(agent.pass())
+}
+
 /// Runs passes, as the agent's loop does, until one reports `release` succeeded; returns the
 /// passes that failed on the way. Panics on any other outcome.
 async fn until_succeeded(agent: &mut Agent, release: &str, secs: u64) -> usize {
     within(&format!("{release} succeeds"), secs, async {
         let mut failed = 0;
         loop {
-            match agent.pass().await {
+            match pass(agent).await {
                 Ok(Outcome::Succeeded(r)) if r == release => return failed,
                 Ok(other) => panic!("expected {release} to succeed, the pass said {other:?}"),
                 Err(e) => {
@@ -115,51 +122,82 @@ async fn http_get(url: &str) -> reqwest::Result<(reqwest::StatusCode, String)> {
     .expect("the request task")
 }
 
-/// A TCP relay in front of the git daemon that can make the Git server vanish at the instant the
-/// agent pushes: once [`cut_next_push`](Self::cut_next_push) armed it, the next `git-receive-pack`
-/// connection is closed after its request line, before the daemon sees anything. Everything else
-/// is relayed byte for byte (to a stopped daemon: refused, so the client's connection closes).
-struct PushCutter {
+/// A TCP relay in front of the git daemon — the agent's Git server — that can make the server
+/// vanish at a chosen instant: once armed with a [`Cut`], the next push (its connection closed
+/// after the request line, before the daemon sees anything) or fetch (closed once the agent sent
+/// its `want` lines, before any pack arrives) is cut, and from then on the relay is down —
+/// every connection closed at once — until [`heal`](Self::heal). Otherwise it relays byte for
+/// byte (to a stopped daemon: refused, so the client's connection closes).
+struct GitRelay {
     port: u16,
-    armed: Arc<AtomicBool>,
-    cut: Arc<tokio::sync::Notify>,
+    shared: Arc<RelayState>,
 }
 
-impl PushCutter {
-    fn start(upstream: String) -> PushCutter {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    Push,
+    Fetch,
+}
+
+#[derive(Default)]
+struct RelayState {
+    armed: std::sync::Mutex<Option<Cut>>,
+    down: AtomicBool,
+    cut: tokio::sync::Notify,
+}
+
+impl RelayState {
+    /// Takes the armed cut if it is `cut`: the relay goes down, and whoever waits is told.
+    fn take(&self, cut: Cut) -> bool {
+        let mut armed = self.armed.lock().unwrap();
+        if *armed != Some(cut) {
+            return false;
+        }
+        *armed = None;
+        self.down.store(true, Ordering::SeqCst);
+        self.cut.notify_one();
+        true
+    }
+}
+
+impl GitRelay {
+    fn start(upstream: String) -> GitRelay {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let armed = Arc::new(AtomicBool::new(false));
-        let cut = Arc::new(tokio::sync::Notify::new());
-        let (armed_, cut_) = (armed.clone(), cut.clone());
+        let shared = Arc::new(RelayState::default());
+        let state = shared.clone();
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
-                let (armed, cut, upstream) = (armed_.clone(), cut_.clone(), upstream.clone());
-                std::thread::spawn(move || relay(client, &upstream, &armed, &cut));
+                let (state, upstream) = (state.clone(), upstream.clone());
+                std::thread::spawn(move || relay(client, &upstream, &state));
             }
         });
-        PushCutter { port, armed, cut }
+        GitRelay { port, shared }
     }
 
     fn url(&self, repo: &str) -> String {
         format!("git://127.0.0.1:{}/{repo}", self.port)
     }
 
-    fn cut_next_push(&self) {
-        self.armed.store(true, Ordering::SeqCst);
+    fn arm(&self, cut: Cut) {
+        *self.shared.armed.lock().unwrap() = Some(cut);
     }
 
-    /// Resolves once an armed cut happened.
-    async fn push_cut(&self) {
-        self.cut.notified().await;
+    /// Resolves once the armed cut happened.
+    async fn cut(&self) {
+        self.shared.cut.notified().await;
+    }
+
+    fn heal(&self) {
+        self.shared.down.store(false, Ordering::SeqCst);
     }
 }
 
-fn relay(mut client: TcpStream, upstream: &str, armed: &AtomicBool, cut: &tokio::sync::Notify) {
+fn relay(mut client: TcpStream, upstream: &str, state: &RelayState) {
     // git:// starts with one pkt-line from the client: "git-upload-pack /repo\0host=…\0" (fetch,
     // ls-remote) or "git-receive-pack …" (push).
     let mut len = [0u8; 4];
-    if client.read_exact(&mut len).is_err() {
+    if state.down.load(Ordering::SeqCst) || client.read_exact(&mut len).is_err() {
         return;
     }
     let Some(n) = std::str::from_utf8(&len).ok().and_then(|h| usize::from_str_radix(h, 16).ok()) else { return };
@@ -167,9 +205,9 @@ fn relay(mut client: TcpStream, upstream: &str, armed: &AtomicBool, cut: &tokio:
     if client.read_exact(&mut request).is_err() {
         return;
     }
-    if request.starts_with(b"git-receive-pack") && armed.swap(false, Ordering::SeqCst) {
+    let fetch = request.starts_with(b"git-upload-pack");
+    if !fetch && state.take(Cut::Push) {
         let _ = client.shutdown(Shutdown::Both);
-        cut.notify_one();
         return;
     }
     let Ok(mut server) = TcpStream::connect(upstream) else { return };
@@ -177,13 +215,26 @@ fn relay(mut client: TcpStream, upstream: &str, armed: &AtomicBool, cut: &tokio:
         return;
     }
     let (mut client_in, mut server_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-    let up = std::thread::spawn(move || {
-        let _ = std::io::copy(&mut client_in, &mut server_out);
-        let _ = server_out.shutdown(Shutdown::Write);
+    let (client_, server_) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            // An ls-remote sends no `want`: only a fetch is cut.
+            let mut chunk = [0u8; 16 * 1024];
+            while let Ok(n @ 1..) = client_in.read(&mut chunk) {
+                if fetch && chunk[..n].windows(5).any(|w| w == b"want ") && state.take(Cut::Fetch) {
+                    let _ = client_.shutdown(Shutdown::Both);
+                    let _ = server_.shutdown(Shutdown::Both);
+                    return;
+                }
+                if server_out.write_all(&chunk[..n]).is_err() {
+                    break;
+                }
+            }
+            let _ = server_out.shutdown(Shutdown::Write);
+        });
+        let _ = std::io::copy(&mut server, &mut client);
+        let _ = client.shutdown(Shutdown::Write);
     });
-    let _ = std::io::copy(&mut server, &mut client);
-    let _ = client.shutdown(Shutdown::Write);
-    let _ = up.join();
 }
 
 /// A "Git server" that accepts every connection and never sends a byte, holding the sockets
@@ -243,22 +294,23 @@ impl Drop for SilentServer {
     }
 }
 
-/// The daemon stops in the middle of rel-1's bake, and vanishes at the instant rel-2's verdict is
-/// pushed. Both bakes finish; each `success` waits in the outbox (Warning Event `StatusQueued`),
-/// a pass while Git is away fails without touching the cluster (Warning Event `SourceFailed`), and
-/// the first pass after the daemon is back on its port writes the waiting status.
+/// The daemon stops in the middle of rel-1's bake, the Git server vanishes at the instant rel-2's
+/// verdict is pushed, and in the middle of the fetch of rel-3. Both bakes finish; each `success`
+/// waits in the outbox (Warning Event `StatusQueued`), a pass while Git is away fails without
+/// touching the cluster (Warning Event `SourceFailed`), and the first pass after the server is
+/// back on its port writes the waiting status. The cut fetch leaves the mirror as it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn git_daemon_stopped_during_a_bake_and_during_a_status_push() {
+async fn git_server_gone_during_a_bake_a_status_push_and_a_fetch() {
     short_git_timeouts();
     let mut fleet = Fleet::start("out-git", false).await;
     fleet.set_gates("6s", QUICK_GATES);
     let rel1 = fleet.release("rel-1", |_| {});
     let rel2 = fleet.release("rel-2", |_| {});
     fleet.promote("rel-1");
-    let cutter = PushCutter::start(fleet.daemon.addr());
+    let relay = GitRelay::start(fleet.daemon.addr());
     let mut settings = fleet.settings();
-    settings.repo = Some(cutter.url("fleet.git"));
-    let mut agent = fleet.agent_with(settings).await;
+    settings.repo = Some(relay.url("fleet.git"));
+    let mut agent = fleet.agent_with(settings.clone()).await;
 
     // Stopped mid-bake.
     let fleet_ref = &mut fleet;
@@ -267,11 +319,11 @@ async fn git_daemon_stopped_during_a_bake_and_during_a_status_push() {
         fleet_ref.daemon.stop();
     };
     let (outcome, ()) =
-        within("rel-1 with Git stopped mid-bake", 120, async { tokio::join!(agent.pass(), stop) }).await;
+        within("rel-1 with Git stopped mid-bake", 120, async { tokio::join!(pass(&mut agent), stop) }).await;
     assert_eq!(outcome.unwrap(), Outcome::Succeeded("rel-1".into()), "the bake finished without Git");
     assert_eq!(fleet.statuses(&rel1).last().map(|s| s.state), Some(State::Pending), "no success in Git yet");
     assert!(fleet.outbox_text().await.contains("\"state\":\"success\""), "the success waits in the outbox");
-    let err = within("a pass while Git is down", 60, agent.pass()).await.expect_err("Git is down");
+    let err = within("a pass while Git is down", 60, pass(&mut agent)).await.expect_err("Git is down");
     assert_eq!(err.reason(), "SourceFailed");
     let events = fleet.events_json().await;
     assert!(events.contains("StatusQueued") && events.contains("SourceFailed"), "{events}");
@@ -279,7 +331,7 @@ async fn git_daemon_stopped_during_a_bake_and_during_a_status_push() {
 
     fleet.daemon.restart().unwrap();
     let back = Instant::now();
-    assert_eq!(within("Git is back", 60, agent.pass()).await.unwrap(), Outcome::UpToDate);
+    assert_eq!(within("Git is back", 60, pass(&mut agent)).await.unwrap(), Outcome::UpToDate);
     println!("git daemon back → rel-1's queued success in Git: {:?} (one pass)", back.elapsed());
     assert_reported_once_in_order(&fleet, &rel1);
     assert_eq!(fleet.outbox_text().await, "[]");
@@ -290,24 +342,48 @@ async fn git_daemon_stopped_during_a_bake_and_during_a_status_push() {
     let fleet_ref = &mut fleet;
     let cut = async {
         baking(fleet_ref, &rel2).await;
-        cutter.cut_next_push();
-        cutter.push_cut().await;
+        relay.arm(Cut::Push);
+        relay.cut().await;
         fleet_ref.daemon.stop();
     };
     let (outcome, ()) =
-        within("rel-2 with Git gone during the push", 120, async { tokio::join!(agent.pass(), cut) }).await;
+        within("rel-2 with Git gone during the push", 120, async { tokio::join!(pass(&mut agent), cut) }).await;
     assert_eq!(outcome.unwrap(), Outcome::Succeeded("rel-2".into()));
     assert!(fleet.outbox_text().await.contains("\"state\":\"success\""), "rel-2's success waits in the outbox");
-    assert!(within("a pass while Git is down", 60, agent.pass()).await.is_err());
+    assert!(within("a pass while Git is down", 60, pass(&mut agent)).await.is_err());
     fleet.daemon.restart().unwrap();
+    relay.heal();
     let back = Instant::now();
-    assert_eq!(within("Git is back", 60, agent.pass()).await.unwrap(), Outcome::UpToDate);
+    assert_eq!(within("Git is back", 60, pass(&mut agent)).await.unwrap(), Outcome::UpToDate);
     println!("git daemon back → rel-2's queued success in Git: {:?} (one pass)", back.elapsed());
     assert_reported_once_in_order(&fleet, &rel2);
     assert_reported_once_in_order(&fleet, &rel1);
     assert_eq!(fleet.outbox_text().await, "[]");
+
+    // Gone in the middle of the fetch of rel-3: the connection closed once the agent asked for
+    // objects, and every connection refused after it. The pass fails with the mirror as it was
+    // (no rel-3 in it, nothing applied); once Git is back the next pass fetches and rolls out.
+    let rel3 = fleet.release("rel-3", |_| {});
+    fleet.promote("rel-3");
+    relay.arm(Cut::Fetch);
+    let err = within("a pass whose fetch is cut", 60, pass(&mut agent)).await.expect_err("the fetch was cut");
+    assert_eq!(err.reason(), "SourceFailed", "{err:?}");
+    println!("the pass whose fetch was cut: {}", fleetgate::model::error_chain(&err));
+    let mirror = settings.state_dir.as_ref().unwrap().join("mirror.git");
+    let tags = git_in(&mirror, &["tag", "-l"]);
+    assert!(tags.contains("rel-2") && !tags.contains("rel-3"), "the mirror as it was: {tags}");
+    assert_eq!(fleet.operator_image().await, Some(image_of("rel-2")));
+    assert!(fleet.statuses(&rel3).is_empty());
+    relay.heal();
+    let back = Instant::now();
+    assert_eq!(
+        within("rel-3 once Git is back", 120, pass(&mut agent)).await.unwrap(),
+        Outcome::Succeeded("rel-3".into())
+    );
+    println!("Git back after a cut fetch → rel-3 succeeded: {:?} (one pass, 6 s of it the bake)", back.elapsed());
+    assert_reported_once_in_order(&fleet, &rel3);
     let state = fleet.state().await;
-    assert_eq!((state.current(), state.last_known_good()), (Some("rel-2"), Some("rel-2")));
+    assert_eq!((state.current(), state.last_known_good()), (Some("rel-3"), Some("rel-3")));
 }
 
 /// A server on the daemon's port that accepts connections and never answers. The agent baking
@@ -331,7 +407,7 @@ async fn a_git_server_that_never_answers_times_out_and_the_bake_in_flight_finish
         SilentServer::bind(&fleet_ref.daemon.addr())
     };
     let (outcome, silent) =
-        within("rel-1 against a silent Git server", 120, async { tokio::join!(agent.pass(), silence) }).await;
+        within("rel-1 against a silent Git server", 120, async { tokio::join!(pass(&mut agent), silence) }).await;
     assert_eq!(outcome.unwrap(), Outcome::Succeeded("rel-1".into()), "the bake in flight finished");
     assert!(silent.accepted() >= 1, "the verdict's push reached the silent server");
     let outbox = fleet.outbox_text().await;
@@ -411,7 +487,7 @@ async fn kube_apiserver_stopped_and_restarted_during_a_bake() {
         (stopped.elapsed(), Instant::now())
     };
     let (first, (down, back)) =
-        within("rel-1 across an API server restart", 180, async { tokio::join!(agent.pass(), outage) }).await;
+        within("rel-1 across an API server restart", 180, async { tokio::join!(pass(&mut agent), outage) }).await;
     let failed = match first {
         Ok(Outcome::Succeeded(r)) if r == "rel-1" => 0,
         Ok(other) => panic!("{other:?}"),
@@ -454,11 +530,11 @@ async fn kube_apiserver_down_when_the_bake_ends() {
         fleet_ref.cluster.stop_apiserver().unwrap();
     };
     let (first, ()) =
-        within("rel-1's bake ends without the API server", 120, async { tokio::join!(agent.pass(), stop) }).await;
+        within("rel-1's bake ends without the API server", 120, async { tokio::join!(pass(&mut agent), stop) }).await;
     let err = first.expect_err("the verdict cannot be persisted without the API server");
     println!("the pass whose bake ended without the API server: {}", fleetgate::model::error_chain(&err));
     assert_eq!(err.class(), fleetgate::model::ErrorClass::Retryable, "{err:?}");
-    let again = within("a pass without the API server", 60, agent.pass()).await.expect_err("still down");
+    let again = within("a pass without the API server", 60, pass(&mut agent)).await.expect_err("still down");
     assert_eq!(again.class(), fleetgate::model::ErrorClass::Retryable, "{again:?}");
     assert!(unknown_rounds(&agent) >= 1.0, "the rounds without the API server read unknown");
     let rollbacks = metric(&agent.services().metrics.encode(), "fleetgate_rollbacks_total", &[]);
@@ -495,7 +571,8 @@ async fn etcd_paused_longer_than_the_request_timeouts_during_a_bake() {
         fleet_ref.cluster.resume_etcd().unwrap();
         Instant::now()
     };
-    let (first, resumed) = within("rel-1 across an etcd pause", 180, async { tokio::join!(agent.pass(), pause) }).await;
+    let (first, resumed) =
+        within("rel-1 across an etcd pause", 180, async { tokio::join!(pass(&mut agent), pause) }).await;
     let failed = match first {
         Ok(Outcome::Succeeded(r)) if r == "rel-1" => 0,
         Ok(other) => panic!("{other:?}"),
@@ -539,7 +616,7 @@ async fn etcd_paused_when_the_bake_ends() {
         Instant::now()
     };
     let (outcome, resumed) =
-        within("rel-1 whose bake ends with etcd frozen", 180, async { tokio::join!(agent.pass(), pause) }).await;
+        within("rel-1 whose bake ends with etcd frozen", 180, async { tokio::join!(pass(&mut agent), pause) }).await;
     println!("etcd continued → the pass ended {:?} later: {outcome:?}", resumed.elapsed());
     assert_eq!(outcome.unwrap(), Outcome::RolledBack { release: "rel-1".into(), to: None });
     let failure = fleet.statuses(&rel1).pop().unwrap();
