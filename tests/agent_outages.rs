@@ -8,8 +8,8 @@
 //! * a Git server that accepts connections and never answers: syncs and pushes time out (libgit2's
 //!   server timeouts, [`set_network_timeouts`]), the bake in flight finishes, a restarted agent is
 //!   not ready and says why;
-//! * kube-apiserver stopped and started again (etcd keeps the data), mid-bake and across the end
-//!   of the bake (the verdict cannot be persisted: judged again once the server is back);
+//! * kube-apiserver stopped and started again (etcd keeps the data), mid-apply, mid-bake and
+//!   across the end of the bake (the verdict cannot be persisted: judged again once the server is back);
 //! * etcd frozen with `SIGSTOP` for longer than the gates' call timeout, mid-bake and across the
 //!   end of the bake (the verdict waits for etcd: the `unknown` gate rolls the release back).
 //!
@@ -505,6 +505,52 @@ async fn kube_apiserver_stopped_and_restarted_during_a_bake() {
     let unknown = unknown_rounds(&agent);
     assert!(unknown >= 1.0, "the gate rounds without the API server read unknown: {unknown}");
     assert_reported_once_in_order(&fleet, &rel1);
+    let state = fleet.state().await;
+    assert_eq!((state.current(), state.last_known_good()), (Some("rel-1"), Some("rel-1")));
+    assert_eq!(fleet.operator_image().await, Some(image_of("rel-1")));
+}
+
+/// kube-apiserver is stopped the moment the apply's first phase (the Operator's namespace) is in
+/// the cluster, and started again 5 s later. The rest of the apply cannot reach the server: the
+/// pass fails and the release stays in `Applying` — no rollback — and once the server is back a
+/// pass applies again and bakes: `applying`, `baking`, `success`, each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_apiserver_stopped_during_the_apply() {
+    short_git_timeouts();
+    let mut fleet = Fleet::start("out-apiserver-apply", false).await;
+    fleet.set_gates("3s", QUICK_GATES);
+    let rel1 = fleet.release("rel-1", |_| {});
+    fleet.promote("rel-1");
+    let mut agent = fleet.agent().await;
+
+    let fleet_ref = &mut fleet;
+    let outage = async {
+        fleetgate_testenv::wait::eventually_every(
+            "the apply's first phase",
+            120,
+            Duration::from_millis(20),
+            || async { fleet_ref.namespace_applied(OPERATOR_NS).await.then_some(()) },
+        )
+        .await;
+        fleet_ref.cluster.stop_apiserver().unwrap();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        fleet_ref.cluster.start_apiserver(Duration::from_secs(90)).await.unwrap();
+        Instant::now()
+    };
+    let (first, back) =
+        within("rel-1 across an API server restart", 180, async { tokio::join!(pass(&mut agent), outage) }).await;
+    let failed = match first {
+        Ok(Outcome::Succeeded(r)) if r == "rel-1" => 0,
+        Ok(other) => panic!("{other:?}"),
+        Err(e) => {
+            println!("the pass across the outage failed ({}): {}", e.reason(), fleetgate::model::error_chain(&e));
+            1 + until_succeeded(&mut agent, "rel-1", 120).await
+        }
+    };
+    println!("kube-apiserver back → rel-1 succeeded: {:?}; {failed} failed pass(es) in all", back.elapsed());
+    assert_reported_once_in_order(&fleet, &rel1);
+    let rollbacks = metric(&agent.services().metrics.encode(), "fleetgate_rollbacks_total", &[]);
+    assert_eq!(rollbacks, 0.0, "an unreachable API server is no reason to roll back");
     let state = fleet.state().await;
     assert_eq!((state.current(), state.last_known_good()), (Some("rel-1"), Some("rel-1")));
     assert_eq!(fleet.operator_image().await, Some(image_of("rel-1")));
