@@ -10,7 +10,7 @@ mod agent_support;
 use agent_support::*;
 use fleetgate::agent::Outcome;
 use fleetgate::status::State;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams, PostParams};
 use std::process::Command;
 
@@ -123,7 +123,7 @@ async fn a_stopped_git_server_does_not_stop_the_rollback_and_the_status_lands_la
     assert_eq!(fleet.phase().await.as_deref(), Some("Idle"), "the rollback is finished");
     let states = |fleet: &Fleet| fleet.statuses(&rel2).iter().map(|s| s.state).collect::<Vec<_>>();
     assert!(!states(&fleet).contains(&State::Failure), "no failure in Git yet: {:?}", states(&fleet));
-    let outbox = outbox_text(&fleet).await;
+    let outbox = fleet.outbox_text().await;
     assert!(outbox.contains("\"state\":\"failure\"") && outbox.contains("rel-1"), "the failure waits: {outbox}");
 
     // Git still down: the pass fails at once, nothing changes.
@@ -135,7 +135,7 @@ async fn a_stopped_git_server_does_not_stop_the_rollback_and_the_status_lands_la
     drop(agent);
     let mut agent = fleet.agent().await;
     assert!(within("a restarted agent's pass without Git", 60, agent.reconcile()).await.is_err());
-    assert!(outbox_text(&fleet).await.contains("\"state\":\"failure\""), "the restart kept the outbox");
+    assert!(fleet.outbox_text().await.contains("\"state\":\"failure\""), "the restart kept the outbox");
 
     // Back on the same port: the queued statuses land in order, each once; the outbox empties.
     fleet.daemon.restart().unwrap();
@@ -146,13 +146,7 @@ async fn a_stopped_git_server_does_not_stop_the_rollback_and_the_status_lands_la
     let sequences: Vec<u64> = landed.iter().filter_map(|s| s.sequence).collect();
     assert!(sequences.windows(2).all(|w| w[0] < w[1]), "in order, each once: {sequences:?}");
     assert_eq!(landed.iter().filter(|s| s.state == State::Failure).count(), 1, "{landed:?}");
-    assert_eq!(outbox_text(&fleet).await, "[]");
-}
-
-async fn outbox_text(fleet: &Fleet) -> String {
-    let api: Api<ConfigMap> = Api::namespaced(fleet.cluster.client(), AGENT_NS);
-    let cm = api.get_opt(&format!("fleetgate-outbox-{CLUSTER}")).await.unwrap();
-    cm.and_then(|c| c.data).and_then(|mut d| d.remove("statuses")).unwrap_or_default()
+    assert_eq!(fleet.outbox_text().await, "[]");
 }
 
 /// Secrets of the agent's namespace whose name starts with `prefix`, as an admin sees them.

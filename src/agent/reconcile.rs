@@ -250,6 +250,7 @@ impl Agent {
                 }
                 Err(e) => {
                     self.services.metrics.observe_reconcile(took, ReconcileResult::Error);
+                    self.services.health.mark_failed(error_chain(e));
                     tracing::warn!(error = %error_chain(e), class = ?e.class(), "reconcile failed");
                 }
             }

@@ -41,8 +41,10 @@ impl Agent {
         figures: Vec<GateFigure>,
     ) -> Result<Outcome, ReconcileError> {
         tracing::warn!(reason = %failure.reason, "{}", failure.message);
-        self.services.metrics.record_rollback(&failure.reason);
+        let reason = failure.reason.clone();
         self.step(config, Step::Failed { failure, figures }).await?;
+        // Counted once persisted: a verdict the API server never took is judged again next pass.
+        self.services.metrics.record_rollback(&reason);
         self.finish_rollback(checkout, config).await
     }
 

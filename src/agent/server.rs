@@ -3,7 +3,7 @@
 //! * `GET /healthz` — 200 while the process serves requests (liveness).
 //! * `GET /readyz` — 200 once this agent leads and finished its first sync, or follows a known
 //!   leader (a standby is ready, so rolling updates of a multi-replica Deployment progress); 503 with
-//!   the reason otherwise.
+//!   the reason otherwise (for a leader whose passes fail, the last failure: Git out of reach, …).
 //! * `GET /metrics` — OpenMetrics text ([`super::metrics`]).
 //! * `POST /hooks/git` — a push notification from GitHub, Gitea/Forgejo or GitLab (their push
 //!   payloads), or an empty body from anything else (`curl -X POST`): wakes the loop. Pushes to
@@ -63,24 +63,37 @@ pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone)]
 pub struct Health {
     synced: Arc<AtomicBool>,
+    /// Why the last pass failed, until one succeeds.
+    failing: Arc<std::sync::Mutex<Option<String>>>,
     leadership: watch::Receiver<Leadership>,
 }
 
 impl Health {
     pub fn new(leadership: watch::Receiver<Leadership>) -> Health {
-        Health { synced: Arc::new(AtomicBool::new(false)), leadership }
+        Health { synced: Arc::new(AtomicBool::new(false)), failing: Arc::default(), leadership }
     }
 
-    /// The loop calls this after its first sync (whatever the outcome) as leader.
+    /// The loop calls this after each pass that succeeded as leader.
     pub fn mark_synced(&self) {
         self.synced.store(true, Ordering::Relaxed);
+        *self.failing.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// The loop calls this after a pass that failed: an agent that has not synced yet says why it
+    /// is not ready (a Git server that never answers, an unreachable API server) instead of only
+    /// that its first sync has not finished.
+    pub fn mark_failed(&self, why: String) {
+        *self.failing.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
     }
 
     /// `Ok(why ready)` or `Err(why not)`.
     pub fn readiness(&self) -> Result<String, String> {
         match &*self.leadership.borrow() {
             Leadership::Leading if self.synced.load(Ordering::Relaxed) => Ok("leading".to_string()),
-            Leadership::Leading => Err("leading; first sync not finished".to_string()),
+            Leadership::Leading => match &*self.failing.lock().unwrap_or_else(|e| e.into_inner()) {
+                Some(why) => Err(format!("leading; first sync not finished: the last pass failed: {why}")),
+                None => Err("leading; first sync not finished".to_string()),
+            },
             Leadership::Following { holder: Some(h) } => Ok(format!("standby; leader is {h}")),
             Leadership::Following { holder: None } | Leadership::Unknown => Err("leader not known yet".to_string()),
         }
@@ -510,5 +523,19 @@ mod tests {
             h.mark_synced();
         }
         assert_eq!(h.readiness().is_ok(), ready);
+    }
+
+    #[test]
+    fn a_leader_that_never_synced_says_why_its_passes_fail() {
+        let (_tx, rx) = watch::channel(Leadership::Leading);
+        let h = Health::new(rx);
+        h.mark_failed("git://example/fleet.git: timed out".into());
+        assert_eq!(
+            h.readiness(),
+            Err("leading; first sync not finished: the last pass failed: git://example/fleet.git: timed out".into())
+        );
+        h.mark_synced();
+        h.mark_failed("later failure".into());
+        assert_eq!(h.readiness(), Ok("leading".into()), "a synced leader stays ready");
     }
 }

@@ -26,6 +26,12 @@
 //!
 //! URLs: a local path, `file://`, `git://`, `ssh://` (or `user@host:path`) with an SSH key file,
 //! `https://` with a token (sent as the password of `username`, default `git`).
+//!
+//! A Git server that accepts the connection and then never answers must not hold the agent
+//! forever: libgit2's server connect and read timeouts ([`NetworkTimeouts`]) are set once per
+//! process, when the first [`Source`] opens (or earlier, by [`set_network_timeouts`]). A timeout is
+//! a network error like any other: retried, then reported, and the agent finishes an operation in
+//! flight without Git.
 
 mod access;
 pub mod notes_schedule;
@@ -124,7 +130,12 @@ impl Credentials {
     /// The credential libgit2 asks for (`allowed`) for `url`, from what is configured: SSH key,
     /// token, the SSH agent or a credential helper when [`Credentials::git_helpers`], or just a
     /// user name. Used by [`Credentials::callbacks`].
-    pub fn cred(&self, url: &str, user_from_url: Option<&str>, allowed: git2::CredentialType) -> Result<git2::Cred, git2::Error> {
+    pub fn cred(
+        &self,
+        url: &str,
+        user_from_url: Option<&str>,
+        allowed: git2::CredentialType,
+    ) -> Result<git2::Cred, git2::Error> {
         let user = user_from_url.or(self.ssh_user.as_deref()).unwrap_or("git");
         if allowed.contains(git2::CredentialType::SSH_KEY) {
             if let Some(key) = &self.ssh_key {
@@ -174,6 +185,44 @@ pub struct RefusedRef {
     pub oid: Oid,
     /// Why, as [`SourceError::PackTooLarge`] says it.
     pub reason: String,
+}
+
+/// How long libgit2 waits for a Git server (`git://`, and `https://` through libgit2's own HTTP
+/// client): to connect, and for each read or write once connected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NetworkTimeouts {
+    pub connect: Duration,
+    pub io: Duration,
+}
+
+impl Default for NetworkTimeouts {
+    /// 10 s to connect, 30 s per read or write: generous for a server across the world, short
+    /// against one that stopped answering (each retry of [`RetryPolicy`] waits as long again).
+    fn default() -> Self {
+        NetworkTimeouts { connect: Duration::from_secs(10), io: Duration::from_secs(30) }
+    }
+}
+
+/// Sets libgit2's server timeouts for this process and returns the ones in force. They are
+/// process-global in libgit2, so the first call wins and later calls change nothing;
+/// [`Source::open`] calls it with the defaults.
+pub fn set_network_timeouts(timeouts: NetworkTimeouts) -> NetworkTimeouts {
+    static IN_FORCE: std::sync::OnceLock<NetworkTimeouts> = std::sync::OnceLock::new();
+    *IN_FORCE.get_or_init(|| {
+        let ms = |d: Duration| i32::try_from(d.as_millis()).unwrap_or(i32::MAX).max(1);
+        // SAFETY: libgit2 keeps these in two C ints that it reads when it opens a connection; git2
+        // marks the setters unsafe because the write is unsynchronised. The OnceLock makes this
+        // the only write in the process, and it happens before this process's first Source
+        // connects (Source::open calls this before it returns).
+        let set = unsafe {
+            git2::opts::set_server_connect_timeout_in_milliseconds(ms(timeouts.connect))
+                .and_then(|()| git2::opts::set_server_timeout_in_milliseconds(ms(timeouts.io)))
+        };
+        if let Err(e) = set {
+            tracing::warn!(error = %e, "libgit2 refused the server timeouts; a Git server that never answers can stall a sync");
+        }
+        timeouts
+    })
 }
 
 /// Retries of network operations: `attempts` tries in total, waiting `initial`, then twice as
@@ -302,8 +351,10 @@ fn normalize_url(url: &str) -> String {
 
 impl Source {
     /// Opens (creating when needed) the mirror of `url` in `state_dir`. Tracks branch `main`
-    /// unless [`Source::with_branch`] says otherwise. Does not touch the network.
+    /// unless [`Source::with_branch`] says otherwise. Does not touch the network; sets the
+    /// process's [`NetworkTimeouts`] to the defaults unless [`set_network_timeouts`] came first.
     pub fn open(url: &str, state_dir: &Path, credentials: Credentials) -> Result<Source, SourceError> {
+        set_network_timeouts(NetworkTimeouts::default());
         let state =
             |e: &dyn std::fmt::Display| SourceError::State { path: state_dir.to_path_buf(), message: e.to_string() };
         std::fs::create_dir_all(state_dir).map_err(|e| state(&e))?;
@@ -493,9 +544,7 @@ impl Source {
                 p.received_bytes() as u64 <= limit
             });
             let mut opts = s.credentials.fetch_options(&s.url, callbacks);
-            opts.prune(FetchPrune::On)
-                .download_tags(AutotagOption::None)
-                .update_fetchhead(false);
+            opts.prune(FetchPrune::On).download_tags(AutotagOption::None).update_fetchhead(false);
             remote.fetch(specs, Some(&mut opts), Some("fleetgate fetch"))
         });
         match result {

@@ -6,7 +6,10 @@
 //! [`TEST_FAIL_LABEL`]`: "true"`, crash-loop forever (see `testenv/kwok/stages.yaml`).
 //!
 //! Start with [`TestCluster::start`]; dropping the handle (or [`TestCluster::stop`]) kills every
-//! process and removes the directory. Processes are also bound to the test process itself
+//! process and removes the directory. For outage tests, kube-apiserver can be stopped and started
+//! again on the same port with the same certificates ([`TestCluster::stop_apiserver`],
+//! [`TestCluster::start_apiserver`]; etcd keeps the data) and etcd paused with `SIGSTOP`
+//! ([`TestCluster::pause_etcd`], [`TestCluster::resume_etcd`]). Processes are also bound to the test process itself
 //! (`PR_SET_PDEATHSIG`), so a killed or aborted test run leaves none behind.
 //!
 //! Binaries come from [`binaries_dir`]: `KUBEBUILDER_ASSETS` if set, else `hack/k8s-binaries.sh`.
@@ -139,6 +142,9 @@ pub struct TestCluster {
     client: kube::Client,
     server_url: String,
     kubeconfig: PathBuf,
+    /// Where the binaries are, and kube-apiserver's flags: a restart runs the same command.
+    bin: PathBuf,
+    apiserver_args: Vec<String>,
     dir: tempfile::TempDir,
 }
 
@@ -227,6 +233,62 @@ impl TestCluster {
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }
+
+    /// Kills kube-apiserver. etcd keeps the data; the controllers, kwok and every client lose the
+    /// server until [`start_apiserver`](Self::start_apiserver).
+    pub fn stop_apiserver(&mut self) -> anyhow::Result<()> {
+        let at = self.procs.iter().position(|p| p.name() == APISERVER).context("kube-apiserver is not running")?;
+        drop(self.procs.remove(at));
+        Ok(())
+    }
+
+    /// Starts kube-apiserver again after [`stop_apiserver`](Self::stop_apiserver): the same flags,
+    /// so the same port, certificates and service-account keys (tokens issued before still
+    /// authenticate). Returns once `/readyz` is ok, within `timeout`.
+    pub async fn start_apiserver(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        anyhow::ensure!(!self.procs.iter().any(|p| p.name() == APISERVER), "kube-apiserver is running");
+        let mut procs = Procs { dir: self.dir.path().to_path_buf(), list: Vec::new() };
+        procs.spawn(&self.bin, APISERVER, self.apiserver_args.clone())?;
+        let client = self.client.clone();
+        let ready = wait_until("kube-apiserver /readyz after a restart", Instant::now() + timeout, &mut procs, || {
+            apiserver_ready(&client)
+        })
+        .await;
+        let tails = if ready.is_err() { procs.log_tails() } else { String::new() };
+        // Back after etcd, so Drop still stops the apiserver's clients first and etcd last.
+        let after_etcd = self.procs.iter().position(|p| p.name() == "etcd").map_or(0, |i| i + 1);
+        self.procs.splice(after_etcd..after_etcd, procs.list.drain(..));
+        ready.map_err(|e| anyhow::anyhow!("{e:#}{tails}"))
+    }
+
+    /// Freezes etcd with `SIGSTOP`: it keeps its connections open and answers nothing, as a
+    /// stalled disk or a paused VM would, until [`resume_etcd`](Self::resume_etcd).
+    pub fn pause_etcd(&self) -> anyhow::Result<()> {
+        self.signal_etcd(libc::SIGSTOP)
+    }
+
+    /// Lets a [`pause_etcd`](Self::pause_etcd)d etcd run again (`SIGCONT`).
+    pub fn resume_etcd(&self) -> anyhow::Result<()> {
+        self.signal_etcd(libc::SIGCONT)
+    }
+
+    fn signal_etcd(&self, signal: libc::c_int) -> anyhow::Result<()> {
+        let etcd = self.procs.iter().find(|p| p.name() == "etcd").context("etcd is not running")?;
+        let pid = libc::pid_t::try_from(etcd.pid())?;
+        // SAFETY: kill(2) on the pid of a child this handle owns and has not reaped.
+        if unsafe { libc::kill(pid, signal) } != 0 {
+            bail!("signalling etcd ({pid}): {}", std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+const APISERVER: &str = "kube-apiserver";
+
+/// Whether kube-apiserver's `/readyz` says ok.
+async fn apiserver_ready(client: &kube::Client) -> anyhow::Result<bool> {
+    let req = http::Request::get("/readyz").body(Vec::new())?;
+    Ok(client.request_text(req).await?.trim() == "ok")
 }
 
 impl Drop for TestCluster {
@@ -257,12 +319,14 @@ async fn start_once(opts: &ClusterOptions, bin: &Path, deadline: Instant) -> any
     std::fs::write(dir.path().join(OWNER_FILE), std::process::id().to_string())?;
     let mut procs = Procs { dir: dir.path().to_path_buf(), list: Vec::new() };
     match start_processes(opts, bin, deadline, &mut procs).await {
-        Ok((client, server_url, kubeconfig)) => Ok(TestCluster {
+        Ok(Started { client, server_url, kubeconfig, apiserver_args }) => Ok(TestCluster {
             name: opts.name.clone(),
             procs: std::mem::take(&mut procs.list),
             client,
             server_url,
             kubeconfig,
+            bin: bin.to_path_buf(),
+            apiserver_args,
             dir,
         }),
         Err(e) => {
@@ -358,12 +422,20 @@ where
     }
 }
 
+/// What [`start_processes`] leaves running and how to reach it.
+struct Started {
+    client: kube::Client,
+    server_url: String,
+    kubeconfig: PathBuf,
+    apiserver_args: Vec<String>,
+}
+
 async fn start_processes(
     opts: &ClusterOptions,
     bin: &Path,
     deadline: Instant,
     procs: &mut Procs,
-) -> anyhow::Result<(kube::Client, String, PathBuf)> {
+) -> anyhow::Result<Started> {
     let dir = procs.dir.clone();
     let p = |f: &str| dir.join(f).display().to_string();
     let pki = Pki::generate()?;
@@ -396,46 +468,39 @@ async fn start_processes(
 
     let server_url = format!("https://127.0.0.1:{api_port}");
     // The flags controller-runtime's envtest uses (pkg/internal/testing/controlplane/apiserver.go).
-    procs.spawn(
-        bin,
-        "kube-apiserver",
-        vec![
-            format!("--etcd-servers={etcd_url}"),
-            "--bind-address=127.0.0.1".into(),
-            "--advertise-address=127.0.0.1".into(),
-            format!("--secure-port={api_port}"),
-            format!("--cert-dir={}", p("certs")),
-            format!("--tls-cert-file={}", p("apiserver.crt")),
-            format!("--tls-private-key-file={}", p("apiserver.key")),
-            format!("--client-ca-file={}", p("ca.crt")),
-            "--service-cluster-ip-range=10.0.0.0/24".into(),
-            "--allow-privileged=true".into(),
-            "--authorization-mode=RBAC".into(),
-            // As envtest: Pods are admitted without waiting for the namespace's `default`
-            // ServiceAccount (with workloads, the controller-manager still creates it).
-            "--disable-admission-plugins=ServiceAccount".into(),
-            format!("--service-account-issuer={server_url}"),
-            format!("--service-account-key-file={}", p("sa.pub")),
-            format!("--service-account-signing-key-file={}", p("sa.key")),
-            // The `kubernetes` Service would point at 127.0.0.1, which Endpoints reject.
-            "--endpoint-reconciler-type=none".into(),
-            "--profiling=false".into(),
-        ],
-    )?;
+    let apiserver_args = vec![
+        format!("--etcd-servers={etcd_url}"),
+        "--bind-address=127.0.0.1".into(),
+        "--advertise-address=127.0.0.1".into(),
+        format!("--secure-port={api_port}"),
+        format!("--cert-dir={}", p("certs")),
+        format!("--tls-cert-file={}", p("apiserver.crt")),
+        format!("--tls-private-key-file={}", p("apiserver.key")),
+        format!("--client-ca-file={}", p("ca.crt")),
+        "--service-cluster-ip-range=10.0.0.0/24".into(),
+        "--allow-privileged=true".into(),
+        "--authorization-mode=RBAC".into(),
+        // As envtest: Pods are admitted without waiting for the namespace's `default`
+        // ServiceAccount (with workloads, the controller-manager still creates it).
+        "--disable-admission-plugins=ServiceAccount".into(),
+        format!("--service-account-issuer={server_url}"),
+        format!("--service-account-key-file={}", p("sa.pub")),
+        format!("--service-account-signing-key-file={}", p("sa.key")),
+        // The `kubernetes` Service would point at 127.0.0.1, which Endpoints reject.
+        "--endpoint-reconciler-type=none".into(),
+        "--profiling=false".into(),
+    ];
+    procs.spawn(bin, APISERVER, apiserver_args.clone())?;
 
     let kubeconfig = dir.join("kubeconfig");
     std::fs::write(&kubeconfig, pki.kubeconfig(&opts.name, &server_url))?;
     let client = client_from_kubeconfig(&kubeconfig).await?;
-    wait_until("kube-apiserver /readyz", deadline, procs, || async {
-        let req = http::Request::get("/readyz").body(Vec::new())?;
-        Ok(client.request_text(req).await?.trim() == "ok")
-    })
-    .await?;
+    wait_until("kube-apiserver /readyz", deadline, procs, || apiserver_ready(&client)).await?;
 
     if opts.with_workloads {
         start_workloads(bin, deadline, procs, &client, &kubeconfig).await?;
     }
-    Ok((client, server_url, kubeconfig))
+    Ok(Started { client, server_url, kubeconfig, apiserver_args })
 }
 
 async fn start_workloads(

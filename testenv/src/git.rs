@@ -81,6 +81,12 @@ impl GitDaemon {
         Ok(self.url(name))
     }
 
+    /// `127.0.0.1:PORT`: where the daemon listens (and where, while it is stopped, a test may
+    /// put a server of its own that misbehaves).
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
     /// `git://127.0.0.1:PORT/NAME`.
     pub fn url(&self, name: &str) -> String {
         format!("git://127.0.0.1:{}/{}", self.port, name)

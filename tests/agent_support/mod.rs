@@ -402,6 +402,14 @@ impl Fleet {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// The statuses waiting in [`CLUSTER`]'s outbox ConfigMap for Git to answer, as JSON text
+    /// (`[]` when it was emptied, empty when there never was one).
+    pub async fn outbox_text(&self) -> String {
+        let api: Api<ConfigMap> = Api::namespaced(self.cluster.client(), AGENT_NS);
+        let cm = api.get_opt(&format!("fleetgate-outbox-{CLUSTER}")).await.unwrap();
+        cm.and_then(|c| c.data).and_then(|mut d| d.remove("statuses")).unwrap_or_default()
+    }
+
     /// Every Event in the cluster (`events.k8s.io/v1` and core `v1`), as JSON.
     pub async fn events_json(&self) -> String {
         use kube::api::ListParams;
