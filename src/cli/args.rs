@@ -6,7 +6,7 @@ use crate::model::ForgeKind;
 use crate::releng::publish::PublishOptions;
 use crate::releng::{RelengError, Signer, Target};
 use crate::source::{Credentials, ProxyEnv, Source};
-use crate::status::{FleetView, ForgeSettings};
+use crate::status::{FleetView, ForgeSettings, VerifiedNotes};
 use anyhow::Context;
 use std::path::PathBuf;
 
@@ -224,6 +224,11 @@ impl KubeArgs {
 
 /// Fetches `source` and reads the fleet view at its branch tip (status, version). Blocking.
 pub fn read_fleet(source: &mut Source) -> anyhow::Result<FleetView> {
+    read_fleet_remembering(source, &mut VerifiedNotes::new())
+}
+
+/// [`read_fleet`] with a memory of notes verified before (`fleetgate status`'s, kept across runs).
+pub fn read_fleet_remembering(source: &mut Source, memo: &mut VerifiedNotes) -> anyhow::Result<FleetView> {
     source.sync().with_context(|| format!("reading {}", source.url()))?;
-    Ok(FleetView::load(&source.checkout()?)?)
+    Ok(FleetView::load_remembering(&source.checkout()?, memo)?)
 }

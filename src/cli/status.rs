@@ -13,10 +13,12 @@
 //! Exit codes: 0 shown; 1 when RELEASE was given and a cluster reports `failure` or `error` for it;
 //! 2 bad usage, unreachable repo, or an invalid fleet configuration.
 
-use super::args::{GitAccess, read_fleet};
+use super::args::{GitAccess, read_fleet_remembering};
 use super::output::{OutputFormat, colours, terminal_safe, terminal_width};
 use crate::model::error_chain;
-use crate::status::{CommitUrl, HtmlOptions, Matrix, RenderOptions, State, render_html, render_release, render_table};
+use crate::status::{
+    CommitUrl, HtmlOptions, Matrix, RenderOptions, State, VerifiedNotes, render_html, render_release, render_table,
+};
 use anyhow::Context;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -77,13 +79,21 @@ impl StatusFormat {
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (_state, mut source) = args.git.open_mirror(&args.repo, &args.branch, "fleetgate-status")?;
+    // Notes verified by the last run (or refresh) are not checked again; see VerifiedNotes.
+    let mut memo = VerifiedNotes::default_path().map_or_else(VerifiedNotes::new, VerifiedNotes::open);
     loop {
-        let (source_back, view) = tokio::task::spawn_blocking(move || {
-            let view = read_fleet(&mut source);
-            (source, view)
+        let (source_back, memo_back, view) = tokio::task::spawn_blocking(move || {
+            let view = read_fleet_remembering(&mut source, &mut memo);
+            (source, memo, view)
         })
         .await?;
-        source = source_back;
+        (source, memo) = (source_back, memo_back);
+        if view.is_ok()
+            && let Err(e) = memo.save()
+        {
+            // Only a cache: the next run checks every signature again.
+            tracing::warn!(error = %error_chain(&e), "not remembering verified status notes");
+        }
         let code = match view {
             Ok(view) => show(&args, &view.matrix())?,
             // While watching, a failed refresh is reported and the next one tried.

@@ -6,6 +6,8 @@
 //!   release's history on one cluster ([`StatusNote`]).
 //! * [`identity`] — each cluster's status key, the canonical form entries are signed over, and
 //!   the check readers make before they believe an entry ([`StatusKeys::verify`]).
+//! * [`VerifiedNotes`] — a reader's memory of notes already verified, so the next read skips
+//!   their signature checks.
 //! * [`notes`] — the Git backend (default, the source of truth): `refs/notes/fleetgate/<cluster>`,
 //!   written and pushed by that cluster alone, with fetch-merge-retry when the remote refuses.
 //! * [`forge`] — GitHub, Gitea/Forgejo and GitLab commit-status APIs, mirrors of the notes.
@@ -21,8 +23,10 @@ pub mod forge;
 pub mod html;
 pub mod identity;
 pub mod matrix;
+mod memo;
 mod model;
 pub mod notes;
+mod parse;
 mod view;
 pub mod waves;
 mod write_back_tip;
@@ -33,7 +37,8 @@ pub use forge::{FORGE_TOKEN_ENV, ForgeBackend, ForgeConfig, ForgeError, ForgeSet
 pub use html::{CommitUrl, CommitUrlError, HtmlOptions, render_html};
 pub use matrix::{Matrix, Origin, ReleaseRef, RenderOptions, render_release, render_table};
 pub use model::*;
-pub use notes::{GitRemote, NotesError, Written, notes_ref, read_all, sync, write};
+pub use memo::{MemoError, VerifiedNotes};
+pub use notes::{GitRemote, NotesError, Written, notes_ref, read_all, read_all_remembering, sync, write};
 pub use view::{FleetView, ViewError};
 pub use waves::{Decision, Member, may_start, members};
 pub use write_back_tip::check_tip;

@@ -81,7 +81,8 @@ pub struct GateFigure {
 }
 
 /// What one cluster reports about one release at one moment. A note keeps a list of these.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// (`Deserialize` is in [`super::parse`]: it keeps `extra` without serde's flatten.)
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Status {
     pub cluster: String,
@@ -213,7 +214,8 @@ pub fn truncate(text: &str, max: usize) -> String {
 }
 
 /// The content of one Git note: the history of one release commit on one cluster.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// (`Deserialize` is in [`super::parse`], like [`Status`]'s.)
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusNote {
     pub schema: u32,
@@ -312,8 +314,16 @@ impl StatusSet {
 
     /// Adds an entry the caller verified (see [`super::identity::StatusKeys::verify`]).
     pub fn insert(&mut self, status: Status) {
-        let history =
-            self.by_cluster.entry(status.cluster.clone()).or_default().entry(status.release.clone()).or_default();
+        // Keys are copied only for a cluster or release seen first: a reader inserts every entry
+        // of the fleet here.
+        if !self.by_cluster.contains_key(&status.cluster) {
+            self.by_cluster.insert(status.cluster.clone(), HashMap::new());
+        }
+        let releases = self.by_cluster.get_mut(&status.cluster).expect("inserted above");
+        if !releases.contains_key(&status.release) {
+            releases.insert(status.release.clone(), Vec::new());
+        }
+        let history = releases.get_mut(&status.release).expect("inserted above");
         if !history.contains(&status) {
             history.push(status);
             sort_history(history);

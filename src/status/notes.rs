@@ -12,7 +12,8 @@
 //! local `refs/notes/fleetgate/<cluster>` (fast-forward, or the same merge), so a local entry that
 //! was never pushed is never lost, and a plain `git log --notes='fleetgate/*'` shows them.
 
-use super::identity::{KeyError, StatusIdentity, StatusKeys};
+use super::identity::{KeyError, StatusIdentity, StatusKeys, Unverified};
+use super::memo::{self, VerifiedNotes};
 use super::model::{NoteParseError, Status, StatusNote, StatusSet};
 use crate::model::error_chain;
 use git2::{ErrorCode, Oid, RemoteCallbacks, Repository, Signature};
@@ -366,43 +367,129 @@ fn merge_notes(
 /// # Errors
 /// A local repository failure.
 pub fn read_all(repo: &Repository, commits: &[Oid], keys: &StatusKeys) -> Result<StatusSet, NotesError> {
-    let mut set = StatusSet::new();
+    read_all_remembering(repo, commits, keys, &mut VerifiedNotes::new())
+}
+
+/// [`read_all`], skipping the signature checks of notes `memo` saw fully verified before (see
+/// [`VerifiedNotes`]); `memo` then holds what this read found verified.
+///
+/// A big fleet's refs are read on two threads (each with its own handle on the repository):
+/// parsing and signature checks are most of the work and every ref is independent.
+///
+/// # Errors
+/// A local repository failure.
+pub fn read_all_remembering(
+    repo: &Repository,
+    commits: &[Oid],
+    keys: &StatusKeys,
+    memo: &mut VerifiedNotes,
+) -> Result<StatusSet, NotesError> {
     let refs: Vec<String> = repo
         .references_glob(&format!("{NOTES_PREFIX}*"))?
         .filter_map(|r| r.ok())
         .filter_map(|r| r.name().ok().map(str::to_string))
         .collect();
+    let commits: Vec<(Oid, String)> = commits.iter().map(|c| (*c, c.to_string())).collect();
+    let workers = if refs.len() < PARALLEL_REFS {
+        1
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get().min(READ_THREADS))
+    };
+    let parts: Vec<Found> = if workers == 1 {
+        vec![read_refs(repo, &refs, &commits, keys, memo)?]
+    } else {
+        let path = repo.path();
+        let (commits, memo) = (&commits, &*memo);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = refs
+                .chunks(refs.len().div_ceil(workers))
+                .map(|part| s.spawn(move || read_refs(&Repository::open(path)?, part, commits, keys, memo)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+                .collect::<Result<_, _>>()
+        })?
+    };
+    let mut set = StatusSet::new();
+    let mut verified_notes = Vec::new();
+    for part in parts {
+        for (cluster, entry, verdict) in part.entries {
+            match verdict {
+                Ok(()) => set.insert(entry),
+                Err(reason) => set.insert_unverified(&cluster, entry, reason),
+            }
+        }
+        verified_notes.extend(part.verified_notes);
+    }
+    memo.replace(verified_notes);
+    Ok(set)
+}
+
+/// Fewer notes refs than this are read on the calling thread (an agent's read, a test).
+const PARALLEL_REFS: usize = 64;
+/// The machines fleetgate is measured on have two cores; more threads than that only contend.
+const READ_THREADS: usize = 2;
+
+/// What [`read_refs`] found: each entry with the cluster whose notes hold it and its check, and
+/// the notes whose every entry verified.
+#[derive(Default)]
+struct Found {
+    entries: Vec<(String, Status, Result<(), Unverified>)>,
+    verified_notes: Vec<memo::Record>,
+}
+
+/// Reads and verifies the notes of `refs` on `commits` (each with its hex name).
+fn read_refs(
+    repo: &Repository,
+    refs: &[String],
+    commits: &[(Oid, String)],
+    keys: &StatusKeys,
+    memo: &VerifiedNotes,
+) -> Result<Found, NotesError> {
+    let mut out = Found::default();
     for refname in refs {
         let cluster = &refname[NOTES_PREFIX.len()..];
-        let tree = repo.find_reference(&refname)?.peel_to_commit()?.tree()?;
+        let key = keys.get(cluster);
+        let tree = repo.find_reference(refname)?.peel_to_commit()?.tree()?;
         // Notes written by fleetgate sit flat in the tree, named by the annotated commit, and one
         // tree lookup per commit is much cheaper than `find_note` (which re-reads the ref each
         // time). A tree with subtrees uses git's fan-out layout: leave those to libgit2.
         let fanned_out = tree.iter().any(|e| e.kind() == Some(git2::ObjectType::Tree));
-        for &commit in commits {
-            let text = if fanned_out {
-                read_note(repo, &refname, commit)?
+        for (commit, commit_hex) in commits {
+            let (note, record) = if fanned_out {
+                let note = read_note(repo, refname, *commit)?.and_then(|text| parse_or_warn(&text, refname, *commit));
+                (note, None)
             } else {
-                match tree.get_name(&commit.to_string()) {
-                    Some(entry) => Some(String::from_utf8_lossy(repo.find_blob(entry.id())?.content()).into_owned()),
-                    None => None,
-                }
+                let Some(entry) = tree.get_name(commit_hex) else { continue };
+                let blob = repo.find_blob(entry.id())?;
+                // Parsed where libgit2 keeps the blob; only a note that is not UTF-8 is copied
+                // (with replacement characters).
+                let note = match std::str::from_utf8(blob.content()) {
+                    Ok(text) => parse_or_warn(text, refname, *commit),
+                    Err(_) => parse_or_warn(&String::from_utf8_lossy(blob.content()), refname, *commit),
+                };
+                (note, key.map(|key| memo::record(keys, cluster, commit_hex, entry.id(), key)))
             };
-            let Some(text) = text else { continue };
-            let Some(note) = parse_or_warn(&text, &refname, commit) else { continue };
-            let commit_hex = commit.to_string();
+            let Some(note) = note else { continue };
+            let remembered = record.as_ref().is_some_and(|r| memo.knows(r));
+            let mut all_verified = !note.entries.is_empty();
             for entry in note.entries {
-                match keys.verify(cluster, &commit_hex, &entry) {
-                    Ok(()) => set.insert(entry),
-                    Err(reason) => {
-                        tracing::debug!(%refname, %commit, %reason, "status entry not verified");
-                        set.insert_unverified(cluster, entry, reason);
-                    }
+                let verdict = if remembered { Ok(()) } else { keys.verify(cluster, commit_hex, &entry) };
+                if let Err(reason) = &verdict {
+                    tracing::debug!(%refname, %commit, %reason, "status entry not verified");
+                    all_verified = false;
                 }
+                out.entries.push((cluster.to_string(), entry, verdict));
+            }
+            if let Some(record) = record
+                && all_verified
+            {
+                out.verified_notes.push(record);
             }
         }
     }
-    Ok(set)
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -509,5 +596,88 @@ mod tests {
         repo.reference("refs/notes/fleetgate/a", tip, true, "t").unwrap();
         let set = read_all(&repo, &[commit], &me.keys_for("a")).unwrap();
         assert_eq!(set.latest("a", "rel-1").unwrap().state, State::Success);
+    }
+
+    /// One signed note of cluster `a` on `commit`, written as fleetgate writes it.
+    fn signed_note(repo: &Repository, me: &StatusIdentity, commit: Oid, description: &str) -> StatusNote {
+        let mut entry = Status::new("a", "rel-1", commit.to_string(), State::Success, description);
+        me.signer.sign(&mut entry, &me.fleet, 1).unwrap();
+        let mut note = StatusNote::new("a");
+        note.append(&entry);
+        let sig = signature("a").unwrap();
+        repo.note(&sig, &sig, Some("refs/notes/fleetgate/a"), commit, &note.to_text(), true).unwrap();
+        note
+    }
+
+    /// The attack on the memory: a note verified once, then rewritten by someone without the key
+    /// (the signature kept, the text changed). The rewritten note is another blob, so it is
+    /// checked again, and not believed.
+    #[test]
+    fn a_remembered_note_is_not_checked_again_but_a_rewritten_one_is() {
+        let (_d, repo) = repo();
+        let commit = Oid::from_str(&"1".repeat(40)).unwrap();
+        let me = StatusIdentity::new("f", crate::status::StatusSigner::generate("a").unwrap());
+        let mut note = signed_note(&repo, &me, commit, "all gates passed");
+        let mut memo = VerifiedNotes::new();
+        let set = read_all_remembering(&repo, &[commit], &me.keys_for("a"), &mut memo).unwrap();
+        assert_eq!(set.latest("a", "rel-1").unwrap().state, State::Success);
+        let set = read_all_remembering(&repo, &[commit], &me.keys_for("a"), &mut memo).unwrap();
+        assert_eq!(set.latest("a", "rel-1").unwrap().state, State::Success, "remembered");
+
+        note.entries[0].state = State::Failure;
+        note.entries[0].description = "rolled back".into();
+        let sig = signature("a").unwrap();
+        repo.note(&sig, &sig, Some("refs/notes/fleetgate/a"), commit, &note.to_text(), true).unwrap();
+        let set = read_all_remembering(&repo, &[commit], &me.keys_for("a"), &mut memo).unwrap();
+        assert!(set.latest("a", "rel-1").is_none());
+        let unverified = set.unverified("a", "rel-1");
+        assert_eq!(unverified.len(), 1);
+        assert_eq!(unverified[0].reason, Unverified::BadSignature);
+    }
+
+    /// A note remembered as verified under one key (or fleet) is checked again under another:
+    /// re-registering a cluster's key is not undone by the memory.
+    #[test]
+    fn a_remembered_note_does_not_vouch_for_another_key_or_fleet() {
+        let (_d, repo) = repo();
+        let commit = Oid::from_str(&"1".repeat(40)).unwrap();
+        let me = StatusIdentity::new("f", crate::status::StatusSigner::generate("a").unwrap());
+        signed_note(&repo, &me, commit, "ok");
+        let mut memo = VerifiedNotes::new();
+        read_all_remembering(&repo, &[commit], &me.keys_for("a"), &mut memo).unwrap();
+        let other = StatusIdentity::new("f", crate::status::StatusSigner::generate("a").unwrap());
+        let set = read_all_remembering(&repo, &[commit], &other.keys_for("a"), &mut memo).unwrap();
+        assert_eq!(set.unverified("a", "rel-1")[0].reason, Unverified::OtherKey("a".into()));
+        read_all_remembering(&repo, &[commit], &me.keys_for("a"), &mut memo).unwrap();
+        let other_fleet = StatusIdentity::new("g", me.signer.clone());
+        let set = read_all_remembering(&repo, &[commit], &other_fleet.keys_for("a"), &mut memo).unwrap();
+        assert!(matches!(set.unverified("a", "rel-1")[0].reason, Unverified::WrongFleet { .. }));
+    }
+
+    /// A malformed note (another tool's, a truncated write) is skipped; the cluster's other notes
+    /// and the other clusters' notes are still read, on the threads of a big fleet too.
+    #[test]
+    fn a_malformed_note_is_skipped_and_the_rest_read() {
+        let (_d, repo) = repo();
+        let good = Oid::from_str(&"1".repeat(40)).unwrap();
+        let bad = Oid::from_str(&"2".repeat(40)).unwrap();
+        let me = StatusIdentity::new("f", crate::status::StatusSigner::generate("a").unwrap());
+        let sig = signature("a").unwrap();
+        let mut keys = StatusKeys::new("f");
+        for i in 0..PARALLEL_REFS + 1 {
+            let cluster = format!("c{i}");
+            let mut entry = Status::new(&cluster, "rel-1", good.to_string(), State::Success, "ok");
+            me.signer.sign(&mut entry, "f", 1).unwrap();
+            let mut note = StatusNote::new(&cluster);
+            note.append(&entry);
+            let refname = notes_ref(&cluster);
+            repo.note(&sig, &sig, Some(&refname), good, &note.to_text(), true).unwrap();
+            repo.note(&sig, &sig, Some(&refname), bad, &note.to_text()[..50], true).unwrap();
+            keys.insert(&cluster, me.signer.public());
+        }
+        let set = read_all(&repo, &[good, bad], &keys).unwrap();
+        for i in 0..PARALLEL_REFS + 1 {
+            assert_eq!(set.latest(&format!("c{i}"), "rel-1").unwrap().state, State::Success, "c{i}");
+        }
     }
 }

@@ -3,6 +3,7 @@
 
 use super::identity::StatusKeys;
 use super::matrix::{Matrix, Origin, ReleaseRef};
+use super::memo::VerifiedNotes;
 use super::model::StatusSet;
 use super::notes::{self, NotesError};
 use super::waves::members;
@@ -38,6 +39,12 @@ impl FleetView {
     /// branch tip registers (`statusKey`); an agent additionally pins them (see
     /// `crate::agent::state`), a one-off reader cannot.
     pub fn load(checkout: &Checkout) -> Result<FleetView, ViewError> {
+        FleetView::load_remembering(checkout, &mut VerifiedNotes::new())
+    }
+
+    /// [`FleetView::load`], skipping the signature checks of notes `memo` saw verified before
+    /// ([`notes::read_all_remembering`]).
+    pub fn load_remembering(checkout: &Checkout, memo: &mut VerifiedNotes) -> Result<FleetView, ViewError> {
         let config = FleetConfig::load(&checkout.tip_tree()?)?;
         let mut releases = Vec::new();
         for tag in checkout.tags()? {
@@ -49,7 +56,7 @@ impl FleetView {
         }
         releases.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| b.id.cmp(&a.id)));
         let commits: Vec<git2::Oid> = releases.iter().filter_map(|r| git2::Oid::from_str(&r.commit).ok()).collect();
-        let statuses = notes::read_all(checkout.repo(), &commits, &StatusKeys::registered(&config))?;
+        let statuses = notes::read_all_remembering(checkout.repo(), &commits, &StatusKeys::registered(&config), memo)?;
         let origin = Origin { branch: checkout.branch().to_string(), revision: checkout.tip().to_string() };
         Ok(FleetView { config, origin, releases, statuses })
     }
