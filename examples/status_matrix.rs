@@ -163,7 +163,7 @@ fn main() {
     });
     row("terminal-safe round trip of the matrix", safe_min, safe_med, String::new());
     let mut memo = VerifiedNotes::new();
-    let mut end_to_end = |memo: &mut VerifiedNotes| {
+    let end_to_end = |memo: &mut VerifiedNotes| {
         let set = fleetgate::status::read_all_remembering(&repo, &commits, &keys, memo).expect("notes read");
         let matrix = Matrix::build(&config.fleet, &members, &rels, &set, &origin);
         let matrix: Matrix = serde_json::from_value(serde_json::to_value(&matrix).expect("to value")).expect("from value");
