@@ -21,7 +21,7 @@
 
 use fleetgate::model::FleetConfig;
 use fleetgate::source::{Credentials, NotesSchedule, Source};
-use fleetgate::status::{GitRemote, State, Status, StatusIdentity, StatusKeys, StatusSigner, may_start, members, notes};
+use fleetgate::status::{GitRemote, State, Status, StatusIdentity, StatusKeys, StatusSigner, may_start, members, notes, Move};
 use std::path::Path;
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -186,7 +186,7 @@ fn run(run: &Run) {
                                 let tag = checkout.tag("rel-2").unwrap().unwrap();
                                 let keys = StatusKeys::registered(&config);
                                 let statuses = fleetgate::status::read_all(checkout.repo(), &[tag.commit], &keys).unwrap();
-                                let decision = may_start(&config.fleet, &members(&config), &statuses, &name, "rel-2");
+                                let decision = may_start(&config.fleet, &members(&config), &statuses, &name, "rel-2", chrono::Utc::now(), Move::Forward);
                                 if decision.allowed {
                                     waiting = None;
                                     let started = promoted_at.lock().unwrap().elapsed();

@@ -26,7 +26,7 @@ fn fleet(clusters: usize, releases: &[ReleaseRef]) -> FleetConfig {
         FleetSpec {
             operator: OperatorIdentity { name: "redis-operator".into(), namespace: "redis-system".into(), image: None },
             release: Some(newest.clone()),
-            waves: WAVES.iter().map(|w| w.to_string()).collect(),
+            waves: WAVES.iter().map(|w| (*w).into()).collect(),
             rollout: RolloutSettings { max_failed_clusters: 5 },
                 promotions: Default::default(),
             status: Default::default(),
@@ -45,7 +45,7 @@ fn fleet(clusters: usize, releases: &[ReleaseRef]) -> FleetConfig {
             };
             // Every 50th cluster is pinned to the previous release.
             let pin = (i % 50 == 49).then(|| releases[1].id.clone());
-            let c: Cluster = Document::new("Cluster", &name, ClusterSpec { wave: wave.into(), release: pin, status_key: None, paused: false });
+            let c: Cluster = Document::new("Cluster", &name, ClusterSpec { wave: Some(wave.into()), release: pin, status_key: None, paused: false });
             (name, c)
         })
         .collect();
@@ -114,7 +114,7 @@ fn main() {
     let origin = Origin { branch: "main".into(), revision: "0".repeat(40) };
     let runs = 11;
 
-    let (build_min, build_med, matrix) = time(runs, || Matrix::build(&config.fleet, &members, &rels, &set, &origin));
+    let (build_min, build_med, matrix) = time(runs, || Matrix::build(&config.fleet, &members, &rels, &set, &origin, chrono::Utc::now()));
     let narrow = RenderOptions { width: 80, colours: true };
     let wide = RenderOptions { width: 20 * 12 + 40, colours: false };
     let (t80_min, t80_med, table) = time(runs, || fleetgate::status::render_table(&matrix, narrow));
@@ -165,7 +165,7 @@ fn main() {
     let mut memo = VerifiedNotes::new();
     let end_to_end = |memo: &mut VerifiedNotes| {
         let set = fleetgate::status::read_all_remembering(&repo, &commits, &keys, memo).expect("notes read");
-        let matrix = Matrix::build(&config.fleet, &members, &rels, &set, &origin);
+        let matrix = Matrix::build(&config.fleet, &members, &rels, &set, &origin, chrono::Utc::now());
         let matrix: Matrix = serde_json::from_value(serde_json::to_value(&matrix).expect("to value")).expect("from value");
         fleetgate::status::render_table(&matrix, narrow)
     };

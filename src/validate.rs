@@ -183,6 +183,7 @@ pub fn validate_repo(
     if let Some(c) = &config {
         config_findings.extend(reference_findings(checkout, c, &tip_tree)?);
         config_findings.extend(status_key_findings(c, &tip_tree));
+        config_findings.extend(c.membership_findings());
         if let Some(k) = keyring
             && c.fleet.spec.promotions == PromotionMode::Signed
             && let Err(e) = verify_commit(checkout, checkout.tip(), k)

@@ -11,10 +11,9 @@ mod agent_support;
 
 use agent_support::*;
 use fleetgate::agent::Outcome;
-use fleetgate::status::{self, GitRemote, Matrix, State, Status, StatusIdentity, StatusSigner};
+use fleetgate::status::{Matrix, State, Status};
 use std::process::Command;
 
-const FLEET: &str = "redis-fleet";
 const WAVE_1: &str = "cluster-b";
 
 /// The issue's script: fetch the notes, add a forged schema-1 `success` for cluster-a dated 2099
@@ -32,31 +31,6 @@ fn forge_success(fleet: &Fleet, release: &str, commit: &str) {
     .unwrap();
     fleet.git(&["notes", "--ref=fleetgate/cluster-a", "add", "-f", "-F", note.to_str().unwrap(), commit]);
     fleet.git(&["push", "-q", "origin", "refs/notes/fleetgate/cluster-a"]);
-}
-
-/// `cluster`'s agent identity read from its key file: what a compromised cluster holds.
-fn identity_of(fleet: &Fleet, cluster: &str) -> StatusIdentity {
-    let text = std::fs::read_to_string(fleet.status_key(cluster)).unwrap();
-    StatusIdentity::new(FLEET, StatusSigner::from_openssh(&text).unwrap())
-}
-
-/// Writes `status` into its cluster's notes ref on the server, signed as `identity`.
-fn write_as(fleet: &Fleet, identity: &StatusIdentity, status: &Status) {
-    let dir = tempfile::tempdir().unwrap();
-    let repo = git2::Repository::init_bare(dir.path()).unwrap();
-    let remote = GitRemote::new(&fleet.url);
-    status::sync(&repo, &remote).unwrap();
-    status::write(&repo, &remote, status, identity).unwrap();
-}
-
-fn status_json(fleet: &Fleet, release: &str) -> Matrix {
-    let out = Command::new(env!("CARGO_BIN_EXE_fleetgate"))
-        .args(["status", release, "--repo", &fleet.url, "-o", "json"])
-        .env_remove("FLEETGATE_REPO")
-        .output()
-        .unwrap();
-    assert!(out.status.code().is_some_and(|c| c <= 1), "status: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 fn cluster_a_cell(m: &Matrix) -> &fleetgate::status::matrix::Cell {
@@ -83,7 +57,7 @@ async fn forged_successes_are_shown_unverified_and_never_open_a_wave() {
         }
         other => panic!("wave-1 must wait for the canary, got {other:?}"),
     }
-    let cell = cluster_a_cell(&status_json(&fleet, "rel-9")).clone();
+    let cell = cluster_a_cell(&fleet.status_json("rel-9")).clone();
     assert_eq!(cell.state, None, "a forged entry gives no state");
     let forged = &cell.unverified[0];
     assert!(!forged.verified);
@@ -100,10 +74,10 @@ async fn forged_successes_are_shown_unverified_and_never_open_a_wave() {
     assert!(raw.contains(r#""verified": false"#), "{raw}");
 
     // A compromised cluster B signs a success with its own key into cluster-a's ref.
-    let b = identity_of(&fleet, WAVE_1);
-    write_as(&fleet, &b, &Status::new(CLUSTER, "rel-9", &commit, State::Success, "all gates passed for 3s"));
+    let b = fleet.status_identity(WAVE_1);
+    fleet.write_status_as(&b, &Status::new(CLUSTER, "rel-9", &commit, State::Success, "all gates passed for 3s"));
     assert!(matches!(wave_1_decision(&mut wave_1).await, Outcome::Waiting { .. }));
-    let cell = cluster_a_cell(&status_json(&fleet, "rel-9")).clone();
+    let cell = cluster_a_cell(&fleet.status_json("rel-9")).clone();
     assert_eq!(cell.state, None);
     let reasons: Vec<&str> = cell.unverified.iter().map(|u| u.reason.as_str()).collect();
     assert!(reasons.contains(&"signed by a key other than the one registered for cluster-a"), "{reasons:?}");
@@ -111,10 +85,10 @@ async fn forged_successes_are_shown_unverified_and_never_open_a_wave() {
     // The canary's real agent reports; its success is believed and opens wave-1.
     let mut canary = fleet.agent().await;
     assert_eq!(within("canary rel-9", 90, canary.reconcile()).await.unwrap(), Outcome::Succeeded("rel-9".into()));
-    let cell = cluster_a_cell(&status_json(&fleet, "rel-9")).clone();
+    let cell = cluster_a_cell(&fleet.status_json("rel-9")).clone();
     assert_eq!(cell.state, Some(State::Success));
     let real = cell.status.unwrap();
-    assert_eq!((real.fleet.as_deref(), real.sequence.is_some()), (Some(FLEET), true));
+    assert_eq!((real.fleet.as_deref(), real.sequence.is_some()), (Some(FLEET_NAME), true));
     assert!(!matches!(wave_1_decision(&mut wave_1).await, Outcome::Waiting { .. }), "the real success opens wave-1");
 }
 
@@ -142,13 +116,13 @@ async fn a_status_dated_2099_never_hides_a_later_real_failure() {
     forge_success(&fleet, "rel-2", &commit);
     let mut future = Status::new(CLUSTER, "rel-2", &commit, State::Success, "all gates passed for 3s");
     future.reported_at = "2099-01-01T00:00:00Z".parse().unwrap();
-    write_as(&fleet, &identity_of(&fleet, CLUSTER), &future);
+    fleet.write_status_as(&fleet.status_identity(CLUSTER), &future);
 
     match within("canary rel-2", 90, canary.reconcile()).await.unwrap() {
         Outcome::Blocked { release, .. } => assert_eq!(release, "rel-2"),
         other => panic!("rel-2 must be blocked by admission, got {other:?}"),
     }
-    let cell = cluster_a_cell(&status_json(&fleet, "rel-2")).clone();
+    let cell = cluster_a_cell(&fleet.status_json("rel-2")).clone();
     assert_eq!(cell.state, Some(State::Failure), "the later failure is the canary's word: {cell:?}");
     let mut wave_1 = fleet.agent_with(fleet.settings_for(WAVE_1)).await;
     match wave_1_decision(&mut wave_1).await {

@@ -485,15 +485,20 @@ impl Agent {
         let keys = self.status_keys(&desired.config).await?;
         let statuses = tokio::task::block_in_place(|| status::read_all(checkout.repo(), &[desired.tag.commit], &keys))
             .map_err(status::StatusError::from)?;
-        let members = status::members(&desired.config);
-        // Waves and membership are the tip's to choose; how many failures halt a release is not.
-        let mut fleet = desired.config.fleet.clone();
-        fleet.spec.rollout = config.fleet.spec.rollout.clone();
-        let decision = status::may_start(&fleet, &members, &statuses, &cluster, &id);
+        // What each cluster runs is the tip's to choose; waves, their membership and pacing, and how
+        // many failures halt a release come from the trusted configuration, like the policies.
+        let members = status::members_placed_by(&desired.config, &config);
+        let newest = self.services.store.load().await?.trust().newest.as_ref().map(|n| n.sequence);
+        let back = newest.is_some_and(|n| verified.release().spec.sequence.is_none_or(|s| s < n));
+        let movement = if back { status::Move::Back } else { status::Move::Forward };
+        let decision = status::may_start(&config.fleet, &members, &statuses, &cluster, &id, chrono::Utc::now(), movement);
         if !decision.allowed {
             // Renewed every waiting pass: the next syncs fetch sibling statuses only once the gate could open.
             let waits_for = decision.waits_for.iter().cloned().collect();
             self.source.notes_schedule().wait_on(waits_for, Instant::now());
+            if let Some(at) = decision.retry_at {
+                self.services.wake_at(at);
+            }
             if self.last_wait.as_deref() != Some(decision.reason.as_str()) {
                 tracing::info!(release = %id, reason = %decision.reason, "waiting for earlier waves");
                 self.last_wait = Some(decision.reason.clone());

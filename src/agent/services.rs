@@ -55,6 +55,8 @@ pub struct AgentServices {
     _ref_watcher: Option<RefWatcher>,
     annotation_watch: tokio::task::JoinHandle<()>,
     leader_gauge: tokio::task::JoinHandle<()>,
+    /// The one pending [`Self::wake_at`], and when it fires.
+    wake_timer: Option<(chrono::DateTime<chrono::Utc>, tokio::task::JoinHandle<()>)>,
 }
 
 impl AgentServices {
@@ -148,6 +150,7 @@ impl AgentServices {
             health,
             server,
             _ref_watcher: ref_watcher,
+            wake_timer: None,
             annotation_watch,
             leader_gauge,
         })
@@ -179,6 +182,24 @@ impl AgentServices {
     /// The address the HTTP server listens on (useful with `--listen 127.0.0.1:0`).
     pub fn http_addr(&self) -> SocketAddr {
         self.server.local_addr()
+    }
+
+    /// Wakes the loop at `at` (a wave gate that opens with time), sooner than the next poll would;
+    /// a later call replaces the pending one, so a gate waited on every poll keeps one timer.
+    pub fn wake_at(&mut self, at: chrono::DateTime<chrono::Utc>) {
+        if self.wake_timer.as_ref().is_some_and(|(t, h)| *t == at && !h.is_finished()) {
+            return;
+        }
+        if let Some((_, h)) = self.wake_timer.take() {
+            h.abort();
+        }
+        let sender = self.trigger_sender.clone();
+        let wait = (at - chrono::Utc::now()).to_std().unwrap_or_default();
+        let timer = tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            sender.fire(super::triggers::TriggerSource::Timer);
+        });
+        self.wake_timer = Some((at, timer));
     }
 
     /// Waits for the next wake-up and counts its sources in `fleetgate_triggers_total`.

@@ -33,6 +33,8 @@ pub enum TriggerSource {
     GitRefs,
     /// Someone annotated the state ConfigMap: `fleetgate reconcile`, or a pause set or lifted.
     Request,
+    /// A wave gate that opens with time is due: a soak ended, a window opened.
+    Timer,
 }
 
 impl TriggerSource {
@@ -43,6 +45,7 @@ impl TriggerSource {
             TriggerSource::Webhook => "webhook",
             TriggerSource::GitRefs => "git-refs",
             TriggerSource::Request => "request",
+            TriggerSource::Timer => "timer",
         }
     }
 }

@@ -102,6 +102,11 @@ fn print_report(
             println!("               - {f}");
         }
     }
+    for w in &r.waves {
+        let settings = w.settings.as_deref().map(|s| format!(" ({s})")).unwrap_or_default();
+        let waits = w.waits.as_deref().map_or("may start once merged".to_string(), |why| format!("waits once merged: {why}"));
+        println!("  wave       {}{settings}: {} — {waits}", w.wave, w.clusters.join(", "));
+    }
     if r.earlier_waves.is_empty() {
         println!("  statuses   none to wait for (first wave)");
     } else {

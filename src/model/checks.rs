@@ -128,12 +128,16 @@ pub fn check_fleet(fleet: &Fleet, file: &str, text: &str) -> Vec<Finding> {
     if s.waves.is_empty() {
         bad(Rule::Schema, "waves", "spec.waves is empty; name at least one wave".to_string());
     }
-    for (i, w) in s.waves.iter().enumerate() {
+    for (i, wave) in s.waves.iter().enumerate() {
+        let w = &wave.name;
         if !is_dns_label(w) {
             bad(Rule::Naming, "waves", format!("wave {w:?} is not a DNS-1123 label"));
         }
-        if s.waves[..i].contains(w) {
+        if s.waves[..i].iter().any(|x| x.name == *w) {
             bad(Rule::Duplicate, "waves", format!("wave {w:?} is listed twice"));
+        }
+        for problem in wave.problems() {
+            bad(Rule::Schema, "waves", problem);
         }
     }
     if let Some(r) = &s.release

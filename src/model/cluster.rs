@@ -1,4 +1,5 @@
-//! `clusters/<name>.yaml` (kind `Cluster`): one spoke cluster, its wave, and an optional release pin.
+//! `clusters/<name>.yaml` (kind `Cluster`): one spoke cluster, its labels (`metadata.labels`), the
+//! wave it names, and an optional release pin.
 
 use super::Document;
 use serde::{Deserialize, Serialize};
@@ -8,8 +9,10 @@ pub type Cluster = Document<ClusterSpec>;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ClusterSpec {
-    /// One of `fleet.yaml` `spec.waves`.
-    pub wave: String,
+    /// One of `fleet.yaml` `spec.waves`. Absent: the waves' selectors place the cluster (and
+    /// without a match it rolls out with the last wave; see [`super::wave`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wave: Option<String>,
     /// Pins this cluster to a release, overriding `fleet.yaml` `spec.release`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub release: Option<String>,

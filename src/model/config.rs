@@ -5,8 +5,8 @@
 
 use super::{
     Cluster, ClusterIdentity, ClusterSpec, DEFAULT_ENDPOINT, DocumentHead, Finding, Fleet, FleetSpec, GatePolicy, GatePolicySpec,
-    Location, MAX_YAML_BYTES, RELEASE_ADMISSION_POLICY_KIND, ReleaseAdmissionPolicy, ReleaseAdmissionPolicySpec, Rule,
-    SpokeRef, check_cluster, check_fleet, join_findings, parse_document, parse_yaml,
+    Location, MAX_YAML_BYTES, Placed, Placement, RELEASE_ADMISSION_POLICY_KIND, ReleaseAdmissionPolicy, ReleaseAdmissionPolicySpec, Rule,
+    SpokeRef, assign, check_cluster, check_fleet, join_findings, parse_document, parse_yaml,
 };
 use super::{EntryKind, RepoTree, TreeError};
 use serde::Serialize;
@@ -126,10 +126,27 @@ impl FleetConfig {
     }
 
     /// `name` (the agent's own cluster name) as this configuration describes it, for gate
-    /// selectors: with the wave and `metadata.labels` of `clusters/<name>.yaml` when there is one.
+    /// selectors: with its wave ([`Self::wave_of`]) and the `metadata.labels` of
+    /// `clusters/<name>.yaml` when there is one.
     pub fn cluster_identity<'a>(&'a self, name: &'a str) -> ClusterIdentity<'a> {
         let c = self.clusters.get(name);
-        ClusterIdentity { name, wave: c.map(|c| c.spec.wave.as_str()), labels: c.map(|c| &c.metadata.labels) }
+        ClusterIdentity { name, wave: self.wave_of(name), labels: c.map(|c| &c.metadata.labels) }
+    }
+
+    /// Every cluster's wave ([`assign`]: named, selected, else the last), by cluster name.
+    pub fn placements(&self) -> BTreeMap<String, Placement> {
+        let ids: Vec<ClusterIdentity<'_>> = self
+            .clusters
+            .values()
+            .map(|c| ClusterIdentity { name: c.name(), wave: c.spec.wave.as_deref(), labels: Some(&c.metadata.labels) })
+            .collect();
+        assign(self.fleet.name(), &self.fleet.spec.waves, &ids)
+    }
+
+    /// The wave `cluster` is in; None for a cluster this configuration does not describe.
+    pub fn wave_of(&self, cluster: &str) -> Option<&str> {
+        let at = self.placements().get(cluster)?.wave;
+        Some(self.fleet.spec.waves[at].name.as_str())
     }
 
     /// The gate policy `cluster` runs: the first policy (in file order) whose `select` matches
@@ -143,13 +160,52 @@ impl FleetConfig {
 
     /// Position of `cluster`'s wave in the rollout order.
     pub fn wave_index(&self, cluster: &str) -> Option<usize> {
-        let wave = &self.clusters.get(cluster)?.spec.wave;
-        self.fleet.spec.waves.iter().position(|w| w == wave)
+        self.placements().get(cluster).map(|p| p.wave)
     }
 
     /// Clusters of `wave`, by name.
-    pub fn clusters_in_wave<'a>(&'a self, wave: &'a str) -> impl Iterator<Item = &'a Cluster> + 'a {
-        self.clusters.values().filter(move |c| c.spec.wave == wave)
+    pub fn clusters_in_wave(&self, wave: &str) -> Vec<&Cluster> {
+        let Some((at, _)) = self.fleet.spec.wave(wave) else { return Vec::new() };
+        let placements = self.placements();
+        self.clusters.values().filter(|c| placements.get(c.name()).is_some_and(|p| p.wave == at)).collect()
+    }
+
+    /// Clusters whose wave is probably not what was meant ([`Rule::Wave`]): in no wave (so with
+    /// the last), or naming one wave in `spec.wave` while another's selector matches them too.
+    /// Not load errors: agents place such clusters by the documented rules.
+    pub fn membership_findings(&self) -> Vec<Finding> {
+        let waves = &self.fleet.spec.waves;
+        let mut out = Vec::new();
+        for (name, placed) in self.placements() {
+            let file = format!("{CLUSTERS_DIR}/{name}.yaml");
+            let wave = &waves[placed.wave].name;
+            let labels = self.clusters.get(&name).map(|c| &c.metadata.labels);
+            let identity = ClusterIdentity { name: &name, wave: None, labels };
+            let message = match placed.by {
+                Placed::Unmatched => format!(
+                    "cluster {name} is in no wave: it names none (spec.wave) and no wave's selector matches it; \
+                     it rolls out with the last wave, {wave}"
+                ),
+                Placed::Named => {
+                    let also: Vec<&str> = waves
+                        .iter()
+                        .filter(|w| w.name != *wave && w.selector.as_ref().is_some_and(|s| s.matches(&identity)))
+                        .map(|w| w.name.as_str())
+                        .collect();
+                    if also.is_empty() {
+                        continue;
+                    }
+                    format!(
+                        "cluster {name} names wave {wave} (spec.wave), but the selector of wave {} matches it too; \
+                         it is in {wave}: remove spec.wave or change its labels",
+                        also.join(", ")
+                    )
+                }
+                Placed::Selected => continue,
+            };
+            out.push(Finding::in_file(Rule::Wave, &file, message));
+        }
+        out
     }
 
     /// Every release id the configuration asks for (fleet-wide and pins), deduplicated.
@@ -353,19 +409,15 @@ fn load_clusters(
             }
         };
         findings.extend(check_cluster(&cluster, &path, &text));
-        if let Some(f) = fleet
-            && !f.spec.waves.contains(&cluster.spec.wave)
+        if let (Some(f), Some(wave)) = (fleet, &cluster.spec.wave)
+            && f.spec.wave(wave).is_none()
         {
             findings.push(Finding::at_key(
                 Rule::Reference,
                 &path,
                 &text,
                 "wave",
-                format!(
-                    "wave {:?} is not one of fleet.yaml spec.waves [{}]",
-                    cluster.spec.wave,
-                    f.spec.waves.join(", ")
-                ),
+                format!("wave {wave:?} is not one of fleet.yaml spec.waves [{}]", f.spec.wave_names().join(", ")),
             ));
         }
         if clusters.contains_key(cluster.name()) {
@@ -432,14 +484,14 @@ fn load_policies(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{DirTree, template_dir};
+    use crate::model::{DirTree, rendezvous, template_dir};
     use rstest::rstest;
 
     #[test]
     fn the_template_loads_clean() {
         let dir = template_dir();
         let config = FleetConfig::load(&DirTree::new(dir.path())).unwrap();
-        assert_eq!(config.fleet.spec.waves, ["canary", "wave-1", "wave-2"]);
+        assert_eq!(config.fleet.spec.wave_names(), ["canary", "wave-1", "wave-2"]);
         let waves: Vec<usize> = config.clusters.keys().map(|c| config.wave_index(c).unwrap()).collect();
         assert_eq!(waves, [0, 1, 2]);
         assert_eq!(config.gate_policies.len(), 1);
@@ -585,5 +637,66 @@ mod tests {
         let err = FleetConfig::load(&DirTree::new(dir.path())).unwrap_err();
         let files: Vec<&str> = err.findings().iter().map(|f| f.at.file.as_str()).collect();
         assert_eq!(files, ["fleet.yaml", "clusters/old", "clusters/bad.yaml"], "{err}");
+    }
+
+    /// The template with `waves` replaced and cluster-b and cluster-c no longer naming a wave.
+    fn selector_waves(waves: &str) -> tempfile::TempDir {
+        let dir = template_dir();
+        let fleet = dir.path().join(FLEET_FILE);
+        let text = std::fs::read_to_string(&fleet).unwrap().replace("  waves: [canary, wave-1, wave-2]\n", waves);
+        std::fs::write(&fleet, text).unwrap();
+        for c in ["cluster-b", "cluster-c"] {
+            let path = dir.path().join(format!("{CLUSTERS_DIR}/{c}.yaml"));
+            let text = std::fs::read_to_string(&path).unwrap();
+            std::fs::write(&path, text.replace("spec:\n  wave: wave-1\n", "spec: {}\n").replace("spec:\n  wave: wave-2\n", "spec: {}\n")).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn waves_select_by_labels_and_percent() {
+        let dir = selector_waves(
+            "  waves:\n    - canary\n    - name: prod-half\n      selector: {matchLabels: {env: production}}\n      percent: 50\n      maxUnavailable: 1\n      soak: 10m\n      windows: [{days: [Mon-Fri], start: '09:00', end: '17:00'}]\n    - prod-rest\n",
+        );
+        let config = FleetConfig::load(&DirTree::new(dir.path())).unwrap();
+        let half = &config.fleet.spec.waves[1];
+        assert_eq!(half.summary().unwrap(), "env=production, 50 %; maxUnavailable 1; soak 10m; Mon-Fri 09:00-17:00 UTC");
+        let waves: Vec<Option<&str>> = ["cluster-a", "cluster-b", "cluster-c"].iter().map(|c| config.wave_of(c)).collect();
+        // Of the two production clusters one is chosen; the other matches nothing else: the last wave.
+        let chosen = if rendezvous("redis-fleet", "prod-half", "cluster-b") > rendezvous("redis-fleet", "prod-half", "cluster-c") { 1 } else { 2 };
+        let mut expected = vec![Some("canary"), Some("prod-rest"), Some("prod-rest")];
+        expected[chosen] = Some("prod-half");
+        assert_eq!(waves, expected);
+        assert_eq!(config.cluster_identity("cluster-b").wave, expected[1]);
+        assert_eq!(config.clusters_in_wave("prod-half").len(), 1);
+        let findings = config.membership_findings();
+        assert_eq!(findings.len(), 1, "{findings:?}");
+        assert_eq!(findings[0].rule, Rule::Wave);
+        assert!(findings[0].message.contains("is in no wave") && findings[0].message.contains("the last wave, prod-rest"), "{}", findings[0]);
+    }
+
+    #[test]
+    fn a_cluster_naming_one_wave_and_selected_by_another_is_reported() {
+        let dir = selector_waves("  waves:\n    - name: canary\n      selector: {matchLabels: {env: staging}}\n    - name: prod\n      selector: {matchLabels: {env: production}}\n");
+        let path = dir.path().join("clusters/cluster-b.yaml");
+        let text = std::fs::read_to_string(&path).unwrap().replace("spec: {}", "spec: {wave: canary}");
+        std::fs::write(&path, text).unwrap();
+        let config = FleetConfig::load(&DirTree::new(dir.path())).unwrap();
+        assert_eq!(config.wave_of("cluster-b"), Some("canary"), "spec.wave wins");
+        let messages: Vec<String> = config.membership_findings().into_iter().map(|f| f.message).collect();
+        assert_eq!(messages.len(), 1, "{messages:?}");
+        assert!(messages[0].contains("names wave canary (spec.wave), but the selector of wave prod matches it too"), "{}", messages[0]);
+    }
+
+    #[rstest]
+    #[case::percent_zero("percent: 0", "percent must be 1 to 100, not 0")]
+    #[case::max_unavailable_zero("maxUnavailable: 0", "maxUnavailable must be at least 1")]
+    #[case::waves_in_selector("selector: {waves: [canary]}", "a wave's selector takes labels or cluster names, not waves")]
+    #[case::typo("soke: 1m", "spec.waves[1]: unknown field `soke`")]
+    #[case::bad_window("windows: [{start: '25:00', end: '17:00'}]", "\"25:00\" is not a time of day")]
+    fn bad_wave_definitions_are_findings(#[case] field: &str, #[case] expected: &str) {
+        let dir = selector_waves(&format!("  waves:\n    - canary\n    - name: prod\n      {field}\n"));
+        let err = FleetConfig::load(&DirTree::new(dir.path())).unwrap_err();
+        assert!(err.findings().iter().any(|f| f.message.contains(expected)), "{err}");
     }
 }

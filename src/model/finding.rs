@@ -44,6 +44,9 @@ pub enum Rule {
     /// An object the release's own admission policies refuse by content, decided without a
     /// cluster (RBAC, Pod Security, webhooks, CRDs in built-in groups).
     Admission,
+    /// Wave membership that is probably not what was meant: a cluster in no wave (it rolls out
+    /// with the last), or one that names a wave while another wave's selector matches it.
+    Wave,
 }
 
 impl fmt::Display for Rule {

@@ -1,7 +1,7 @@
 //! `fleet.yaml` (kind `Fleet`): the operator's identity, the wave order, the fleet-wide desired
 //! release, and rollout/status settings.
 
-use super::Document;
+use super::{Document, Wave};
 use serde::{Deserialize, Serialize};
 
 pub type Fleet = Document<FleetSpec>;
@@ -13,8 +13,10 @@ pub struct FleetSpec {
     /// Desired release of every cluster that does not pin its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub release: Option<String>,
-    /// Wave names in rollout order; every cluster names one of them.
-    pub waves: Vec<String>,
+    /// The waves in rollout order: names, or definitions that select clusters and pace the
+    /// rollout ([`Wave`]; membership in [`super::wave`]).
+    #[serde(with = "super::wave::entries")]
+    pub waves: Vec<Wave>,
     /// How far agents trust the branch tip (the agent's own `--promotions` wins).
     #[serde(default)]
     pub promotions: PromotionMode,
@@ -61,6 +63,18 @@ pub enum PromotionMode {
     /// The branch tip must be a commit signed by a trusted promotion key that descends from the
     /// last tip the agent accepted; then the tip's settings are trusted.
     Signed,
+}
+
+impl FleetSpec {
+    /// The wave names, in rollout order.
+    pub fn wave_names(&self) -> Vec<&str> {
+        self.waves.iter().map(|w| w.name.as_str()).collect()
+    }
+
+    /// The wave called `name`, with its position.
+    pub fn wave(&self, name: &str) -> Option<(usize, &Wave)> {
+        self.waves.iter().enumerate().find(|(_, w)| w.name == name)
+    }
 }
 
 impl PromotionMode {

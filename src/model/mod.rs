@@ -19,6 +19,7 @@ mod fleet;
 mod gate_policy;
 mod release;
 mod template;
+mod wave;
 mod tree;
 mod yaml;
 
@@ -34,6 +35,7 @@ pub use gate_policy::*;
 pub use release::*;
 pub use template::*;
 pub use tree::*;
+pub use wave::*;
 pub use yaml::*;
 
 use serde::{Deserialize, Serialize};

@@ -59,9 +59,9 @@ fix these (`fleetgate validate` shows them) and run again"
         self.config.clusters.keys().map(|n| (n.clone(), self.effective(n).map(str::to_string))).collect()
     }
 
-    /// Cluster `name`'s wave.
+    /// Cluster `name`'s wave (named or selected, [`FleetConfig::wave_of`]).
     pub fn wave_of(&self, name: &str) -> &str {
-        self.config.cluster(name).map(|c| c.spec.wave.as_str()).unwrap_or_default()
+        self.config.wave_of(name).unwrap_or_default()
     }
 
     /// Position of cluster `name`'s wave (clusters naming an unknown wave sort last).
@@ -71,7 +71,7 @@ fix these (`fleetgate validate` shows them) and run again"
 
     /// The clusters `target` names, in wave order then name. Errors name what exists.
     pub fn select(&self, target: &Target) -> Result<Vec<String>, RelengError> {
-        let waves = &self.config.fleet.spec.waves;
+        let waves = &self.config.fleet.spec;
         let mut names: Vec<String> = match target {
             Target::Cluster(c) => {
                 if self.config.cluster(c).is_none() {
@@ -80,13 +80,13 @@ fix these (`fleetgate validate` shows them) and run again"
                 vec![c.clone()]
             }
             Target::Wave(w) => {
-                if !waves.contains(w) {
-                    return Err(RelengError::UnknownWave { name: w.clone(), known: waves.join(", ") });
+                if self.config.fleet.spec.wave(w).is_none() {
+                    return Err(RelengError::UnknownWave { name: w.clone(), known: waves.wave_names().join(", ") });
                 }
-                let names: Vec<String> = self.config.clusters_in_wave(w).map(|c| c.name().to_string()).collect();
+                let names: Vec<String> = self.config.clusters_in_wave(w).iter().map(|c| c.name().to_string()).collect();
                 if names.is_empty() {
                     return Err(RelengError::Usage(format!(
-                        "wave {w} has no clusters; add clusters/<name>.yaml with `wave: {w}`"
+                        "wave {w} has no clusters; add clusters/<name>.yaml with `wave: {w}` or labels its selector matches"
                     )));
                 }
                 names

@@ -88,6 +88,49 @@ pub struct WaveStatus {
     pub description: String,
 }
 
+/// A wave the promotion moves clusters of: who is in it (as computed from `spec.wave`, selectors
+/// and percentages), how it is paced, and why it would wait once the promotion is merged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WavePlan {
+    pub wave: String,
+    /// [`crate::model::Wave::summary`]; None for a plain wave.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub settings: Option<String>,
+    /// Every cluster of the wave, moved or not.
+    pub clusters: Vec<String>,
+    /// Why the wave's first moved cluster could not start now (an earlier wave, a soak, a
+    /// window, maxUnavailable); None when it could.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waits: Option<String>,
+}
+
+/// The waves `moves` touch, in rollout order, judged as if the promotion were merged now.
+fn wave_plans(state: &FleetState, moves: &[ClusterMove], statuses: &StatusSet) -> Vec<WavePlan> {
+    let mut members = status::members(&state.config);
+    for m in &mut members {
+        if let Some(mv) = moves.iter().find(|mv| mv.cluster == m.name) {
+            m.desired_release = Some(mv.to.clone());
+        }
+    }
+    let fleet = &state.config.fleet;
+    let now = chrono::Utc::now();
+    fleet
+        .spec
+        .waves
+        .iter()
+        .filter_map(|w| {
+            let first = moves.iter().find(|m| m.wave == w.name)?;
+            let decision = status::may_start(fleet, &members, statuses, &first.cluster, &first.to, now, status::Move::Forward);
+            Some(WavePlan {
+                wave: w.name.clone(),
+                settings: w.summary(),
+                clusters: state.config.clusters_in_wave(&w.name).iter().map(|c| c.name().to_string()).collect(),
+                waits: (!decision.allowed).then_some(decision.reason),
+            })
+        })
+        .collect()
+}
+
 /// CRD compatibility of the release against what the moving clusters run now.
 #[derive(Debug, Clone, Serialize)]
 pub struct CrdCheck {
@@ -125,6 +168,8 @@ pub struct PromoteReport {
     pub signer: Option<String>,
     pub crd_compatibility: Vec<CrdCheck>,
     pub earlier_waves: Vec<WaveStatus>,
+    /// The waves the promotion moves clusters of.
+    pub waves: Vec<WavePlan>,
     /// Refusals `--force` overrode.
     pub overridden: Vec<Refusal>,
 }
@@ -161,6 +206,16 @@ impl PromoteReport {
             for f in &c.verdict.findings {
                 b.push_str(&format!("  - {f}\n"));
             }
+        }
+        b.push_str("\n### Waves\n\n| wave | settings | clusters | once merged |\n|---|---|---|---|\n");
+        for w in &self.waves {
+            b.push_str(&format!(
+                "| {} | {} | {} | {} |\n",
+                w.wave,
+                w.settings.as_deref().unwrap_or("—"),
+                w.clusters.join(", "),
+                w.waits.as_deref().map_or("may start".to_string(), |why| format!("waits: {}", why.replace('|', "\\|")))
+            ));
         }
         b.push_str("\n### Earlier waves\n\n");
         if self.earlier_waves.is_empty() {
@@ -282,6 +337,7 @@ pub fn promote(
     let fleet_wide = matches!(req.target, Target::Fleet).then_some(req.id.as_str());
     let change = state.plan(&want, fleet_wide);
     let clusters = moves(&state, &change)?;
+    let waves = wave_plans(&state, &clusters, &statuses);
     let crd_compatibility = crd_checks(repo, &tag, &clusters)?;
     let branch = req.branch.clone().unwrap_or_else(|| default_branch(&req.id, &req.target));
     let mut report = PromoteReport {
@@ -297,6 +353,7 @@ pub fn promote(
         signer: signer_fpr,
         crd_compatibility,
         earlier_waves,
+        waves,
         overridden,
     };
     if change.is_empty() {

@@ -344,7 +344,7 @@ mod tests {
         let mut set = StatusSet::new();
         set.insert(Status::new(cluster, "rel-2", "ab".repeat(20), State::Failure, description));
         let members = vec![Member::new(cluster, "canary", Some("rel-2"))];
-        Matrix::build(&fleet, &members, &rels, &set, &Origin { branch: "main".into(), revision: "0".repeat(40) })
+        Matrix::build(&fleet, &members, &rels, &set, &Origin { branch: "main".into(), revision: "0".repeat(40) }, chrono::Utc::now())
     }
 
     #[test]

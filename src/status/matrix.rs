@@ -10,7 +10,7 @@
 //! person sees a forgery, and nothing counts it.
 
 use super::model::{PAUSED_PREFIX, State, Status, StatusSet, UnverifiedStatus, truncate};
-use super::waves::{Decision, Member, may_start};
+use super::waves::{Decision, Member, Move, may_start};
 use crate::model::Fleet;
 use chrono::{DateTime, Utc};
 use owo_colors::OwoColorize;
@@ -107,6 +107,9 @@ impl Summary {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WaveRows {
     pub name: String,
+    /// How the wave selects and paces ([`crate::model::Wave::summary`]); absent for a plain wave.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<String>,
     pub clusters: Vec<ClusterRow>,
 }
 
@@ -179,14 +182,16 @@ impl Cell {
 }
 
 impl Matrix {
-    /// Builds the view. Cells of a cluster's desired release that has no final state yet carry the
-    /// wave-gating decision (computed once per wave and release: it depends only on the wave).
+    /// Builds the view as of `now`. Cells of a cluster's desired release that has no final state
+    /// yet carry the wave-gating decision (computed once per wave and release — it depends only on
+    /// the wave — except in a wave with `maxUnavailable`, where each cluster has its seat).
     pub fn build(
         fleet: &Fleet,
         members: &[Member],
         releases: &[ReleaseRef],
         statuses: &StatusSet,
         origin: &Origin,
+        now: DateTime<Utc>,
     ) -> Matrix {
         let mut columns: Vec<ReleaseColumn> = releases
             .iter()
@@ -197,9 +202,13 @@ impl Matrix {
                 summary: Summary::default(),
             })
             .collect();
-        let mut waves: Vec<WaveRows> =
-            fleet.spec.waves.iter().map(|w| WaveRows { name: w.clone(), clusters: Vec::new() }).collect();
-        let mut gate_cache: HashMap<(String, String), Decision> = HashMap::new();
+        let mut waves: Vec<WaveRows> = fleet
+            .spec
+            .waves
+            .iter()
+            .map(|w| WaveRows { name: w.name.clone(), settings: w.summary(), clusters: Vec::new() })
+            .collect();
+        let mut gate_cache: HashMap<(String, String, Option<String>), Decision> = HashMap::new();
         let mut sorted: Vec<&Member> = members.iter().collect();
         sorted.sort_by(|a, b| a.name.cmp(&b.name));
         for m in sorted {
@@ -222,9 +231,10 @@ impl Matrix {
                         }
                     }
                     let gate = (desired && matches!(state, None | Some(State::Pending))).then(|| {
+                        let seated = fleet.spec.wave(&m.wave).is_some_and(|(_, w)| w.max_unavailable.is_some());
                         gate_cache
-                            .entry((m.wave.clone(), col.id.clone()))
-                            .or_insert_with(|| may_start(fleet, members, statuses, &m.name, &col.id))
+                            .entry((m.wave.clone(), col.id.clone(), seated.then(|| m.name.clone())))
+                            .or_insert_with(|| may_start(fleet, members, statuses, &m.name, &col.id, now, Move::Forward))
                             .clone()
                     });
                     let unverified = statuses.unverified(&m.name, &col.id).iter().map(UnverifiedEntry::from).collect();
@@ -239,7 +249,7 @@ impl Matrix {
             let row = ClusterRow { name: m.name.clone(), desired_release: m.desired_release.clone(), paused, cells };
             match waves.iter_mut().find(|w| w.name == m.wave) {
                 Some(w) => w.clusters.push(row),
-                None => waves.push(WaveRows { name: m.wave.clone(), clusters: vec![row] }),
+                None => waves.push(WaveRows { name: m.wave.clone(), settings: None, clusters: vec![row] }),
             }
         }
         Matrix {
@@ -368,6 +378,16 @@ fn name_width(m: &Matrix, width: usize) -> usize {
     longest.max(longest_wave).max("CLUSTER".len()).min(MAX_NAME).min(width / 3)
 }
 
+/// A wave's line: its name, bold, and how it selects and paces (`prod (tier=prod, 25 %; soak 10m)`).
+fn wave_heading(wave: &WaveRows, opts: RenderOptions) -> String {
+    let line = match &wave.settings {
+        Some(settings) => format!("{} ({settings})", wave.name),
+        None => wave.name.clone(),
+    };
+    let line = truncate(&line, opts.width);
+    if opts.colours { line.bold().to_string() } else { line }
+}
+
 /// The matrix as a table: one column per release that fits in `opts.width` (newest first), a
 /// summary line per shown release, and a note of what did not fit.
 pub fn render_table(m: &Matrix, opts: RenderOptions) -> String {
@@ -402,8 +422,7 @@ pub fn render_table(m: &Matrix, opts: RenderOptions) -> String {
         if opts.colours { line.trim_end().bold().to_string() } else { line.trim_end().to_string() }
     );
     for wave in &m.waves {
-        let wave_name = truncate(&wave.name, name_w);
-        let _ = writeln!(out, "{}", if opts.colours { wave_name.bold().to_string() } else { wave_name });
+        let _ = writeln!(out, "{}", wave_heading(wave, opts));
         for row in &wave.clusters {
             let mut line = pad(&format!("  {}", truncate(&row.name, name_w - 2)), name_w);
             for (cell, w) in row.cells.iter().zip(&widths) {
@@ -482,8 +501,7 @@ pub fn render_release(m: &Matrix, release: &str, opts: RenderOptions) -> Option<
     let header = format!("{}  {}  DESCRIPTION", pad("CLUSTER", name_w), pad("STATE", STATE_W));
     let _ = writeln!(out, "\n{}", if opts.colours { header.bold().to_string() } else { header });
     for wave in &m.waves {
-        let wave_name = truncate(&wave.name, name_w);
-        let _ = writeln!(out, "{}", if opts.colours { wave_name.bold().to_string() } else { wave_name });
+        let _ = writeln!(out, "{}", wave_heading(wave, opts));
         for row in &wave.clusters {
             let cell = &row.cells[idx];
             let description = match (&cell.status, &cell.gate, &row.desired_release) {
@@ -577,7 +595,7 @@ mod tests {
             }
         }
         let origin = Origin { branch: "main".into(), revision: "0123456789abcdef".into() };
-        Matrix::build(&fleet(), &members, &rels, &set, &origin)
+        Matrix::build(&fleet(), &members, &rels, &set, &origin, Utc::now())
     }
 
     fn plain(width: usize) -> RenderOptions {
@@ -597,7 +615,7 @@ mod tests {
         set.insert(Status::new("b", &rels[0].id, &rels[0].commit, State::Pending, &held));
         set.insert(Status::new("c", &rels[0].id, &rels[0].commit, State::Pending, "applying"));
         let origin = Origin { branch: "main".into(), revision: "0123456789abcdef".into() };
-        let m = Matrix::build(&fleet(), &members, &rels, &set, &origin);
+        let m = Matrix::build(&fleet(), &members, &rels, &set, &origin, Utc::now());
         let paused: Vec<Option<&str>> = m.waves[0].clusters.iter().map(|c| c.paused.as_deref()).collect();
         assert_eq!(paused, [Some("fleet.yaml spec.paused"), Some("the agent's --paused flag: INC-7"), None]);
         let table = render_table(&m, plain(200));

@@ -12,7 +12,7 @@
 //!   written and pushed by that cluster alone, with fetch-merge-retry when the remote refuses.
 //! * [`forge`] — GitHub, Gitea/Forgejo and GitLab commit-status APIs, mirrors of the notes.
 //! * [`StatusBackend`] / [`Publisher`] — one trait over both; the publisher writes Git first.
-//! * [`waves`] — wave gating as a pure function ([`may_start`]).
+//! * [`waves`] — wave gating and pacing as a pure function ([`may_start`]).
 //! * [`matrix`] / [`FleetView`] — the cluster × release view `fleetgate status` prints.
 //! * [`html`] — that view as one self-contained page (`fleetgate status -o html`).
 //!
@@ -40,5 +40,5 @@ pub use model::*;
 pub use memo::{MemoError, VerifiedNotes};
 pub use notes::{GitRemote, NotesError, Written, notes_ref, read_all, read_all_remembering, sync, write};
 pub use view::{FleetView, ViewError};
-pub use waves::{Decision, Member, may_start, members};
+pub use waves::{Decision, Member, Move, may_start, members, members_placed_by};
 pub use write_back_tip::check_tip;

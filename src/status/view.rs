@@ -63,6 +63,6 @@ impl FleetView {
 
     /// The cluster × release matrix of this view.
     pub fn matrix(&self) -> Matrix {
-        Matrix::build(&self.config.fleet, &members(&self.config), &self.releases, &self.statuses, &self.origin)
+        Matrix::build(&self.config.fleet, &members(&self.config), &self.releases, &self.statuses, &self.origin, chrono::Utc::now())
     }
 }

@@ -21,7 +21,7 @@
 
 use fleetgate::agent::state::{AgentState, StateStore};
 use fleetgate::agent::{Agent, AgentServices, AgentSettings};
-use fleetgate::status::{Status, StatusNote};
+use fleetgate::status::{GitRemote, Status, StatusIdentity, StatusNote, StatusSigner};
 pub use fleetgate_testenv::wait::{eventually, within};
 use fleetgate_testenv::{
     AgentIdentity, ClusterOptions, DeployManifests, GitDaemon, GpgHome, TestCluster, git_in, ssh_keygen,
@@ -35,6 +35,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The canary of the template: first wave, so no other cluster's status gates it.
 pub const CLUSTER: &str = "cluster-a";
+/// `metadata.name` of the template's `fleet.yaml`.
+pub const FLEET_NAME: &str = "redis-fleet";
 /// The agent's namespace (state, inventory, snapshots).
 pub const AGENT_NS: &str = "fleetgate-system";
 /// Where the template's Operator runs.
@@ -463,6 +465,34 @@ impl Fleet {
         self.git(&["add", "-A"]);
         self.git(&["-c", "gpg.format=ssh", "-c", &key, "commit", "-q", "-S", "--allow-empty", "-m", message]);
         self.git(&["push", "-q", "origin", "main"]);
+    }
+
+    /// `fleetgate status RELEASE -o json` against the git daemon: what a person sees.
+    pub fn status_json(&self, release: &str) -> fleetgate::status::Matrix {
+        let out = Command::new(BIN)
+            .args(["status", release, "--repo", &self.url, "-o", "json"])
+            .env_remove("FLEETGATE_REPO")
+            .output()
+            .unwrap();
+        assert!(out.status.code().is_some_and(|c| c <= 1), "status: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// `cluster`'s agent identity read from its key file: what that agent (or a compromise of its
+    /// cluster) signs statuses with.
+    pub fn status_identity(&self, cluster: &str) -> StatusIdentity {
+        let text = std::fs::read_to_string(self.status_key(cluster)).unwrap();
+        StatusIdentity::new(FLEET_NAME, StatusSigner::from_openssh(&text).unwrap())
+    }
+
+    /// Writes `status` into its cluster's notes ref on the server, signed as `identity`: another
+    /// cluster's agent reporting, without running it.
+    pub fn write_status_as(&self, identity: &StatusIdentity, status: &Status) {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init_bare(dir.path()).unwrap();
+        let remote = GitRemote::new(&self.url);
+        fleetgate::status::sync(&repo, &remote).unwrap();
+        fleetgate::status::write(&repo, &remote, status, identity).unwrap();
     }
 }
 
