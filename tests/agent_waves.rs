@@ -32,7 +32,11 @@ fn define_waves(fleet: &Fleet, waves: &str) {
 /// The production cluster a wave of `fleet` called `wave` ranks first, and the other.
 fn ranked(wave: &str) -> (&'static str, &'static str) {
     let [b, c] = PROD;
-    if rendezvous(FLEET_NAME, wave, b) > rendezvous(FLEET_NAME, wave, c) { (b, c) } else { (c, b) }
+    if rendezvous(FLEET_NAME, wave, b) > rendezvous(FLEET_NAME, wave, c) {
+        (b, c)
+    } else {
+        (c, b)
+    }
 }
 
 async fn pass(agent: &mut Agent, what: &str) -> Outcome {
@@ -91,7 +95,10 @@ async fn a_percentage_wave_takes_its_share_and_waits_out_the_canary_soak() {
 
     // prod-rest waits for prod-half, which has not started.
     let mut last = fleet.agent_with(fleet.settings_for(rest)).await;
-    assert_eq!(waiting_reason(pass(&mut last, "prod-rest").await), format!("waiting for wave prod-half: {chosen} no status yet"));
+    assert_eq!(
+        waiting_reason(pass(&mut last, "prod-rest").await),
+        format!("waiting for wave prod-half: {chosen} no status yet")
+    );
 
     // Once the soak is over the chosen production cluster starts; never before.
     let outcome = within("the soak ends", 90, async {
@@ -108,7 +115,11 @@ async fn a_percentage_wave_takes_its_share_and_waits_out_the_canary_soak() {
     let shown = fleet.status_json("rel-1");
     let success = shown.waves[1].clusters[0].cells[0].status.clone().unwrap();
     assert_eq!(success.state, State::Success);
-    assert!(success.reported_at >= soaked, "{chosen} finished at {} before the soak ended at {soaked}", success.reported_at);
+    assert!(
+        success.reported_at >= soaked,
+        "{chosen} finished at {} before the soak ended at {soaked}",
+        success.reported_at
+    );
 
     // prod-half has no soak of its own: the rest follows at once.
     assert_eq!(pass(&mut last, "prod-rest after prod-half").await, Outcome::Succeeded("rel-1".into()));
@@ -133,18 +144,24 @@ async fn max_unavailable_one_lets_one_of_two_agents_start() {
     let mut a = fleet.agent_with(fleet.settings_for(first)).await;
     let mut b = fleet.agent_with(fleet.settings_for(second)).await;
     // Both read the same statuses (none in prod): only the first in rendezvous order may start.
-    assert_eq!(waiting_reason(pass(&mut b, "second, nobody started").await), format!("wave prod has maxUnavailable 1: {first} goes first"));
+    assert_eq!(
+        waiting_reason(pass(&mut b, "second, nobody started").await),
+        format!("wave prod has maxUnavailable 1: {first} goes first")
+    );
 
     // While the first applies and bakes (status pending), the second still waits, now for it.
-    let (first_outcome, seen) = tokio::join!(pass(&mut a, "first rel-1"), within("the first one mid-release", 90, async {
-        loop {
-            let reason = waiting_reason(b.reconcile().await.unwrap());
-            if reason.ends_with("mid-release") {
-                return reason;
+    let (first_outcome, seen) = tokio::join!(
+        pass(&mut a, "first rel-1"),
+        within("the first one mid-release", 90, async {
+            loop {
+                let reason = waiting_reason(b.reconcile().await.unwrap());
+                if reason.ends_with("mid-release") {
+                    return reason;
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
             }
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-    }));
+        })
+    );
     assert_eq!(first_outcome, Outcome::Succeeded("rel-1".into()));
     assert_eq!(seen, format!("wave prod has maxUnavailable 1: {first} mid-release"));
 
