@@ -32,11 +32,7 @@ fn define_waves(fleet: &Fleet, waves: &str) {
 /// The production cluster a wave of `fleet` called `wave` ranks first, and the other.
 fn ranked(wave: &str) -> (&'static str, &'static str) {
     let [b, c] = PROD;
-    if rendezvous(FLEET_NAME, wave, b) > rendezvous(FLEET_NAME, wave, c) {
-        (b, c)
-    } else {
-        (c, b)
-    }
+    if rendezvous(FLEET_NAME, wave, b) > rendezvous(FLEET_NAME, wave, c) { (b, c) } else { (c, b) }
 }
 
 async fn pass(agent: &mut Agent, what: &str) -> Outcome {

@@ -142,8 +142,9 @@ pub(super) mod entries {
             .enumerate()
             .map(|(i, v)| match v {
                 serde_yaml_ng::Value::String(name) => Ok(Wave::from(name.as_str())),
-                v @ serde_yaml_ng::Value::Mapping(_) => serde_yaml_ng::from_value(v)
-                    .map_err(|e| serde::de::Error::custom(format!("spec.waves[{i}]: {e}"))),
+                v @ serde_yaml_ng::Value::Mapping(_) => {
+                    serde_yaml_ng::from_value(v).map_err(|e| serde::de::Error::custom(format!("spec.waves[{i}]: {e}")))
+                }
                 _ => Err(serde::de::Error::custom(format!(
                     "spec.waves[{i}]: a wave is a name or {{name, selector, percent, maxUnavailable, soak, windows}}"
                 ))),
@@ -225,7 +226,8 @@ pub struct DaySpan {
 
 impl DaySpan {
     pub fn contains(&self, day: Weekday) -> bool {
-        let (from, to, d) = (self.from.num_days_from_monday(), self.to.num_days_from_monday(), day.num_days_from_monday());
+        let (from, to, d) =
+            (self.from.num_days_from_monday(), self.to.num_days_from_monday(), day.num_days_from_monday());
         if from <= to { (from..=to).contains(&d) } else { d >= from || d <= to }
     }
 }
@@ -294,9 +296,9 @@ impl TryFrom<String> for Zone {
         if s == "UTC" || s == "Z" {
             return Ok(Zone::default());
         }
-        s.parse::<FixedOffset>()
-            .map(Zone)
-            .map_err(|_| format!("timeZone {s:?} is not UTC or a fixed offset such as +02:00 (named zones are not supported)"))
+        s.parse::<FixedOffset>().map(Zone).map_err(|_| {
+            format!("timeZone {s:?} is not UTC or a fixed offset such as +02:00 (named zones are not supported)")
+        })
     }
 }
 
@@ -493,10 +495,22 @@ mod tests {
     // 2026-12-07 is a Monday.
     #[rstest]
     #[case::inside("{days: [Mon-Fri], start: '09:00', end: '17:00'}", "2026-12-07T10:00:00Z", Ok(()))]
-    #[case::end_is_exclusive("{days: [Mon-Fri], start: '09:00', end: '17:00'}", "2026-12-07T17:00:00Z", Err(Some("2026-12-08T09:00:00Z")))]
-    #[case::weekend_waits_for_monday("{days: [Mon-Fri], start: '09:00', end: '17:00'}", "2026-12-05T12:00:00Z", Err(Some("2026-12-07T09:00:00Z")))]
+    #[case::end_is_exclusive(
+        "{days: [Mon-Fri], start: '09:00', end: '17:00'}",
+        "2026-12-07T17:00:00Z",
+        Err(Some("2026-12-08T09:00:00Z"))
+    )]
+    #[case::weekend_waits_for_monday(
+        "{days: [Mon-Fri], start: '09:00', end: '17:00'}",
+        "2026-12-05T12:00:00Z",
+        Err(Some("2026-12-07T09:00:00Z"))
+    )]
     #[case::offset("{days: [Mon], start: '09:00', end: '10:00', timeZone: '+02:00'}", "2026-12-07T07:30:00Z", Ok(()))]
-    #[case::offset_before("{days: [Mon], start: '09:00', end: '10:00', timeZone: '+02:00'}", "2026-12-07T06:30:00Z", Err(Some("2026-12-07T07:00:00Z")))]
+    #[case::offset_before(
+        "{days: [Mon], start: '09:00', end: '10:00', timeZone: '+02:00'}",
+        "2026-12-07T06:30:00Z",
+        Err(Some("2026-12-07T07:00:00Z"))
+    )]
     #[case::past_midnight("{days: [Fri], start: '22:00', end: '02:00'}", "2026-12-05T01:00:00Z", Ok(()))]
     #[case::wrapping_days("{days: [Sat-Mon], start: '00:00', end: '00:00'}", "2026-12-07T23:59:00Z", Ok(()))]
     #[case::every_day("{start: '09:00', end: '09:30'}", "2026-12-08T08:00:00Z", Err(Some("2026-12-08T09:00:00Z")))]

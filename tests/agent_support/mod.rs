@@ -24,7 +24,7 @@ use fleetgate::agent::{Agent, AgentServices, AgentSettings};
 use fleetgate::status::{GitRemote, Status, StatusIdentity, StatusNote, StatusSigner};
 pub use fleetgate_testenv::wait::{eventually, within};
 use fleetgate_testenv::{
-    git_in, ssh_keygen, AgentIdentity, ClusterOptions, DeployManifests, GitDaemon, GpgHome, TestCluster,
+    AgentIdentity, ClusterOptions, DeployManifests, GitDaemon, GpgHome, TestCluster, git_in, ssh_keygen,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
