@@ -1,8 +1,8 @@
 //! Waves as `fleet.yaml` defines them, against real components: a test cluster (etcd +
 //! kube-apiserver) the agents apply to as the `fleetgate-agent` ServiceAccount, the fleet repo on a
 //! `git daemon`, releases signed with a throw-away GnuPG key. Other clusters' statuses are either
-//! their own agents' (several agents over the one test cluster, one pass at a time) or written by
-//! the test with that cluster's registered status key, as its agent would.
+//! their own agents' (one pass at a time, each applying to its own test cluster) or written by the
+//! test with that cluster's registered status key, as its agent would.
 //!
 //! * a percentage wave takes its rendezvous share of the labelled clusters, `fleetgate status`
 //!   shows who is where, and a soak holds the next wave until its time has passed;
@@ -76,7 +76,8 @@ async fn a_percentage_wave_takes_its_share_and_waits_out_the_canary_soak() {
     );
 
     let mut canary = fleet.agent().await;
-    let mut half = fleet.agent_with(fleet.settings_for(chosen)).await;
+    let (_half_spoke, half_settings) = fleet.spoke("waves-soak-half", chosen).await;
+    let mut half = fleet.agent_with(half_settings).await;
     assert_eq!(pass(&mut canary, "canary rel-1").await, Outcome::Succeeded("rel-1".into()));
     let canary_done = fleet.statuses(&commit).pop().unwrap();
     assert_eq!(canary_done.state, State::Success);
@@ -90,7 +91,8 @@ async fn a_percentage_wave_takes_its_share_and_waits_out_the_canary_soak() {
     assert_eq!(cell.gate.as_ref().map(|g| g.retry_at), Some(Some(soaked)), "{cell:?}");
 
     // prod-rest waits for prod-half, which has not started.
-    let mut last = fleet.agent_with(fleet.settings_for(rest)).await;
+    let (_rest_spoke, rest_settings) = fleet.spoke("waves-soak-rest", rest).await;
+    let mut last = fleet.agent_with(rest_settings).await;
     assert_eq!(
         waiting_reason(pass(&mut last, "prod-rest").await),
         format!("waiting for wave prod-half: {chosen} no status yet")
@@ -123,7 +125,7 @@ async fn a_percentage_wave_takes_its_share_and_waits_out_the_canary_soak() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_unavailable_one_lets_one_of_two_agents_start() {
-    let fleet = Fleet::start("waves-max-unavailable", false).await;
+    let fleet = Fleet::start("waves-seats", false).await;
     define_waves(
         &fleet,
         "  waves:\n    - canary\n    - name: prod\n      selector: {matchLabels: {env: production}}\n      maxUnavailable: 1\n",
@@ -138,7 +140,8 @@ async fn max_unavailable_one_lets_one_of_two_agents_start() {
 
     let (first, second) = ranked("prod");
     let mut a = fleet.agent_with(fleet.settings_for(first)).await;
-    let mut b = fleet.agent_with(fleet.settings_for(second)).await;
+    let (_second_spoke, second_settings) = fleet.spoke("waves-seats-2", second).await;
+    let mut b = fleet.agent_with(second_settings).await;
     // Both read the same statuses (none in prod): only the first in rendezvous order may start.
     assert_eq!(
         waiting_reason(pass(&mut b, "second, nobody started").await),

@@ -252,6 +252,19 @@ impl Fleet {
         }
     }
 
+    /// A spoke of its own for the fleet's cluster `name` (a test cluster called `spoke`, with
+    /// deploy/ applied) and agent settings for it: for tests where several clusters each apply a
+    /// release (two agents over one API server would find each other's objects foreign). The
+    /// cluster must outlive the agent.
+    pub async fn spoke(&self, spoke: &str, name: &str) -> (TestCluster, AgentSettings) {
+        let cluster = TestCluster::start(ClusterOptions::new(spoke)).await.unwrap_or_else(|e| panic!("{e:#}"));
+        let identity =
+            cluster.deploy_agent(&deploy_manifests()).await.unwrap_or_else(|e| panic!("deploying the agent: {e:#}"));
+        let settings =
+            AgentSettings { kubeconfig: Some(identity.kubeconfig_path().to_path_buf()), ..self.settings_for(name) };
+        (cluster, settings)
+    }
+
     /// An agent started with `settings` (its services running, its state loaded).
     pub async fn agent_with(&self, settings: AgentSettings) -> Agent {
         let config = settings.resolve().unwrap_or_else(|e| panic!("agent settings: {e}"));
