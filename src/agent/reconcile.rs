@@ -32,7 +32,7 @@ use super::state::{AgentState, Failure, Next, Progress, Transition, TransitionEr
 use crate::apply::{AdmittedSet, ApplyError, ApplyOptions, Engine};
 use crate::gates::{self, BakeVerdict, GateError, GateEvaluation, GateRunner, OperatorTarget, Verdict};
 use crate::manifests::AdmissionPolicy;
-use crate::model::error_chain;
+use crate::model::{error_chain, stop_point};
 use crate::model::{ErrorClass, FleetConfig, GatePolicySpec, PromotionMode, ReleaseAdmissionPolicySpec};
 use crate::release::{self, DesiredRelease, Keyring, TipTrust, TrustConfig, VerifiedRelease, VerifyError};
 use crate::source::{Checkout, NotesSchedule, Source, SourceError};
@@ -297,6 +297,7 @@ impl Agent {
         if sync.is_some() {
             self.deliver_waiting(&checkout).await;
         }
+        self.deliver_unreported(&checkout).await;
         let state = self.services.store.load().await?;
         let tip = self.judge_tip(&checkout, &state);
         if let Next::Resume(progress) = state.next() {
@@ -618,6 +619,7 @@ impl Agent {
         })
         .await?;
         let snapshot = self.engine.snapshot().await?;
+        stop_point::reached("snapshot.after-save").await;
         // The state machine keeps it only if it succeeded here (else: last-known-good).
         let rollback_to = verified.release().spec.rollback_to.clone();
         Ok((baseline, snapshot.map(|s| s.id), rollback_to))
@@ -644,6 +646,7 @@ impl Agent {
         };
         let changes = self.engine.apply(admitted).await?;
         tracing::info!(release = verified.id(), changes = %changes.summary(), "applied");
+        stop_point::reached("apply.after-all").await;
         self.engine.prune().await.map(drop)
     }
 
@@ -694,6 +697,7 @@ impl Agent {
             baseline,
         )?;
         let metrics = self.services.metrics.clone();
+        stop_point::reached("bake.started").await;
         let verdict = runner
             .run(|round| {
                 for e in &round.evaluations {
@@ -704,8 +708,11 @@ impl Agent {
             .await;
         match verdict {
             BakeVerdict::Passed { ref evaluations, .. } => {
-                self.step(config, Step::Passed { bake_time, figures: figures(evaluations) }).await?;
+                // Stored before the verdict is persisted: an agent killed in between bakes again
+                // and stores the same bytes again, while one killed after it would never store
+                // them (it finds the release done).
                 self.keep_last_known_good(checkout, &operation.release).await;
+                self.step(config, Step::Passed { bake_time, figures: figures(evaluations) }).await?;
                 Ok(Outcome::Succeeded(operation.release.clone()))
             }
             BakeVerdict::Failed { ref gate, ref evaluations, .. } => {
@@ -850,6 +857,7 @@ impl Agent {
         let cluster = self.services.config.cluster.clone();
         let ctx = Context { cluster: &cluster, now: Utc::now(), write_back: self.services.config.write_back };
         let (state, report) = self.services.store.update(|s| conclude(s, &step, &ctx)).await?;
+        stop_point::reached(&format!("step.{}.after-persist", step.name())).await;
         self.services.metrics.observe_state(&state);
         if let Some(t) = &report.transition {
             self.record_transition(t).await;
