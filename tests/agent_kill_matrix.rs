@@ -123,7 +123,8 @@ async fn lease_holder(fleet: &Fleet) -> Option<String> {
 }
 
 /// Whether the agents reached the end state of `rel2`: Idle on the expected release with the
-/// verdict in Git.
+/// verdict in Git and nothing left undelivered (a kill after the verdict's push leaves the rest
+/// to the restarted agent).
 async fn converged(fleet: &Fleet, rel2: Rel2, commit: &str) -> bool {
     let state = fleet.state().await;
     let (live, verdict) = match rel2 {
@@ -132,6 +133,7 @@ async fn converged(fleet: &Fleet, rel2: Rel2, commit: &str) -> bool {
     };
     state.phase() == fleetgate::agent::state::Phase::Idle
         && state.current() == Some(live)
+        && state.unreported().is_empty()
         && fleet.statuses(commit).last().is_some_and(|s| s.state == verdict)
 }
 
