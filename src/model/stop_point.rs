@@ -58,7 +58,11 @@ pub async fn reached(point: &str) {
         return;
     }
     let marker = armed.dir.join(point);
-    if let Err(e) = std::fs::write(&marker, std::process::id().to_string()) {
+    // Written aside and renamed: whoever sees the marker sees the pid in it.
+    let partial = armed.dir.join(format!(".{point}.partial"));
+    let written =
+        std::fs::write(&partial, std::process::id().to_string()).and_then(|()| std::fs::rename(&partial, &marker));
+    if let Err(e) = written {
         tracing::error!(marker = %marker.display(), error = %e, "could not write the stop point's marker");
     }
     tracing::warn!(point, "test stop point reached; halting here until killed");
