@@ -65,11 +65,13 @@ impl Agent {
     /// # Errors
     /// The status could be neither written nor queued.
     pub(super) async fn deliver(&self, publisher: &Publisher, status: &Status) -> Result<Delivery, StatusError> {
-        let delivery = self.write_or_queue(publisher, status).await;
+        // Boxed: every step awaits this; inline, the futures of a pass outgrow a debug build's
+        // test thread stack.
+        let delivery = Box::pin(self.write_or_queue(publisher, status)).await;
         if matches!(delivery, Ok(Delivery::Written)) {
             stop_point::reached(&format!("status.{}.after-push", status.state.as_str())).await;
         }
-        self.mark_reported(status).await;
+        Box::pin(self.mark_reported(status)).await;
         delivery
     }
 

@@ -297,7 +297,8 @@ impl Agent {
         if sync.is_some() {
             self.deliver_waiting(&checkout).await;
         }
-        self.deliver_unreported(&checkout).await;
+        // Boxed: inline, its future would grow every pass's (a debug build's test thread overflows).
+        Box::pin(self.deliver_unreported(&checkout)).await;
         let state = self.services.store.load().await?;
         let tip = self.judge_tip(&checkout, &state);
         if let Next::Resume(progress) = state.next() {
@@ -305,7 +306,8 @@ impl Agent {
             // A refused tip never stops an operation in flight (a rollback must finish); it only
             // loses the trust a signed tip would give.
             let tip = tip.unwrap_or(TipTrust::Unsigned);
-            return self.resume(&checkout, progress, &tip).await;
+            // Boxed, like `start` below: inline, a pass's future outgrows a debug build's test thread stack.
+            return Box::pin(self.resume(&checkout, progress, &tip)).await;
         }
         let tip = tip?;
         let desired = match tokio::task::block_in_place(|| release::resolve(&checkout, &self.services.config.cluster)) {
@@ -344,7 +346,7 @@ impl Agent {
             }
             Next::Nothing => Ok(Outcome::UpToDate),
             Next::Rejected { release, .. } => Ok(Outcome::Rejected(release.to_string())),
-            Next::Start { .. } => self.start(&checkout, desired, &tip).await,
+            Next::Start { .. } => Box::pin(self.start(&checkout, desired, &tip)).await,
             Next::Resume(_) => unreachable!("handled above"),
         }
     }

@@ -171,7 +171,8 @@ impl Engine {
         let id = format!("s{}", chrono::Utc::now().timestamp_millis());
         let objects = self.live_state(&id, &resolver, &inv.objects).await?;
         let info = self.store_snapshot(&id, &inv.release, &objects).await?;
-        self.trim_snapshots().await?;
+        // Boxed: the agent's pass holds this future; inline it outgrows a debug test thread's stack.
+        Box::pin(self.trim_snapshots()).await?;
         Ok(Some(info))
     }
 
