@@ -2,10 +2,14 @@
 //! because Git is out of reach waits in the cluster and is written, in order, when Git answers
 //! again — at the start of the next pass that can sync, or before the next status. The loop never
 //! waits for it: a queued status is a Warning Event, and the pass goes on.
+//!
+//! A status is kept in the state ConfigMap with the step that decided it until it is written or
+//! queued here ([`AgentState::unreported`](super::state::AgentState::unreported)); what an agent
+//! killed in between left there is delivered at the start of the next agent's first pass.
 
 use super::reconcile::Agent;
 use super::state::Outbox;
-use crate::model::error_chain;
+use crate::model::{error_chain, stop_point};
 use crate::source::Checkout;
 use crate::status::{NotesError, Publisher, Status, StatusBackend, StatusError};
 
@@ -54,11 +58,24 @@ impl Agent {
         true
     }
 
-    /// Writes `status` after the statuses already waiting, or queues it when Git is out of reach.
+    /// Writes `status` after the statuses already waiting, or queues it when Git is out of reach;
+    /// then takes it out of the state's undelivered statuses (whatever became of it: a refused
+    /// status would be refused again, and retried later it could land after newer ones).
     ///
     /// # Errors
     /// The status could be neither written nor queued.
     pub(super) async fn deliver(&self, publisher: &Publisher, status: &Status) -> Result<Delivery, StatusError> {
+        // Boxed: every step awaits this; inline, the futures of a pass outgrow a debug build's
+        // test thread stack.
+        let delivery = Box::pin(self.write_or_queue(publisher, status)).await;
+        if matches!(delivery, Ok(Delivery::Written)) {
+            stop_point::reached(&format!("status.{}.after-push", status.state.as_str())).await;
+        }
+        Box::pin(self.mark_reported(status)).await;
+        delivery
+    }
+
+    async fn write_or_queue(&self, publisher: &Publisher, status: &Status) -> Result<Delivery, StatusError> {
         let outbox = self.outbox();
         let waiting = match outbox.load().await {
             Ok(waiting) => waiting,
@@ -84,6 +101,49 @@ impl Agent {
             Err(queue) => {
                 let queue = format!("could not queue the status in {}: {}", outbox.name(), error_chain(&queue));
                 Err(failed.unwrap_or(StatusError::Interrupted(queue)))
+            }
+        }
+    }
+
+    /// Removes `status` from the state's undelivered statuses. Should this write fail, the state
+    /// still holds it and the next pass delivers it again, which adds nothing to a note that
+    /// already holds that entry.
+    async fn mark_reported(&self, status: &Status) {
+        let marked = self
+            .services
+            .store
+            .update(|s| {
+                s.reported(status);
+                Ok(())
+            })
+            .await;
+        if let Err(e) = marked {
+            tracing::warn!(release = %status.release, error = %error_chain(&e), "could not mark a delivered status in the state");
+        }
+    }
+
+    /// At the start of a pass: delivers the statuses a step decided and persisted, but that an
+    /// agent killed right after never pushed nor queued (after the outbox's, which are older).
+    pub(super) async fn deliver_unreported(&self, checkout: &Checkout) {
+        let unreported = match self.services.store.load().await {
+            Ok(state) => state.unreported().to_vec(),
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "could not read the statuses left undelivered");
+                return;
+            }
+        };
+        if unreported.is_empty() {
+            return;
+        }
+        let Ok(config) = self.config_at_tip(checkout) else { return };
+        let publisher = self.publisher(&config).await;
+        for status in unreported {
+            match self.deliver(&publisher, &status).await {
+                Ok(_) => tracing::info!(release = %status.release, state = status.state.as_str(), "status decided before a restart delivered: {}", status.description),
+                Err(e) => {
+                    tracing::warn!(release = %status.release, error = %error_chain(&e), "a status decided before a restart is still undelivered");
+                    return;
+                }
             }
         }
     }

@@ -32,7 +32,7 @@ use super::state::{AgentState, Failure, Next, Progress, Transition, TransitionEr
 use crate::apply::{AdmittedSet, ApplyError, ApplyOptions, Engine};
 use crate::gates::{self, BakeVerdict, GateError, GateEvaluation, GateRunner, OperatorTarget, Verdict};
 use crate::manifests::AdmissionPolicy;
-use crate::model::error_chain;
+use crate::model::{error_chain, stop_point};
 use crate::model::{ErrorClass, FleetConfig, GatePolicySpec, PromotionMode, ReleaseAdmissionPolicySpec};
 use crate::release::{self, DesiredRelease, Keyring, TipTrust, TrustConfig, VerifiedRelease, VerifyError};
 use crate::source::{Checkout, NotesSchedule, Source, SourceError};
@@ -297,6 +297,8 @@ impl Agent {
         if sync.is_some() {
             self.deliver_waiting(&checkout).await;
         }
+        // Boxed: inline, its future would grow every pass's (a debug build's test thread overflows).
+        Box::pin(self.deliver_unreported(&checkout)).await;
         let state = self.services.store.load().await?;
         let tip = self.judge_tip(&checkout, &state);
         if let Next::Resume(progress) = state.next() {
@@ -304,7 +306,8 @@ impl Agent {
             // A refused tip never stops an operation in flight (a rollback must finish); it only
             // loses the trust a signed tip would give.
             let tip = tip.unwrap_or(TipTrust::Unsigned);
-            return self.resume(&checkout, progress, &tip).await;
+            // Boxed, like `start` below: inline, a pass's future outgrows a debug build's test thread stack.
+            return Box::pin(self.resume(&checkout, progress, &tip)).await;
         }
         let tip = tip?;
         let desired = match tokio::task::block_in_place(|| release::resolve(&checkout, &self.services.config.cluster)) {
@@ -343,7 +346,7 @@ impl Agent {
             }
             Next::Nothing => Ok(Outcome::UpToDate),
             Next::Rejected { release, .. } => Ok(Outcome::Rejected(release.to_string())),
-            Next::Start { .. } => self.start(&checkout, desired, &tip).await,
+            Next::Start { .. } => Box::pin(self.start(&checkout, desired, &tip)).await,
             Next::Resume(_) => unreachable!("handled above"),
         }
     }
@@ -623,6 +626,7 @@ impl Agent {
         })
         .await?;
         let snapshot = self.engine.snapshot().await?;
+        stop_point::reached("snapshot.after-save").await;
         // The state machine keeps it only if it succeeded here (else: last-known-good).
         let rollback_to = verified.release().spec.rollback_to.clone();
         Ok((baseline, snapshot.map(|s| s.id), rollback_to))
@@ -649,6 +653,7 @@ impl Agent {
         };
         let changes = self.engine.apply(admitted).await?;
         tracing::info!(release = verified.id(), changes = %changes.summary(), "applied");
+        stop_point::reached("apply.after-all").await;
         self.engine.prune().await.map(drop)
     }
 
@@ -699,6 +704,7 @@ impl Agent {
             baseline,
         )?;
         let metrics = self.services.metrics.clone();
+        stop_point::reached("bake.started").await;
         let verdict = runner
             .run(|round| {
                 for e in &round.evaluations {
@@ -709,8 +715,11 @@ impl Agent {
             .await;
         match verdict {
             BakeVerdict::Passed { ref evaluations, .. } => {
-                self.step(config, Step::Passed { bake_time, figures: figures(evaluations) }).await?;
+                // Stored before the verdict is persisted: an agent killed in between bakes again
+                // and stores the same bytes again, while one killed after it would never store
+                // them (it finds the release done).
                 self.keep_last_known_good(checkout, &operation.release).await;
+                self.step(config, Step::Passed { bake_time, figures: figures(evaluations) }).await?;
                 Ok(Outcome::Succeeded(operation.release.clone()))
             }
             BakeVerdict::Failed { ref gate, ref evaluations, .. } => {
@@ -855,6 +864,7 @@ impl Agent {
         let cluster = self.services.config.cluster.clone();
         let ctx = Context { cluster: &cluster, now: Utc::now(), write_back: self.services.config.write_back };
         let (state, report) = self.services.store.update(|s| conclude(s, &step, &ctx)).await?;
+        stop_point::reached(&format!("step.{}.after-persist", step.name())).await;
         self.services.metrics.observe_state(&state);
         if let Some(t) = &report.transition {
             self.record_transition(t).await;

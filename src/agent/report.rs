@@ -2,7 +2,9 @@
 //! the state and a [`Step`] (what the pipeline just decided) and returns the state transition
 //! (for the Event and log line), the status for Git, the notification and the write-back to make.
 //! It is pure — the loop persists the state it leaves, then writes exactly what it returned — so
-//! every verdict's report is tested here with a table.
+//! every verdict's report is tested here with a table. The status is also kept in the state it
+//! leaves ([`AgentState::unreported`]) until it is delivered, so a `kill -9` between the state
+//! write and the push loses nothing.
 //!
 //! | step            | transition              | status                  | notification |
 //! |-----------------|-------------------------|-------------------------|--------------|
@@ -90,6 +92,24 @@ pub enum Step {
     RolledBack,
     /// This rollback attempt failed; the next pass tries again.
     RollbackFailed { message: String },
+}
+
+impl Step {
+    /// The step's name in logs and stop points (`step.<name>.after-persist`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Step::Begin { .. } => "begin",
+            Step::Deferred { .. } => "deferred",
+            Step::Refused { .. } => "refused",
+            Step::Blocked(_) => "blocked",
+            Step::StartApply { .. } => "start-apply",
+            Step::Applied { .. } => "applied",
+            Step::Passed { .. } => "passed",
+            Step::Failed { .. } => "failed",
+            Step::RolledBack => "rolled-back",
+            Step::RollbackFailed { .. } => "rollback-failed",
+        }
+    }
 }
 
 /// Where and when the report is made.
@@ -256,6 +276,10 @@ pub fn conclude(state: &mut AgentState, step: &Step, ctx: &Context<'_>) -> Resul
             report.notification = Some(notification(NotificationKind::Error, op, "RollbackFailed", message));
         }
     }
+    // Persisted with the step: a kill before the status reaches Git must not lose it.
+    if let Some(status) = &report.status {
+        state.record_unreported(status.clone());
+    }
     Ok(report)
 }
 
@@ -401,6 +425,10 @@ mod tests {
             );
         }
         assert_eq!(report.write_back, None, "write-back is off");
+        // The status is persisted with the step until it is delivered; a step without one adds none.
+        assert_eq!(state.unreported(), report.status.as_slice());
+        state.reported(report.status.as_ref().unwrap_or(&Status::new("c", "x", "c", State::Pending, "x")));
+        assert!(state.unreported().is_empty());
     }
 
     #[test]

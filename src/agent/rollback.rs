@@ -24,7 +24,7 @@ use super::state::{Failure, Progress, Rollback, TransitionError};
 use crate::apply::{AdmittedSet, ApplyError};
 use crate::gates::crd_compat;
 use crate::model::FleetConfig;
-use crate::model::error_chain;
+use crate::model::{error_chain, stop_point};
 use crate::source::Checkout;
 use crate::status::GateFigure;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -130,6 +130,7 @@ impl Agent {
         let mut admitted = self.rollback_engine.admit(&verified, &policy).await?;
         self.keep_crds_the_target_cannot_take_back(&mut admitted).await?;
         let changes = self.rollback_engine.apply(admitted).await?;
+        stop_point::reached("rollback.after-apply").await;
         let pruned = self.rollback_engine.prune().await?;
         tracing::info!(release = %target, changes = %changes.summary(), pruned = pruned.len(), "rollback applied");
         let Some(snapshot) = &operation.snapshot else { return Ok(()) };

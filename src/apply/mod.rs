@@ -345,7 +345,7 @@ impl Engine {
         let AdmittedSet { release, set, mut resolver, .. } = admitted;
         inventory::write(&self.client, &self.options, &set, previous.as_ref(), &adopted).await?;
         let mut changes = ChangeSet::new(release.id());
-        self.apply_phases(&mut resolver, &set, before, deferred, &mut changes).await?;
+        self.apply_phases("apply", &mut resolver, &set, before, deferred, &mut changes).await?;
         inventory::write_release_manifest(&self.client, &self.options, release).await?;
         Ok(changes)
     }
@@ -458,20 +458,27 @@ impl Engine {
 
     /// Applies `set` phase by phase, with the waits between phases, recording into `changes`.
     /// Deferred dry runs happen right after the phase they wait for, before anything later.
+    /// `stage` (`apply`, `restore`) names its stop point `<stage>.after-first-phase`.
     async fn apply_phases(
         &self,
+        stage: &str,
         resolver: &mut phases::Resolver,
         set: &ManifestSet,
         mut before: phases::DryRuns,
         deferred: Vec<DeferredDryRun>,
         changes: &mut ChangeSet,
     ) -> Result<(), ApplyError> {
+        let mut first = true;
         for phase in Phase::ALL {
             let objects: Vec<_> = set.phase(phase).collect();
             if objects.is_empty() {
                 continue;
             }
             phases::apply_phase(resolver, &objects, &before, &self.options, changes).await?;
+            if first {
+                first = false;
+                crate::model::stop_point::reached(&format!("{stage}.after-first-phase")).await;
+            }
             if phase == Phase::Crds {
                 phases::crds_established(&self.client, &objects, &self.options).await?;
                 resolver.refresh_until_served(set, self.options.crd_timeout).await?;

@@ -6,8 +6,9 @@
 //! Storage: Secrets (a snapshot can hold Secrets of the release), the JSON split into chunks
 //! `<inventory>-snapshot-<id>-<n>` of at most [`CHUNK_BYTES`] ([`super::chunked`]), then an index Secret
 //! `<inventory>-snapshot-<id>` with the chunk count and an HMAC-SHA256 of the id, the release and
-//! the whole JSON, written last so a snapshot interrupted half way is never listed. Only the
-//! newest `snapshot_history` snapshots are kept.
+//! the whole JSON, written last so a snapshot interrupted half way is never listed (its chunks
+//! are deleted when the next snapshot is stored). Only the newest `snapshot_history` snapshots
+//! are kept.
 //!
 //! Authentication: the MAC's key ([`AgentKey`]) is Secret `<inventory>-snapshot-key`, generated
 //! on first use in the agent's namespace; only the agent (and cluster admins) can read it. A
@@ -170,7 +171,8 @@ impl Engine {
         let id = format!("s{}", chrono::Utc::now().timestamp_millis());
         let objects = self.live_state(&id, &resolver, &inv.objects).await?;
         let info = self.store_snapshot(&id, &inv.release, &objects).await?;
-        self.trim_snapshots().await?;
+        // Boxed: the agent's pass holds this future; inline it outgrows a debug test thread's stack.
+        Box::pin(self.trim_snapshots()).await?;
         Ok(Some(info))
     }
 
@@ -228,6 +230,7 @@ impl Engine {
         let chunks = write_chunks(&api, &self.index_name(id), DATA_KEY, &json, &chunk_labels, Existing::Fail)
             .await
             .map_err(kube_err(format!("storing snapshot {id}")))?;
+        crate::model::stop_point::reached("snapshot.after-chunks").await;
         let info = SnapshotInfo {
             id: id.to_string(),
             release: release.to_string(),
@@ -282,17 +285,44 @@ impl Engine {
         Ok(out)
     }
 
+    /// Deletes the snapshots beyond `snapshot_history`, and the chunks of any snapshot whose index
+    /// was never written (an agent killed while storing it): never listed, nothing else would
+    /// ever delete them. Called right after a snapshot is stored, by the only agent that writes
+    /// them (the Lease holder), so no chunk set of a snapshot still being written is taken.
     async fn trim_snapshots(&self) -> Result<(), ApplyError> {
         let api = self.secrets();
-        for old in self.snapshots().await?.iter().skip(self.options.snapshot_history.max(1)) {
+        let complete = self.snapshots().await?;
+        for old in complete.iter().skip(self.options.snapshot_history.max(1)) {
             api.delete(&self.index_name(&old.id), &DeleteParams::default())
                 .await
                 .map_err(kube_err(format!("deleting snapshot {}", old.id)))?;
-            let chunks = format!("{LABEL_INVENTORY}={},{LABEL_SNAPSHOT}={}", self.options.inventory, old.id);
-            api.delete_collection(&DeleteParams::default(), &ListParams::default().labels(&chunks))
-                .await
-                .map_err(kube_err(format!("deleting snapshot {}", old.id)))?;
+            self.delete_snapshot_secrets(&old.id).await?;
         }
+        let selector = format!("{LABEL_INVENTORY}={},{LABEL_SNAPSHOT}", self.options.inventory);
+        let stored = api
+            .list_metadata(&ListParams::default().labels(&selector))
+            .await
+            .map_err(kube_err("listing snapshot chunks"))?;
+        let orphaned: BTreeSet<String> = stored
+            .items
+            .iter()
+            .filter_map(|s| s.metadata.labels.as_ref()?.get(LABEL_SNAPSHOT).cloned())
+            .filter(|id| !complete.iter().any(|c| &c.id == id))
+            .collect();
+        for id in orphaned {
+            tracing::warn!(snapshot = %id, "deleting the chunks of a snapshot that was never completed");
+            self.delete_snapshot_secrets(&id).await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes every Secret labelled as part of snapshot `id`.
+    async fn delete_snapshot_secrets(&self, id: &str) -> Result<(), ApplyError> {
+        let labels = format!("{LABEL_INVENTORY}={},{LABEL_SNAPSHOT}={id}", self.options.inventory);
+        self.secrets()
+            .delete_collection(&DeleteParams::default(), &ListParams::default().labels(&labels))
+            .await
+            .map_err(kube_err(format!("deleting snapshot {id}")))?;
         Ok(())
     }
 
@@ -367,7 +397,7 @@ impl Engine {
         let set = ManifestSet::from_objects(id, sourced, None, resolver.discovery())?;
         let (before, deferred) = self.dry_run_first(&resolver, &set).await?;
         let mut changes = ChangeSet::new(id);
-        self.apply_phases(&mut resolver, &set, before, deferred, &mut changes).await?;
+        self.apply_phases("restore", &mut resolver, &set, before, deferred, &mut changes).await?;
         Ok(changes)
     }
 }

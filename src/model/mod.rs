@@ -18,6 +18,7 @@ mod finding;
 mod fleet;
 mod gate_policy;
 mod release;
+pub mod stop_point;
 mod template;
 mod wave;
 mod tree;

@@ -82,7 +82,7 @@ pub struct GateFigure {
 
 /// What one cluster reports about one release at one moment. A note keeps a list of these.
 /// (`Deserialize` is in [`super::parse`]: it keeps `extra` without serde's flatten.)
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Status {
     pub cluster: String,

@@ -28,7 +28,7 @@
 //! a Kubernetes Event and log line; the state itself never does I/O.
 
 use crate::release::{Ran, TagPins};
-use crate::status::GateFigure;
+use crate::status::{GateFigure, Status};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -186,6 +186,10 @@ pub struct AgentState {
     pub(super) rejected: BTreeMap<String, Rejection>,
     pub(super) tag_pins: TagPins,
     pub(super) trust: TrustMemory,
+    /// Statuses a step decided, persisted with the step itself, that are neither in Git nor in
+    /// the outbox yet: an agent killed between the two writes delivers them after its restart,
+    /// so a verdict is never lost, and (being the same entry) never written twice.
+    pub(super) unreported: Vec<Status>,
 }
 
 /// What the agent remembers to judge the branch tip and moves back in time (docs/SECURITY.md).
@@ -282,6 +286,24 @@ impl AgentState {
         (self.succeeded.contains(release) || self.last_known_good.as_deref() == Some(release))
             && !self.rejected.contains_key(release)
     }
+    /// Statuses decided but not delivered yet, oldest first ([`record_unreported`](Self::record_unreported)).
+    pub fn unreported(&self) -> &[Status] {
+        &self.unreported
+    }
+
+    /// Keeps `status` until [`reported`](Self::reported): called in the same state write as the
+    /// step that decided it.
+    pub fn record_unreported(&mut self, status: Status) {
+        if !self.unreported.contains(&status) {
+            self.unreported.push(status);
+        }
+    }
+
+    /// `status` is in Git or in the outbox now.
+    pub fn reported(&mut self, status: &Status) {
+        self.unreported.retain(|s| s != status);
+    }
+
     /// Pins to hand to verification (clone, verify, then [`record_tag_pins`](Self::record_tag_pins)).
     pub fn tag_pins(&self) -> &TagPins {
         &self.tag_pins

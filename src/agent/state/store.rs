@@ -5,7 +5,9 @@
 //! The encoding is the one every agent since `fleetgate.io/agent-state/v1` wrote — keys `phase`,
 //! `operation` (JSON, one flat object whatever the phase), `desired`, `current`, `lastKnownGood`,
 //! `rejected`, `tagPins` (and, since fleetgate tracked promotions, `trust`, and since rollback
-//! targets are checked against this cluster's history, `succeeded`; both absent in older states) — so an agent upgraded mid-operation resumes what the previous one left.
+//! targets are checked against this cluster's history, `succeeded`; both absent in older states;
+//! `unreported`, the statuses decided but not yet delivered, only while there are any) — so an
+//! agent upgraded mid-operation resumes what the previous one left.
 //! Decoding checks that the operation carries what its phase needs.
 
 use super::machine::{AgentState, Failure, Operation, Phase, Progress, Rollback, TransitionError};
@@ -32,6 +34,7 @@ mod key {
     pub const TAG_PINS: &str = "tagPins";
     pub const TRUST: &str = "trust";
     pub const SUCCEEDED: &str = "succeeded";
+    pub const UNREPORTED: &str = "unreported";
 }
 const SCHEMA: &str = "fleetgate.io/agent-state/v1";
 
@@ -131,6 +134,9 @@ pub(super) fn to_data(state: &AgentState) -> BTreeMap<String, String> {
     d.insert(key::TAG_PINS.into(), serde_json::to_string_pretty(&state.tag_pins).expect("pins serialize"));
     d.insert(key::TRUST.into(), serde_json::to_string_pretty(&state.trust).expect("trust memory serializes"));
     d.insert(key::SUCCEEDED.into(), serde_json::to_string(&state.succeeded).expect("releases serialize"));
+    if !state.unreported.is_empty() {
+        d.insert(key::UNREPORTED.into(), serde_json::to_string_pretty(&state.unreported).expect("statuses serialize"));
+    }
     d
 }
 
@@ -162,6 +168,7 @@ pub(super) fn from_data(data: &BTreeMap<String, String>) -> Result<AgentState, S
         rejected: json(data, key::REJECTED)?,
         tag_pins: json(data, key::TAG_PINS)?,
         trust: json(data, key::TRUST)?,
+        unreported: json(data, key::UNREPORTED)?,
     })
 }
 
@@ -449,6 +456,9 @@ mod tests {
             let d = to_data(&s);
             assert_eq!(from_data(&d).unwrap(), s, "phase {}", s.phase());
         }
+        // A status decided with the step and not delivered yet survives the restart with it.
+        s.record_unreported(crate::status::Status::new("c", "rel-2", "c2", crate::status::State::Pending, "applying"));
+        assert_eq!(from_data(&to_data(&s)).unwrap(), s);
         let d = to_data(&s);
         assert_eq!(d["phase"], "RollingBack");
         assert_eq!(d["current"], "rel-2");
