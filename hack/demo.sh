@@ -235,6 +235,7 @@ for wave in json.load(sys.stdin).get("waves", []):
 print("none")' "$1" "$2" "$3" || echo none
 }
 state_of() { cell "$1" "$2" state; }
+reports() { [[ "$(state_of "$1" "$2")" == "$3" ]]; } # reports CLUSTER RELEASE STATE
 
 running() { # running CLUSTER → the release of the Operator Deployment in that cluster
   kubectl --kubeconfig "$DIR/clusters/$1.kubeconfig" -n redis-system get deployment redis-operator \
@@ -348,10 +349,22 @@ ok "main pins cluster-a to rel-1 (clusters/cluster-a.yaml), so Git again says wh
 info "fleetgate rollback --cluster cluster-a reads that commit as the rollback it is:"
 { "$FG" rollback --cluster cluster-a --repo "$WORK" 2>&1 || true; } | sed 's/^/      /'
 
+say "Emergency brake: pausing cluster-c (wave-2) before the next release"
+"$FG" pause --cluster cluster-c --repo "$WORK" --reason "change freeze in wave-2" --push | sed 's/^/    /'
+poke
+
 say "Cutting rel-3 (good) and promoting it fleet-wide"
 # rel-2's tag is the newest, but it failed: name the release to fall back to explicitly.
 release rel-3 v1.2.0 --rollback-to rel-1
 promote rel-3
+wait_for "$STEP_TIMEOUT" "cluster-b to report rel-3 success" reports cluster-b rel-3 success
+[[ "$(running cluster-c)" == rel-1 ]] || die "cluster-c runs $(running cluster-c) while paused, not rel-1"
+ok "cluster-a and cluster-b run rel-3; paused cluster-c stays on rel-1:"
+"$FG" status --repo "$REPO_URL" | grep -E 'cluster-c|paused' | sed 's/^/      /' || true
+
+say "Lifting the brake: fleetgate resume --cluster cluster-c"
+"$FG" resume --cluster cluster-c --repo "$WORK" --reason "freeze over" --push | sed 's/^/    /'
+poke
 follow rel-3 success success success
 ok "rel-3 runs everywhere"
 

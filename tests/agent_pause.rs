@@ -179,20 +179,12 @@ async fn reconcile_and_the_pause_annotation_wake_a_running_agent() {
         .await;
 
         let kubeconfig = fleet.cluster.kubeconfig_path().to_str().unwrap().to_string();
-        let json = stdout(
-            &fleetgate_beside_agent(&[
-                "reconcile",
-                "--cluster",
-                CLUSTER,
-                "--kubeconfig",
-                &kubeconfig,
-                "--timeout",
-                "60s",
-                "-o",
-                "json",
-            ])
-            .await,
-        );
+        let reconcile = |extra: &'static [&'static str]| {
+            let mut args = vec!["reconcile", "--cluster", CLUSTER, "--kubeconfig", &kubeconfig, "--timeout", "60s"];
+            args.extend_from_slice(extra);
+            async move { stdout(&fleetgate_beside_agent(&args).await) }
+        };
+        let json = reconcile(&["-o", "json"]).await;
         let report: serde_json::Value = serde_json::from_str(&json).unwrap();
         assert_eq!(report["handled"], true, "{json}\n{}", logs.text());
         assert_eq!((report["phase"].as_str(), report["current"].as_str()), (Some("Idle"), Some("rel-1")), "{json}");
@@ -202,18 +194,7 @@ async fn reconcile_and_the_pause_annotation_wake_a_running_agent() {
         annotate(&fleet, "hold").await;
         fleet.release("rel-2", |_| {});
         fleet.promote("rel-2");
-        let human = stdout(
-            &fleetgate_beside_agent(&[
-                "reconcile",
-                "--cluster",
-                CLUSTER,
-                "--kubeconfig",
-                &kubeconfig,
-                "--timeout",
-                "60s",
-            ])
-            .await,
-        );
+        let human = reconcile(&[]).await;
         assert!(human.contains("running    rel-1") && human.contains("desired    rel-2"), "{human}");
         annotate(&fleet, "false").await;
         eventually("rel-2 applied after the pause is lifted", 120, || async {

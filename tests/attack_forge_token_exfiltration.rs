@@ -133,6 +133,7 @@ async fn repo_forge_prometheus_and_notify_settings_reach_nobody_and_the_token_st
             url: Some(spoke_forge.url.clone()),
             repository: Some("platform/fleet".into()),
             token_file: Some(spoke_token),
+            ..Default::default()
         },
         prometheus: NamedUrls::parse(&[spoke_prometheus.url.as_str()]),
         notify_url: NamedUrls::parse(&[format!("{}/hooks/oncall", spoke_forge.url)]),

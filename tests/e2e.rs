@@ -96,6 +96,9 @@ fn three_releases_through_three_waves_with_the_canary_agent_killed_twice() {
     for c in ["cluster-b", "cluster-c"] {
         assert_eq!(state(&status, c, "rel-2"), None, "{c} must never start rel-2");
     }
+    // The brake held cluster-c on rel-1 while the others took rel-3, until it was lifted.
+    assert!(stdout.contains("paused cluster-c stays on rel-1"), "the demo shows the pause:\n{stdout}");
+    assert!(stdout.contains("Lifting the brake"), "and the resume");
 
     // The write-back: one commit on main, changing the canary's pin only, with its trailers.
     let bare = dir.path().join("git/fleet.git");

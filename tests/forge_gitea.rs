@@ -109,6 +109,7 @@ async fn promotion_prs_merged_in_gitea_wake_the_agent_and_carry_its_statuses() {
             url: Some(gitea.url()),
             repository: Some(gitea.repository(REPO)),
             token_file: Some(token_file.clone()),
+            ..Default::default()
         },
         webhook_secret_file: Some(secret_file),
         interval: Some(POLL),

@@ -32,6 +32,7 @@ const EVERYTHING: &[&str] = &[
     "--set=metrics.prometheusRule.enabled=true",
     "--set=networkPolicy.enabled=true",
     "--set=gitCredentials.type=token",
+    "--set=gitCredentials.caCert=true",
     "--set=webhook.enabled=true",
     "--set=forge.kind=github,forge.url=https://api.github.com,forge.repository=platform/fleet",
     "--set=prometheus.default=http://prometheus-operated.monitoring.svc:9090",
@@ -245,6 +246,7 @@ fn every_value_becomes_agent_configuration_on_a_mounted_path() {
     let objects = manifests.all_objects();
     let (settings, _) = config_data(&objects);
     assert_eq!(settings.git_token_file.as_deref(), Some(Path::new("/etc/fleetgate/git/token")));
+    assert_eq!(settings.git_ca_file.as_deref(), Some(Path::new("/etc/fleetgate/git/ca.crt")));
     assert_eq!(settings.webhook_secret_file.as_deref(), Some(Path::new("/etc/fleetgate/webhook/secret")));
     assert_eq!(settings.allow_gate_kinds, ["Certificate.cert-manager.io"]);
     assert_eq!(settings.drift_interval, Some(std::time::Duration::from_secs(300)));
@@ -269,7 +271,11 @@ fn every_value_becomes_agent_configuration_on_a_mounted_path() {
     };
     let mut paths = vec![settings.state_dir.clone().unwrap(), settings.admission_policy.clone().unwrap()];
     paths.extend(settings.trusted_keys.clone());
-    paths.extend([settings.git_token_file.clone().unwrap(), settings.webhook_secret_file.clone().unwrap()]);
+    paths.extend([
+        settings.git_token_file.clone().unwrap(),
+        settings.git_ca_file.clone().unwrap(),
+        settings.webhook_secret_file.clone().unwrap(),
+    ]);
     for p in &paths {
         volume(p);
     }
@@ -286,6 +292,20 @@ fn every_value_becomes_agent_configuration_on_a_mounted_path() {
             .clone()
     };
     assert_ne!(checksum(&manifests), checksum(&rendered(&[])));
+}
+
+#[test]
+fn a_github_app_replaces_the_forge_token() {
+    let manifests = rendered(&[
+        "--set=forge.kind=github,forge.url=https://api.github.com,forge.repository=platform/fleet",
+        "--set=forge.app.id=4242,forge.app.installationId=99",
+    ]);
+    let (settings, _) = config_data(&manifests.all_objects());
+    let forge = settings.forge;
+    assert_eq!((forge.app_id, forge.app_installation_id), (Some(4242), Some(99)));
+    assert_eq!(forge.app_key_file.as_deref(), Some(Path::new("/etc/fleetgate/forge/private-key.pem")));
+    assert_eq!(forge.token_file, None);
+    assert!(forge.resolve().unwrap().is_some(), "the agent takes this configuration");
 }
 
 /// Minimal CRDs for the Prometheus Operator's kinds the chart renders: the dry run needs their

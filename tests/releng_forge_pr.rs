@@ -11,7 +11,6 @@ use axum::response::IntoResponse;
 use fleetgate::model::ForgeKind;
 use fleetgate::releng::forge_pr::{self, ForgeError, PullRequestSpec};
 use fleetgate::status::{ForgeConfig, TokenSource};
-use fleetgate_testenv::GitDaemon;
 use releng_common::*;
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
@@ -228,15 +227,6 @@ async fn forge_errors_are_shown_with_status_message_and_what_to_do() {
 }
 
 /// A fixture with a `git daemon` remote as origin.
-fn fixture_with_origin() -> (Fixture, GitDaemon) {
-    let f = Fixture::new();
-    let daemon = GitDaemon::start().unwrap();
-    let origin = daemon.create_bare("fleet.git").unwrap();
-    f.git(&["remote", "add", "origin", &origin]);
-    f.git(&["push", "-q", "origin", "main"]);
-    (f, daemon)
-}
-
 /// The caller's forge flags (the token comes from `$FLEETGATE_FORGE_TOKEN`).
 fn forge_flags(kind: &str, url: &str, repository: &str) -> Vec<String> {
     ["--forge-kind", kind, "--forge-url", url, "--forge-repository", repository].map(str::to_string).to_vec()
@@ -259,7 +249,7 @@ fn promote_cli(f: &Fixture, args: &[&str]) -> std::process::Output {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promote_open_pr_pushes_the_branch_and_opens_a_pr_showing_mapping_crds_and_waves() {
     let (url, forge) = start_forge().await;
-    let (f, daemon) = tokio::task::spawn_blocking(fixture_with_origin).await.unwrap();
+    let (f, daemon) = tokio::task::spawn_blocking(Fixture::with_origin).await.unwrap();
     let f = Arc::new(f);
     let g = f.clone();
     let out = tokio::task::spawn_blocking(move || {
@@ -299,7 +289,7 @@ async fn promote_open_pr_pushes_the_branch_and_opens_a_pr_showing_mapping_crds_a
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forge_refusal_is_shown_clearly_and_exits_2() {
     let (url, _forge) = start_forge().await;
-    let (f, _daemon) = tokio::task::spawn_blocking(fixture_with_origin).await.unwrap();
+    let (f, _daemon) = tokio::task::spawn_blocking(Fixture::with_origin).await.unwrap();
     let out = tokio::task::spawn_blocking(move || {
         f.release("rel-1", "v1.0.0");
         let flags = forge_flags("github", &url, "acme/taken");
@@ -344,7 +334,7 @@ async fn a_forge_refusal_is_shown_clearly_and_exits_2() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollback_open_pr_opens_a_gitlab_merge_request_from_a_new_branch() {
     let (url, forge) = start_forge().await;
-    let (f, daemon) = tokio::task::spawn_blocking(fixture_with_origin).await.unwrap();
+    let (f, daemon) = tokio::task::spawn_blocking(Fixture::with_origin).await.unwrap();
     let (out, f) = tokio::task::spawn_blocking(move || {
         for (id, tag) in [("rel-1", "v1.0.0"), ("rel-2", "v1.1.0")] {
             f.release(id, tag);
@@ -408,7 +398,7 @@ async fn rollback_open_pr_opens_a_gitlab_merge_request_from_a_new_branch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_pr_never_takes_the_forge_from_the_repo() {
     let (url, forge) = start_forge().await;
-    let (f, _daemon) = tokio::task::spawn_blocking(fixture_with_origin).await.unwrap();
+    let (f, _daemon) = tokio::task::spawn_blocking(Fixture::with_origin).await.unwrap();
     let (out, branch) = tokio::task::spawn_blocking(move || {
         let fleet = FLEET.replace(
             "  waves: [canary, prod]\n",

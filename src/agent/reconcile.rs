@@ -940,7 +940,7 @@ impl Agent {
         let identity = status::StatusIdentity::new(self.fleet_name(config), self.services.status_signer.clone());
         let git = GitNotesBackend::new(self.source.state_dir().join("mirror.git"), remote, identity);
         let forge = match &self.services.config.forge {
-            Some(forge) if config.fleet.spec.status.forge_enabled() => match status::ForgeBackend::from_config(forge) {
+            Some(forge) if config.fleet.spec.status.forge_enabled() => match status::ForgeBackend::from_config(forge).await {
                 Ok(b) => Some(b),
                 Err(e) => {
                     tracing::warn!(error = %error_chain(&e), "forge statuses disabled");

@@ -131,10 +131,10 @@ impl AgentServices {
         let notifier = (!config.notify.is_empty())
             .then(|| Notifier::new(config.notify.clone(), &config.cluster, config.notify_timeout))
             .transpose()?;
-        // Reads the token once now, so a missing Secret stops the Pod at start, not at the first
+        // Obtains the token once now, so a missing Secret (or a GitHub App that cannot mint) stops the Pod at start, not at the first
         // status; each status reads it again (a rotated token is picked up).
         if let Some(forge) = &config.forge {
-            crate::status::ForgeBackend::from_config(forge)?;
+            crate::status::ForgeBackend::from_config(forge).await?;
         }
         Ok(AgentServices {
             config,

@@ -127,6 +127,16 @@ pub struct ForgeArgs {
     /// File holding the forge's API token [default: the token in $FLEETGATE_FORGE_TOKEN].
     #[arg(long, env = "FLEETGATE_FORGE_TOKEN_FILE", value_name = "FILE")]
     pub forge_token_file: Option<PathBuf>,
+    /// GitHub only, instead of a token: the id of a GitHub App installed on the repository; its
+    /// installation tokens are minted from --forge-app-key-file and renewed before they expire.
+    #[arg(long, env = "FLEETGATE_FORGE_APP_ID", value_name = "ID")]
+    pub forge_app_id: Option<u64>,
+    /// The GitHub App's installation id [default: looked up from --forge-repository].
+    #[arg(long, env = "FLEETGATE_FORGE_APP_INSTALLATION_ID", value_name = "ID")]
+    pub forge_app_installation_id: Option<u64>,
+    /// The GitHub App's private key (the PEM file GitHub generates); read at every renewal.
+    #[arg(long, env = "FLEETGATE_FORGE_APP_KEY_FILE", value_name = "FILE")]
+    pub forge_app_key_file: Option<PathBuf>,
 }
 
 impl ForgeArgs {
@@ -136,6 +146,9 @@ impl ForgeArgs {
             url: self.forge_url.clone(),
             repository: self.forge_repository.clone(),
             token_file: self.forge_token_file.clone(),
+            app_id: self.forge_app_id,
+            app_installation_id: self.forge_app_installation_id,
+            app_key_file: self.forge_app_key_file.clone(),
         }
     }
 }

@@ -142,6 +142,49 @@ pub fn next(text: &str) {
     }
 }
 
+/// The `Next:` hints of a command that publishes a change people then wait for (rollback,
+/// pause); only the words about what to watch differ between commands.
+pub struct PublishHints {
+    /// After `--open-pr`.
+    pub after_pr: &'static str,
+    /// After `--push`.
+    pub after_push: &'static str,
+    /// Committed on the base branch of a repo with no remote, which the agents read as it is:
+    /// given the `fleetgate status --repo …` command to watch with.
+    pub on_local_base: fn(&str) -> String,
+}
+
+/// The end of a published change's report: what was pushed, the PR, and what to do next (push,
+/// merge, or watch), for a change committed on `branch` into `base`.
+pub fn print_published_tail<R>(
+    done: &Published<R>,
+    repo: &FleetRepo,
+    repo_path: &std::path::Path,
+    remote: &str,
+    (branch, base): (&str, &str),
+    hints: &PublishHints,
+) {
+    if let Some(p) = &done.pushed {
+        println!("  pushed     {} to {}", p.refs.join(", "), p.remote);
+    }
+    match (&done.pull_request, &done.pushed) {
+        (Some(pr), _) => {
+            println!("  PR         #{} {}", pr.number, pr.url);
+            next(hints.after_pr);
+        }
+        (None, Some(_)) => next(hints.after_push),
+        (None, None) if branch == base && repo.has_remote(remote) => next(&format!(
+            "git -C {} push {remote} {base} (or re-run with --push) so the agents see it",
+            repo_path.display()
+        )),
+        (None, None) if branch == base => next(&format!(
+            "the agents follow {base}; {}",
+            (hints.on_local_base)(&format!("`fleetgate status --repo {}`", repo_path.display()))
+        )),
+        (None, None) => next(&format!("push {branch} and open a PR into {base} (or re-run with --open-pr)")),
+    }
+}
+
 /// The `clusters` lines of a promotion or rollback: each cluster's wave and move.
 pub fn print_moves(moves: &[ClusterMove]) {
     println!("  clusters");

@@ -3,7 +3,7 @@
 //! new branch for a PR, then push and PR), and the result.
 
 use super::args::{CommitSigning, PublishArgs, TargetArgs};
-use super::output::{Done, OutputFormat, finish_published, heading, next};
+use super::output::{Done, OutputFormat, PublishHints, finish_published, heading, print_published_tail};
 use crate::releng::pause::{PauseReport, PauseRequest};
 use crate::releng::publish::{PublishOptions, Published, pause_and_publish};
 use crate::releng::{FleetRepo, RelengError};
@@ -68,7 +68,7 @@ fn print_report(
     if format.print_machine(&Done::published(done))? {
         return Ok(());
     }
-    let (r, pushed, pr) = (&done.report, done.pushed.as_ref(), done.pull_request.as_ref());
+    let r = &done.report;
     let Some(commit) = &r.commit else {
         let already = if r.paused { "paused" } else { "not paused" };
         heading(&format!("Nothing to do: {} is already {already} on {}", r.target, r.base));
@@ -80,31 +80,11 @@ fn print_report(
     println!("  commit     {} sets spec.paused in {}", &commit[..10], r.files.join(", "));
     println!("  reason     {}", r.reason.as_deref().unwrap_or("(none given; pass --reason)"));
     print_still_paused(r);
-    if let Some(p) = pushed {
-        println!("  pushed     {} to {}", p.refs.join(", "), p.remote);
-    }
-    let remote = &args.publish.remote;
-    match (pr, pushed) {
-        (Some(pr), _) => {
-            println!("  PR         #{} {}", pr.number, pr.url);
-            next("merge the PR; the agents follow once it lands, and `fleetgate status` marks paused clusters");
-        }
-        (None, Some(_)) => {
-            next("the agents pick the change up from the remote; `fleetgate status` marks paused clusters")
-        }
-        (None, None) if r.branch == r.base && repo.has_remote(remote) => next(&format!(
-            "git -C {} push {} {} (or re-run with --push) so the agents see it",
-            args.repo.display(),
-            remote,
-            r.base
-        )),
-        (None, None) if r.branch == r.base => next(&format!(
-            "the agents follow {}; `fleetgate status --repo {}` marks paused clusters",
-            r.base,
-            args.repo.display()
-        )),
-        (None, None) => next(&format!("push {} and open a PR into {} (or re-run with --open-pr)", r.branch, r.base)),
-    }
+    print_published_tail(done, repo, &args.repo, &args.publish.remote, (&r.branch, &r.base), &PublishHints {
+        after_pr: "merge the PR; the agents follow once it lands, and `fleetgate status` marks paused clusters",
+        after_push: "the agents pick the change up from the remote; `fleetgate status` marks paused clusters",
+        on_local_base: |status| format!("{status} marks paused clusters"),
+    });
     Ok(())
 }
 

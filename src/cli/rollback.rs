@@ -3,7 +3,7 @@
 //! the base branch or — for a PR — on a new branch, then push and PR), and the result.
 
 use super::args::{CommitSigning, PublishArgs, TargetArgs};
-use super::output::{Done, OutputFormat, finish_published, heading, next, print_moves};
+use super::output::{Done, OutputFormat, PublishHints, finish_published, heading, print_moves, print_published_tail};
 use crate::releng::publish::{PublishOptions, Published, roll_back_and_publish};
 use crate::releng::rollback::{RollbackMethod, RollbackReport, RollbackRequest};
 use crate::releng::{FleetRepo, RelengError};
@@ -66,8 +66,7 @@ fn print_report(
     if format.print_machine(&Done::published(done))? {
         return Ok(());
     }
-    let (r, pushed, pr) = (&done.report, done.pushed.as_ref(), done.pull_request.as_ref());
-    let remote = &args.publish.remote;
+    let r = &done.report;
     heading(&format!("Rolled back {} on branch {}", r.target, r.branch));
     match (&r.method, &r.reverted) {
         (RollbackMethod::Revert, Some(c)) => {
@@ -77,27 +76,10 @@ fn print_report(
     }
     print_moves(&r.clusters);
     println!("  reason     {}", r.reason.as_deref().unwrap_or("(none given; pass --reason)"));
-    if let Some(p) = pushed {
-        println!("  pushed     {} to {}", p.refs.join(", "), p.remote);
-    }
-    match (pr, pushed) {
-        (Some(pr), _) => {
-            println!("  PR         #{} {}", pr.number, pr.url);
-            next("merge the PR now; the agents follow once it lands, and `fleetgate status` shows them");
-        }
-        (None, Some(_)) => next("the agents pick the change up from the remote; watch with `fleetgate status`"),
-        (None, None) if r.branch == r.base && repo.has_remote(remote) => next(&format!(
-            "git -C {} push {} {} (or re-run with --push) so the agents see it",
-            args.repo.display(),
-            remote,
-            r.base
-        )),
-        (None, None) if r.branch == r.base => next(&format!(
-            "the agents follow {}; watch them go back with `fleetgate status --repo {}`",
-            r.base,
-            args.repo.display()
-        )),
-        (None, None) => next(&format!("push {} and open a PR into {} (or re-run with --open-pr)", r.branch, r.base)),
-    }
+    print_published_tail(done, repo, &args.repo, &args.publish.remote, (&r.branch, &r.base), &PublishHints {
+        after_pr: "merge the PR now; the agents follow once it lands, and `fleetgate status` shows them",
+        after_push: "the agents pick the change up from the remote; watch with `fleetgate status`",
+        on_local_base: |status| format!("watch them go back with {status}"),
+    });
     Ok(())
 }

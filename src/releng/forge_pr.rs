@@ -175,6 +175,7 @@ fn hint(forge: &ForgeConfig, status: u16, pr: &PullRequestSpec) -> String {
         TokenSource::File(f) => format!("the token in {}", f.display()),
         TokenSource::Env(e) => format!("the token in ${e}"),
         TokenSource::Given => "the API token".to_string(),
+        TokenSource::GithubApp(app) => format!("the installation token of GitHub App {}", app.app_id),
     };
     match status {
         401 => format!("; {token} was not accepted — renew it"),

@@ -123,11 +123,6 @@ pub fn set_paused(
         edit.put(path, text.as_bytes(), false)?;
     }
     let tree = edit.write()?;
-    if req.branch.is_none() {
-        repo.ensure_clean(&[])?;
-    } else if repo.branch_exists(&report.branch) {
-        return Err(super::Refusal::BranchExists { branch: report.branch.clone() }.into());
-    }
     let message = format!(
         "{} {}\n\nReason: {}\n\n{PAUSE_TRAILER} {}\n",
         report.verb().to_lowercase(),
@@ -135,13 +130,8 @@ pub fn set_paused(
         req.reason.as_deref().unwrap_or("(none given)"),
         if req.paused { "on" } else { "off" }
     );
-    let who = repo.identity(signer.as_deref())?;
-    let commit = repo.commit(signer, &who, &message, tree, &[&tip])?;
     let log = format!("fleetgate {} {}", report.verb().to_lowercase(), req.target);
-    match &req.branch {
-        None => repo.set_branch(&req.base, commit, Some(tip.id()), &log)?,
-        Some(b) => repo.set_branch(b, commit, None, &log)?,
-    }
+    let commit = repo.commit_change(signer, &tip, (&req.base, req.branch.as_deref()), &message, tree, &log)?;
     report.commit = Some(commit.to_string());
     Ok(report)
 }

@@ -48,12 +48,12 @@ struct ForgeAccess {
 
 /// The caller's forge and its token when `opts.open_pr` asks for one, read before anything is
 /// written.
-fn forge_if(opts: &PublishOptions) -> Result<Option<ForgeAccess>, RelengError> {
+async fn forge_if(opts: &PublishOptions) -> Result<Option<ForgeAccess>, RelengError> {
     if !opts.open_pr {
         return Ok(None);
     }
     let settings = opts.forge.clone().resolve().map_err(forge_pr::ForgeError::from)?.ok_or(RelengError::NoForge)?;
-    let token = Token::read(&settings).map_err(forge_pr::ForgeError::from)?;
+    let token = Token::obtain(&settings).await.map_err(forge_pr::ForgeError::from)?;
     Ok(Some(ForgeAccess { settings, token }))
 }
 
@@ -116,7 +116,7 @@ pub async fn promote_and_publish(
     opts: &PublishOptions,
     offline: bool,
 ) -> Result<Published<PromoteReport>, RelengError> {
-    let forge = forge_if(opts)?;
+    let forge = forge_if(opts).await?;
     if !offline {
         fetch_statuses(repo, &opts.remote, &opts.access)?;
     }
@@ -138,7 +138,7 @@ pub async fn roll_back_and_publish(
     signer: Option<&mut Signer>,
     opts: &PublishOptions,
 ) -> Result<Published<RollbackReport>, RelengError> {
-    let forge = forge_if(opts)?;
+    let forge = forge_if(opts).await?;
     if req.branch.is_none() && opts.open_pr {
         req.branch = Some(format!("rollback/{}-{}", req.target.slug(), chrono::Utc::now().format("%Y%m%d-%H%M%S")));
     }
@@ -159,7 +159,7 @@ pub async fn pause_and_publish(
     signer: Option<&mut Signer>,
     opts: &PublishOptions,
 ) -> Result<Published<PauseReport>, RelengError> {
-    let forge = forge_if(opts)?;
+    let forge = forge_if(opts).await?;
     if req.branch.is_none() && opts.open_pr {
         let verb = if req.paused { "pause" } else { "resume" };
         req.branch = Some(format!("{verb}/{}-{}", req.target.slug(), chrono::Utc::now().format("%Y%m%d-%H%M%S")));

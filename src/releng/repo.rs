@@ -192,6 +192,34 @@ impl FleetRepo {
         Ok(sign::write_commit(&self.git, signer, who, message, &tree, parents)?)
     }
 
+    /// Commits `tree` as one change on top of `tip`, the tip of `base`: on `base` itself (whose
+    /// work tree must be clean, as the branch moves under it) or, with `branch`, on that new branch
+    /// (which must not exist yet), for a PR into `base`. `log` is the reflog line.
+    pub fn commit_change(
+        &self,
+        signer: Option<&mut Signer>,
+        tip: &Commit<'_>,
+        (base, branch): (&str, Option<&str>),
+        message: &str,
+        tree: Oid,
+        log: &str,
+    ) -> Result<Oid, RelengError> {
+        match branch {
+            None => self.ensure_clean(&[])?,
+            Some(b) if self.branch_exists(b) => {
+                return Err(super::Refusal::BranchExists { branch: b.to_string() }.into());
+            }
+            Some(_) => {}
+        }
+        let who = self.identity(signer.as_deref())?;
+        let commit = self.commit(signer, &who, message, tree, &[tip])?;
+        match branch {
+            None => self.set_branch(base, commit, Some(tip.id()), log)?,
+            Some(b) => self.set_branch(b, commit, None, log)?,
+        }
+        Ok(commit)
+    }
+
     /// Moves branch `name` from `old` (None: the branch must not exist) to `new`, failing if
     /// someone moved it meanwhile. When the branch is checked out in a work tree, the work tree
     /// and index follow (the caller checked that nothing but fleetgate's own files were dirty).

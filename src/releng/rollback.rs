@@ -331,18 +331,8 @@ pub fn rollback(
         ),
     };
 
-    if req.branch.is_none() {
-        repo.ensure_clean(&[])?;
-    } else if repo.branch_exists(&report.branch) {
-        return Err(Refusal::BranchExists { branch: report.branch.clone() }.into());
-    }
-    let who = repo.identity(signer.as_deref())?;
-    let commit = repo.commit(signer, &who, &message, tree, &[&tip])?;
     let log = format!("fleetgate rollback {}", req.target);
-    match &req.branch {
-        None => repo.set_branch(&req.base, commit, Some(tip.id()), &log)?,
-        Some(b) => repo.set_branch(b, commit, None, &log)?,
-    }
+    let commit = repo.commit_change(signer, &tip, (&req.base, req.branch.as_deref()), &message, tree, &log)?;
     report.commit = commit.to_string();
     Ok(report)
 }

@@ -14,6 +14,7 @@
 //!
 //! Descriptions are cut to 140 characters (GitHub's documented limit), for every forge alike.
 
+use super::github_app::{self, GithubApp};
 use super::model::{State, Status, truncate};
 use crate::model::ForgeKind;
 use reqwest::StatusCode;
@@ -44,7 +45,8 @@ pub(crate) fn forge_name(kind: ForgeKind) -> &'static str {
 pub const FORGE_TOKEN_ENV: &str = "FLEETGATE_FORGE_TOKEN";
 
 /// The forge as one source configures it, every field optional: the agent's flags and its config
-/// file (`forge: {kind, url, repository, tokenFile}`), or the flags of `fleetgate promote` /
+/// file (`forge: {kind, url, repository, tokenFile}`, or `appId`, `appInstallationId` and
+/// `appKeyFile` for a GitHub App instead of the token), or the flags of `fleetgate promote` /
 /// `rollback --open-pr`. Never the fleet repo: whoever can push to it could otherwise send the
 /// token to an address of their choosing.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
@@ -57,6 +59,12 @@ pub struct ForgeSettings {
     pub repository: Option<String>,
     /// File holding the API token (a mounted Secret); without it, [`FORGE_TOKEN_ENV`].
     pub token_file: Option<PathBuf>,
+    /// A GitHub App instead of a token: its id, ...
+    pub app_id: Option<u64>,
+    /// ... the installation on the fleet repo (found from the repository when not given) ...
+    pub app_installation_id: Option<u64>,
+    /// ... and its private key (PEM).
+    pub app_key_file: Option<PathBuf>,
 }
 
 impl ForgeSettings {
@@ -67,27 +75,50 @@ impl ForgeSettings {
             url: higher.url.or(self.url),
             repository: higher.repository.or(self.repository),
             token_file: higher.token_file.or(self.token_file),
+            app_id: higher.app_id.or(self.app_id),
+            app_installation_id: higher.app_installation_id.or(self.app_installation_id),
+            app_key_file: higher.app_key_file.or(self.app_key_file),
         }
     }
 
     /// No forge when nothing is set; else all of kind, URL and repository, and the token from
-    /// its file or [`FORGE_TOKEN_ENV`].
+    /// its file or [`FORGE_TOKEN_ENV`], or a GitHub App (id and key; the installation optional).
     ///
     /// # Errors
-    /// [`ForgeError::Incomplete`] naming the first missing flag.
+    /// [`ForgeError::Incomplete`] naming the first missing flag, [`ForgeError::AppSettings`] for a
+    /// GitHub App given in part, beside a token file, or for another forge.
     pub fn resolve(self) -> Result<Option<ForgeConfig>, ForgeError> {
         if self == ForgeSettings::default() {
             return Ok(None);
         }
         let missing = |flag| ForgeError::Incomplete { missing: flag };
+        let kind = self.kind.ok_or(missing("--forge-kind"))?;
+        let app = |reason: &'static str| ForgeError::AppSettings { reason };
+        let token = match (self.token_file, self.app_id, self.app_key_file) {
+            (None, None, None) if self.app_installation_id.is_some() => {
+                return Err(app("--forge-app-installation-id needs --forge-app-id and --forge-app-key-file"));
+            }
+            (None, None, None) => TokenSource::Env(FORGE_TOKEN_ENV.to_string()),
+            (Some(path), None, None) if self.app_installation_id.is_none() => TokenSource::File(path),
+            (Some(_), _, _) => {
+                return Err(app("give either --forge-token-file or a GitHub App (--forge-app-id, --forge-app-key-file), not both"));
+            }
+            (None, Some(_), Some(_)) if kind != ForgeKind::Github => {
+                return Err(app("--forge-app-id is for --forge-kind github; Gitea and GitLab take --forge-token-file"));
+            }
+            (None, Some(app_id), Some(private_key_file)) => TokenSource::GithubApp(GithubApp {
+                app_id,
+                installation_id: self.app_installation_id,
+                private_key_file,
+            }),
+            (None, None, Some(_)) => return Err(app("--forge-app-key-file needs --forge-app-id")),
+            (None, Some(_), None) => return Err(app("--forge-app-id needs --forge-app-key-file, the app's private key")),
+        };
         Ok(Some(ForgeConfig {
-            kind: self.kind.ok_or(missing("--forge-kind"))?,
+            kind,
             url: self.url.ok_or(missing("--forge-url"))?,
             repository: self.repository.ok_or(missing("--forge-repository"))?,
-            token: match self.token_file {
-                Some(path) => TokenSource::File(path),
-                None => TokenSource::Env(FORGE_TOKEN_ENV.to_string()),
-            },
+            token,
         }))
     }
 }
@@ -107,6 +138,8 @@ pub enum TokenSource {
     File(PathBuf),
     Env(String),
     Given,
+    /// Installation tokens minted for a GitHub App ([`super::github_app`]).
+    GithubApp(GithubApp),
 }
 
 impl fmt::Display for TokenSource {
@@ -115,6 +148,7 @@ impl fmt::Display for TokenSource {
             TokenSource::File(p) => write!(f, "token file {}", p.display()),
             TokenSource::Env(v) => write!(f, "environment variable {v}"),
             TokenSource::Given => f.write_str("the token given to fleetgate"),
+            TokenSource::GithubApp(app) => write!(f, "the installation token of GitHub App {}", app.app_id),
         }
     }
 }
@@ -142,12 +176,14 @@ impl Token {
         &self.secret
     }
 
-    /// Reads the token of `forge`, trimmed; an empty one is an error.
-    pub fn read(forge: &ForgeConfig) -> Result<Token, ForgeError> {
+    /// The token of `forge` now: read from its file or variable (trimmed; an empty one is an
+    /// error), or a GitHub App's installation token ([`github_app::installation_token`]).
+    pub async fn obtain(forge: &ForgeConfig) -> Result<Token, ForgeError> {
         let name = forge_name(forge.kind);
         let unreadable =
             |reason: String| ForgeError::TokenUnreadable { forge: name, source_name: forge.token.to_string(), reason };
         let secret = match &forge.token {
+            TokenSource::GithubApp(app) => github_app::installation_token(&forge.url, &forge.repository, app).await?,
             TokenSource::File(path) => std::fs::read_to_string(path).map_err(|e| unreadable(e.to_string()))?,
             TokenSource::Env(var) => std::env::var(var).map_err(|e| match e {
                 std::env::VarError::NotPresent => ForgeError::TokenEnvUnset { forge: name, var: var.clone() },
@@ -170,6 +206,21 @@ pub enum ForgeError {
          --forge-repository, and a token from --forge-token-file or ${FORGE_TOKEN_ENV})"
     )]
     Incomplete { missing: &'static str },
+    #[error("GitHub App settings: {reason}")]
+    AppSettings { reason: &'static str },
+    #[error("GitHub App private key {file}: {reason}")]
+    AppKey { file: PathBuf, reason: String },
+    #[error(
+        "GitHub refused the JWT of GitHub App {app_id} (401: {message}); check --forge-app-id, that the private key \
+         is this app's, and this machine's clock"
+    )]
+    AppRejected { app_id: u64, message: String },
+    #[error(
+        "GitHub App {app_id} has no installation {} (404: {message}); install the app on {repository}{}",
+        installation.map_or_else(|| format!("on {repository}"), |i| i.to_string()),
+        if installation.is_some() { " and check --forge-app-installation-id" } else { "" }
+    )]
+    AppNotInstalled { app_id: u64, installation: Option<u64>, repository: String, message: String },
     #[error("{forge} token: no --forge-token-file given and ${var} is not set; export the {forge} API token there")]
     TokenEnvUnset { forge: &'static str, var: String },
     #[error("{forge} token: cannot read {source_name}: {reason}")]
@@ -266,18 +317,14 @@ impl ForgeBackend {
             };
             return Err(ForgeError::InvalidRepository { forge, repository: repository.to_string(), expected });
         }
-        // A redirect would carry the token to wherever the answer points: follow none.
-        let client = reqwest::Client::builder()
-            .timeout(TIMEOUT)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|source| ForgeError::Transport { forge, url: api.clone(), source: source.without_url() })?;
+        let client = api_client(forge, &api)?;
         Ok(ForgeBackend { kind, api, repository: repository.to_string(), token, client })
     }
 
-    /// A backend for `forge`, its token read now (so a rotated Secret is picked up by the next one).
-    pub fn from_config(forge: &ForgeConfig) -> Result<ForgeBackend, ForgeError> {
-        ForgeBackend::new(forge.kind, &forge.url, &forge.repository, Token::read(forge)?)
+    /// A backend for `forge`, its token obtained now (so a rotated Secret is picked up by the
+    /// next one, and a GitHub App's token is fresh).
+    pub async fn from_config(forge: &ForgeConfig) -> Result<ForgeBackend, ForgeError> {
+        ForgeBackend::new(forge.kind, &forge.url, &forge.repository, Token::obtain(forge).await?)
     }
 
     pub fn kind(&self) -> ForgeKind {
@@ -376,6 +423,25 @@ impl ForgeBackend {
             other => ForgeError::Unexpected { forge, status: other, message },
         }
     }
+}
+
+/// The HTTP client of a forge's API: bounded in time, and following no redirect, which would
+/// carry the token to wherever the answer points.
+pub(crate) fn api_client(forge: &'static str, api: &str) -> Result<reqwest::Client, ForgeError> {
+    reqwest::Client::builder()
+        .timeout(TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|source| ForgeError::Transport { forge, url: api.to_string(), source: source.without_url() })
+}
+
+/// The headers of every GitHub API request besides its authorization.
+pub(crate) fn github_headers() -> [(&'static str, String); 3] {
+    [
+        ("accept", "application/vnd.github+json".to_string()),
+        ("x-github-api-version", GITHUB_API_VERSION.to_string()),
+        ("user-agent", format!("fleetgate/{}", crate::VERSION)),
+    ]
 }
 
 /// GitLab has no `error` or `failure`: both are `failed`. An agent at work (applying or baking) is
@@ -537,12 +603,32 @@ mod tests {
     #[case::nothing(ForgeSettings::default(), Ok(None))]
     #[case::no_url(ForgeSettings { kind: Some(ForgeKind::Github), repository: Some("o/r".into()), ..Default::default() }, Err("--forge-url is missing"))]
     #[case::token_from_env(
-        ForgeSettings { kind: Some(ForgeKind::Gitea), url: Some("https://g".into()), repository: Some("o/r".into()), token_file: None },
+        ForgeSettings { kind: Some(ForgeKind::Gitea), url: Some("https://g".into()), repository: Some("o/r".into()), ..Default::default() },
         Ok(Some(TokenSource::Env(FORGE_TOKEN_ENV.into())))
     )]
     #[case::token_from_file(
-        ForgeSettings { kind: Some(ForgeKind::Gitea), url: Some("https://g".into()), repository: Some("o/r".into()), token_file: Some("/t".into()) },
+        ForgeSettings { kind: Some(ForgeKind::Gitea), url: Some("https://g".into()), repository: Some("o/r".into()), token_file: Some("/t".into()), ..Default::default() },
         Ok(Some(TokenSource::File("/t".into())))
+    )]
+    #[case::github_app(
+        ForgeSettings { kind: Some(ForgeKind::Github), url: Some("https://api.github.com".into()), repository: Some("o/r".into()), app_id: Some(7), app_key_file: Some("/k.pem".into()), ..Default::default() },
+        Ok(Some(TokenSource::GithubApp(GithubApp { app_id: 7, installation_id: None, private_key_file: "/k.pem".into() })))
+    )]
+    #[case::app_and_token(
+        ForgeSettings { kind: Some(ForgeKind::Github), url: Some("https://g".into()), repository: Some("o/r".into()), token_file: Some("/t".into()), app_id: Some(7), app_key_file: Some("/k".into()), ..Default::default() },
+        Err("not both")
+    )]
+    #[case::app_on_gitea(
+        ForgeSettings { kind: Some(ForgeKind::Gitea), url: Some("https://g".into()), repository: Some("o/r".into()), app_id: Some(7), app_key_file: Some("/k".into()), ..Default::default() },
+        Err("--forge-app-id is for --forge-kind github")
+    )]
+    #[case::app_without_key(
+        ForgeSettings { kind: Some(ForgeKind::Github), url: Some("https://g".into()), repository: Some("o/r".into()), app_id: Some(7), ..Default::default() },
+        Err("--forge-app-id needs --forge-app-key-file")
+    )]
+    #[case::installation_alone(
+        ForgeSettings { kind: Some(ForgeKind::Github), url: Some("https://g".into()), repository: Some("o/r".into()), app_installation_id: Some(9), ..Default::default() },
+        Err("--forge-app-installation-id needs --forge-app-id")
     )]
     fn settings_resolve_whole_or_say_what_is_missing(
         #[case] settings: ForgeSettings,

@@ -7,7 +7,7 @@ use fleetgate::model::ImageRef;
 use fleetgate::release::{Keyring, TrustConfig};
 use fleetgate::releng::create::{self, CreateReport, CreateRequest, Targets};
 use fleetgate::releng::{FleetRepo, RelengError, Signer};
-use fleetgate_testenv::GpgHome;
+use fleetgate_testenv::{GitDaemon, GpgHome};
 pub use fleetgate_testenv::git_in;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -181,6 +181,16 @@ impl Fixture {
     }
 
     /// Runs the `fleetgate` binary in the fixture's directory with `GNUPGHOME` set.
+    /// A fixture whose `main` is pushed to `origin`, a bare repo served by the returned daemon.
+    pub fn with_origin() -> (Fixture, GitDaemon) {
+        let f = Fixture::new();
+        let daemon = GitDaemon::start().unwrap();
+        let origin = daemon.create_bare("fleet.git").unwrap();
+        f.git(&["remote", "add", "origin", &origin]);
+        f.git(&["push", "-q", "origin", "main"]);
+        (f, daemon)
+    }
+
     pub fn fleetgate(&self, args: &[&str]) -> Output {
         Command::new(env!("CARGO_BIN_EXE_fleetgate"))
             .args(args)
