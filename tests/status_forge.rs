@@ -235,8 +235,8 @@ async fn an_unreachable_forge_is_a_transport_error() {
     assert!(!chain.contains("ghp_") && !chain.contains("Bearer"), "{chain}");
 }
 
-#[test]
-fn tokens_come_from_the_callers_file_or_fleetgate_forge_token() {
+#[tokio::test]
+async fn tokens_come_from_the_callers_file_or_fleetgate_forge_token() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("token");
     std::fs::write(&file, "ghp_from_file\n").unwrap();
@@ -246,6 +246,7 @@ fn tokens_come_from_the_callers_file_or_fleetgate_forge_token() {
             url: Some("https://api.github.com".into()),
             repository: Some("octo/fleet".into()),
             token_file,
+            ..Default::default()
         }
         .resolve()
         .unwrap()
@@ -253,13 +254,13 @@ fn tokens_come_from_the_callers_file_or_fleetgate_forge_token() {
     };
     let from_file = config(Some(file.clone()));
     assert_eq!(from_file.token, TokenSource::File(file));
-    assert!(ForgeBackend::from_config(&from_file).is_ok());
+    assert!(ForgeBackend::from_config(&from_file).await.is_ok());
     // Without a file: $FLEETGATE_FORGE_TOKEN (unset in tests).
     let from_env = config(None);
     assert_eq!(from_env.token, TokenSource::Env(fleetgate::status::FORGE_TOKEN_ENV.into()));
-    let unset = ForgeBackend::from_config(&from_env).unwrap_err();
+    let unset = ForgeBackend::from_config(&from_env).await.unwrap_err();
     assert!(unset.to_string().contains("no --forge-token-file given and $FLEETGATE_FORGE_TOKEN is not set"), "{unset}");
-    let gone = ForgeBackend::from_config(&config(Some("/nonexistent/token".into()))).unwrap_err();
+    let gone = ForgeBackend::from_config(&config(Some("/nonexistent/token".into()))).await.unwrap_err();
     assert!(gone.to_string().contains("token file /nonexistent/token"), "{gone}");
     let partial = ForgeSettings { kind: Some(ForgeKind::Github), ..Default::default() }.resolve().unwrap_err();
     assert!(partial.to_string().contains("--forge-url is missing"), "{partial}");

@@ -32,7 +32,7 @@ const JWT_LIFETIME: chrono::TimeDelta = chrono::TimeDelta::minutes(9);
 
 /// A GitHub App that acts for fleetgate: the caller's configuration (`--forge-app-id`,
 /// `--forge-app-installation-id`, `--forge-app-key-file`), never the fleet repo's.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct GithubApp {
     pub app_id: u64,
     /// `None`: looked up from the repository.
