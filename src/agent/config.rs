@@ -666,9 +666,9 @@ fn resolve_prometheus_sources(
 }
 
 /// The notification endpoints: each `--notify-url` with its `--notify-on` kinds (default
-/// [`DEFAULT_KINDS`](super::notifier::DEFAULT_KINDS)), `--notify-format` (default `slack`) and `--notify-secret-file`, which a
-/// `webhook` endpoint must have (readable now; it is read again at each delivery). A setting for
-/// a name without a URL is an error: it would be silently unused.
+/// [`DEFAULT_KINDS`](super::notifier::DEFAULT_KINDS)), `--notify-format` (default `slack`) and
+/// `--notify-secret-file`, which a `webhook` endpoint must have (readable now; it is read again at
+/// each delivery). A setting for a name without a URL is an error: it would be silently unused.
 fn resolve_notify(
     urls: NamedUrls,
     on: NamedUrls,
@@ -677,7 +677,8 @@ fn resolve_notify(
 ) -> Result<BTreeMap<String, Endpoint>, ConfigError> {
     let mut endpoints: BTreeMap<String, Endpoint> =
         urls.resolve("--notify-url")?.into_iter().map(|(name, url)| (name, Endpoint::new(url))).collect();
-    let invalid = |flag, name: &str, problem: String| ConfigError::InvalidNotifySetting { flag, name: name.to_string(), problem };
+    let invalid =
+        |flag, name: &str, problem: String| ConfigError::InvalidNotifySetting { flag, name: name.to_string(), problem };
     for (flag, settings) in [("--notify-on", &on), ("--notify-format", &formats), ("--notify-secret-file", &secrets)] {
         if let Some(name) = settings.0.keys().find(|name| !endpoints.contains_key(*name)) {
             return Err(invalid(flag, name, format!("there is no --notify-url {name}=URL")));
@@ -953,9 +954,11 @@ mod tests {
         let flags = AgentSettings { notify_on: NamedUrls::parse(&["chat=failed,rolledBack"]), ..minimal(dir.path()) };
         let c = AgentSettings::from_file(&file).unwrap().overlay(flags).resolve().unwrap();
         let chat = &c.notify["chat"];
-        assert_eq!((chat.format, chat.on.iter().copied().collect::<Vec<_>>()), (Format::Slack, vec![Failed, RolledBack]));
+        let kinds: Vec<_> = chat.on.iter().copied().collect();
+        assert_eq!((chat.format, kinds), (Format::Slack, vec![Failed, RolledBack]));
         let teams = &c.notify["teams"];
-        assert_eq!((teams.format, teams.on.len(), teams.secret_file.as_ref()), (Format::Teams, 5, None), "the default kinds");
+        let defaults = (teams.format, teams.on.len(), teams.secret_file.as_ref());
+        assert_eq!(defaults, (Format::Teams, 5, None), "the default kinds");
         assert!(!teams.on.contains(&Started) && teams.on.contains(&Paused));
         let audit = &c.notify["audit"];
         assert_eq!((audit.format, audit.on.len(), audit.secret_file.as_ref()), (Format::Webhook, 8, Some(&secret)));

@@ -393,7 +393,8 @@ impl Agent {
             self.last_pause = Some(held);
             let running = state.current().unwrap_or("nothing yet");
             let message = format!("{why}; Git asks for {}, running {running}", desired.id);
-            let about = About::read(checkout, &desired.id, None, &TipTrust::Unsigned, wave_of(&desired.config, &cluster));
+            let wave = wave_of(&desired.config, &cluster);
+            let about = About::read(checkout, &desired.id, None, &TipTrust::Unsigned, wave);
             let paused = Notification::new(NotificationKind::Paused, &desired.id, "Paused", &message);
             self.notify(&desired.config, Notification { about, ..paused }).await;
             if matches!(state.next(), Next::Start { .. }) {
@@ -864,7 +865,8 @@ impl Agent {
     pub(super) async fn step(&mut self, config: &FleetConfig, step: Step) -> Result<Report, ReconcileError> {
         let cluster = self.services.config.cluster.clone();
         let about = self.about.clone();
-        let ctx = Context { cluster: &cluster, now: Utc::now(), write_back: self.services.config.write_back, about: &about };
+        let write_back = self.services.config.write_back;
+        let ctx = Context { cluster: &cluster, now: Utc::now(), write_back, about: &about };
         let (state, report) = self.services.store.update(|s| conclude(s, &step, &ctx)).await?;
         self.services.metrics.observe_state(&state);
         if let Some(t) = &report.transition {
