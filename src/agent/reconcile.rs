@@ -738,9 +738,12 @@ impl Agent {
         let Some(operation) = progress.operation() else { return Ok(Outcome::UpToDate) };
         tracing::warn!(release = %operation.release, phase = %progress.phase(), "resuming an unfinished operation");
         let config = self.policy_config(checkout, tip, &operation.release, &operation.commit)?;
-        let verified = self.verify_known(checkout, &operation.release).await.ok();
-        let wave = wave_of(&config, &self.services.config.cluster);
-        self.about = About::read(checkout, &operation.release, verified.as_ref(), tip, wave);
+        self.about = {
+            // Boxed, and dropped before the operation resumes: the loop's future stays small.
+            let verified = Box::pin(self.verify_known(checkout, &operation.release)).await.ok();
+            let wave = wave_of(&config, &self.services.config.cluster);
+            About::read(checkout, &operation.release, verified.as_ref(), tip, wave)
+        };
         match &progress {
             Progress::Idle => Ok(Outcome::UpToDate),
             Progress::Verifying(_) => {
@@ -864,9 +867,8 @@ impl Agent {
     /// metrics, the status to Git, the notification, the write-back.
     pub(super) async fn step(&mut self, config: &FleetConfig, step: Step) -> Result<Report, ReconcileError> {
         let cluster = self.services.config.cluster.clone();
-        let about = self.about.clone();
         let write_back = self.services.config.write_back;
-        let ctx = Context { cluster: &cluster, now: Utc::now(), write_back, about: &about };
+        let ctx = Context { cluster: &cluster, now: Utc::now(), write_back, about: &self.about };
         let (state, report) = self.services.store.update(|s| conclude(s, &step, &ctx)).await?;
         self.services.metrics.observe_state(&state);
         if let Some(t) = &report.transition {
