@@ -301,8 +301,9 @@ pub struct Notification {
     /// Every gate's figure (passed, failed, rolled back).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub gates: Vec<GateFigure>,
+    /// Boxed: a notification is part of every step's report, which the loop's futures hold.
     #[serde(flatten)]
-    pub about: About,
+    pub about: Box<About>,
 }
 
 impl Notification {
@@ -318,7 +319,7 @@ impl Notification {
             figure: None,
             threshold: None,
             gates: Vec::new(),
-            about: About::default(),
+            about: Box::default(),
         }
     }
 
@@ -726,7 +727,7 @@ mod tests {
         ];
         Notification {
             rolled_back_to: Some("rel-1".into()),
-            about: About {
+            about: Box::new(About {
                 wave: Some("canary".into()),
                 target_clusters: vec!["canary".into(), "prod-1".into()],
                 released_by: None,
@@ -738,7 +739,7 @@ mod tests {
                     tagger: None,
                     signer: Some("ABCD1234".into()),
                 }),
-            },
+            }),
             ..Notification::new(NotificationKind::RolledBack, "rel-2", "GateFailed", "error rate 7.1% above 5%")
                 .with_gates(&gates)
         }

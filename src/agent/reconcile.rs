@@ -396,7 +396,7 @@ impl Agent {
             let wave = wave_of(&desired.config, &cluster);
             let about = About::read(checkout, &desired.id, None, &TipTrust::Unsigned, wave);
             let paused = Notification::new(NotificationKind::Paused, &desired.id, "Paused", &message);
-            self.notify(&desired.config, Notification { about, ..paused }).await;
+            self.notify(&desired.config, &Notification { about: Box::new(about), ..paused }).await;
             if matches!(state.next(), Next::Start { .. }) {
                 let description = format!("{why}; holding {} here, running {running}", desired.id);
                 let keys = self.status_keys(&desired.config).await?;
@@ -878,7 +878,7 @@ impl Agent {
             self.publish(config, status).await;
         }
         if let Some(n) = &report.notification {
-            self.notify(config, n.clone()).await;
+            self.notify(config, n).await;
         }
         if let Some(wb) = &report.write_back
             && let Some(commit) = self.write_back(&wb.failed, &wb.target, &wb.failure).await
@@ -961,9 +961,9 @@ impl Agent {
     /// when the agent has any; delivery happens in the background (a receiver never holds up a
     /// rollback). An endpoint the agent lacks is recorded as a Warning Event (a configuration
     /// problem someone must fix).
-    async fn notify(&self, config: &FleetConfig, n: Notification) {
+    async fn notify(&self, config: &FleetConfig, n: &Notification) {
         let Some(notifier) = &self.services.notifier else { return };
-        if let Err(e) = notifier.enqueue(config.fleet.spec.status.notify_endpoint(), n) {
+        if let Err(e) = notifier.enqueue(config.fleet.spec.status.notify_endpoint(), n.clone()) {
             tracing::warn!(error = %error_chain(&e), "notification not sent");
             self.services.record_warning("NotifyEndpointUnknown", "Notify", &error_chain(&e)).await;
         }

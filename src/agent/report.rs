@@ -137,7 +137,7 @@ pub fn conclude(state: &mut AgentState, step: &Step, ctx: &Context<'_>) -> Resul
         s
     };
     let notification = |kind, op: &Operation, reason: &str, message: &str| Notification {
-        about: ctx.about.clone(),
+        about: Box::new(ctx.about.clone()),
         ..Notification::new(kind, &op.release, reason, message)
     };
     let mut report = Report::default();
@@ -477,7 +477,7 @@ mod tests {
         ] {
             let ctx = Context { cluster: "c", now: t(100), write_back: false, about: &about };
             let n = conclude(&mut state, &step, &ctx).unwrap().notification.expect("a notification");
-            assert_eq!(n.about, about, "{step:?}");
+            assert_eq!(*n.about, about, "{step:?}");
         }
     }
 
