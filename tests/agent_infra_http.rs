@@ -338,7 +338,7 @@ async fn redirector() -> Redirector {
 
 #[tokio::test]
 async fn token_carrying_clients_do_not_follow_a_redirect_to_another_host() {
-    use fleetgate::agent::notifier::{Notification, NotificationKind, Notifier};
+    use fleetgate::agent::notifier::{Endpoint, Notification, NotificationKind, Notifier};
     use fleetgate::model::ForgeKind;
     use fleetgate::releng::forge_pr::{self, PullRequestSpec};
     use fleetgate::status::{ForgeBackend, ForgeConfig, State, Status, Token, TokenSource};
@@ -359,23 +359,14 @@ async fn token_carrying_clients_do_not_follow_a_redirect_to_another_host() {
     let notifier = Notifier::new(
         std::collections::BTreeMap::from([(
             "default".to_string(),
-            format!("{}/hooks/T/B/secret", r.url).parse().unwrap(),
+            Endpoint::new(format!("{}/hooks/T/B/secret", r.url).parse().unwrap()),
         )]),
         "cluster-a",
         Duration::from_secs(5),
     )
     .unwrap();
-    let n = Notification {
-        kind: NotificationKind::Rollback,
-        release: "rel-2".into(),
-        reason: "GateFailed".into(),
-        message: "m".into(),
-        rolled_back_to: Some("rel-1".into()),
-        gate: None,
-        figure: None,
-        threshold: None,
-    };
-    notifier.send("default", &n).await.expect_err("a 302 is not a notification delivered");
+    let n = Notification::new(NotificationKind::RolledBack, "rel-2", "GateFailed", "m");
+    notifier.deliver("default", &n).await.expect_err("a 302 is not a notification delivered");
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(r.stolen.load(std::sync::atomic::Ordering::SeqCst), 0, "a client followed the redirect");
 }

@@ -164,7 +164,13 @@ async fn repo_forge_prometheus_and_notify_settings_reach_nobody_and_the_token_st
     let refused = fleet.statuses(&rel2);
     assert_eq!(refused.iter().map(|s| s.state).collect::<Vec<_>>(), [State::Error], "{refused:?}");
     assert_eq!(spoke_forge.requests_to(&format!("/statuses/{rel2}")).len(), 1, "{:?}", spoke_forge.requests());
-    assert_eq!(spoke_forge.requests_to("/hooks/oncall").len(), 1, "the agent's own notification endpoint");
+    // Notifications are delivered in the background: wait for it.
+    let notified = eventually("the refusal's notification", 30, || async {
+        let n = spoke_forge.requests_to("/hooks/oncall").len();
+        (n > 0).then_some(n)
+    })
+    .await;
+    assert_eq!(notified, 1, "the agent's own notification endpoint");
 
     // The listener received nothing at all: no connection, so no token, no query, no notification.
     assert_eq!(attacker.requests(), Vec::<String>::new(), "the pusher's listener was contacted");

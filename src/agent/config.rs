@@ -14,6 +14,7 @@
 //! has one) from applying concurrently. `--leader-elect=false` turns it off for environments whose
 //! RBAC does not grant `leases`.
 
+use super::notifier::{Endpoint, Format, NotificationKind};
 use crate::gates::{PrometheusAuth, PrometheusEndpoints, PrometheusSource};
 use crate::model::{DEFAULT_ENDPOINT, is_dns_label};
 use crate::model::{
@@ -194,9 +195,9 @@ pub struct AgentConfig {
     /// whatever Git says, until the agent restarts without it. The reason, shown in the status.
     pub paused: Option<String>,
     pub git_credentials: GitCredentials,
-    /// Where failure and rollback notifications are POSTed (Slack-compatible JSON), by the name
-    /// `fleet.yaml` `spec.status.notify` picks (absent: `default`).
-    pub notify: BTreeMap<String, reqwest::Url>,
+    /// Where notifications are POSTed, in which format and of which transitions, by the name
+    /// `fleet.yaml` `spec.status.notify` picks (absent: `default`); see [`super::notifier`].
+    pub notify: BTreeMap<String, Endpoint>,
     pub notify_timeout: Duration,
     /// The forge commit statuses are mirrored to (token read at each status, so a rotated Secret
     /// is picked up); `fleet.yaml` can only switch it off (`spec.status.forge: false`).
@@ -276,6 +277,15 @@ pub struct AgentSettings {
     pub git_ca_file: Option<PathBuf>,
     #[serde(default)]
     pub notify_url: NamedUrls,
+    /// `NAME=KIND,KIND…` (or `all`): which transitions an endpoint hears.
+    #[serde(default)]
+    pub notify_on: NamedUrls,
+    /// `NAME=slack|teams|webhook`.
+    #[serde(default)]
+    pub notify_format: NamedUrls,
+    /// `NAME=FILE`: the HMAC secret of a `webhook` endpoint.
+    #[serde(default)]
+    pub notify_secret_file: NamedUrls,
     #[serde(default, with = "humantime_serde")]
     pub notify_timeout: Option<Duration>,
     pub webhook_secret_file: Option<PathBuf>,
@@ -333,6 +343,8 @@ pub enum ConfigError {
     InvalidEndpointUrl { flag: &'static str, name: String, message: String },
     #[error("{flag} {name:?}=…: the name must be a DNS-1123 label (what the fleet repo refers to it by)")]
     InvalidEndpointName { flag: &'static str, name: String },
+    #[error("{flag} {name}=…: {problem}")]
+    InvalidNotifySetting { flag: &'static str, name: String, problem: String },
     #[error(
         "--allow-gate-kind {0:?} is not KIND.GROUP (e.g. Certificate.cert-manager.io) or a core KIND (e.g. Secret)"
     )]
@@ -391,6 +403,9 @@ impl AgentSettings {
             git_known_hosts: higher.git_known_hosts.or(self.git_known_hosts),
             git_ca_file: higher.git_ca_file.or(self.git_ca_file),
             notify_url: self.notify_url.overlay(higher.notify_url),
+            notify_on: self.notify_on.overlay(higher.notify_on),
+            notify_format: self.notify_format.overlay(higher.notify_format),
+            notify_secret_file: self.notify_secret_file.overlay(higher.notify_secret_file),
             notify_timeout: higher.notify_timeout.or(self.notify_timeout),
             webhook_secret_file: higher.webhook_secret_file.or(self.webhook_secret_file),
             insecure_webhook: higher.insecure_webhook.or(self.insecure_webhook),
@@ -441,7 +456,7 @@ impl AgentSettings {
                 check_readable(what, path)?;
             }
         }
-        let notify = self.notify_url.resolve("--notify-url")?;
+        let notify = resolve_notify(self.notify_url, self.notify_on, self.notify_format, self.notify_secret_file)?;
         let prometheus = PrometheusEndpoints::new(self.prometheus.resolve("--prometheus")?)
             .with_sources(resolve_prometheus_sources(self.prometheus_sources)?);
         let forge = self.forge.resolve()?;
@@ -650,9 +665,53 @@ fn resolve_prometheus_sources(
         .collect()
 }
 
-/// HTTP endpoints by the logical name the fleet repo refers to them by (`--prometheus`,
-/// `--notify-url`). Flags give `[NAME=]URL` (repeatable; a bare URL is [`DEFAULT_ENDPOINT`]); the
-/// config file a URL, a list of `[NAME=]URL`, or a map `NAME: URL`.
+/// The notification endpoints: each `--notify-url` with its `--notify-on` kinds (default
+/// [`DEFAULT_KINDS`](super::notifier::DEFAULT_KINDS)), `--notify-format` (default `slack`) and
+/// `--notify-secret-file`, which a `webhook` endpoint must have (readable now; it is read again at
+/// each delivery). A setting for a name without a URL is an error: it would be silently unused.
+fn resolve_notify(
+    urls: NamedUrls,
+    on: NamedUrls,
+    formats: NamedUrls,
+    secrets: NamedUrls,
+) -> Result<BTreeMap<String, Endpoint>, ConfigError> {
+    let mut endpoints: BTreeMap<String, Endpoint> =
+        urls.resolve("--notify-url")?.into_iter().map(|(name, url)| (name, Endpoint::new(url))).collect();
+    let invalid =
+        |flag, name: &str, problem: String| ConfigError::InvalidNotifySetting { flag, name: name.to_string(), problem };
+    for (flag, settings) in [("--notify-on", &on), ("--notify-format", &formats), ("--notify-secret-file", &secrets)] {
+        if let Some(name) = settings.0.keys().find(|name| !endpoints.contains_key(*name)) {
+            return Err(invalid(flag, name, format!("there is no --notify-url {name}=URL")));
+        }
+    }
+    for (name, endpoint) in &mut endpoints {
+        if let Some(kinds) = on.0.get(name) {
+            endpoint.on = NotificationKind::parse_list(kinds).map_err(|p| invalid("--notify-on", name, p))?;
+        }
+        if let Some(format) = formats.0.get(name) {
+            endpoint.format = format.parse().map_err(|p| invalid("--notify-format", name, p))?;
+        }
+        if let Some(file) = secrets.0.get(name) {
+            let path = PathBuf::from(file);
+            check_readable("notification secret file", &path)?;
+            endpoint.secret_file = Some(path);
+        }
+        if endpoint.format == Format::Webhook && endpoint.secret_file.is_none() {
+            return Err(invalid(
+                "--notify-format",
+                name,
+                format!("a webhook endpoint signs its messages: pass --notify-secret-file {name}=FILE"),
+            ));
+        }
+    }
+    Ok(endpoints)
+}
+
+/// Settings by the logical name of the endpoint they are for: URLs the fleet repo refers to by
+/// name (`--prometheus`, `--notify-url`), and what else an endpoint has (`--notify-on`,
+/// `--notify-format`, `--notify-secret-file`). Flags give `[NAME=]VALUE` (repeatable; a bare
+/// value is [`DEFAULT_ENDPOINT`]'s); the config file a value, a list of `[NAME=]VALUE`, or a map
+/// `NAME: VALUE`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NamedUrls(BTreeMap<String, String>);
 
@@ -701,7 +760,7 @@ impl NamedUrls {
 impl<'de> Deserialize<'de> for NamedUrls {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
-        #[serde(untagged, expecting = "a URL, a list of [NAME=]URL, or a map of NAME: URL")]
+        #[serde(untagged, expecting = "a value, a list of [NAME=]VALUE, or a map of NAME: VALUE")]
         enum Form {
             One(String),
             List(Vec<String>),
@@ -869,9 +928,40 @@ mod tests {
         let policy: crate::model::GatePolicySpec =
             serde_yaml_ng::from_str("bakeTime: 1m\ngates: [{name: e, prometheus: {query: x, max: 1}}]\n").unwrap();
         assert_eq!(c.prometheus.for_policy(&policy).unwrap().map(|s| host(&s.url)).as_deref(), Some("prom-2"), "the flag wins");
-        let notify: Vec<(&str, String)> = c.notify.iter().map(|(n, u)| (n.as_str(), host(u))).collect();
+        let notify: Vec<(&str, String)> = c.notify.iter().map(|(n, e)| (n.as_str(), host(&e.url))).collect();
         assert_eq!(notify, [("default", "hooks.slack.com".into()), ("oncall", "hooks.example.com".into())]);
         assert_eq!(c.allowed_gate_kinds, ["Certificate.cert-manager.io"]);
+    }
+
+    #[test]
+    fn each_notification_endpoint_has_its_format_kinds_and_secret() {
+        use crate::agent::notifier::NotificationKind::*;
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("hmac");
+        std::fs::write(&secret, "s3cret\n").unwrap();
+        let file = dir.path().join("agent.yaml");
+        std::fs::write(
+            &file,
+            format!(
+                "notifyUrl: {{chat: 'https://hooks.slack.com/x', teams: 'https://teams.example/x', audit: 'https://audit.example/x'}}\n\
+                 notifyFormat: {{teams: teams, audit: webhook}}\n\
+                 notifySecretFile: {{audit: {}}}\n\
+                 notifyOn: {{audit: all}}\n",
+                secret.display()
+            ),
+        )
+        .unwrap();
+        let flags = AgentSettings { notify_on: NamedUrls::parse(&["chat=failed,rolledBack"]), ..minimal(dir.path()) };
+        let c = AgentSettings::from_file(&file).unwrap().overlay(flags).resolve().unwrap();
+        let chat = &c.notify["chat"];
+        let kinds: Vec<_> = chat.on.iter().copied().collect();
+        assert_eq!((chat.format, kinds), (Format::Slack, vec![Failed, RolledBack]));
+        let teams = &c.notify["teams"];
+        let defaults = (teams.format, teams.on.len(), teams.secret_file.as_ref());
+        assert_eq!(defaults, (Format::Teams, 5, None), "the default kinds");
+        assert!(!teams.on.contains(&Started) && teams.on.contains(&Paused));
+        let audit = &c.notify["audit"];
+        assert_eq!((audit.format, audit.on.len(), audit.secret_file.as_ref()), (Format::Webhook, 8, Some(&secret)));
     }
 
     #[test]
@@ -913,6 +1003,11 @@ mod tests {
     #[case::missing_key(|s: &mut AgentSettings| s.trusted_keys = vec!["/nonexistent/k.asc".into()], "/nonexistent/k.asc")]
     #[case::fast_poll(|s: &mut AgentSettings| s.interval = Some(Duration::from_millis(200)), "minimum")]
     #[case::notify_scheme(|s: &mut AgentSettings| s.notify_url = NamedUrls::parse(&["ftp://x/secret-path"]), "--notify-url default=…: not an http(s) URL (scheme \"ftp\")")]
+    #[case::notify_on_unknown_endpoint(|s: &mut AgentSettings| s.notify_on = NamedUrls::parse(&["oncall=failed"]), "--notify-on oncall=…: there is no --notify-url oncall=URL")]
+    #[case::notify_on_kind(|s: &mut AgentSettings| { s.notify_url = NamedUrls::parse(&["http://h/x"]); s.notify_on = NamedUrls::parse(&["failed,rollback"]) }, "--notify-on default=…: \"rollback\" is not one of all, started")]
+    #[case::notify_format(|s: &mut AgentSettings| { s.notify_url = NamedUrls::parse(&["http://h/x"]); s.notify_format = NamedUrls::parse(&["discord"]) }, "\"discord\" is not one of slack, teams, webhook")]
+    #[case::webhook_without_secret(|s: &mut AgentSettings| { s.notify_url = NamedUrls::parse(&["http://h/x"]); s.notify_format = NamedUrls::parse(&["webhook"]) }, "pass --notify-secret-file default=FILE")]
+    #[case::missing_secret(|s: &mut AgentSettings| { s.notify_url = NamedUrls::parse(&["http://h/x"]); s.notify_secret_file = NamedUrls::parse(&["/nonexistent/secret"]) }, "notification secret file /nonexistent/secret")]
     #[case::prometheus_url(|s: &mut AgentSettings| s.prometheus = NamedUrls::parse(&["thanos=not a url"]), "--prometheus thanos=…: not an http(s) URL")]
     #[case::endpoint_name(|s: &mut AgentSettings| s.prometheus = NamedUrls(BTreeMap::from([("Thanos".into(), "http://t".into())])), "must be a DNS-1123 label")]
     #[case::half_a_forge(|s: &mut AgentSettings| s.forge.url = Some("https://api.github.com".into()), "--forge-kind is missing")]

@@ -15,8 +15,8 @@
 //! * [`triggers`] — poll interval with jitter, webhook and ref watcher merged into one coalescing
 //!   receiver.
 //! * [`server`] — `/healthz`, `/readyz`, `/metrics`, `POST /hooks/git`.
-//! * [`metrics`], [`events`], [`notifier`] — telling people: Prometheus, Kubernetes Events, a
-//!   Slack-compatible webhook.
+//! * [`metrics`], [`events`], [`notifier`] — telling people: Prometheus, Kubernetes Events, and
+//!   each release transition in the background to Slack, Teams or a signed webhook.
 //! * `forge_mirror` — a status also on the promotion PR's head and the write-back commit, on the
 //!   agent's forge.
 //! * [`services`] — starts and stops all of the above as one [`AgentServices`].

@@ -26,7 +26,7 @@
 
 use super::AgentServices;
 use super::metrics::ReconcileResult;
-use super::notifier::Notification;
+use super::notifier::{About, Notification, NotificationKind};
 use super::report::{Blocker, Context, Report, Step, conclude};
 use super::state::{AgentState, Failure, Next, Progress, Transition, TransitionError};
 use crate::apply::{AdmittedSet, ApplyError, ApplyOptions, Engine};
@@ -173,6 +173,8 @@ pub struct Agent {
     /// Why the agent holds the cluster and which release it holds back, while it does: logged,
     /// recorded and reported once per (reason, release).
     last_pause: Option<(String, String)>,
+    /// The release in progress as notifications describe it: read when it starts or resumes.
+    about: About,
 }
 
 impl Agent {
@@ -205,6 +207,7 @@ impl Agent {
             last_rollback_error: None,
             last_drift_check: None,
             last_pause: None,
+            about: About::default(),
         })
     }
 
@@ -391,8 +394,13 @@ impl Agent {
             tracing::warn!(release = %desired.id, reason = %why, "holding the cluster on the release it runs");
             self.services.record_normal("Paused", "Reconcile", &format!("{why}; Git asks for {}", desired.id)).await;
             self.last_pause = Some(held);
+            let running = state.current().unwrap_or("nothing yet");
+            let message = format!("{why}; Git asks for {}, running {running}", desired.id);
+            let wave = wave_of(&desired.config, &cluster);
+            let about = About::read(checkout, &desired.id, None, &TipTrust::Unsigned, wave);
+            let paused = Notification::new(NotificationKind::Paused, &desired.id, "Paused", &message);
+            self.notify(&desired.config, &Notification { about: Box::new(about), ..paused }).await;
             if matches!(state.next(), Next::Start { .. }) {
-                let running = state.current().unwrap_or("nothing yet");
                 let description = format!("{why}; holding {} here, running {running}", desired.id);
                 let keys = self.status_keys(&desired.config).await?;
                 let commit = desired.tag.commit;
@@ -473,10 +481,15 @@ impl Agent {
 
         // Verify first: a release that cannot be trusted (or may not run here now) is refused
         // wherever its wave stands, without touching anything.
+        let wave = wave_of(&desired.config, &cluster);
         let verified = match self.verify(checkout, &desired, tip).await? {
             Ok(verified) => verified,
-            Err(e) => return self.refuse(&desired.config, &id, commit, &e).await,
+            Err(e) => {
+                self.about = About::read(checkout, &id, None, tip, wave);
+                return self.refuse(&desired.config, &id, commit, &e).await;
+            }
         };
+        self.about = About::read(checkout, &id, Some(&verified), tip, wave);
         let config = match self.policy_config(checkout, tip, &id, &commit) {
             Ok(config) => config,
             Err(ReconcileError::Verify(e)) if e.class() == ErrorClass::Stalling => {
@@ -739,6 +752,12 @@ impl Agent {
         let Some(operation) = progress.operation() else { return Ok(Outcome::UpToDate) };
         tracing::warn!(release = %operation.release, phase = %progress.phase(), "resuming an unfinished operation");
         let config = self.policy_config(checkout, tip, &operation.release, &operation.commit)?;
+        self.about = {
+            // Boxed, and dropped before the operation resumes: the loop's future stays small.
+            let verified = Box::pin(self.verify_known(checkout, &operation.release)).await.ok();
+            let wave = wave_of(&config, &self.services.config.cluster);
+            About::read(checkout, &operation.release, verified.as_ref(), tip, wave)
+        };
         match &progress {
             Progress::Idle => Ok(Outcome::UpToDate),
             Progress::Verifying(_) => {
@@ -862,7 +881,8 @@ impl Agent {
     /// metrics, the status to Git, the notification, the write-back.
     pub(super) async fn step(&mut self, config: &FleetConfig, step: Step) -> Result<Report, ReconcileError> {
         let cluster = self.services.config.cluster.clone();
-        let ctx = Context { cluster: &cluster, now: Utc::now(), write_back: self.services.config.write_back };
+        let write_back = self.services.config.write_back;
+        let ctx = Context { cluster: &cluster, now: Utc::now(), write_back, about: &self.about };
         let (state, report) = self.services.store.update(|s| conclude(s, &step, &ctx)).await?;
         stop_point::reached(&format!("step.{}.after-persist", step.name())).await;
         self.services.metrics.observe_state(&state);
@@ -952,18 +972,15 @@ impl Agent {
         Publisher::new(git, forge)
     }
 
-    /// Sends the notification to the agent's endpoint the fleet names (`spec.status.notify`), when
-    /// the agent has any; a failure is logged and, for an endpoint it lacks, recorded as a Warning
-    /// Event (a configuration problem someone must fix).
+    /// Queues the notification for the agent's endpoint the fleet names (`spec.status.notify`),
+    /// when the agent has any; delivery happens in the background (a receiver never holds up a
+    /// rollback). An endpoint the agent lacks is recorded as a Warning Event (a configuration
+    /// problem someone must fix).
     async fn notify(&self, config: &FleetConfig, n: &Notification) {
         let Some(notifier) = &self.services.notifier else { return };
-        match notifier.send(config.fleet.spec.status.notify_endpoint(), n).await {
-            Ok(()) => {}
-            Err(e @ super::notifier::NotifyError::UnknownEndpoint { .. }) => {
-                tracing::warn!(error = %error_chain(&e), "notification not sent");
-                self.services.record_warning("NotifyEndpointUnknown", "Notify", &error_chain(&e)).await;
-            }
-            Err(e) => tracing::warn!(error = %error_chain(&e), "notification failed"),
+        if let Err(e) = notifier.enqueue(config.fleet.spec.status.notify_endpoint(), n.clone()) {
+            tracing::warn!(error = %error_chain(&e), "notification not sent");
+            self.services.record_warning("NotifyEndpointUnknown", "Notify", &error_chain(&e)).await;
         }
     }
 
@@ -1027,6 +1044,11 @@ pub(super) fn gate_policy(config: &FleetConfig, cluster: &str) -> GatePolicySpec
         Some(p) => p,
         None => serde_yaml_ng::from_str(DEFAULT_GATE_POLICY).expect("the built-in gate policy parses"),
     }
+}
+
+/// `cluster`'s wave in `config`, for notifications.
+fn wave_of<'c>(config: &'c FleetConfig, cluster: &str) -> Option<&'c str> {
+    config.clusters.get(cluster).map(|c| c.spec.wave.as_str())
 }
 
 /// The Operator's namespace from `fleet.yaml`; its gates look at everything there.

@@ -6,20 +6,23 @@
 //! leaves ([`AgentState::unreported`]) until it is delivered, so a `kill -9` between the state
 //! write and the push loses nothing.
 //!
-//! | step            | transition              | status                  | notification |
-//! |-----------------|-------------------------|-------------------------|--------------|
-//! | `Begin`         | Idle → Verifying        | –                       | –            |
-//! | `Deferred`      | Verifying → Idle        | –                       | –            |
-//! | `Refused`       | Verifying → Idle (rej.) | `error`                 | error        |
-//! | `Blocked`       | Verifying → Idle (rej.) | `failure`, gate named   | blocked      |
-//! | `StartApply`    | Verifying → Applying    | `pending` applying      | –            |
-//! | `Applied`       | Applying → Baking       | `pending` baking        | –            |
-//! | `Passed`        | Baking → Idle           | `success` with figures  | –            |
-//! | `Failed`        | → RollingBack (rej.)    | –                       | –            |
-//! | `RolledBack`    | RollingBack → Idle      | `failure` with figures  | rollback     |
-//! | `RollbackFailed`| none (retried)          | `error`                 | error        |
+//! | step            | transition              | status                  | notification       |
+//! |-----------------|-------------------------|-------------------------|--------------------|
+//! | `Begin`         | Idle → Verifying        | –                       | –                  |
+//! | `Deferred`      | Verifying → Idle        | –                       | –                  |
+//! | `Refused`       | Verifying → Idle (rej.) | `error`                 | refused            |
+//! | `Blocked`       | Verifying → Idle (rej.) | `failure`, gate named   | refused, gate      |
+//! | `StartApply`    | Verifying → Applying    | `pending` applying      | started            |
+//! | `Applied`       | Applying → Baking       | `pending` baking        | applied            |
+//! | `Passed`        | Baking → Idle           | `success` with figures  | passed, figures    |
+//! | `Failed`        | → RollingBack (rej.)    | –                       | failed, figures    |
+//! | `RolledBack`    | RollingBack → Idle      | `failure` with figures  | rolledBack, figures|
+//! | `RollbackFailed`| none (retried)          | `error`                 | error              |
+//!
+//! Every notification carries [`Context::about`] (scope, who released and promoted the release);
+//! which of them reach an endpoint is the notifier's filter ([`super::notifier`]).
 
-use super::notifier::{Notification, NotificationKind};
+use super::notifier::{About, Notification, NotificationKind};
 use super::state::{AgentState, Failure, Operation, Progress, Transition, TransitionError};
 use crate::gates::PreapplyBlock;
 use crate::status::{GateFigure, State, Status};
@@ -119,6 +122,9 @@ pub struct Context<'a> {
     pub now: DateTime<Utc>,
     /// The agent pins its cluster in Git after a rollback (`--write-back`).
     pub write_back: bool,
+    /// The release in progress, as the notifications describe it (empty when the loop could not
+    /// read it).
+    pub about: &'a About,
 }
 
 /// A pin of the cluster to the release it was rolled back to, to push to the tracked branch.
@@ -150,6 +156,10 @@ pub fn conclude(state: &mut AgentState, step: &Step, ctx: &Context<'_>) -> Resul
         s.reported_at = ctx.now;
         s
     };
+    let notification = |kind, op: &Operation, reason: &str, message: &str| Notification {
+        about: Box::new(ctx.about.clone()),
+        ..Notification::new(kind, &op.release, reason, message)
+    };
     let mut report = Report::default();
     match step {
         Step::Begin { release, commit } => {
@@ -163,7 +173,7 @@ pub fn conclude(state: &mut AgentState, step: &Step, ctx: &Context<'_>) -> Resul
             let op = verifying(&before);
             report.status =
                 Some(status(op, State::Error, format!("refused, nothing applied: {message}")).decided(ctx.now));
-            report.notification = Some(notification(NotificationKind::Error, op, reason, message));
+            report.notification = Some(notification(NotificationKind::Refused, op, reason, message));
             report.transition = Some(t);
         }
         Step::Blocked(blocker) => {
@@ -183,7 +193,7 @@ pub fn conclude(state: &mut AgentState, step: &Step, ctx: &Context<'_>) -> Resul
             );
             report.notification = Some(Notification {
                 gate: Some(blocker.gate().to_string()),
-                ..notification(NotificationKind::Blocked, op, blocker.reason(), &blocker.problems())
+                ..notification(NotificationKind::Refused, op, blocker.reason(), &blocker.problems())
             });
             report.transition = Some(t);
         }
@@ -191,14 +201,18 @@ pub fn conclude(state: &mut AgentState, step: &Step, ctx: &Context<'_>) -> Resul
             let from = state.current().unwrap_or("nothing").to_string();
             let t = state.start_apply(rollback_target.as_deref(), snapshot.as_deref())?;
             let op = verifying(&before);
-            report.status = Some(status(op, State::Pending, format!("applying {} (from {from})", op.release)));
+            let description = format!("applying {} (from {from})", op.release);
+            report.notification = Some(notification(NotificationKind::Started, op, t.reason, &description));
+            report.status = Some(status(op, State::Pending, description));
             report.transition = Some(t);
         }
         Step::Applied { bake_time } => {
             let t = state.applied(ctx.now)?;
             let Progress::Applying(op) = &before else { unreachable!("applied succeeds only from Applying") };
             let bake = humantime::format_duration(*bake_time);
-            report.status = Some(status(op, State::Pending, format!("baking for {bake}")).applied(ctx.now));
+            let description = format!("baking for {bake}");
+            report.notification = Some(notification(NotificationKind::Applied, op, t.reason, &description));
+            report.status = Some(status(op, State::Pending, description).applied(ctx.now));
             report.transition = Some(t);
         }
         Step::Passed { bake_time, figures } => {
@@ -207,8 +221,11 @@ pub fn conclude(state: &mut AgentState, step: &Step, ctx: &Context<'_>) -> Resul
                 unreachable!("bake_passed succeeds only from Baking")
             };
             let bake = humantime::format_duration(*bake_time);
+            let description = format!("all gates passed for {bake}");
+            report.notification =
+                Some(notification(NotificationKind::Passed, operation, t.reason, &description).with_gates(figures));
             report.status = Some(
-                status(operation, State::Success, format!("all gates passed for {bake}"))
+                status(operation, State::Success, description)
                     .with_gates(figures.clone())
                     .applied(*applied_at)
                     .decided(ctx.now),
@@ -217,6 +234,14 @@ pub fn conclude(state: &mut AgentState, step: &Step, ctx: &Context<'_>) -> Resul
         }
         Step::Failed { failure, figures } => {
             report.transition = Some(state.start_rollback(failure.clone(), figures.clone(), ctx.now)?);
+            let Progress::RollingBack(r) = state.progress() else {
+                unreachable!("start_rollback leaves the state RollingBack")
+            };
+            let op = &r.operation;
+            report.notification = Some(Notification {
+                rolled_back_to: op.rollback_target.clone(),
+                ..notification(NotificationKind::Failed, op, &failure.reason, &failure.message).with_gates(figures)
+            });
         }
         Step::RolledBack => {
             let t = state.rollback_finished()?;
@@ -239,17 +264,10 @@ pub fn conclude(state: &mut AgentState, step: &Step, ctx: &Context<'_>) -> Resul
                 s = s.rolled_back_to(t.clone());
             }
             report.status = Some(s);
-            let failing = r
-                .evidence
-                .iter()
-                .find(|g| g.verdict == "fail")
-                .or_else(|| r.evidence.iter().find(|g| g.verdict != "pass"));
             report.notification = Some(Notification {
                 rolled_back_to: target.clone(),
-                gate: failing.map(|g| g.name.clone()),
-                figure: failing.map(|g| g.observed.clone()),
-                threshold: failing.map(|g| g.threshold.clone()),
-                ..notification(NotificationKind::Rollback, op, &r.failure.reason, &r.failure.message)
+                ..notification(NotificationKind::RolledBack, op, &r.failure.reason, &r.failure.message)
+                    .with_gates(&r.evidence)
             });
             report.write_back = target.filter(|_| ctx.write_back).map(|target| WriteBack {
                 failed: op.release.clone(),
@@ -292,18 +310,6 @@ fn verifying(before: &Progress) -> &Operation {
     }
 }
 
-fn notification(kind: NotificationKind, op: &Operation, reason: &str, message: &str) -> Notification {
-    Notification {
-        kind,
-        release: op.release.clone(),
-        reason: reason.to_string(),
-        message: message.to_string(),
-        rolled_back_to: None,
-        gate: None,
-        figure: None,
-        threshold: None,
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -370,37 +376,42 @@ mod tests {
     #[case::refused(Phase::Verifying, Step::Refused { reason: "SignatureInvalid", message: "tag rel-2 is signed by an untrusted key".into() },
         (Some("ReleaseBlocked"), Phase::Idle, Some("rel-1"),
          Some((State::Error, "refused, nothing applied: tag rel-2 is signed by an untrusted key")),
-         Some((NotificationKind::Error, "fleetgate c: rel-2 error: SignatureInvalid: tag rel-2 is signed by an untrusted key"))))]
+         Some((NotificationKind::Refused, "fleetgate c: rel-2 refused before apply: SignatureInvalid: tag rel-2 is signed by an untrusted key"))))]
     #[case::blocked_by_requirement(Phase::Verifying,
         Step::Blocked(Blocker::Gate(PreapplyBlock::Requirement { error: RequirementError::KubernetesVersion { required: ">=1.40".into(), found: "v1.36.3".into() } })),
         (Some("ReleaseBlocked"), Phase::Idle, Some("rel-1"),
          Some((State::Failure, "blocked before apply by requirements: the release requires Kubernetes >=1.40, the cluster runs v1.36.3")),
-         Some((NotificationKind::Blocked, "fleetgate c: rel-2 blocked before apply: gate requirements: the release requires Kubernetes >=1.40, the cluster runs v1.36.3"))))]
+         Some((NotificationKind::Refused, "fleetgate c: rel-2 refused before apply: gate requirements: the release requires Kubernetes >=1.40, the cluster runs v1.36.3"))))]
     #[case::blocked_by_dry_run(Phase::Verifying, Step::Blocked(Blocker::DryRun("Deployment x: field is immutable".into())),
         (Some("ReleaseBlocked"), Phase::Idle, Some("rel-1"),
          Some((State::Failure, "blocked before apply by dry-run: Deployment x: field is immutable")),
-         Some((NotificationKind::Blocked, "fleetgate c: rel-2 blocked before apply: gate dry-run: Deployment x: field is immutable"))))]
+         Some((NotificationKind::Refused, "fleetgate c: rel-2 refused before apply: gate dry-run: Deployment x: field is immutable"))))]
     #[case::start_apply(Phase::Verifying, Step::StartApply { rollback_target: None, snapshot: Some("snap-1".into()) },
-        (Some("ApplyStarted"), Phase::Applying, Some("rel-1"), Some((State::Pending, "applying rel-2 (from rel-1)")), None))]
+        (Some("ApplyStarted"), Phase::Applying, Some("rel-1"), Some((State::Pending, "applying rel-2 (from rel-1)")),
+         Some((NotificationKind::Started, "fleetgate c: rel-2 apply started: ApplyStarted: applying rel-2 (from rel-1)"))))]
     #[case::applied(Phase::Applying, Step::Applied { bake_time: Duration::from_secs(90) },
-        (Some("Applied"), Phase::Baking, Some("rel-2"), Some((State::Pending, "baking for 1m 30s")), None))]
+        (Some("Applied"), Phase::Baking, Some("rel-2"), Some((State::Pending, "baking for 1m 30s")),
+         Some((NotificationKind::Applied, "fleetgate c: rel-2 applied, baking: Applied: baking for 1m 30s"))))]
     #[case::baked_ok(Phase::Baking, Step::Passed { bake_time: Duration::from_secs(5), figures: vec![figure("restarts", "0", "3", "pass")] },
-        (Some("ReleaseSucceeded"), Phase::Idle, Some("rel-2"), Some((State::Success, "all gates passed for 5s")), None))]
-    #[case::gate_failed(Phase::Baking, Step::Failed { failure: Failure::new("GateFailed", "error-rate 9 % > 5 %"), figures: Vec::new() },
-        (Some("RollbackStarted"), Phase::RollingBack, Some("rel-2"), None, None))]
+        (Some("ReleaseSucceeded"), Phase::Idle, Some("rel-2"), Some((State::Success, "all gates passed for 5s")),
+         Some((NotificationKind::Passed, "fleetgate c: rel-2 passed its gates: ReleaseSucceeded: all gates passed for 5s"))))]
+    #[case::gate_failed(Phase::Baking, Step::Failed { failure: Failure::new("GateFailed", "error-rate 9 % > 5 %"), figures: vec![figure("error-rate", "9 %", "5 %", "fail")] },
+        (Some("RollbackStarted"), Phase::RollingBack, Some("rel-2"), None,
+         Some((NotificationKind::Failed, "fleetgate c: rel-2 failed, rolling back: gate error-rate 9 % (threshold 5 %)"))))]
     #[case::apply_failed(Phase::Applying, Step::Failed { failure: Failure::new("ApplyFailed", "webhook refused"), figures: Vec::new() },
-        (Some("RollbackStarted"), Phase::RollingBack, Some("rel-1"), None, None))]
+        (Some("RollbackStarted"), Phase::RollingBack, Some("rel-1"), None,
+         Some((NotificationKind::Failed, "fleetgate c: rel-2 failed, rolling back: ApplyFailed: webhook refused"))))]
     #[case::rolled_back(Phase::RollingBack, Step::RolledBack,
         (Some("RolledBack"), Phase::Idle, Some("rel-1"),
          Some((State::Failure, "rolled back to rel-1: error-rate 9 % > 5 %")),
-         Some((NotificationKind::Rollback, "fleetgate c: rel-2 rolled back to rel-1: gate error-rate 9 % (threshold 5 %)"))))]
+         Some((NotificationKind::RolledBack, "fleetgate c: rel-2 rolled back to rel-1: gate error-rate 9 % (threshold 5 %)"))))]
     #[case::rollback_failed(Phase::RollingBack, Step::RollbackFailed { message: "apply: API server unreachable".into() },
         (None, Phase::RollingBack, Some("rel-2"),
          Some((State::Error, "rollback to rel-1 failed, retrying: apply: API server unreachable (after GateFailed)")),
          Some((NotificationKind::Error, "fleetgate c: rel-2 error: RollbackFailed: apply: API server unreachable"))))]
     fn each_step_reports_what_it_decided(#[case] phase: Phase, #[case] step: Step, #[case] expected: Expected) {
         let mut state = state_in(phase);
-        let ctx = Context { cluster: "c", now: t(100), write_back: false };
+        let ctx = Context { cluster: "c", now: t(100), write_back: false, about: &About::default() };
         let report = conclude(&mut state, &step, &ctx).unwrap();
         let got: (_, _, _, _, _) = (
             report.transition.as_ref().map(|t| t.reason),
@@ -439,14 +450,14 @@ mod tests {
             (Phase::RollingBack, Step::RolledBack),
         ] {
             let mut state = state_in(phase);
-            conclude(&mut state, &step, &Context { cluster: "c", now: t(100), write_back: false }).unwrap();
+            conclude(&mut state, &step, &Context { cluster: "c", now: t(100), write_back: false, about: &About::default() }).unwrap();
             assert!(state.rejected().contains_key("rel-2"), "{step:?}");
         }
         let mut state = state_in(Phase::Verifying);
         conclude(
             &mut state,
             &Step::Deferred { why: "x".into() },
-            &Context { cluster: "c", now: t(1), write_back: false },
+            &Context { cluster: "c", now: t(1), write_back: false, about: &About::default() },
         )
         .unwrap();
         assert!(state.rejected().is_empty(), "deferring rejects nothing");
@@ -454,7 +465,7 @@ mod tests {
 
     #[test]
     fn the_success_and_rollback_statuses_carry_the_figures_and_times() {
-        let ctx = Context { cluster: "c", now: t(100), write_back: true };
+        let ctx = Context { cluster: "c", now: t(100), write_back: true, about: &About::default() };
         let mut state = state_in(Phase::Baking);
         let figures = vec![figure("restarts", "0", "3", "pass")];
         let report =
@@ -484,9 +495,24 @@ mod tests {
     }
 
     #[test]
+    fn every_notification_carries_the_scope_and_who_made_the_release() {
+        let about = About { wave: Some("canary".into()), target_clusters: vec!["c".into()], ..About::default() };
+        let mut state = state_in(Phase::Verifying);
+        for step in [
+            Step::StartApply { rollback_target: None, snapshot: None },
+            Step::Applied { bake_time: Duration::from_secs(5) },
+            Step::Passed { bake_time: Duration::from_secs(5), figures: vec![figure("restarts", "0", "3", "pass")] },
+        ] {
+            let ctx = Context { cluster: "c", now: t(100), write_back: false, about: &about };
+            let n = conclude(&mut state, &step, &ctx).unwrap().notification.expect("a notification");
+            assert_eq!(*n.about, about, "{step:?}");
+        }
+    }
+
+    #[test]
     fn a_blocked_status_names_the_gate_as_a_figure() {
         let mut state = state_in(Phase::Verifying);
-        let ctx = Context { cluster: "c", now: t(100), write_back: true };
+        let ctx = Context { cluster: "c", now: t(100), write_back: true, about: &About::default() };
         let report = conclude(&mut state, &Step::Blocked(crd_block()), &ctx).unwrap();
         let s = report.status.unwrap();
         assert_eq!(s.gates[0].name, "crd-compatibility");
@@ -503,7 +529,7 @@ mod tests {
     fn a_step_out_of_order_changes_and_reports_nothing(#[case] phase: Phase, #[case] step: Step) {
         let mut state = state_in(phase);
         let before = state.clone();
-        let err = conclude(&mut state, &step, &Context { cluster: "c", now: t(100), write_back: true }).unwrap_err();
+        let err = conclude(&mut state, &step, &Context { cluster: "c", now: t(100), write_back: true, about: &About::default() }).unwrap_err();
         assert!(matches!(err, TransitionError::WrongPhase { .. }), "{err}");
         assert_eq!(state, before);
     }

@@ -78,10 +78,23 @@ pub struct Args {
     /// PEM file of the CA(s) an https:// Git server's certificate may also be issued by.
     #[arg(long, env = "FLEETGATE_GIT_CA_FILE", value_name = "FILE")]
     git_ca_file: Option<PathBuf>,
-    /// POST a Slack-compatible JSON notification here on failures and rollbacks; repeatable,
-    /// `NAME=URL` for the endpoint fleet.yaml spec.status.notify names (a bare URL is `default`).
+    /// POST notifications of this cluster's release transitions here; repeatable, `NAME=URL` for
+    /// the endpoint fleet.yaml spec.status.notify names (a bare URL is `default`).
     #[arg(long, env = "FLEETGATE_NOTIFY_URL", value_name = "[NAME=]URL", value_delimiter = ',')]
     notify_url: Vec<String>,
+    /// Which transitions an endpoint hears: started, applied, passed, failed, rolledBack, paused,
+    /// refused, error, or all; repeatable, one `[NAME=]KIND,KIND…` per endpoint [default:
+    /// failed,rolledBack,refused,error,paused].
+    #[arg(long, env = "FLEETGATE_NOTIFY_ON", value_name = "[NAME=]KINDS")]
+    notify_on: Vec<String>,
+    /// An endpoint's message format: slack (text and blocks), teams (an Adaptive Card) or webhook
+    /// (JSON signed with HMAC-SHA256); repeatable, `[NAME=]FORMAT` [default: slack].
+    #[arg(long, env = "FLEETGATE_NOTIFY_FORMAT", value_name = "[NAME=]FORMAT", value_delimiter = ',')]
+    notify_format: Vec<String>,
+    /// The file holding a webhook endpoint's HMAC secret (read at each delivery); repeatable,
+    /// `[NAME=]FILE`.
+    #[arg(long, env = "FLEETGATE_NOTIFY_SECRET_FILE", value_name = "[NAME=]FILE", value_delimiter = ',')]
+    notify_secret_file: Vec<String>,
     /// A Prometheus server for the gates; repeatable, `NAME=URL` for the one a GatePolicy's
     /// `prometheus: NAME` names (a bare URL is `default`, what policies use by default).
     #[arg(long, env = "FLEETGATE_PROMETHEUS", value_name = "[NAME=]URL", value_delimiter = ',')]
@@ -99,7 +112,8 @@ pub struct Args {
     /// $FLEETGATE_FORGE_TOKEN). Never taken from the fleet repo.
     #[command(flatten)]
     forge: ForgeArgs,
-    /// Timeout of each notification POST [default: 5s].
+    /// Timeout of each notification POST (each message is tried up to 4 times, in the
+    /// background) [default: 5s].
     #[arg(long, env = "FLEETGATE_NOTIFY_TIMEOUT", value_parser = humantime::parse_duration)]
     notify_timeout: Option<Duration>,
     /// Shared secret for POST /hooks/git (GitHub/Gitea HMAC signature or GitLab token).
@@ -176,6 +190,9 @@ impl Args {
             git_known_hosts: self.git_known_hosts,
             git_ca_file: self.git_ca_file,
             notify_url: NamedUrls::parse(&self.notify_url),
+            notify_on: NamedUrls::parse(&self.notify_on),
+            notify_format: NamedUrls::parse(&self.notify_format),
+            notify_secret_file: NamedUrls::parse(&self.notify_secret_file),
             prometheus: NamedUrls::parse(&self.prometheus),
             // Credentials are for the config file only (`prometheusSources`), never a flag.
             prometheus_sources: Default::default(),

@@ -8,6 +8,7 @@
 
 mod agent;
 mod args;
+mod audit;
 mod check_crd;
 mod cluster;
 mod completion;
@@ -78,6 +79,8 @@ pub enum Command {
     Reconcile(reconcile::Args),
     /// Show per-cluster statuses of releases as a matrix.
     Status(status::Args),
+    /// Print every status each cluster's agent wrote (its notes ref's history), verified.
+    Audit(audit::Args),
     /// Manage clusters of the fleet repo (register a cluster's status key).
     #[command(subcommand)]
     Cluster(cluster::Command),
@@ -126,6 +129,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Pause(a) => pause::run(a, true).await,
         Command::Resume(a) => pause::run(a, false).await,
         Command::Status(a) => status::run(a).await,
+        Command::Audit(a) => audit::run(a).await,
         Command::Cluster(c) => cluster::run(c).await,
         Command::Diff(mut a) => {
             a.kube = cli.kube;

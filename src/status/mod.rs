@@ -15,9 +15,11 @@
 //! * [`waves`] — wave gating and pacing as a pure function ([`may_start`]).
 //! * [`matrix`] / [`FleetView`] — the cluster × release view `fleetgate status` prints.
 //! * [`html`] — that view as one self-contained page (`fleetgate status -o html`).
+//! * [`audit`] — every entry each cluster wrote, from its notes ref's history (`fleetgate audit`).
 //!
 //! The note format and the `fleetgate status -o json` format are documented in docs/STATUS.md.
 
+pub mod audit;
 mod backend;
 pub mod forge;
 pub mod github_app;

@@ -20,8 +20,7 @@ fn signers() -> &'static Mutex<BTreeMap<String, StatusSigner>> {
 /// `cluster`'s agent identity (the same key every time in this process).
 pub fn identity(cluster: &str) -> StatusIdentity {
     let mut signers = signers().lock().unwrap();
-    let signer =
-        signers.entry(cluster.to_string()).or_insert_with(|| StatusSigner::generate(cluster).unwrap()).clone();
+    let signer = signers.entry(cluster.to_string()).or_insert_with(|| StatusSigner::generate(cluster).unwrap()).clone();
     StatusIdentity::new(FLEET, signer)
 }
 
