@@ -396,7 +396,7 @@ impl Agent {
             self.last_pause = Some(held);
             let running = state.current().unwrap_or("nothing yet");
             let message = format!("{why}; Git asks for {}, running {running}", desired.id);
-            let wave = wave_of(&desired.config, &cluster);
+            let wave = desired.config.wave_of(&cluster);
             let about = About::read(checkout, &desired.id, None, &TipTrust::Unsigned, wave);
             let paused = Notification::new(NotificationKind::Paused, &desired.id, "Paused", &message);
             self.notify(&desired.config, &Notification { about: Box::new(about), ..paused }).await;
@@ -481,7 +481,7 @@ impl Agent {
 
         // Verify first: a release that cannot be trusted (or may not run here now) is refused
         // wherever its wave stands, without touching anything.
-        let wave = wave_of(&desired.config, &cluster);
+        let wave = desired.config.wave_of(&cluster);
         let verified = match self.verify(checkout, &desired, tip).await? {
             Ok(verified) => verified,
             Err(e) => {
@@ -755,7 +755,7 @@ impl Agent {
         self.about = {
             // Boxed, and dropped before the operation resumes: the loop's future stays small.
             let verified = Box::pin(self.verify_known(checkout, &operation.release)).await.ok();
-            let wave = wave_of(&config, &self.services.config.cluster);
+            let wave = config.wave_of(&self.services.config.cluster);
             About::read(checkout, &operation.release, verified.as_ref(), tip, wave)
         };
         match &progress {
@@ -1044,11 +1044,6 @@ pub(super) fn gate_policy(config: &FleetConfig, cluster: &str) -> GatePolicySpec
         Some(p) => p,
         None => serde_yaml_ng::from_str(DEFAULT_GATE_POLICY).expect("the built-in gate policy parses"),
     }
-}
-
-/// `cluster`'s wave in `config`, for notifications.
-fn wave_of<'c>(config: &'c FleetConfig, cluster: &str) -> Option<&'c str> {
-    config.clusters.get(cluster).map(|c| c.spec.wave.as_str())
 }
 
 /// The Operator's namespace from `fleet.yaml`; its gates look at everything there.
