@@ -349,14 +349,15 @@ ok "main pins cluster-a to rel-1 (clusters/cluster-a.yaml), so Git again says wh
 info "fleetgate rollback --cluster cluster-a reads that commit as the rollback it is:"
 { "$FG" rollback --cluster cluster-a --repo "$WORK" 2>&1 || true; } | sed 's/^/      /'
 
-say "Emergency brake: pausing cluster-c (wave-2) before the next release"
-"$FG" pause --cluster cluster-c --repo "$WORK" --reason "change freeze in wave-2" --push | sed 's/^/    /'
-poke
-
 say "Cutting rel-3 (good) and promoting it fleet-wide"
 # rel-2's tag is the newest, but it failed: name the release to fall back to explicitly.
 release rel-3 v1.2.0 --rollback-to rel-1
 promote rel-3
+
+# cluster-c waits for the canary and wave-1 to pass rel-3 (a bake each): time to pull the brake.
+say "Emergency brake: pausing cluster-c (wave-2) while rel-3 goes through the earlier waves"
+"$FG" pause --cluster cluster-c --repo "$WORK" --reason "change freeze in wave-2" --push | sed 's/^/    /'
+poke
 wait_for "$STEP_TIMEOUT" "cluster-b to report rel-3 success" reports cluster-b rel-3 success
 [[ "$(running cluster-c)" == rel-1 ]] || die "cluster-c runs $(running cluster-c) while paused, not rel-1"
 ok "cluster-a and cluster-b run rel-3; paused cluster-c stays on rel-1:"

@@ -33,7 +33,6 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, P
 use rstest::rstest;
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 const LEASE_SECONDS: u64 = 3;
@@ -51,14 +50,7 @@ enum Rel2 {
 /// `stop_at` when given.
 fn agent_process(fleet: &Fleet, name: &str, stop_at: Option<&str>) -> Guarded {
     let dir = fleet.dir.path();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fleetgate"));
-    cmd.env("POD_NAME", name).args(["--log=info", "agent", "--repo", &fleet.url, "--cluster", CLUSTER]);
-    cmd.arg("--status-key").arg(fleet.status_key(CLUSTER));
-    cmd.arg("--kubeconfig").arg(fleet.agent_identity.kubeconfig_path());
-    cmd.arg("--trusted-keys").arg(&fleet.trusted);
-    cmd.arg("--state-dir").arg(dir.join(format!("cache-{name}")));
-    cmd.args(["--listen", &format!("127.0.0.1:{}", free_port()), "--interval", "1s"]);
-    cmd.args(["--lease-duration", &format!("{LEASE_SECONDS}s"), "--write-back=false"]);
+    let mut cmd = fleet.agent_command(name, free_port(), LEASE_SECONDS);
     match stop_at {
         Some(point) => cmd.env(STOP_AT_VAR, point).env(STOP_DIR_VAR, dir),
         None => cmd.env_remove(STOP_AT_VAR),

@@ -34,6 +34,17 @@ fn kinds(messages: &[Received]) -> Vec<String> {
     messages.iter().map(Received::kind).collect()
 }
 
+/// rel-2, whose gate fails, promoted and rolled back to rel-1 by `agent`'s next pass.
+async fn bad_rel_2_rolls_back(fleet: &Fleet, agent: &mut fleetgate::agent::Agent) {
+    fleet.set_gates("4s", FAILING_GATES);
+    fleet.release("rel-2", |_| {});
+    fleet.promote("rel-2");
+    assert_eq!(
+        within("rel-2", 240, agent.reconcile()).await.unwrap(),
+        Outcome::RolledBack { release: "rel-2".into(), to: Some("rel-1".into()) }
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_transition_is_notified_in_order_signed_with_who_why_and_figures() {
     let unavailable = StatusCode::SERVICE_UNAVAILABLE;
@@ -84,13 +95,7 @@ async fn every_transition_is_notified_in_order_signed_with_who_why_and_figures()
     assert!(promoted.get("signer").is_none(), "an unsigned promotion names no signer: {promoted}");
     assert!(passed["text"].as_str().unwrap().starts_with("fleetgate cluster-a: rel-1 passed its gates"), "{passed}");
 
-    fleet.set_gates("4s", FAILING_GATES);
-    fleet.release("rel-2", |_| {});
-    fleet.promote("rel-2");
-    assert_eq!(
-        within("rel-2", 240, agent.reconcile()).await.unwrap(),
-        Outcome::RolledBack { release: "rel-2".into(), to: Some("rel-1".into()) }
-    );
+    bad_rel_2_rolls_back(&fleet, &mut agent).await;
     let bad = next(&mut rx, 4).await;
     assert_eq!(kinds(&bad), ["started", "applied", "failed", "rolledBack"]);
     assert!(bad.iter().all(|m| m.signed_with(b"s3cret")));
@@ -132,13 +137,7 @@ async fn by_default_only_a_failure_and_its_rollback_are_notified() {
     let mut agent = fleet.agent_with(fleetgate::agent::AgentSettings { notify_url, ..fleet.settings() }).await;
     assert_eq!(within("rel-1", 120, agent.reconcile()).await.unwrap(), Outcome::Succeeded("rel-1".into()));
 
-    fleet.set_gates("4s", FAILING_GATES);
-    fleet.release("rel-2", |_| {});
-    fleet.promote("rel-2");
-    assert_eq!(
-        within("rel-2", 240, agent.reconcile()).await.unwrap(),
-        Outcome::RolledBack { release: "rel-2".into(), to: Some("rel-1".into()) }
-    );
+    bad_rel_2_rolls_back(&fleet, &mut agent).await;
     // Nothing of rel-1's passing came first: the first message is rel-2's failure.
     let messages = next(&mut rx, 2).await;
     assert_eq!(kinds(&messages), ["failed", "rolledBack"]);

@@ -17,16 +17,8 @@ use std::time::{Duration, Instant};
 const LEASE_SECONDS: u64 = 3;
 
 fn replica(fleet: &Fleet, name: &str, port: u16) -> Guarded {
-    let dir = fleet.dir.path();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fleetgate"));
-    cmd.env("POD_NAME", name).args(["--log=info", "agent", "--repo", &fleet.url, "--cluster", CLUSTER]);
-    cmd.arg("--status-key").arg(fleet.status_key(CLUSTER));
-    cmd.arg("--kubeconfig").arg(fleet.agent_identity.kubeconfig_path());
-    cmd.arg("--trusted-keys").arg(&fleet.trusted);
-    cmd.arg("--state-dir").arg(dir.join(format!("cache-{name}")));
-    cmd.args(["--listen", &format!("127.0.0.1:{port}"), "--interval", "1s"]);
-    cmd.args(["--lease-duration", &format!("{LEASE_SECONDS}s"), "--write-back=false"]);
-    Guarded::spawn(name, cmd, &dir.join(format!("{name}.log"))).unwrap()
+    let cmd = fleet.agent_command(name, port, LEASE_SECONDS);
+    Guarded::spawn(name, cmd, &fleet.dir.path().join(format!("{name}.log"))).unwrap()
 }
 
 fn log_of(fleet: &Fleet, name: &str) -> String {

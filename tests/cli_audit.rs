@@ -7,21 +7,8 @@ mod status_support;
 
 use fleetgate::status::{self, GitRemote, State, Status, StatusNote};
 use fleetgate_testenv::git_in;
-use status_support::{NEW, OLD, fleet, identity};
-use std::process::{Command, Output};
-
-fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fleetgate"))
-        .args(args)
-        .env("NO_COLOR", "1")
-        .env_remove("FLEETGATE_REPO")
-        .output()
-        .unwrap()
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8(out.stdout.clone()).unwrap()
-}
+use status_support::{NEW, OLD, fleet, identity, run, stdout};
+use std::process::Output;
 
 fn json(out: &Output) -> Vec<serde_json::Value> {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(out)))

@@ -4,24 +4,10 @@
 mod status_support;
 
 use fleetgate::status::{self, GitRemote, Matrix, State, Status};
-use status_support::{NEW, OLD, fleet, identity};
+use status_support::{NEW, OLD, fleet, identity, run, stdout};
 use std::io::BufRead;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
-
-fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fleetgate"))
-        .args(args)
-        .env("COLUMNS", "80")
-        .env("NO_COLOR", "1")
-        .env_remove("FLEETGATE_REPO")
-        .output()
-        .unwrap()
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8(out.stdout.clone()).unwrap()
-}
 
 #[test]
 fn the_matrix_fits_80_columns_and_says_where_each_release_stands() {

@@ -59,8 +59,9 @@ impl Agent {
     }
 
     /// Writes `status` after the statuses already waiting, or queues it when Git is out of reach;
-    /// then takes it out of the state's undelivered statuses (whatever became of it: a refused
-    /// status would be refused again, and retried later it could land after newer ones).
+    /// then marks it to be taken out of the state's undelivered statuses by the next state write
+    /// ([`Agent::delivered`]; whatever became of it: a refused status would be refused again, and
+    /// retried later it could land after newer ones).
     ///
     /// # Errors
     /// The status could be neither written nor queued.
@@ -71,8 +72,18 @@ impl Agent {
         if matches!(delivery, Ok(Delivery::Written)) {
             stop_point::reached(&format!("status.{}.after-push", status.state.as_str())).await;
         }
-        Box::pin(self.mark_reported(status)).await;
+        self.keep_delivered(vec![status.clone()]);
         delivery
+    }
+
+    /// The statuses delivered since the last state write, to take out of it with the next one.
+    pub(super) fn take_delivered(&self) -> Vec<Status> {
+        std::mem::take(&mut *self.delivered.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Puts back statuses a failed state write did not take out.
+    pub(super) fn keep_delivered(&self, statuses: Vec<Status>) {
+        self.delivered.lock().unwrap_or_else(|p| p.into_inner()).extend(statuses);
     }
 
     async fn write_or_queue(&self, publisher: &Publisher, status: &Status) -> Result<Delivery, StatusError> {
@@ -105,26 +116,32 @@ impl Agent {
         }
     }
 
-    /// Removes `status` from the state's undelivered statuses. Should this write fail, the state
-    /// still holds it and the next pass delivers it again, which adds nothing to a note that
-    /// already holds that entry.
-    async fn mark_reported(&self, status: &Status) {
+    /// Takes the delivered statuses out of the state's undelivered ones. Should this write fail,
+    /// the state still holds them and the next pass delivers them again, which adds nothing to a
+    /// note that already holds those entries.
+    async fn flush_delivered(&self) {
+        let delivered = self.take_delivered();
+        if delivered.is_empty() {
+            return;
+        }
         let marked = self
             .services
             .store
             .update(|s| {
-                s.reported(status);
+                delivered.iter().for_each(|d| s.reported(d));
                 Ok(())
             })
             .await;
         if let Err(e) = marked {
-            tracing::warn!(release = %status.release, error = %error_chain(&e), "could not mark a delivered status in the state");
+            tracing::warn!(error = %error_chain(&e), "could not mark delivered statuses in the state");
         }
     }
 
-    /// At the start of a pass: delivers the statuses a step decided and persisted, but that an
-    /// agent killed right after never pushed nor queued (after the outbox's, which are older).
+    /// At the start of a pass: takes what this agent delivered out of the state, and delivers the
+    /// statuses a step decided and persisted but that an agent killed right after never pushed
+    /// nor queued (after the outbox's, which are older).
     pub(super) async fn deliver_unreported(&self, checkout: &Checkout) {
+        self.flush_delivered().await;
         let unreported = match self.services.store.load().await {
             Ok(state) => state.unreported().to_vec(),
             Err(e) => {
@@ -142,10 +159,11 @@ impl Agent {
                 Ok(_) => tracing::info!(release = %status.release, state = status.state.as_str(), "status decided before a restart delivered: {}", status.description),
                 Err(e) => {
                     tracing::warn!(release = %status.release, error = %error_chain(&e), "a status decided before a restart is still undelivered");
-                    return;
+                    break;
                 }
             }
         }
+        self.flush_delivered().await;
     }
 
     /// At the start of a pass whose sync reached Git: writes what the outbox holds.

@@ -175,6 +175,11 @@ pub struct Agent {
     last_pause: Option<(String, String)>,
     /// The release in progress as notifications describe it: read when it starts or resumes.
     about: About,
+    /// Statuses delivered since the state was last written, still listed in its `unreported`:
+    /// they are taken out by the next state write (the next step, or the next pass's start)
+    /// rather than by a write of their own, which would stall the bake that follows a push
+    /// whenever the API server stalls.
+    pub(super) delivered: std::sync::Mutex<Vec<Status>>,
 }
 
 impl Agent {
@@ -208,6 +213,7 @@ impl Agent {
             last_drift_check: None,
             last_pause: None,
             about: About::default(),
+            delivered: std::sync::Mutex::default(),
         })
     }
 
@@ -883,7 +889,16 @@ impl Agent {
         let cluster = self.services.config.cluster.clone();
         let write_back = self.services.config.write_back;
         let ctx = Context { cluster: &cluster, now: Utc::now(), write_back, about: &self.about };
-        let (state, report) = self.services.store.update(|s| conclude(s, &step, &ctx)).await?;
+        let delivered = self.take_delivered();
+        let written = self
+            .services
+            .store
+            .update(|s| {
+                delivered.iter().for_each(|d| s.reported(d));
+                conclude(s, &step, &ctx)
+            })
+            .await;
+        let (state, report) = written.inspect_err(|_| self.keep_delivered(delivered))?;
         stop_point::reached(&format!("step.{}.after-persist", step.name())).await;
         self.services.metrics.observe_state(&state);
         if let Some(t) = &report.transition {

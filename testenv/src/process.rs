@@ -24,6 +24,20 @@ impl Guarded {
         {
             use std::os::unix::process::CommandExt;
             cmd.process_group(0);
+            // A server outlives the test that starts it; without this it would also keep every
+            // descriptor another thread had open without close-on-exec at the fork, such as the
+            // pipe gpgme reads `gpgconf` or `gpg` from until EOF, which then never comes (a
+            // concurrent test hung in `Keyring::from_files`). Marked close-on-exec rather than
+            // closed, so the pipe through which std reports a failed exec keeps working.
+            // SAFETY: one async-signal-safe syscall between fork and exec; an old kernel without
+            // CLOSE_RANGE_CLOEXEC fails it and the child keeps what it inherits, as before.
+            unsafe {
+                cmd.pre_exec(|| {
+                    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+                    libc::syscall(libc::SYS_close_range, 3 as libc::c_uint, libc::c_uint::MAX, CLOSE_RANGE_CLOEXEC);
+                    Ok(())
+                });
+            }
         }
         let child = cmd.spawn().map_err(|e| anyhow::anyhow!("starting {name}: {e}"))?;
         Ok(Guarded { name: name.to_string(), child })

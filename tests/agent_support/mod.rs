@@ -277,6 +277,21 @@ impl Fleet {
     }
 
     /// The state store the agents use, for setting up a state "left by a killed agent".
+    /// `fleetgate agent` for [`CLUSTER`] as a process named `name` (its Lease identity starts with
+    /// it), as the two-replica and kill -9 tests run it: its own Git cache, a 1 s poll, HTTP on
+    /// `port`, a Lease of `lease_seconds`, no write-back.
+    pub fn agent_command(&self, name: &str, port: u16, lease_seconds: u64) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.env("POD_NAME", name).args(["--log=info", "agent", "--repo", &self.url, "--cluster", CLUSTER]);
+        cmd.arg("--status-key").arg(self.status_key(CLUSTER));
+        cmd.arg("--kubeconfig").arg(self.agent_identity.kubeconfig_path());
+        cmd.arg("--trusted-keys").arg(&self.trusted);
+        cmd.arg("--state-dir").arg(self.dir.path().join(format!("cache-{name}")));
+        cmd.args(["--listen", &format!("127.0.0.1:{port}"), "--interval", "1s"]);
+        cmd.args(["--lease-duration", &format!("{lease_seconds}s"), "--write-back=false"]);
+        cmd
+    }
+
     pub fn store(&self) -> StateStore {
         StateStore::new(self.cluster.client(), AGENT_NS, CLUSTER)
     }

@@ -7,6 +7,7 @@ use fleetgate::status::{self, GitRemote, State, Status, StatusIdentity, StatusKe
 use fleetgate_testenv::{GitDaemon, git_in, git_in_env};
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::process::{Command, Output};
 use std::sync::{Mutex, OnceLock};
 
 /// The fleet the identities belong to (the template's name).
@@ -115,4 +116,20 @@ pub fn fleet() -> Fleet {
     .rolled_back_to(OLD);
     status::write(&repo, &remote, &failed, &identity("cluster-b")).unwrap();
     fleet
+}
+
+/// `fleetgate ARGS` as a person at an 80-column terminal without colours runs it, with no repo
+/// from the environment.
+pub fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fleetgate"))
+        .args(args)
+        .env("COLUMNS", "80")
+        .env("NO_COLOR", "1")
+        .env_remove("FLEETGATE_REPO")
+        .output()
+        .unwrap()
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).unwrap()
 }
