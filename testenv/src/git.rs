@@ -56,7 +56,7 @@ impl GitDaemon {
             .arg("--listen=127.0.0.1")
             .arg(format!("--port={port}"))
             .arg(base);
-        let proc = Guarded::spawn("git-daemon", cmd, &dir.join("daemon.log"))?;
+        let proc = Guarded::spawn_isolated("git-daemon", cmd, &dir.join("daemon.log"))?;
         wait_for_port(&format!("127.0.0.1:{port}"), Duration::from_secs(10))?;
         Ok(proc)
     }

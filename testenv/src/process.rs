@@ -24,13 +24,24 @@ impl Guarded {
         {
             use std::os::unix::process::CommandExt;
             cmd.process_group(0);
-            // A server outlives the test that starts it; without this it would also keep every
-            // descriptor another thread had open without close-on-exec at the fork, such as the
-            // pipe gpgme reads `gpgconf` or `gpg` from until EOF, which then never comes (a
-            // concurrent test hung in `Keyring::from_files`). Marked close-on-exec rather than
-            // closed, so the pipe through which std reports a failed exec keeps working.
-            // SAFETY: one async-signal-safe syscall between fork and exec; an old kernel without
-            // CLOSE_RANGE_CLOEXEC fails it and the child keeps what it inherits, as before.
+        }
+        let child = cmd.spawn().map_err(|e| anyhow::anyhow!("starting {name}: {e}"))?;
+        Ok(Guarded { name: name.to_string(), child })
+    }
+
+    /// Like [`spawn`](Self::spawn), for a server that needs nothing inherited beyond its stdio:
+    /// every other descriptor open at the fork is closed at exec. A long-lived child would
+    /// otherwise also keep what another test thread had open without close-on-exec at that
+    /// instant, such as the pipe gpgme reads `gpgconf` or `gpg` from until EOF, which then never
+    /// comes (a concurrent test hung in `Keyring::from_files` while a `git daemon` started).
+    pub fn spawn_isolated(name: &str, mut cmd: Command, log: &Path) -> anyhow::Result<Guarded> {
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: one async-signal-safe syscall between fork and exec. Marked close-on-exec
+            // rather than closed, so the pipe through which std reports a failed exec still
+            // works; a kernel without CLOSE_RANGE_CLOEXEC (before 5.11) fails it, and the child
+            // inherits as before.
             unsafe {
                 cmd.pre_exec(|| {
                     const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
@@ -39,8 +50,7 @@ impl Guarded {
                 });
             }
         }
-        let child = cmd.spawn().map_err(|e| anyhow::anyhow!("starting {name}: {e}"))?;
-        Ok(Guarded { name: name.to_string(), child })
+        Guarded::spawn(name, cmd, log)
     }
 
     pub fn pid(&self) -> u32 {
