@@ -334,16 +334,11 @@ impl ForgeBackend {
     /// The exact request [`send`](Self::send) makes for `status`.
     pub fn request(&self, status: &Status) -> ForgeRequest {
         let description = truncate(&status.description, MAX_DESCRIPTION);
-        let ua = format!("fleetgate/{}", crate::VERSION);
         let sha = &status.commit;
         let (url, mut headers, mut body) = match self.kind {
             ForgeKind::Github => (
                 format!("{}/repos/{}/statuses/{sha}", self.api, self.repository),
-                vec![
-                    ("authorization", format!("Bearer {}", self.token.secret)),
-                    ("accept", "application/vnd.github+json".to_string()),
-                    ("x-github-api-version", GITHUB_API_VERSION.to_string()),
-                ],
+                [("authorization", format!("Bearer {}", self.token.secret))].into_iter().chain(github_headers()).collect(),
                 json!({"state": status.state.as_str(), "description": description, "context": status.context()}),
             ),
             ForgeKind::Gitea => (
@@ -360,7 +355,7 @@ impl ForgeBackend {
                 json!({"state": gitlab_state(status), "name": status.context(), "description": description}),
             ),
         };
-        headers.push(("user-agent", ua));
+        headers.push(("user-agent", user_agent()));
         headers.push(("content-type", "application/json".to_string()));
         if let Some(url) = &status.target_url {
             body["target_url"] = Value::String(url.clone());
@@ -425,22 +420,27 @@ impl ForgeBackend {
     }
 }
 
-/// The HTTP client of a forge's API: bounded in time, and following no redirect, which would
-/// carry the token to wherever the answer points.
+/// The HTTP client of a forge's API: bounded in time, naming fleetgate (GitHub refuses requests
+/// without a `User-Agent`), and following no redirect, which would carry the token to wherever
+/// the answer points.
 pub(crate) fn api_client(forge: &'static str, api: &str) -> Result<reqwest::Client, ForgeError> {
     reqwest::Client::builder()
         .timeout(TIMEOUT)
+        .user_agent(user_agent())
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .map_err(|source| ForgeError::Transport { forge, url: api.to_string(), source: source.without_url() })
 }
 
-/// The headers of every GitHub API request besides its authorization.
-pub(crate) fn github_headers() -> [(&'static str, String); 3] {
+fn user_agent() -> String {
+    format!("fleetgate/{}", crate::VERSION)
+}
+
+/// The headers GitHub's REST API asks of every request, besides its authorization.
+pub(crate) fn github_headers() -> [(&'static str, String); 2] {
     [
         ("accept", "application/vnd.github+json".to_string()),
         ("x-github-api-version", GITHUB_API_VERSION.to_string()),
-        ("user-agent", format!("fleetgate/{}", crate::VERSION)),
     ]
 }
 
