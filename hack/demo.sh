@@ -7,7 +7,9 @@
 #   `fleetgate agent` per cluster (processes of the real binary), each authenticated as the
 #   `fleetgate-agent` ServiceAccount with a TokenRequest token: exactly deploy/'s RBAC, as in a spoke
 #
-#   rel-1 (good)  promoted fleet-wide → applied wave by wave, all success
+#   rel-1 (good)  promoted fleet-wide → applied wave by wave, all success; wave-2 requires an
+#                 approval (fleet.yaml `approval: required`): cluster-c waits, status pending, until
+#                 `fleetgate approve rel-1 --wave wave-2` signs the approval with the approver's key
 #   rel-2 (bad)   its pods crash-loop → the canary's gate fails, the canary rolls itself back to
 #                 rel-1, reports failure, and writes the rollback back to Git: `main` pins the
 #                 canary to rel-1 in a commit signed with its status key, whose trailers name the
@@ -92,7 +94,11 @@ mkdir -p -m 700 "$GNUPGHOME"
 gpg --batch --quiet --passphrase '' --quick-gen-key "fleetgate demo releaser <releaser@demo.invalid>" ed25519 sign never 2>/dev/null
 FPR=$(gpg --batch --with-colons --list-secret-keys 2>/dev/null | awk -F: '/^fpr/ {print $10; exit}')
 gpg --batch --armor --export "$FPR" >"$DIR/trusted.asc"
-ok "repo $REPO_URL, signing key $FPR"
+# The approver's key: the agents trust it for approvals only (--approver-keys), not for releases.
+gpg --batch --quiet --passphrase '' --quick-gen-key "fleetgate demo approver <approver@demo.invalid>" ed25519 sign never 2>/dev/null
+APPROVER=$(gpg --batch --with-colons --list-secret-keys approver@demo.invalid 2>/dev/null | awk -F: '/^fpr/ {print $10; exit}')
+gpg --batch --armor --export "$APPROVER" >"$DIR/approvers.asc"
+ok "repo $REPO_URL, signing key $FPR, approver's key $APPROVER"
 
 # A real forge when one is built: the fleet repo moves to Gitea, and $DIR/git/fleet.git points at
 # Gitea's bare repo so whoever inspects the repo afterwards finds it where git daemon's would be.
@@ -142,8 +148,11 @@ spec:
       podRestarts:
         max: 3
 YAML
+# wave-2 takes a release only once someone approved it for wave-2 (the signed releases carry this).
+sed -i 's/^  waves: \[canary, wave-1, wave-2\]$/  waves: [canary, wave-1, {name: wave-2, approval: required}]/' "$WORK/fleet.yaml"
+grep -q 'approval: required' "$WORK/fleet.yaml" || die "fleet.yaml: the template's waves line changed"
 git -C "$WORK" add -A
-git -C "$WORK" -c user.name=demo -c user.email=demo@demo.invalid commit -qm "Demo gate policy: 20s bake"
+git -C "$WORK" -c user.name=demo -c user.email=demo@demo.invalid commit -qm "Demo gate policy: 20s bake; wave-2 needs an approval"
 git -C "$WORK" remote add origin "${ORIGIN_URL:-$REPO_URL}"
 
 # Each agent's status key is generated on first start into a Secret in its cluster; registering
@@ -271,7 +280,7 @@ promote rel-1
 start_agent() { # start_agent CLUSTER: one agent process; its pid in $DIR/agent-CLUSTER.pid
   local c=$1
   "$FG" agent --repo "$REPO_URL" --cluster "$c" --kubeconfig "$DIR/clusters/$c.agent.kubeconfig" \
-    --trusted-keys "$DIR/trusted.asc" --state-dir "$DIR/agents/$c" --interval 5s --lease-duration 5s \
+    --trusted-keys "$DIR/trusted.asc" --approver-keys "$DIR/approvers.asc" --state-dir "$DIR/agents/$c" --interval 5s --lease-duration 5s \
     --listen "127.0.0.1:${AGENT_PORT[$c]}" --log-format json "${AGENT_FORGE_FLAGS[@]}" >>"$DIR/agent-$c.log" 2>&1 &
   echo $! >"$DIR/agent-$c.pid"
   pids+=($!)
@@ -318,10 +327,23 @@ print(json.dumps({"type": "gitea", "active": True, "events": ["push"], "branch_f
     ok "Gitea push webhook (signed) → $c's agent"
   fi
 done
-say "rel-1 rolls out wave by wave (canary → wave-1 → wave-2)"
+say "rel-1 rolls out wave by wave (canary → wave-1 → wave-2, which waits for an approval)"
 recover cluster-a Applying
+follow rel-1 success success pending
+awaiting_approval() { [[ "$(cell cluster-c "$1" description)" == "waiting for approval of wave wave-2"* ]]; }
+wait_for "$STEP_TIMEOUT" "cluster-c to wait for an approval of rel-1" awaiting_approval rel-1
+[[ -z "$(running cluster-c)" ]] || die "cluster-c runs $(running cluster-c) before rel-1 was approved"
+ok "cluster-c waits, nothing applied: $(cell cluster-c rel-1 description)"
+
+approve() { # approve ID WHY: the approver signs approve/ID/wave-2 and pushes it
+  "$FG" approve "$1" --wave wave-2 -m "$2" --repo "$WORK" --sign-key "$APPROVER" --push | sed 's/^/    /'
+  poke
+}
+say "Approving rel-1 for wave-2: fleetgate approve rel-1 --wave wave-2"
+approve rel-1 "CAB-1001: wave-2 may take rel-1"
 follow rel-1 success success success
-ok "rel-1 runs everywhere"
+ok "rel-1 runs everywhere; cluster-c's status records who approved it:"
+"$FG" audit --repo "$REPO_URL" --cluster cluster-c | grep -A1 'applying rel-1' | sed 's/^/      /' || true
 
 say "Cutting rel-2 — its pods crash-loop — and promoting it fleet-wide"
 release rel-2 v1.1.0 bad
@@ -358,6 +380,8 @@ promote rel-3
 say "Emergency brake: pausing cluster-c (wave-2) while rel-3 goes through the earlier waves"
 "$FG" pause --cluster cluster-c --repo "$WORK" --reason "change freeze in wave-2" --push | sed 's/^/    /'
 poke
+info "rel-3 is approved for wave-2 ahead of time; the brake still holds cluster-c:"
+approve rel-3 "CAB-1003: wave-2 may take rel-3 after the freeze"
 wait_for "$STEP_TIMEOUT" "cluster-b to report rel-3 success" reports cluster-b rel-3 success
 [[ "$(running cluster-c)" == rel-1 ]] || die "cluster-c runs $(running cluster-c) while paused, not rel-1"
 ok "cluster-a and cluster-b run rel-3; paused cluster-c stays on rel-1:"

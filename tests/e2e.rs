@@ -6,7 +6,7 @@
 //!
 //! The script itself fails when a step does not happen in time (rel-1 success everywhere; rel-2
 //! failure on the canary, which runs rel-1 again, while the later waves never leave rel-1; rel-3
-//! success everywhere). This test then checks what the fleet's statuses say in Git, and that Git
+//! success everywhere, with wave-2 waiting for `fleetgate approve` each time). This test then checks what the fleet's statuses say in Git, and that Git
 //! tells the truth: the canary's agent (write-back is on by default) pinned the canary to rel-1 in
 //! a commit on `main` whose trailers name the failed gate and its figure, which the demo shows with
 //! `git log --oneline -3` and which `fleetgate rollback` recognises.
@@ -99,6 +99,16 @@ fn three_releases_through_three_waves_with_the_canary_agent_killed_twice() {
     // The brake held cluster-c on rel-1 while the others took rel-3, until it was lifted.
     assert!(stdout.contains("paused cluster-c stays on rel-1"), "the demo shows the pause:\n{stdout}");
     assert!(stdout.contains("Lifting the brake"), "and the resume");
+    // wave-2 requires approval: cluster-c waited for rel-1's, and its start records who gave it.
+    assert!(
+        stdout.contains("cluster-c waits, nothing applied: waiting for approval of wave wave-2 (fleetgate approve rel-1 --wave wave-2)"),
+        "the demo shows the wait for an approval:\n{stdout}"
+    );
+    assert!(stdout.contains("Approved rel-1 for wave wave-2"), "then fleetgate approve");
+    assert!(
+        stdout.contains("↳ approved for wave wave-2 by ") && stdout.contains("CAB-1001: wave-2 may take rel-1"),
+        "and fleetgate audit shows who approved"
+    );
 
     // The write-back: one commit on main, changing the canary's pin only, with its trailers.
     let bare = dir.path().join("git/fleet.git");

@@ -43,6 +43,7 @@ const EVERYTHING: &[&str] = &[
     "--set=nodeSelector.kubernetes\\.io/os=linux",
     "--set=tolerations[0].key=dedicated,tolerations[0].operator=Exists,tolerations[0].effect=NoSchedule",
     "--set=trustedKeys.configMapName=release-signers",
+    "--set=approverKeys.secretName=fleetgate-approver-keys",
 ];
 
 fn chart_dir() -> PathBuf {
@@ -271,6 +272,7 @@ fn every_value_becomes_agent_configuration_on_a_mounted_path() {
     };
     let mut paths = vec![settings.state_dir.clone().unwrap(), settings.admission_policy.clone().unwrap()];
     paths.extend(settings.trusted_keys.clone());
+    paths.extend(settings.approver_keys.clone());
     paths.extend([
         settings.git_token_file.clone().unwrap(),
         settings.git_ca_file.clone().unwrap(),
@@ -281,6 +283,7 @@ fn every_value_becomes_agent_configuration_on_a_mounted_path() {
     }
     assert_eq!(volume(&forge_token)["secret"]["secretName"], "fleetgate-forge-token");
     assert_eq!(volume(&settings.trusted_keys[0])["configMap"]["name"], "release-signers");
+    assert_eq!(volume(&settings.approver_keys[0])["secret"]["secretName"], "fleetgate-approver-keys");
     let notify = container["env"].as_array().unwrap().iter().find(|e| e["name"] == "FLEETGATE_NOTIFY_URL");
     assert_eq!(notify.unwrap()["valueFrom"]["secretKeyRef"], json!({"name": "fleetgate-notify", "key": "urls"}));
     assert_eq!(pod["nodeSelector"], json!({"kubernetes.io/os": "linux"}));

@@ -224,6 +224,9 @@ pub struct AgentConfig {
     pub promotions: Option<PromotionMode>,
     /// Keys that may sign promotion commits; empty: the trusted (release) keys.
     pub promotion_keys: Vec<PathBuf>,
+    /// The approvers' keys: who may approve a release for a wave with `approval: required`
+    /// (signed `approve/<release>/<wave>` tags); empty: no approval counts, such waves wait.
+    pub approver_keys: Vec<PathBuf>,
     /// The fleet every release must name; `None`: pinned from the first accepted `fleet.yaml`.
     pub fleet: Option<String>,
     /// The status key file (OpenSSH Ed25519 private key); `None`: the key in the Secret
@@ -310,6 +313,8 @@ pub struct AgentSettings {
     pub promotions: Option<PromotionMode>,
     #[serde(default)]
     pub promotion_keys: Vec<PathBuf>,
+    #[serde(default)]
+    pub approver_keys: Vec<PathBuf>,
     pub fleet: Option<String>,
     pub status_key: Option<PathBuf>,
 }
@@ -428,6 +433,7 @@ impl AgentSettings {
             admission_policy: higher.admission_policy.or(self.admission_policy),
             promotions: higher.promotions.or(self.promotions),
             promotion_keys: if higher.promotion_keys.is_empty() { self.promotion_keys } else { higher.promotion_keys },
+            approver_keys: if higher.approver_keys.is_empty() { self.approver_keys } else { higher.approver_keys },
             fleet: higher.fleet.or(self.fleet),
             status_key: higher.status_key.or(self.status_key),
         }
@@ -528,11 +534,8 @@ impl AgentSettings {
             identity: instance_identity(),
             admission_baseline,
             promotions: self.promotions,
-            promotion_keys: if self.promotion_keys.is_empty() {
-                Vec::new()
-            } else {
-                expand_key_files(&self.promotion_keys)?
-            },
+            promotion_keys: optional_key_files(&self.promotion_keys)?,
+            approver_keys: optional_key_files(&self.approver_keys)?,
             fleet: self.fleet,
             status_key: self.status_key,
             cluster,
@@ -564,6 +567,11 @@ fn check_readable(what: &'static str, path: &Path) -> Result<(), ConfigError> {
         path: path.to_path_buf(),
         source,
     })
+}
+
+/// [`expand_key_files`] for a keyring the agent may go without (promotion, approvers' keys).
+fn optional_key_files(given: &[PathBuf]) -> Result<Vec<PathBuf>, ConfigError> {
+    if given.is_empty() { Ok(Vec::new()) } else { expand_key_files(given) }
 }
 
 /// Files stay as given; a directory (a mounted Secret) becomes its non-hidden regular files in name
@@ -875,6 +883,19 @@ mod tests {
         assert!(err("    url: https://user:pw@m/x\n    caFile: /nonexistent/ca\n".into()).starts_with("Prometheus CA file"));
         let scheme = err("    url: ftp://user:s3cret@m/\n".into());
         assert!(scheme.contains("not an http(s) URL") && !scheme.contains("s3cret"), "{scheme}");
+    }
+
+    #[test]
+    fn approvers_keys_are_optional_and_a_directory_is_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(minimal(dir.path()).resolve().unwrap().approver_keys.is_empty(), "no approvers unless given");
+        let approvers = dir.path().join("approvers");
+        std::fs::create_dir(&approvers).unwrap();
+        std::fs::write(approvers.join("ana.asc"), "key").unwrap();
+        let file = dir.path().join("agent.yaml");
+        std::fs::write(&file, format!("approverKeys: [{}]\n", approvers.display())).unwrap();
+        let c = AgentSettings::from_file(&file).unwrap().overlay(minimal(dir.path())).resolve().unwrap();
+        assert_eq!(c.approver_keys, [approvers.join("ana.asc")]);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! wake ─► sync (ls-remote, fetch if changed) ─► judge the tip ─► resolve ─► state.next()
-//!   Start:  verify + check the move ─► wave gate ─► pre-apply gates + dry run ─► baseline
+//!   Start:  verify + check the move ─► wave gate ─► approval ─► pre-apply gates + dry run ─► baseline
 //!           ─► snapshot ─► apply + prune ─► bake ─► success │ failure ─► rollback (rollback.rs)
 //!   Resume: Verifying → start over · Applying → apply again, bake · Baking → bake on
 //!           · RollingBack → roll back again (every step is idempotent)
@@ -19,6 +19,11 @@
 //! decision clears it. Any error before the apply starts defers the release (Verifying → Idle)
 //! for the next pass.
 //!
+//! A wave with `approval: required` waits, after the wave gate lets it start, for a signed
+//! approval tag ([`release::check_approval`], the agent's approvers' keys): meanwhile a `pending`
+//! status says so (once per reason), a tag that does not count is a Warning Event
+//! `ApprovalIgnored`, and the start's status records who approved.
+//!
 //! Trust (docs/SECURITY.md): the branch tip is judged first ([`status::check_tip`]). Unless a
 //! promotion key signed it, the tip only chooses which signed release runs and when; the safety
 //! settings (gate and admission policies, operator namespace, `maxFailedClusters`) come from the
@@ -33,7 +38,9 @@ use crate::apply::{AdmittedSet, ApplyError, ApplyOptions, Engine};
 use crate::gates::{self, BakeVerdict, GateError, GateEvaluation, GateRunner, OperatorTarget, Verdict};
 use crate::manifests::AdmissionPolicy;
 use crate::model::{error_chain, stop_point};
-use crate::model::{ErrorClass, FleetConfig, GatePolicySpec, PromotionMode, ReleaseAdmissionPolicySpec};
+use crate::model::{
+    ApprovalRecord, ApprovalSetting, ErrorClass, FleetConfig, GatePolicySpec, PromotionMode, ReleaseAdmissionPolicySpec,
+};
 use crate::release::{self, DesiredRelease, Keyring, TipTrust, TrustConfig, VerifiedRelease, VerifyError};
 use crate::source::{Checkout, NotesSchedule, Source, SourceError};
 use crate::status::{self, GateFigure, GitNotesBackend, GitRemote, Publisher, Status};
@@ -157,6 +164,8 @@ pub struct Agent {
     pub(super) trust: TrustConfig,
     /// Who may sign promotion commits (the release keys when the agent is given none).
     promotion_keys: Option<Keyring>,
+    /// Who may approve a release for a wave that requires it (none: no approval counts).
+    approvers: Option<Keyring>,
     /// Signed release documents seen so far: revocations and rollbackTo chains.
     signed_releases: release::SignedReleases,
     pub(super) engine: Engine,
@@ -192,8 +201,11 @@ impl Agent {
             .with_notes(NotesSchedule::Fresh);
         let keyring = Keyring::from_files(&config.trusted_keys)?;
         let trust = TrustConfig { keyring, fleet: config.fleet.clone() };
-        let promotion_keys =
-            if config.promotion_keys.is_empty() { None } else { Some(Keyring::from_files(&config.promotion_keys)?) };
+        let optional = |files: &[std::path::PathBuf]| {
+            if files.is_empty() { Ok(None) } else { Keyring::from_files(files).map(Some) }
+        };
+        let promotion_keys = optional(&config.promotion_keys)?;
+        let approvers = optional(&config.approver_keys)?;
         let mut options = ApplyOptions::for_cluster(config.state_namespace.clone(), &config.cluster);
         let engine = Engine::new(services.client.clone(), options.clone());
         options.rollout_timeout = Some(ROLLBACK_ROLLOUT_TIMEOUT);
@@ -204,6 +216,7 @@ impl Agent {
             source,
             trust,
             promotion_keys,
+            approvers,
             signed_releases: release::SignedReleases::default(),
             engine,
             rollback_engine,
@@ -408,21 +421,58 @@ impl Agent {
             self.notify(&desired.config, &Notification { about: Box::new(about), ..paused }).await;
             if matches!(state.next(), Next::Start { .. }) {
                 let description = format!("{why}; holding {} here, running {running}", desired.id);
-                let keys = self.status_keys(&desired.config).await?;
-                let commit = desired.tag.commit;
-                let statuses =
-                    tokio::task::block_in_place(|| status::read_all(checkout.repo(), &[commit], &keys))
-                        .map_err(status::StatusError::from)?;
-                let status = Status::new(&cluster, &desired.id, commit.to_string(), status::State::Pending, &description);
-                let said = statuses
-                    .latest(&cluster, &desired.id)
-                    .is_some_and(|s| s.state == status::State::Pending && s.description == status.description);
-                if !said {
-                    self.publish(&desired.config, &status).await;
-                }
+                self.say_pending(checkout, desired, &description).await?;
             }
         }
         Ok(Outcome::Paused { release: desired.id.clone(), reason: why })
+    }
+
+    /// Publishes a `pending` status of `desired` that says `description` (why it does not start),
+    /// unless the cluster's latest status for it says just that (a restarted agent does not
+    /// repeat itself).
+    async fn say_pending(
+        &self,
+        checkout: &Checkout,
+        desired: &DesiredRelease,
+        description: &str,
+    ) -> Result<(), ReconcileError> {
+        let cluster = &self.services.config.cluster;
+        let keys = self.status_keys(&desired.config).await?;
+        let commit = desired.tag.commit;
+        let statuses = tokio::task::block_in_place(|| status::read_all(checkout.repo(), &[commit], &keys))
+            .map_err(status::StatusError::from)?;
+        let status = Status::new(cluster, &desired.id, commit.to_string(), status::State::Pending, description);
+        let said = statuses
+            .latest(cluster, &desired.id)
+            .is_some_and(|s| s.state == status::State::Pending && s.description == status.description);
+        if !said {
+            self.publish(&desired.config, &status).await;
+        }
+        Ok(())
+    }
+
+    /// The last rule of the wave gating: when the cluster's wave (`wave`, in the trusted `config`)
+    /// requires approval, a move forward to `desired` needs one ([`release::check_approval`] with
+    /// the approvers' keys). `Ok(Ok(None))`: none needed; `Ok(Err(verdict))`: none that counts.
+    fn approval(
+        &self,
+        checkout: &Checkout,
+        config: &FleetConfig,
+        wave: &str,
+        desired: &DesiredRelease,
+        movement: status::Move,
+    ) -> Result<Result<Option<ApprovalRecord>, release::ApprovalVerdict>, ReconcileError> {
+        let required = config.fleet.spec.wave(wave).is_some_and(|(_, w)| w.approval == ApprovalSetting::Required);
+        if !required || movement == status::Move::Back {
+            return Ok(Ok(None));
+        }
+        let verdict = tokio::task::block_in_place(|| {
+            release::check_approval(checkout, self.approvers.as_ref(), &desired.id, desired.tag.commit, wave)
+        })?;
+        Ok(match verdict {
+            release::ApprovalVerdict::Approved(record) => Ok(Some(record)),
+            other => Err(other),
+        })
     }
 
     /// The first pass after a pause ends: say so once.
@@ -527,8 +577,32 @@ impl Agent {
             }
             return Ok(Outcome::Waiting { release: id, reason: decision.reason });
         }
+        // The wave may start: does it wait for a person? Its clusters say so in a pending status.
+        let wave = members.iter().find(|m| m.name == cluster).map(|m| m.wave.clone()).unwrap_or_default();
+        let approval = match self.approval(checkout, &config, &wave, &desired, movement)? {
+            Ok(approval) => approval,
+            Err(verdict) => {
+                let ignored = match &verdict {
+                    release::ApprovalVerdict::Ignored(problem) => Some(problem.to_string()),
+                    _ => None,
+                };
+                let reason = status::awaiting_approval(&id, &wave, ignored.as_deref());
+                if self.last_wait.as_deref() != Some(reason.as_str()) {
+                    tracing::info!(release = %id, %reason, "waiting for an approval");
+                    if let Some(why) = &ignored {
+                        self.services.record_warning("ApprovalIgnored", "Approve", why).await;
+                    }
+                    self.say_pending(checkout, &desired, &reason).await?;
+                    self.last_wait = Some(reason.clone());
+                }
+                return Ok(Outcome::Waiting { release: id, reason });
+            }
+        };
         self.last_wait = None;
-        tracing::info!(release = %id, reason = %decision.reason, "starting release");
+        match &approval {
+            Some(a) => tracing::info!(release = %id, reason = %decision.reason, approval = %a.summary(), "starting release"),
+            None => tracing::info!(release = %id, reason = %decision.reason, "starting release"),
+        }
         let config = &config;
         self.step(config, Step::Begin { release: id.clone(), commit }).await?;
 
@@ -547,7 +621,7 @@ impl Agent {
             Ok(prepared) => prepared,
             Err(e) => return self.defer(config, e).await,
         };
-        self.step(config, Step::StartApply { rollback_target, snapshot }).await?;
+        self.step(config, Step::StartApply { rollback_target, snapshot, approval }).await?;
         self.apply_and_bake(checkout, config, &verified, Some(admitted), baseline).await
     }
 

@@ -12,7 +12,7 @@
 //! | `Deferred`      | Verifying → Idle        | –                       | –                  |
 //! | `Refused`       | Verifying → Idle (rej.) | `error`                 | refused            |
 //! | `Blocked`       | Verifying → Idle (rej.) | `failure`, gate named   | refused, gate      |
-//! | `StartApply`    | Verifying → Applying    | `pending` applying      | started            |
+//! | `StartApply`    | Verifying → Applying    | `pending` applying (+ who approved) | started |
 //! | `Applied`       | Applying → Baking       | `pending` baking        | applied            |
 //! | `Passed`        | Baking → Idle           | `success` with figures  | passed, figures    |
 //! | `Failed`        | → RollingBack (rej.)    | –                       | failed, figures    |
@@ -25,6 +25,7 @@
 use super::notifier::{About, Notification, NotificationKind};
 use super::state::{AgentState, Failure, Operation, Progress, Transition, TransitionError};
 use crate::gates::PreapplyBlock;
+use crate::model::ApprovalRecord;
 use crate::status::{GateFigure, State, Status};
 use chrono::{DateTime, Utc};
 use std::time::Duration;
@@ -83,8 +84,9 @@ pub enum Step {
     Refused { reason: &'static str, message: String },
     /// A pre-apply check refused the release; nothing applied.
     Blocked(Blocker),
-    /// Verified and through the pre-apply gates, snapshot taken: apply.
-    StartApply { rollback_target: Option<String>, snapshot: Option<String> },
+    /// Verified and through the pre-apply gates, snapshot taken: apply. `approval`: who approved
+    /// the release for the cluster's wave, when the wave requires it (recorded in the status).
+    StartApply { rollback_target: Option<String>, snapshot: Option<String>, approval: Option<ApprovalRecord> },
     /// Applied; the bake of `bake_time` begins.
     Applied { bake_time: Duration },
     /// Every gate held for `bake_time`.
@@ -197,13 +199,20 @@ pub fn conclude(state: &mut AgentState, step: &Step, ctx: &Context<'_>) -> Resul
             });
             report.transition = Some(t);
         }
-        Step::StartApply { rollback_target, snapshot } => {
+        Step::StartApply { rollback_target, snapshot, approval } => {
             let from = state.current().unwrap_or("nothing").to_string();
             let t = state.start_apply(rollback_target.as_deref(), snapshot.as_deref())?;
             let op = verifying(&before);
-            let description = format!("applying {} (from {from})", op.release);
+            let mut description = format!("applying {} (from {from})", op.release);
+            if let Some(a) = approval {
+                description = format!("{description}, {}", a.summary());
+            }
             report.notification = Some(notification(NotificationKind::Started, op, t.reason, &description));
-            report.status = Some(status(op, State::Pending, description));
+            let started = status(op, State::Pending, description);
+            report.status = Some(match approval {
+                Some(a) => started.approved(a.clone()),
+                None => started,
+            });
             report.transition = Some(t);
         }
         Step::Applied { bake_time } => {
@@ -386,7 +395,7 @@ mod tests {
         (Some("ReleaseBlocked"), Phase::Idle, Some("rel-1"),
          Some((State::Failure, "blocked before apply by dry-run: Deployment x: field is immutable")),
          Some((NotificationKind::Refused, "fleetgate c: rel-2 refused before apply: gate dry-run: Deployment x: field is immutable"))))]
-    #[case::start_apply(Phase::Verifying, Step::StartApply { rollback_target: None, snapshot: Some("snap-1".into()) },
+    #[case::start_apply(Phase::Verifying, Step::StartApply { rollback_target: None, snapshot: Some("snap-1".into()), approval: None },
         (Some("ApplyStarted"), Phase::Applying, Some("rel-1"), Some((State::Pending, "applying rel-2 (from rel-1)")),
          Some((NotificationKind::Started, "fleetgate c: rel-2 apply started: ApplyStarted: applying rel-2 (from rel-1)"))))]
     #[case::applied(Phase::Applying, Step::Applied { bake_time: Duration::from_secs(90) },
@@ -499,7 +508,7 @@ mod tests {
         let about = About { wave: Some("canary".into()), target_clusters: vec!["c".into()], ..About::default() };
         let mut state = state_in(Phase::Verifying);
         for step in [
-            Step::StartApply { rollback_target: None, snapshot: None },
+            Step::StartApply { rollback_target: None, snapshot: None, approval: None },
             Step::Applied { bake_time: Duration::from_secs(5) },
             Step::Passed { bake_time: Duration::from_secs(5), figures: vec![figure("restarts", "0", "3", "pass")] },
         ] {
@@ -507,6 +516,22 @@ mod tests {
             let n = conclude(&mut state, &step, &ctx).unwrap().notification.expect("a notification");
             assert_eq!(*n.about, about, "{step:?}");
         }
+    }
+
+    #[test]
+    fn the_start_records_who_approved() {
+        let mut state = state_in(Phase::Verifying);
+        let approval = ApprovalRecord {
+            by: "Ana <ana@example.com> (key ABC)".into(),
+            why: "CAB-1234".into(),
+            wave: "prod".into(),
+            via: "tag approve/rel-2/prod".into(),
+        };
+        let step = Step::StartApply { rollback_target: None, snapshot: None, approval: Some(approval.clone()) };
+        let ctx = Context { cluster: "c", now: t(100), write_back: false, about: &About::default() };
+        let s = conclude(&mut state, &step, &ctx).unwrap().status.unwrap();
+        assert_eq!(s.description, "applying rel-2 (from rel-1), approved by Ana <ana@example.com> (key ABC): CAB-1234");
+        assert_eq!(s.approval, Some(approval));
     }
 
     #[test]

@@ -150,6 +150,11 @@ pub struct Args {
     /// or the forge's merge key [default: the --trusted-keys].
     #[arg(long, env = "FLEETGATE_PROMOTION_KEYS", value_name = "FILE|DIR", value_delimiter = ',')]
     promotion_keys: Vec<PathBuf>,
+    /// Public keys (files or directories: OpenPGP, or OpenSSH allowed_signers) of the approvers:
+    /// who may approve a release for a wave with `approval: required` (`fleetgate approve`)
+    /// [default: none; such waves wait].
+    #[arg(long, env = "FLEETGATE_APPROVER_KEYS", value_name = "FILE|DIR", value_delimiter = ',')]
+    approver_keys: Vec<PathBuf>,
     /// The fleet's name (fleet.yaml metadata.name) every release must name in spec.fleet
     /// [default: the name in the first fleet.yaml this agent accepts, remembered in its state].
     #[arg(long, env = "FLEETGATE_FLEET", value_name = "NAME")]
@@ -208,6 +213,7 @@ impl Args {
             admission_policy: self.admission_policy,
             promotions: self.promotions,
             promotion_keys: self.promotion_keys,
+            approver_keys: self.approver_keys,
             fleet: self.fleet,
             status_key: self.status_key,
         };

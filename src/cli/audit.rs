@@ -3,7 +3,8 @@
 //! checked against the cluster's registered status key as `fleetgate status` checks it.
 //!
 //! The table shows time, cluster, release, state, whether the entry verified, the deciding gate
-//! figure and the description; `-o json|yaml` prints every record in full. Text from the notes
+//! figure and the description, and under a release's start who approved it for which wave and
+//! why (when its wave requires approval); `-o json|yaml` prints every record in full. Text from the notes
 //! goes through [`terminal_safe`] in the table.
 //!
 //! Exit codes: 0 every record shown verified; 1 some did not (they are shown, marked why);
@@ -107,6 +108,10 @@ fn table(records: &[Record]) -> String {
     for (record, row) in records.iter().zip(&rows) {
         let cells: Vec<&str> = row.iter().map(String::as_str).collect();
         out.push_str(&line(&cells, &record.status.description));
+        if let Some(a) = &record.status.approval {
+            let why = a.why.split_whitespace().collect::<Vec<_>>().join(" ");
+            out.push_str(&format!("  ↳ approved for wave {} by {} ({}): {why}\n", a.wave, a.by, a.via));
+        }
         if let Some(why) = &record.unverified {
             out.push_str(&format!("  ↳ unverified: {why}\n"));
         }
@@ -125,5 +130,23 @@ mod tests {
         let ago = Utc::now() - parse_since("2h").unwrap();
         assert!((ago.num_minutes() - 120).abs() <= 1, "{ago}");
         assert!(parse_since("yesterday").unwrap_err().contains("is not an RFC 3339 time"));
+    }
+
+    #[test]
+    fn a_start_shows_who_approved_it_for_which_wave_and_why() {
+        let approval = crate::model::ApprovalRecord {
+            by: "Ana <ana@example.com> (key ABC)".into(),
+            why: "CAB-1234\nlow risk".into(),
+            wave: "prod".into(),
+            via: "tag approve/rel-2/prod".into(),
+        };
+        let status = crate::status::Status::new("c", "rel-2", "0".repeat(40), crate::status::State::Pending, "applying")
+            .approved(approval);
+        let record = Record { cluster: "c".into(), notes_commit: "n".into(), verified: true, unverified: None, status };
+        let text = table(&[record]);
+        assert!(
+            text.contains("  ↳ approved for wave prod by Ana <ana@example.com> (key ABC) (tag approve/rel-2/prod): CAB-1234 low risk\n"),
+            "{text}"
+        );
     }
 }

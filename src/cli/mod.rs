@@ -7,6 +7,7 @@
 //! output in [`output`].
 
 mod agent;
+mod approve;
 mod args;
 mod audit;
 mod check_crd;
@@ -75,6 +76,8 @@ pub enum Command {
     Pause(pause::Args),
     /// Resume what `pause` paused (a commit removing `spec.paused`).
     Resume(pause::Args),
+    /// Approve a release for a wave that requires approval (a signed tag approve/<release>/<wave>).
+    Approve(approve::Args),
     /// Wake a cluster's agent now and wait for its pass (an annotation on its state ConfigMap).
     Reconcile(reconcile::Args),
     /// Show per-cluster statuses of releases as a matrix.
@@ -128,6 +131,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Rollback(a) => rollback::run(a).await,
         Command::Pause(a) => pause::run(a, true).await,
         Command::Resume(a) => pause::run(a, false).await,
+        Command::Approve(a) => approve::run(a).await,
         Command::Status(a) => status::run(a).await,
         Command::Audit(a) => audit::run(a).await,
         Command::Cluster(c) => cluster::run(c).await,

@@ -9,6 +9,7 @@
 //! `validate` and [`FleetConfig::load`] report every [`Finding`] at once.
 
 mod admission;
+mod approval;
 mod checks;
 mod cluster;
 mod config;
@@ -25,6 +26,7 @@ mod tree;
 mod yaml;
 
 pub use admission::*;
+pub use approval::*;
 pub use checks::*;
 pub use cluster::*;
 pub use config::*;

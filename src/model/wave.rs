@@ -3,8 +3,9 @@
 //! An entry of `spec.waves` is a name (clusters join it by naming it in their `spec.wave`) or a
 //! definition ([`Wave`]): a `selector` over cluster labels, a `percent` of what it matches, how
 //! many of its clusters may be mid-release at once (`maxUnavailable`), how long the fleet waits
-//! after it succeeded before the next wave starts (`soak`), and the `windows` in which it may start
-//! a release. The gating that reads these settings is `status::waves`.
+//! after it succeeded before the next wave starts (`soak`), the `windows` in which it may start
+//! a release, and whether a person must approve each release for it first (`approval`, the
+//! signed tags named by [`super::approval_tag`]). The gating that reads these settings is `status::waves`.
 //!
 //! Membership ([`assign`]), in this order:
 //! 1. a cluster whose `spec.wave` names a listed wave is in that wave, whatever selects it;
@@ -51,6 +52,26 @@ pub struct Wave {
     /// When the wave may start a release; empty = always. A rollback is never held by them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub windows: Vec<Window>,
+    /// `required`: each release starts in this wave only once someone approved it for the wave.
+    #[serde(default, skip_serializing_if = "ApprovalSetting::is_none")]
+    pub approval: ApprovalSetting,
+}
+
+/// A wave's `approval`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ApprovalSetting {
+    /// Starts when the gating lets it (the default).
+    #[default]
+    None,
+    /// Also needs an approval of the release for this wave.
+    Required,
+}
+
+impl ApprovalSetting {
+    pub fn is_none(&self) -> bool {
+        *self == ApprovalSetting::None
+    }
 }
 
 impl From<&str> for Wave {
@@ -108,6 +129,9 @@ impl Wave {
         if !self.windows.is_empty() {
             parts.push(self.windows.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "));
         }
+        if self.approval == ApprovalSetting::Required {
+            parts.push("approval required".to_string());
+        }
         (!parts.is_empty()).then(|| parts.join("; "))
     }
 
@@ -146,7 +170,7 @@ pub(super) mod entries {
                     serde_yaml_ng::from_value(v).map_err(|e| serde::de::Error::custom(format!("spec.waves[{i}]: {e}")))
                 }
                 _ => Err(serde::de::Error::custom(format!(
-                    "spec.waves[{i}]: a wave is a name or {{name, selector, percent, maxUnavailable, soak, windows}}"
+                    "spec.waves[{i}]: a wave is a name or {{name, selector, percent, maxUnavailable, soak, windows, approval}}"
                 ))),
             })
             .collect()
@@ -533,5 +557,16 @@ mod tests {
         let w = window("{days: [Mon-Fri, Sun], start: '09:00', end: '17:30', timeZone: '+02:00'}");
         assert_eq!(w.to_string(), "Mon-Fri,Sun 09:00-17:30 +02:00");
         assert_eq!(serde_yaml_ng::from_str::<Window>(&serde_yaml_ng::to_string(&w).unwrap()).unwrap(), w);
+    }
+
+    #[test]
+    fn a_wave_may_require_approval() {
+        let wave: Wave = serde_yaml_ng::from_str("{name: prod, maxUnavailable: 1, approval: required}").unwrap();
+        assert_eq!(wave.approval, ApprovalSetting::Required);
+        assert!(!wave.is_plain());
+        assert_eq!(wave.summary().as_deref(), Some("maxUnavailable 1; approval required"));
+        assert_eq!(serde_yaml_ng::from_str::<Wave>("{name: prod}").unwrap().approval, ApprovalSetting::None);
+        let err = serde_yaml_ng::from_str::<Wave>("{name: prod, approval: maybe}").unwrap_err().to_string();
+        assert!(err.contains("unknown variant `maybe`"), "{err}");
     }
 }

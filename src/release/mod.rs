@@ -6,9 +6,13 @@
 //!             (branch tip)                          (tag + tag's tree)
 //! ```
 //!
+//! An approval of a release for a wave (a signed `approve/<release>/<wave>` tag) is verified here
+//! too ([`check_approval`]), with the same signature checks as a release tag.
+//!
 //! Checking a release against the live cluster (`gates::check_requirements`) and validating a whole
 //! repo (`validate`) sit above this module.
 
+mod approval;
 mod history;
 pub mod mapping;
 mod pins;
@@ -19,6 +23,7 @@ mod trust;
 mod verified;
 mod verify;
 
+pub use approval::*;
 pub use history::*;
 pub use pins::*;
 pub use promoted::*;

@@ -231,10 +231,25 @@ pub fn verify_tag_signature(
     object: git2::Oid,
     keyring: &Keyring,
 ) -> Result<String, VerifyError> {
+    let (_, signer) = tag_signer(checkout, object, keyring)?;
+    signer.map_err(|p| VerifyError::tag_signature(id, p))
+}
+
+/// The signed text of tag object `object` (header and message, without the signature) and the
+/// fingerprint of the `keyring` key that signed it, or why no such key did. Errors only when the
+/// object cannot be read.
+pub fn tag_signer(
+    checkout: &Checkout,
+    object: git2::Oid,
+    keyring: &Keyring,
+) -> Result<(String, Result<String, SignatureProblem>), SourceError> {
     let raw = checkout.raw_object(object)?;
-    split_signed_tag(&raw)
-        .and_then(|(payload, signature)| keyring.verify_detached(payload, signature))
-        .map_err(|p| VerifyError::tag_signature(id, p))
+    Ok(match split_signed_tag(&raw) {
+        Ok((payload, signature)) => {
+            (String::from_utf8_lossy(payload).into_owned(), keyring.verify_detached(payload, signature))
+        }
+        Err(problem) => (String::from_utf8_lossy(&raw).into_owned(), Err(problem)),
+    })
 }
 
 /// The fleet configuration in the tree of a verified release's tag: what `promotions: unsigned`

@@ -8,11 +8,14 @@
 //! * [`rollback`] — a commit that puts clusters back: a real revert of the promotion when that
 //!   commit is exactly the promotion of those clusters, otherwise an explicit change.
 //!
+//! [`approve`] writes the signed tag that approves a release for a wave that requires it.
+//!
 //! [`push`] sends the results to a remote and [`forge_pr`] opens the pull/merge request;
 //! [`publish`] is promote and rollback with both, as the commands run them. Everything
 //! works on the object database (no work tree needed); a checked-out branch that moves is checked
 //! out again. Desired releases are edited in place, comments kept ([`desired`]).
 
+pub mod approve;
 pub mod chart;
 pub mod checks;
 pub mod create;

@@ -193,6 +193,9 @@ pub fn canonical_form(status: &Status) -> Vec<u8> {
         applied_at: &'a Option<chrono::DateTime<chrono::Utc>>,
         decided_at: &'a Option<chrono::DateTime<chrono::Utc>>,
         rollback_to: &'a Option<String>,
+        // Left out when absent, so entries without one keep the form older readers check.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        approval: Option<&'a crate::model::ApprovalRecord>,
         target_url: &'a Option<String>,
         agent_version: &'a str,
         reported_at: &'a chrono::DateTime<chrono::Utc>,
@@ -210,6 +213,7 @@ pub fn canonical_form(status: &Status) -> Vec<u8> {
         applied_at: &status.applied_at,
         decided_at: &status.decided_at,
         rollback_to: &status.rollback_to,
+        approval: status.approval.as_ref(),
         target_url: &status.target_url,
         agent_version: &status.agent_version,
         reported_at: &status.reported_at,

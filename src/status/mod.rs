@@ -44,5 +44,5 @@ pub use model::*;
 pub use memo::{MemoError, VerifiedNotes};
 pub use notes::{GitRemote, NotesError, Written, notes_ref, read_all, read_all_remembering, sync, write};
 pub use view::{FleetView, ViewError};
-pub use waves::{Decision, Member, Move, may_start, members, members_placed_by};
+pub use waves::{Decision, Member, Move, awaiting_approval, may_start, members, members_placed_by};
 pub use write_back_tip::check_tip;

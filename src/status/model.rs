@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use super::identity::Unverified;
+use crate::model::ApprovalRecord;
 
 /// The note format this build writes and the highest it reads (1: unsigned entries, still read
 /// and shown as unverified; 2: signed entries).
@@ -24,6 +25,10 @@ pub const SCHEMA: u32 = 2;
 /// How the `pending` status of a paused agent begins (`reconcile::Agent::pause` writes it; the
 /// matrix reads it to mark clusters paused on the spoke, which Git does not know of).
 pub const PAUSED_PREFIX: &str = "paused by ";
+
+/// How the `pending` status of a cluster whose wave waits for an approval begins (the agent
+/// writes it, [`super::waves::awaiting_approval`]); like a pause, it is not mid-release.
+pub const AWAITING_APPROVAL_PREFIX: &str = "waiting for approval of wave ";
 
 /// The status context of a cluster, as forges show it: `fleetgate/<cluster>`.
 pub fn context(cluster: &str) -> String {
@@ -104,6 +109,10 @@ pub struct Status {
     /// The release this cluster was rolled back to, when it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback_to: Option<String>,
+    /// Who approved the release for the cluster's wave, when its wave requires approval: set on
+    /// the entry of the release's start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<ApprovalRecord>,
     /// Link shown by forges next to the status (optional).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_url: Option<String>,
@@ -149,6 +158,7 @@ impl Status {
             applied_at: None,
             decided_at: None,
             rollback_to: None,
+            approval: None,
             target_url: None,
             agent_version: crate::VERSION.to_string(),
             reported_at: Utc::now(),
@@ -181,6 +191,11 @@ impl Status {
 
     pub fn rolled_back_to(mut self, release: impl Into<String>) -> Status {
         self.rollback_to = Some(release.into());
+        self
+    }
+
+    pub fn approved(mut self, approval: ApprovalRecord) -> Status {
+        self.approval = Some(approval);
         self
     }
 

@@ -10,6 +10,7 @@
 //! [`State::Unknown`] for a state this build does not know.
 
 use super::model::{GateFigure, State, Status, StatusNote};
+use crate::model::ApprovalRecord;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
@@ -81,6 +82,7 @@ enum Field {
     AppliedAt,
     DecidedAt,
     RollbackTo,
+    Approval,
     TargetUrl,
     AgentVersion,
     ReportedAt,
@@ -100,6 +102,7 @@ const STATUS_FIELDS: &[(&str, Field)] = &[
     ("appliedAt", Field::AppliedAt),
     ("decidedAt", Field::DecidedAt),
     ("rollbackTo", Field::RollbackTo),
+    ("approval", Field::Approval),
     ("targetUrl", Field::TargetUrl),
     ("agentVersion", Field::AgentVersion),
     ("reportedAt", Field::ReportedAt),
@@ -130,6 +133,7 @@ impl<'de> Deserialize<'de> for Status {
                 let mut applied_at: Option<Option<DateTime<Utc>>> = None;
                 let mut decided_at: Option<Option<DateTime<Utc>>> = None;
                 let mut rollback_to: Option<Option<String>> = None;
+                let mut approval: Option<Option<ApprovalRecord>> = None;
                 let mut target_url: Option<Option<String>> = None;
                 let mut agent_version: Option<String> = None;
                 let mut reported_at: Option<DateTime<Utc>> = None;
@@ -149,6 +153,7 @@ impl<'de> Deserialize<'de> for Status {
                         Key::Known(Field::AppliedAt) => once(&mut applied_at, map.next_value()?, "appliedAt")?,
                         Key::Known(Field::DecidedAt) => once(&mut decided_at, map.next_value()?, "decidedAt")?,
                         Key::Known(Field::RollbackTo) => once(&mut rollback_to, map.next_value()?, "rollbackTo")?,
+                        Key::Known(Field::Approval) => once(&mut approval, map.next_value()?, "approval")?,
                         Key::Known(Field::TargetUrl) => once(&mut target_url, map.next_value()?, "targetUrl")?,
                         Key::Known(Field::AgentVersion) => once(&mut agent_version, map.next_value()?, "agentVersion")?,
                         Key::Known(Field::ReportedAt) => once(&mut reported_at, map.next_value()?, "reportedAt")?,
@@ -171,6 +176,7 @@ impl<'de> Deserialize<'de> for Status {
                     applied_at: applied_at.flatten(),
                     decided_at: decided_at.flatten(),
                     rollback_to: rollback_to.flatten(),
+                    approval: approval.flatten(),
                     target_url: target_url.flatten(),
                     agent_version: agent_version.unwrap_or_default(),
                     reported_at: required(reported_at, "reportedAt")?,

@@ -19,6 +19,11 @@
 //!    the wave's clusters without a status for the release, in rendezvous order
 //!    ([`crate::model::rendezvous`]): two agents that read the same statuses agree on who starts.
 //!
+//! Last, a wave with `approval: required` starts a release only once it is approved for it (a
+//! signed tag the agent verifies with its approvers' keys, `release::check_approval`); meanwhile
+//! its clusters report `pending` with [`awaiting_approval`]'s description, which (like a pause)
+//! does not count as mid-release. An approval, like the pacing, never holds a move back.
+//!
 //! Races left: each agent judges from its own last fetch of the notes, so the seats are only as
 //! fair as those reads are fresh — an agent that has not yet seen a wave-mate's `pending` still
 //! waits for it as a cluster ahead of it in the order, but two agents whose configurations differ
@@ -28,7 +33,7 @@
 //! (`reportedAt`, signed with their status key) against the reader's clock: the soak is only as
 //! exact as the clocks agree.
 
-use super::model::{PAUSED_PREFIX, State, Status, StatusSet};
+use super::model::{AWAITING_APPROVAL_PREFIX, PAUSED_PREFIX, State, Status, StatusSet};
 use crate::model::{Fleet, FleetConfig, rendezvous};
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
@@ -240,7 +245,8 @@ pub fn may_start(
 
     // 6. maxUnavailable: seats go to those mid-release, then to those not started, in rendezvous order.
     if let Some(max) = wave.max_unavailable {
-        let in_flight = |s: &Status| s.state == State::Pending && !s.description.starts_with(PAUSED_PREFIX);
+        let held = |s: &Status| [PAUSED_PREFIX, AWAITING_APPROVAL_PREFIX].iter().any(|p| s.description.starts_with(p));
+        let in_flight = |s: &Status| s.state == State::Pending && !held(s);
         let score = |m: &Member| rendezvous(fleet.name(), &wave.name, &m.name);
         let mine = score(me);
         let mates: Vec<&Member> =
@@ -262,6 +268,16 @@ pub fn may_start(
         }
     }
     Decision::allow(ready)
+}
+
+/// The description of a cluster's `pending` status while its wave waits for an approval of
+/// `release`, with the command that gives one, and why a tag that is there does not count.
+pub fn awaiting_approval(release: &str, wave: &str, ignored: Option<&str>) -> String {
+    let ask = format!("{AWAITING_APPROVAL_PREFIX}{wave} (fleetgate approve {release} --wave {wave})");
+    match ignored {
+        Some(why) => format!("{ask}; {why}"),
+        None => ask,
+    }
 }
 
 #[cfg(test)]
@@ -479,10 +495,13 @@ mod tests {
         // The first is mid-release: the second still waits, now for it to finish.
         let d = decide(&[status(first, Pending)], second);
         assert_eq!((d.allowed, d.reason), (false, format!("wave prod has maxUnavailable 1: {first} mid-release")));
-        // A pause is not mid-release; the first finished: the second goes.
+        // A pause is not mid-release, nor is waiting for an approval; the first finished: the second goes.
         let mut paused = status(first, Pending);
         paused.description = format!("{PAUSED_PREFIX}fleet.yaml spec.paused");
         assert!(decide(&[paused], second).allowed);
+        let mut unapproved = status(first, Pending);
+        unapproved.description = awaiting_approval(R, "prod", None);
+        assert!(decide(&[unapproved], second).allowed);
         assert!(decide(&[status(first, Success)], second).allowed);
         // A move back is never held.
         let set: StatusSet = earlier.iter().cloned().chain([status(first, Pending)]).collect();
@@ -506,5 +525,17 @@ mod tests {
         let trusted = config(vec![("a", "prod"), ("b", "early")]);
         let m = members_placed_by(&tip, &trusted);
         assert_eq!(m, [Member::new("a", "prod", Some(R)), Member::new("n", "prod", Some(R))]);
+    }
+
+    #[test]
+    fn waiting_for_approval_says_how_to_give_it_and_what_was_ignored() {
+        assert_eq!(
+            awaiting_approval(R, "prod", None),
+            "waiting for approval of wave prod (fleetgate approve rel-9 --wave prod)"
+        );
+        assert_eq!(
+            awaiting_approval(R, "prod", Some("tag approve/rel-9/prod is a lightweight tag")),
+            "waiting for approval of wave prod (fleetgate approve rel-9 --wave prod); tag approve/rel-9/prod is a lightweight tag"
+        );
     }
 }

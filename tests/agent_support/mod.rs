@@ -310,10 +310,15 @@ impl Fleet {
     /// The statuses [`CLUSTER`] published for `commit`, oldest first, read from the notes ref on
     /// the git daemon's repo (what `fleetgate status` reads).
     pub fn statuses(&self, commit: &str) -> Vec<Status> {
+        self.statuses_of(CLUSTER, commit)
+    }
+
+    /// [`statuses`](Self::statuses) of any cluster.
+    pub fn statuses_of(&self, cluster: &str, commit: &str) -> Vec<Status> {
         let out = Command::new("git")
             .arg("--git-dir")
             .arg(self.daemon.path("fleet.git"))
-            .args(["notes", &format!("--ref=refs/notes/fleetgate/{CLUSTER}"), "show", commit])
+            .args(["notes", &format!("--ref=refs/notes/fleetgate/{cluster}"), "show", commit])
             .output()
             .unwrap();
         if !out.status.success() {

@@ -1,0 +1,145 @@
+//! Approvals (`spec.waves[].approval: required`), against real components: a test cluster the
+//! agent applies to as the `fleetgate-agent` ServiceAccount, the fleet repo on a `git daemon`,
+//! GnuPG keys made for the test (the release key, and an approver's key the agent is given with
+//! `--approver-keys`), approval tags written by real `git tag -s` and by `fleetgate approve`.
+//!
+//! wave-1 (cluster-b) requires an approval of rel-1. Its agent waits — status `pending` saying how
+//! to approve, nothing applied — while an unsigned push drops the requirement on the branch tip,
+//! and while a pusher without an approver's key tries tags that must not count: unsigned, signed
+//! by the release key, on another commit, an approval of another wave under this wave's name.
+//! Each is ignored and says why. `fleetgate approve` with the approver's key makes it start, and
+//! the status of the start records who approved, why, and for which wave (`fleetgate audit`).
+
+mod agent_support;
+
+use agent_support::*;
+use fleetgate::agent::{Agent, AgentSettings, Outcome};
+use fleetgate::status::{State, Status};
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_fleetgate");
+const WAVES: &str = "  waves:\n    - canary\n    - name: wave-1\n      approval: required\n    - wave-2\n";
+const TAG: &str = "approve/rel-1/wave-1";
+
+async fn waiting(agent: &mut Agent, what: &str) -> String {
+    match within(what, 120, agent.reconcile()).await.unwrap() {
+        Outcome::Waiting { reason, .. } => reason,
+        other => panic!("{what}: expected to wait, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wave_that_requires_approval_starts_only_on_an_approvers_signed_tag() {
+    let fleet = Fleet::start("approvals", false).await;
+    fleet.edit("fleet.yaml", "  waves: [canary, wave-1, wave-2]\n", WAVES);
+    fleet.commit_and_push("wave-1 needs an approval");
+    let commit = fleet.release("rel-1", |_| {});
+    // An unsigned push drops the requirement: the release's signed tree still has it.
+    fleet.edit("fleet.yaml", "      approval: required\n", "");
+    fleet.promote("rel-1");
+    let done = Status::new(CLUSTER, "rel-1", &commit, State::Success, "all gates passed for 3s");
+    fleet.write_status_as(&fleet.status_identity(CLUSTER), &done);
+
+    let approver = fleet.gpg.generate_key("Ana Approver", "ana@example.com").unwrap();
+    let approvers = fleet.gpg.write_public_key(&approver, &fleet.dir.path().join("approvers.asc")).unwrap();
+    let settings = AgentSettings { approver_keys: vec![approvers], ..fleet.settings_for("cluster-b") };
+    let mut agent = fleet.agent_with(settings).await;
+
+    let asked = "waiting for approval of wave wave-1 (fleetgate approve rel-1 --wave wave-1)";
+    assert_eq!(waiting(&mut agent, "no approval yet").await, asked);
+    let latest = fleet.statuses_of("cluster-b", &commit).pop().expect("cluster-b says why it waits");
+    assert_eq!((latest.state, latest.description.as_str()), (State::Pending, asked));
+    assert!(!fleet.namespace_applied(OPERATOR_NS).await, "nothing is applied while waiting");
+    let shown = fleet.status_json("rel-1");
+    let cell = shown.waves[1].clusters.iter().find(|c| c.name == "cluster-b").unwrap().cells[0].clone();
+    assert_eq!(cell.status.map(|s| s.description).as_deref(), Some(asked), "fleetgate status shows the wait");
+
+    // Tags a pusher can make without an approver's key, each pushed in place of the last.
+    let git = |args: &[&str]| fleet.git(args);
+    let signed_by = |fpr: &str, args: &[&str]| {
+        fleet.gpg.run_git(&fleet.work, fpr, args).unwrap();
+    };
+    let push_tag = || git(&["push", "-q", "-f", "origin", &format!("refs/tags/{TAG}")]);
+    let tip = fleet.tip();
+    let attacks: Vec<(&str, Box<dyn Fn() + '_>, &str)> = vec![
+        (
+            "an unsigned tag",
+            Box::new(|| {
+                git(&["tag", "-f", "-a", "-m", "lgtm", TAG, &commit]);
+            }),
+            "tag approve/rel-1/wave-1 is ignored: not signed",
+        ),
+        (
+            "a tag signed by the release key, which is no approver's",
+            Box::new(|| signed_by(&fleet.fpr, &["tag", "-f", "-s", "-m", "lgtm", TAG, &commit])),
+            "which is not among the trusted keys (approvals count only when signed by a key in --approver-keys)",
+        ),
+        (
+            "an approver's tag on another commit",
+            Box::new(|| signed_by(&approver, &["tag", "-f", "-s", "-m", "lgtm", TAG, &tip])),
+            "tag approve/rel-1/wave-1 points to commit",
+        ),
+        (
+            "an approver's approval of the canary wave under wave-1's name",
+            Box::new(|| {
+                signed_by(&approver, &["tag", "-f", "-s", "-m", "canary only", "approve/rel-1/canary", &commit]);
+                let object = git(&["rev-parse", "refs/tags/approve/rel-1/canary"]);
+                git(&["update-ref", &format!("refs/tags/{TAG}"), &object]);
+            }),
+            "points to a tag object named \"approve/rel-1/canary\"",
+        ),
+    ];
+    for (what, make, why) in &attacks {
+        make();
+        push_tag();
+        let reason = waiting(&mut agent, what).await;
+        assert!(reason.starts_with(asked) && reason.contains(why), "{what}: {reason}");
+        assert!(!fleet.namespace_applied(OPERATOR_NS).await, "{what} applied rel-1");
+    }
+    let events = fleet.events_json().await;
+    assert!(events.contains("ApprovalIgnored"), "each ignored approval is a Warning Event: {events}");
+
+    // The approver approves: `fleetgate approve` replaces the attacker's tag (deleted first, as
+    // its error says) and pushes.
+    git(&["tag", "-d", TAG]);
+    git(&["push", "-q", "origin", &format!(":refs/tags/{TAG}")]);
+    let out = Command::new(BIN)
+        .args(["approve", "rel-1", "--wave", "wave-1", "-m", "CAB-1234: approved for today", "--sign-key", &approver])
+        .arg("--gpg-home")
+        .arg(fleet.gpg.path())
+        .arg("--repo")
+        .arg(&fleet.work)
+        .arg("--push")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "fleetgate approve: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Approved rel-1 for wave wave-1"));
+
+    assert_eq!(within("approved pass", 180, agent.reconcile()).await.unwrap(), Outcome::Succeeded("rel-1".into()));
+    assert!(fleet.namespace_applied(OPERATOR_NS).await);
+    let started = fleet
+        .statuses_of("cluster-b", &commit)
+        .into_iter()
+        .find(|s| s.approval.is_some())
+        .expect("the start records the approval");
+    let approval = started.approval.unwrap();
+    assert!(approval.by.starts_with("Ana Approver <ana@example.com> (key "), "{approval:?}");
+    assert!(approval.by.contains(&approver.to_ascii_uppercase()), "{approval:?}");
+    assert_eq!(
+        (approval.why.as_str(), approval.wave.as_str(), approval.via.as_str()),
+        ("CAB-1234: approved for today", "wave-1", "tag approve/rel-1/wave-1")
+    );
+    assert!(
+        started.description.starts_with("applying rel-1 (from nothing), approved by Ana Approver"),
+        "{}",
+        started.description
+    );
+
+    let audit = Command::new(BIN).args(["audit", "--repo", &fleet.url, "--cluster", "cluster-b"]).output().unwrap();
+    let audit = String::from_utf8_lossy(&audit.stdout);
+    assert!(
+        audit.contains("↳ approved for wave wave-1 by Ana Approver <ana@example.com>")
+            && audit.contains("(tag approve/rel-1/wave-1): CAB-1234: approved for today"),
+        "fleetgate audit shows who, scope and why:\n{audit}"
+    );
+}
