@@ -110,6 +110,9 @@ async fn a_wave_that_requires_approval_starts_only_on_an_approvers_signed_tag() 
         .arg("--repo")
         .arg(&fleet.work)
         .arg("--push")
+        // No Git identity of the machine's: the tagger is the approver's key's user id.
+        .env("HOME", fleet.dir.path())
+        .env("XDG_CONFIG_HOME", fleet.dir.path())
         .output()
         .unwrap();
     assert!(out.status.success(), "fleetgate approve: {}", String::from_utf8_lossy(&out.stderr));
