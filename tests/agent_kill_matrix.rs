@@ -134,6 +134,7 @@ async fn converged(fleet: &Fleet, rel2: Rel2, commit: &str) -> bool {
 #[case::snapshot_chunks_without_index("snapshot.after-chunks", Rel2::Good)]
 #[case::snapshot_saved_apply_not_recorded("snapshot.after-save", Rel2::Good)]
 #[case::applying_recorded_status_unpushed("step.start-apply.after-persist", Rel2::Good)]
+#[case::applying_status_push_cut_off("status.push.negotiated", Rel2::Good)]
 #[case::applying_status_pushed_unmarked("status.pending.after-push", Rel2::Good)]
 #[case::apply_halfway("apply.after-first-phase", Rel2::Good)]
 #[case::apply_done_nothing_pruned("apply.after-all", Rel2::Good)]

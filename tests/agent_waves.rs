@@ -5,13 +5,14 @@
 //! test with that cluster's registered status key, as its agent would.
 //!
 //! * a percentage wave takes its rendezvous share of the labelled clusters, `fleetgate status`
-//!   shows who is where, and a soak holds the next wave until its time has passed;
+//!   shows who is where, and a soak holds the next wave until its time has passed, when the
+//!   waiting agent's own timer wakes it (its poll is an hour away);
 //! * `maxUnavailable: 1` with two agents in a wave: exactly one starts, the other waits for it.
 
 mod agent_support;
 
 use agent_support::*;
-use fleetgate::agent::{Agent, Outcome};
+use fleetgate::agent::{Agent, AgentSettings, Outcome};
 use fleetgate::model::rendezvous;
 use fleetgate::status::{State, Status};
 use std::time::Duration;
@@ -77,7 +78,9 @@ async fn a_percentage_wave_takes_its_share_and_waits_out_the_canary_soak() {
 
     let mut canary = fleet.agent().await;
     let (_half_spoke, half_settings) = fleet.spoke("waves-soak-half", chosen).await;
-    let mut half = fleet.agent_with(half_settings).await;
+    // Its poll is an hour away: only the timer a waiting pass sets can wake it when the soak ends.
+    let mut half =
+        fleet.agent_with(AgentSettings { interval: Some(Duration::from_secs(3600)), ..half_settings }).await;
     assert_eq!(pass(&mut canary, "canary rel-1").await, Outcome::Succeeded("rel-1".into()));
     let canary_done = fleet.statuses(&commit).pop().unwrap();
     assert_eq!(canary_done.state, State::Success);
@@ -98,18 +101,33 @@ async fn a_percentage_wave_takes_its_share_and_waits_out_the_canary_soak() {
         format!("waiting for wave prod-half: {chosen} no status yet")
     );
 
-    // Once the soak is over the chosen production cluster starts; never before.
-    let outcome = within("the soak ends", 90, async {
-        loop {
-            match half.reconcile().await.unwrap() {
-                Outcome::Waiting { reason, .. } => assert!(reason.starts_with("wave canary soaks until"), "{reason}"),
-                other => return other,
+    // Once the soak is over the chosen production cluster starts, never before, woken by the
+    // timer its waiting passes set: its loop runs with nothing else to wake it.
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let succeeded = async {
+        within("the soak ends", 90, async {
+            while !fleet.status_json("rel-1").waves[1].clusters[0].cells[0]
+                .status
+                .as_ref()
+                .is_some_and(|s| s.state == State::Success)
+            {
+                tokio::time::sleep(Duration::from_millis(300)).await;
             }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    })
-    .await;
-    assert_eq!(outcome, Outcome::Succeeded("rel-1".into()));
+        })
+        .await;
+        stop.send(()).unwrap();
+    };
+    // The agent's loop is not Send (libgit2 handles): it runs beside the watch, in this task.
+    let (services, ()) = tokio::join!(
+        half.run(async {
+            stopped.await.ok();
+        }),
+        succeeded
+    );
+    let metrics = services.metrics.encode();
+    let wakes: Vec<&str> = metrics.lines().filter(|l| l.starts_with("fleetgate_triggers_total{")).collect();
+    assert!(wakes.iter().any(|l| l.contains("source=\"timer\"")), "{wakes:?}");
+    assert!(!wakes.iter().any(|l| l.contains("source=\"poll\"")), "{wakes:?}");
     let shown = fleet.status_json("rel-1");
     let success = shown.waves[1].clusters[0].cells[0].status.clone().unwrap();
     assert_eq!(success.state, State::Success);

@@ -11,6 +11,7 @@
 mod agent_support;
 
 use agent_support::{CLUSTER, Fleet, within};
+use fleetgate::agent::config::NamedUrls;
 use fleetgate::agent::{AgentSettings, Outcome};
 use fleetgate::model::{PromotionMode, RELEASE_ADMISSION_POLICY_KIND, ReleaseAdmissionPolicy, parse_document};
 use fleetgate_testenv::operator_fixture::helm_binary;
@@ -116,6 +117,8 @@ fn the_chart_lints_and_its_schema_refuses_bad_values() {
         ("forge.kind=bitbucket", "/forge/kind"),
         ("metrics.serviceMonitor.enabled=true,service.enabled=false", "needs service.enabled"),
         ("forge.kind=github", "forge.url"),
+        ("notify.format.oncall=webhook", "set notify.secretName"),
+        ("notify.format.oncall=email", "/notify/format/oncall"),
     ] {
         let out = helm(&["template", "fleetgate", chart.to_str().unwrap(), "--set", set]);
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -241,6 +244,21 @@ fn default_values_render_the_objects_of_deploy() {
     assert_eq!(selector(&chart), json!({"matchLabels": {"app.kubernetes.io/name": "fleetgate-agent"}}));
 }
 
+/// The volume of `pod`'s agent container that `path` lies on.
+fn mounted_volume(pod: &Value, path: &Path) -> Value {
+    let mounts: BTreeMap<&str, &str> = pod["containers"][0]["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["mountPath"].as_str().unwrap(), m["name"].as_str().unwrap()))
+        .collect();
+    let (_, name) = mounts
+        .iter()
+        .find(|(m, _)| path.starts_with(m))
+        .unwrap_or_else(|| panic!("{path:?} is not mounted ({mounts:?})"));
+    pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == *name).cloned().unwrap()
+}
+
 #[test]
 fn every_value_becomes_agent_configuration_on_a_mounted_path() {
     let manifests = rendered(EVERYTHING);
@@ -257,19 +275,7 @@ fn every_value_becomes_agent_configuration_on_a_mounted_path() {
     let deployment = find(&objects, "Deployment fleetgate-system/fleetgate-agent");
     let pod = &deployment.data["spec"]["template"]["spec"];
     let container = &pod["containers"][0];
-    let mounts: BTreeMap<&str, &str> = container["volumeMounts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| (m["mountPath"].as_str().unwrap(), m["name"].as_str().unwrap()))
-        .collect();
-    let volume = |path: &Path| -> Value {
-        let (_, name) = mounts
-            .iter()
-            .find(|(m, _)| path.starts_with(m))
-            .unwrap_or_else(|| panic!("{path:?} is not mounted ({mounts:?})"));
-        pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == *name).cloned().unwrap()
-    };
+    let volume = |path: &Path| mounted_volume(pod, path);
     let mut paths = vec![settings.state_dir.clone().unwrap(), settings.admission_policy.clone().unwrap()];
     paths.extend(settings.trusted_keys.clone());
     paths.extend(settings.approver_keys.clone());
@@ -295,6 +301,26 @@ fn every_value_becomes_agent_configuration_on_a_mounted_path() {
             .clone()
     };
     assert_ne!(checksum(&manifests), checksum(&rendered(&[])));
+}
+
+#[test]
+fn notification_values_become_endpoint_settings_with_their_hmac_secrets_mounted() {
+    let manifests = rendered(&[
+        "--set=notify.secretName=fleetgate-notify",
+        "--set=notify.on.oncall=failed\\,rolledBack",
+        "--set=notify.format.oncall=webhook,notify.format.chat=teams",
+        "--set=notify.timeout=10s",
+    ]);
+    let objects = manifests.all_objects();
+    let (settings, _) = config_data(&objects);
+    assert_eq!(settings.notify_on, NamedUrls::parse(&["oncall=failed,rolledBack"]));
+    assert_eq!(settings.notify_format, NamedUrls::parse(&["chat=teams", "oncall=webhook"]));
+    // Only the webhook endpoint signs; its secret is a key of the same Secret as the URLs.
+    let hmac = Path::new("/etc/fleetgate/notify/hmac-oncall");
+    assert_eq!(settings.notify_secret_file, NamedUrls::parse(&[format!("oncall={}", hmac.display())]));
+    assert_eq!(settings.notify_timeout, Some(std::time::Duration::from_secs(10)));
+    let pod = &find(&objects, "Deployment fleetgate-system/fleetgate-agent").data["spec"]["template"]["spec"];
+    assert_eq!(mounted_volume(pod, hmac)["secret"]["secretName"], "fleetgate-notify");
 }
 
 #[test]
@@ -456,6 +482,25 @@ tests:
             exp_annotations:
               summary: No fleetgate agent leads cluster a
               description: "Every agent of cluster a is a standby: none holds the Lease fleetgate-agent-a, so no release is applied or rolled back there."
+  # a's endpoint oncall starts failing at 30 min (its failed series appears then, at 0, and
+  # grows); b delivers everything.
+  - interval: 1m
+    input_series:
+      - series: 'fleetgate_notifications_total{cluster="a",endpoint="oncall",outcome="delivered"}'
+        values: '0+1x60'
+      - series: 'fleetgate_notifications_total{cluster="a",endpoint="oncall",outcome="failed"}'
+        values: '_x30 0+1x30'
+      - series: 'fleetgate_notifications_total{cluster="b",endpoint="oncall",outcome="delivered"}'
+        values: '0+1x60'
+    alert_rule_test:
+      - {eval_time: 29m, alertname: FleetgateNotificationsFailing, exp_alerts: []}
+      - eval_time: 35m
+        alertname: FleetgateNotificationsFailing
+        exp_alerts:
+          - exp_labels: {cluster: a, endpoint: oncall, severity: warning}
+            exp_annotations:
+              summary: Cluster a's notifications to oncall are not arriving
+              description: "The fleetgate agent of cluster a gave up on notifications to endpoint oncall in the last 15 minutes (see its log: notification not delivered). Statuses in Git are unaffected."
 "#;
 
 #[test]
@@ -482,7 +527,7 @@ fn the_alerts_fire_when_they_should_and_only_then() {
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    assert!(run(&["check", "rules", "rules.yaml"]).contains("SUCCESS: 3 rules found"));
+    assert!(run(&["check", "rules", "rules.yaml"]).contains("SUCCESS: 4 rules found"));
     run(&["test", "rules", "alerts_test.yaml"]);
 }
 
@@ -496,6 +541,7 @@ fn the_alerts_use_metric_names_the_agent_exposes() {
     // Every series the rules read, with a sample (a rollback family has none before the first).
     metrics.record_rollback("GateFailed");
     metrics.mark_synced();
+    metrics.notifications().record("oncall", fleetgate::agent::metrics::NotificationOutcome::Failed);
     let exposed = metrics.encode();
     let mut used = Vec::new();
     for rule in rules.as_array().unwrap() {
@@ -512,7 +558,15 @@ fn the_alerts_use_metric_names_the_agent_exposes() {
             }
         }
     }
-    assert_eq!(used, ["fleetgate_rollbacks_total", "fleetgate_last_sync_timestamp_seconds", "fleetgate_leader"]);
+    assert_eq!(
+        used,
+        [
+            "fleetgate_rollbacks_total",
+            "fleetgate_last_sync_timestamp_seconds",
+            "fleetgate_leader",
+            "fleetgate_notifications_total"
+        ]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

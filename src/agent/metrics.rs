@@ -13,6 +13,7 @@
 //! | `fleetgate_leader` | gauge (1 while this process leads) | |
 //! | `fleetgate_paused` | gauge (1 while the agent holds its cluster: flag, annotation, `spec.paused`) | |
 //! | `fleetgate_triggers_total` | counter | `source` (startup, poll, webhook, git-refs, request) |
+//! | `fleetgate_notifications_total` | counter | `endpoint`, `outcome` (delivered, failed: no retry left, dropped: queue full) |
 
 use super::state::{AgentState, Phase};
 use super::triggers::TriggerSource;
@@ -66,6 +67,39 @@ struct SourceLabels {
     source: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NotificationLabels {
+    endpoint: String,
+    outcome: &'static str,
+}
+
+/// What became of each notification, by endpoint: the counter the notifier's delivery task
+/// shares with [`Metrics`] (a clone counts into the same series). A notification that never
+/// arrived leaves no other trace than a log line, so this is what an alert can watch.
+#[derive(Debug, Clone, Default)]
+pub struct NotificationOutcomes(Family<NotificationLabels, Counter>);
+
+/// The end of one notification's delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotificationOutcome {
+    Delivered,
+    /// Every attempt failed (or the error was not worth a retry).
+    Failed,
+    /// The queue was full; it was never sent.
+    Dropped,
+}
+
+impl NotificationOutcomes {
+    pub fn record(&self, endpoint: &str, outcome: NotificationOutcome) {
+        let outcome = match outcome {
+            NotificationOutcome::Delivered => "delivered",
+            NotificationOutcome::Failed => "failed",
+            NotificationOutcome::Dropped => "dropped",
+        };
+        self.0.get_or_create(&NotificationLabels { endpoint: endpoint.to_string(), outcome }).inc();
+    }
+}
+
 type HistogramFamily = Family<ResultLabels, Histogram, fn() -> Histogram>;
 
 fn reconcile_histogram() -> Histogram {
@@ -86,6 +120,7 @@ pub struct Metrics {
     leader: Gauge,
     paused: Gauge,
     triggers: Family<SourceLabels, Counter>,
+    notifications: NotificationOutcomes,
 }
 
 impl Metrics {
@@ -101,6 +136,7 @@ impl Metrics {
         let leader = Gauge::default();
         let paused = Gauge::default();
         let triggers = Family::<SourceLabels, Counter>::default();
+        let notifications = NotificationOutcomes::default();
         let seconds = prometheus_client::registry::Unit::Seconds;
         registry.register_with_unit(
             "reconcile_duration",
@@ -125,6 +161,7 @@ impl Metrics {
         registry.register("leader", "1 while this process holds the leader Lease", leader.clone());
         registry.register("paused", "1 while the agent holds its cluster on the release it runs", paused.clone());
         registry.register("triggers", "Loop wake-ups by trigger source", triggers.clone());
+        registry.register("notifications", "Notifications by endpoint and outcome", notifications.0.clone());
         let metrics = Metrics {
             registry,
             reconcile_duration,
@@ -136,6 +173,7 @@ impl Metrics {
             leader,
             paused,
             triggers,
+            notifications,
         };
         metrics.observe_state(&AgentState::default());
         metrics
@@ -199,6 +237,11 @@ impl Metrics {
     pub fn record_trigger(&self, source: TriggerSource) {
         self.triggers.get_or_create(&SourceLabels { source: source.as_str() }).inc();
     }
+
+    /// The notification counter, for the notifier to count into.
+    pub fn notifications(&self) -> NotificationOutcomes {
+        self.notifications.clone()
+    }
 }
 
 #[cfg(test)]
@@ -218,6 +261,7 @@ mod tests {
         m.mark_synced();
         m.set_leader(true);
         m.record_trigger(TriggerSource::Webhook);
+        m.notifications().record("oncall", NotificationOutcome::Failed);
         let text = m.encode();
         for name in [
             "fleetgate_reconcile_duration_seconds_bucket{",
@@ -227,6 +271,7 @@ mod tests {
             "fleetgate_last_sync_timestamp_seconds{",
             "fleetgate_leader{",
             "fleetgate_triggers_total{",
+            "fleetgate_notifications_total{",
         ] {
             let lines = line(&text, name);
             assert!(!lines.is_empty(), "{name} missing in\n{text}");
@@ -235,6 +280,10 @@ mod tests {
         assert_eq!(
             line(&text, "fleetgate_rollbacks_total{"),
             ["fleetgate_rollbacks_total{cluster=\"canary\",reason=\"GateFailed\"} 1"]
+        );
+        assert_eq!(
+            line(&text, "fleetgate_notifications_total{"),
+            ["fleetgate_notifications_total{cluster=\"canary\",endpoint=\"oncall\",outcome=\"failed\"} 1"]
         );
         assert!(text.ends_with("# EOF\n"));
     }

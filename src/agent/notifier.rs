@@ -29,10 +29,12 @@
 //! filter and queues the message; one task per agent delivers the queue in order, each message
 //! with [`RetryPolicy`] (bounded attempts, exponential backoff with jitter, a bound on the total
 //! wait) on a transport error, a timeout, HTTP 429 or 5xx — never on another 4xx. A message that
-//! still fails is logged (`notification not delivered`) and dropped; a rollback never waits for
-//! a receiver. A webhook URL is a secret (whoever knows a Slack webhook URL can post to the
+//! still fails is logged (`notification not delivered`) and dropped, and counted either way in
+//! `fleetgate_notifications_total{endpoint, outcome}` (which an alert watches); a rollback never
+//! waits for a receiver. A webhook URL is a secret (whoever knows a Slack webhook URL can post to the
 //! channel): errors show only its scheme and host ([`redacted_url`]).
 
+use super::metrics::{NotificationOutcome, NotificationOutcomes};
 use crate::model::redacted_url;
 use crate::release::{TipTrust, VerifiedRelease};
 use crate::source::Checkout;
@@ -528,13 +530,14 @@ fn teams_card(text: &str, cluster: &str, n: &Notification) -> serde_json::Value 
 }
 
 /// What the delivery task shares with the loop.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Delivery {
     http: reqwest::Client,
     endpoints: BTreeMap<String, Endpoint>,
     cluster: String,
     timeout: Duration,
     retry: RetryPolicy,
+    outcomes: NotificationOutcomes,
 }
 
 /// Sends notifications for one cluster to the endpoints the agent was given.
@@ -565,21 +568,31 @@ impl Notifier {
             .user_agent(concat!("fleetgate/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| NotifyError::Client(e.without_url()))?;
-        let delivery =
-            Delivery { http, endpoints, cluster: cluster.to_string(), timeout, retry: RetryPolicy::default() };
+        let delivery = Delivery {
+            http,
+            endpoints,
+            cluster: cluster.to_string(),
+            timeout,
+            retry: RetryPolicy::default(),
+            outcomes: NotificationOutcomes::default(),
+        };
         Ok(Notifier { delivery: Arc::new(delivery), queue: Arc::default() })
     }
 
     /// The same notifier retrying by `retry` (before anything was enqueued).
     pub fn with_retry(self, retry: RetryPolicy) -> Notifier {
-        let d = &self.delivery;
-        let delivery = Delivery {
-            http: d.http.clone(),
-            endpoints: d.endpoints.clone(),
-            cluster: d.cluster.clone(),
-            timeout: d.timeout,
-            retry,
-        };
+        self.with(|d| d.retry = retry)
+    }
+
+    /// The same notifier counting what became of each notification into `outcomes` (before
+    /// anything was enqueued).
+    pub fn counting(self, outcomes: NotificationOutcomes) -> Notifier {
+        self.with(|d| d.outcomes = outcomes)
+    }
+
+    fn with(self, change: impl FnOnce(&mut Delivery)) -> Notifier {
+        let mut delivery = (*self.delivery).clone();
+        change(&mut delivery);
         Notifier { delivery: Arc::new(delivery), queue: Arc::default() }
     }
 
@@ -609,6 +622,7 @@ impl Notifier {
             Err(e) => {
                 let (_, n) = e.into_inner();
                 tracing::warn!(endpoint = name, kind = n.kind.as_str(), release = %n.release, "notification queue full; dropped");
+                self.delivery.outcomes.record(name, NotificationOutcome::Dropped);
                 Ok(Queued::Dropped)
             }
         }
@@ -644,7 +658,15 @@ async fn deliver_queue(delivery: Arc<Delivery>, mut rx: mpsc::Receiver<(String, 
 }
 
 impl Delivery {
+    /// [`Self::try_deliver`], counted.
     async fn deliver(&self, name: &str, n: &Notification) -> Result<usize, NotifyError> {
+        let delivered = self.try_deliver(name, n).await;
+        let outcome = if delivered.is_ok() { NotificationOutcome::Delivered } else { NotificationOutcome::Failed };
+        self.outcomes.record(name, outcome);
+        delivered
+    }
+
+    async fn try_deliver(&self, name: &str, n: &Notification) -> Result<usize, NotifyError> {
         use backon::{ExponentialBuilder, Retryable};
         let endpoint = self.endpoints.get(name).ok_or_else(|| NotifyError::UnknownEndpoint {
             name: name.to_string(),
@@ -761,6 +783,18 @@ mod tests {
         let err = crate::model::error_chain(&n.deliver("default", &rollback()).await.unwrap_err());
         assert!(err.starts_with("notification to http://127.0.0.1:9/… failed"), "{err}");
         assert!(!err.contains("XXXXsecret") && !err.contains("/services"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_notification_that_never_arrived_is_counted() {
+        let metrics = crate::agent::metrics::Metrics::new("canary");
+        let n = notifier(&[("oncall", "http://127.0.0.1:9/hook")])
+            .with_retry(RetryPolicy { attempts: 1, ..RetryPolicy::default() })
+            .counting(metrics.notifications());
+        n.deliver("oncall", &rollback()).await.unwrap_err();
+        let text = metrics.encode();
+        let series = "fleetgate_notifications_total{cluster=\"canary\",endpoint=\"oncall\",outcome=\"failed\"} 1";
+        assert!(text.contains(series), "{text}");
     }
 
     #[tokio::test]

@@ -130,7 +130,8 @@ impl AgentServices {
         let events = EventRecorder::new(client.clone(), &config.identity);
         let notifier = (!config.notify.is_empty())
             .then(|| Notifier::new(config.notify.clone(), &config.cluster, config.notify_timeout))
-            .transpose()?;
+            .transpose()?
+            .map(|n| n.counting(metrics.notifications()));
         // Obtains the token once now, so a missing Secret (or a GitHub App that cannot mint) stops the Pod at start, not at the first
         // status; each status reads it again (a rotated token is picked up).
         if let Some(forge) = &config.forge {

@@ -11,6 +11,7 @@
 //! | point | where |
 //! |---|---|
 //! | `step.<step>.after-persist` | a step's state (with its status, as undelivered) written, the status not pushed yet |
+//! | `status.push.negotiated` | inside libgit2's push of a status note that moves the notes ref: the server has advertised its refs, the pack is not sent |
 //! | `status.<state>.after-push` | a status (`pending`, `success`, `failure`, `error`) pushed to Git, still undelivered in the state |
 //! | `snapshot.after-chunks` | a snapshot's chunk Secrets written, its index Secret not yet |
 //! | `snapshot.after-save` | the snapshot complete, the apply not yet recorded (`StartApply`) |
@@ -53,9 +54,26 @@ fn armed() -> Option<&'static Armed> {
 
 /// Passes `point`; when it is the armed one, writes its marker and never returns.
 pub async fn reached(point: &str) {
-    let Some(armed) = armed() else { return };
+    if mark(point) {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// [`reached`] on a thread that may block (inside a libgit2 callback): when `point` is the armed
+/// one, parks that thread for good.
+pub fn reached_blocking(point: &str) {
+    if mark(point) {
+        loop {
+            std::thread::park();
+        }
+    }
+}
+
+/// Whether `point` is the armed one; if so, its marker is written.
+fn mark(point: &str) -> bool {
+    let Some(armed) = armed() else { return false };
     if armed.point != point {
-        return;
+        return false;
     }
     let marker = armed.dir.join(point);
     // Written aside and renamed: whoever sees the marker sees the pid in it.
@@ -66,5 +84,5 @@ pub async fn reached(point: &str) {
         tracing::error!(marker = %marker.display(), error = %e, "could not write the stop point's marker");
     }
     tracing::warn!(point, "test stop point reached; halting here until killed");
-    std::future::pending::<()>().await;
+    true
 }

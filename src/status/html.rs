@@ -83,6 +83,7 @@ table.matrix{border-collapse:collapse}
 .matrix thead th{background:#f6f8fa;vertical-align:bottom}
 .matrix thead .sum{font-weight:normal;color:#59636e;font-size:.85em}
 .matrix th.wave{background:#eef1f4;text-transform:uppercase;letter-spacing:.05em;font-size:.8em}
+.matrix th.wave .settings{text-transform:none;letter-spacing:0;font-weight:normal;color:#59636e}
 .matrix th.cluster{font-weight:normal;padding-left:1.2em}
 td.cell{cursor:pointer;min-width:6em}
 td.cell:focus,td.cell.selected{outline:3px solid #0969da;outline-offset:-3px}
@@ -280,9 +281,15 @@ pub fn render_html(m: &Matrix, opts: &HtmlOptions) -> String {
     }
     out.push_str("</tr></thead>\n");
     for wave in &m.waves {
+        // How the wave selects and paces (labels, share, soak, windows…): why these rows are here.
+        let settings = wave
+            .settings
+            .as_deref()
+            .map(|s| format!(" <span class=\"settings\">· {}</span>", escape(s)))
+            .unwrap_or_default();
         let _ = write!(
             out,
-            "<tbody data-wave=\"{}\"><tr><th class=\"wave\" colspan=\"{}\">{}</th></tr>\n",
+            "<tbody data-wave=\"{}\"><tr><th class=\"wave\" colspan=\"{}\">{}{settings}</th></tr>\n",
             escape(&wave.name),
             m.releases.len() + 1,
             escape(&wave.name)
@@ -354,6 +361,15 @@ mod tests {
         assert_eq!(page.matches("<script>").count(), 1, "{page}");
         assert!(!page.contains("<b>1"), "{page}");
         assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;&quot;&#39; onmouseover=x"), "{page}");
+    }
+
+    #[test]
+    fn a_wave_header_says_how_the_wave_selects_and_paces() {
+        let mut m = matrix("ok", "c1");
+        assert!(!render_html(&m, &HtmlOptions::default()).contains("class=\"settings\""), "a plain wave has none");
+        m.waves[0].settings = Some("env=production, 25 %, soak 15s".into());
+        let page = render_html(&m, &HtmlOptions::default());
+        assert!(page.contains(">canary <span class=\"settings\">· env=production, 25 %, soak 15s</span></th>"), "{page}");
     }
 
     #[test]

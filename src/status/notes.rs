@@ -267,6 +267,13 @@ fn push(repo: &Repository, remote: &GitRemote, refname: &str) -> Result<Option<S
         }
         Ok(())
     });
+    cbs.push_negotiation(|updates| {
+        // Only a push that moves the ref: re-delivering an entry the note already holds sends nothing.
+        if updates.iter().any(|u| u.src() != u.dst()) {
+            crate::model::stop_point::reached_blocking("status.push.negotiated");
+        }
+        Ok(())
+    });
     let mut opts = remote.access.push_options(&remote.url, cbs);
     let result = r.push(&[format!("{refname}:{refname}")], Some(&mut opts));
     drop(opts);
