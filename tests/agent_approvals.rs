@@ -9,13 +9,22 @@
 //! by the release key, on another commit, an approval of another wave under this wave's name.
 //! Each is ignored and says why. `fleetgate approve` with the approver's key makes it start, and
 //! the status of the start records who approved, why, and for which wave (`fleetgate audit`).
+//!
+//! With a forge (a local server holding GitHub's side of the contract: a token it checks, the pull
+//! requests of a commit, their reviews), an approving review of the promotion PR at its head by a
+//! login of the agent's `--approver` list approves too; other logins, reviews of an older head and
+//! comments do not.
 
 mod agent_support;
 
 use agent_support::*;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use fleetgate::agent::{Agent, AgentSettings, Outcome};
-use fleetgate::status::{State, Status};
+use fleetgate::model::ForgeKind;
+use fleetgate::status::{ForgeSettings, State, Status};
+use serde_json::{Value, json};
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 
 const BIN: &str = env!("CARGO_BIN_EXE_fleetgate");
 const WAVES: &str = "  waves:\n    - canary\n    - name: wave-1\n      approval: required\n    - wave-2\n";
@@ -144,5 +153,106 @@ async fn a_wave_that_requires_approval_starts_only_on_an_approvers_signed_tag() 
         audit.contains("↳ approved for wave wave-1 by Ana Approver <ana@example.com>")
             && audit.contains("(tag approve/rel-1/wave-1): CAB-1234: approved for today"),
         "fleetgate audit shows who, scope and why:\n{audit}"
+    );
+}
+
+const TOKEN: &str = "ghp_approvals";
+const REPOSITORY: &str = "octo/fleet";
+const PULL: u64 = 7;
+
+/// GitHub's side: the promotion PR (number 7, head `head`) and its reviews; statuses accepted.
+#[derive(Clone, Default)]
+struct GitHub {
+    head: Arc<Mutex<String>>,
+    reviews: Arc<Mutex<Vec<Value>>>,
+}
+
+impl GitHub {
+    fn answer(&self, method: &Method, path: &str, auth: Option<&str>) -> (StatusCode, Value) {
+        if auth != Some(&format!("Bearer {TOKEN}")) {
+            return (StatusCode::UNAUTHORIZED, json!({"message": "Bad credentials"}));
+        }
+        let head = self.head.lock().unwrap().clone();
+        let repo = format!("/repos/{REPOSITORY}");
+        match (method.as_str(), path.strip_prefix(&repo)) {
+            ("POST", Some(p)) if p.starts_with("/statuses/") => (StatusCode::CREATED, json!({})),
+            ("GET", Some(p)) if p == format!("/commits/{head}/pulls") => {
+                (StatusCode::OK, json!([{"number": PULL, "head": {"sha": head}}]))
+            }
+            ("GET", Some(p)) if p.starts_with("/commits/") && p.ends_with("/pulls") => (StatusCode::OK, json!([])),
+            ("GET", Some(p)) if p == format!("/pulls/{PULL}/reviews") => {
+                (StatusCode::OK, Value::Array(self.reviews.lock().unwrap().clone()))
+            }
+            _ => (StatusCode::NOT_FOUND, json!({"message": "Not Found"})),
+        }
+    }
+
+    async fn serve(&self) -> String {
+        let github = self.clone();
+        let app = axum::Router::new().fallback(move |method: Method, uri: Uri, headers: HeaderMap| {
+            let github = github.clone();
+            async move {
+                let auth = headers.get("authorization").and_then(|v| v.to_str().ok());
+                let (code, body) = github.answer(&method, uri.path(), auth);
+                (code, axum::Json(body))
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        base
+    }
+
+    fn review(&self, login: &str, state: &str, commit: &str, body: &str) {
+        let review = json!({"user": {"login": login}, "state": state, "commit_id": commit, "body": body});
+        self.reviews.lock().unwrap().push(review);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approvers_review_of_the_promotion_pr_at_its_head_approves_too() {
+    let fleet = Fleet::start("approvals-forge", false).await;
+    fleet.edit("fleet.yaml", "  waves: [canary, wave-1, wave-2]\n", WAVES);
+    fleet.commit_and_push("wave-1 needs an approval");
+    let commit = fleet.release("rel-1", |_| {});
+    fleet.promote("rel-1");
+    let head = fleet.tip();
+    let done = Status::new(CLUSTER, "rel-1", &commit, State::Success, "all gates passed for 3s");
+    fleet.write_status_as(&fleet.status_identity(CLUSTER), &done);
+
+    let github = GitHub::default();
+    *github.head.lock().unwrap() = head.clone();
+    // None of these counts: a login the agent does not list, an approval of an older head, a comment.
+    github.review("mallory", "APPROVED", &head, "looks fine to me");
+    github.review("ana", "APPROVED", &commit, "approved an earlier head");
+    github.review("ana", "COMMENTED", &head, "will look tomorrow");
+    let url = github.serve().await;
+    let token = fleet.dir.path().join("forge-token");
+    std::fs::write(&token, TOKEN).unwrap();
+    let forge = ForgeSettings {
+        kind: Some(ForgeKind::Github),
+        url: Some(url),
+        repository: Some(REPOSITORY.into()),
+        token_file: Some(token),
+        ..Default::default()
+    };
+    let settings = AgentSettings { forge, approvers: vec!["ana".into()], ..fleet.settings_for("cluster-b") };
+    let mut agent = fleet.agent_with(settings).await;
+
+    let asked = "waiting for approval of wave wave-1 (fleetgate approve rel-1 --wave wave-1)";
+    assert_eq!(waiting(&mut agent, "no approval by a listed login at the head").await, asked);
+    assert!(!fleet.namespace_applied(OPERATOR_NS).await, "nothing is applied while waiting");
+
+    github.review("ana", "APPROVED", &head, "LGTM for wave-1");
+    assert_eq!(within("approved pass", 180, agent.reconcile()).await.unwrap(), Outcome::Succeeded("rel-1".into()));
+    let approval = fleet
+        .statuses_of("cluster-b", &commit)
+        .into_iter()
+        .find_map(|s| s.approval)
+        .expect("the start records the approval");
+    let via = format!("GitHub review of pull request #{PULL} at {}", &head[..12]);
+    assert_eq!(
+        (approval.by.as_str(), approval.why.as_str(), approval.wave.as_str(), approval.via.as_str()),
+        ("ana (GitHub login)", "LGTM for wave-1", "wave-1", via.as_str())
     );
 }

@@ -45,6 +45,7 @@ const EVERYTHING: &[&str] = &[
     "--set=tolerations[0].key=dedicated,tolerations[0].operator=Exists,tolerations[0].effect=NoSchedule",
     "--set=trustedKeys.configMapName=release-signers",
     "--set=approverKeys.secretName=fleetgate-approver-keys",
+    "--set=approvers[0]=ana",
 ];
 
 fn chart_dir() -> PathBuf {
@@ -270,6 +271,7 @@ fn every_value_becomes_agent_configuration_on_a_mounted_path() {
     assert_eq!(settings.allow_gate_kinds, ["Certificate.cert-manager.io"]);
     assert_eq!(settings.drift_interval, Some(std::time::Duration::from_secs(300)));
     assert_eq!(settings.promotions, Some(PromotionMode::Signed));
+    assert_eq!(settings.approvers, ["ana"]);
     let forge_token = settings.forge.token_file.clone().expect("forge.tokenFile");
 
     let deployment = find(&objects, "Deployment fleetgate-system/fleetgate-agent");

@@ -299,3 +299,74 @@ async fn publisher_writes_git_notes_even_when_the_forge_fails() {
         fleetgate::status::read_all(&reader, &[git2::Oid::from_str(&sha).unwrap()], &status_support::keys()).unwrap();
     assert_eq!(set.latest("cluster-a", "rel-1").unwrap().description, "all gates passed");
 }
+
+/// Serves `answers` (path → JSON) to GETs carrying `auth` in `header`; anything else is a 404.
+async fn serve_answers(header: &'static str, auth: &'static str, answers: Vec<(String, Value)>) -> String {
+    let app = axum::Router::new().fallback(move |method: Method, uri: Uri, headers: HeaderMap| {
+        let answers = answers.clone();
+        async move {
+            let authorized = headers.get(header).and_then(|v| v.to_str().ok()) == Some(auth);
+            match answers.iter().find(|(p, _)| *p == uri.path()) {
+                Some((_, body)) if method == Method::GET && authorized => (StatusCode::OK, axum::Json(body.clone())),
+                _ => (StatusCode::NOT_FOUND, axum::Json(json!({"message": "404 Not Found"}))),
+            }
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    base
+}
+
+/// Approvals of the promotion PR as Gitea and GitLab report them: only approvals at the head
+/// count (Gitea: not dismissed, not stale; GitLab: a merge request whose head is still it).
+#[tokio::test]
+async fn gitea_and_gitlab_approvals_count_only_at_the_head() {
+    let review = |login: &str, state: &str, commit: &str, extra: Value| {
+        let mut r = json!({"user": {"login": login}, "state": state, "commit_id": commit, "body": format!("by {login}")});
+        r.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        r
+    };
+    let reviews = json!([
+        review("ana", "APPROVED", SHA, json!({})),
+        review("bob", "APPROVED", "0".repeat(40).as_str(), json!({})),
+        review("cy", "APPROVED", SHA, json!({"dismissed": true})),
+        review("dee", "APPROVED", SHA, json!({"stale": true})),
+        review("eve", "REQUEST_CHANGES", SHA, json!({})),
+    ]);
+    let gitea = serve_answers(
+        "authorization",
+        "token gitea-t",
+        vec![
+            (format!("/api/v1/repos/octo/fleet/commits/{SHA}/pull"), json!({"number": 3})),
+            ("/api/v1/repos/octo/fleet/pulls/3/reviews".to_string(), reviews),
+        ],
+    )
+    .await;
+    let found = backend(ForgeKind::Gitea, &gitea, "octo/fleet", "gitea-t").approvals(SHA).await.unwrap();
+    let found: Vec<(&str, u64, &str)> = found.iter().map(|a| (a.login.as_str(), a.pull, a.body.as_str())).collect();
+    assert_eq!(found, [("ana", 3, "by ana")]);
+
+    let gitlab = serve_answers(
+        "private-token",
+        "glpat-t",
+        vec![
+            (
+                format!("/api/v4/projects/platform%2Ffleet/repository/commits/{SHA}/merge_requests"),
+                json!([{"iid": 5, "sha": SHA}, {"iid": 4, "sha": "0".repeat(40)}]),
+            ),
+            (
+                "/api/v4/projects/platform%2Ffleet/merge_requests/5/approvals".to_string(),
+                json!({"approved_by": [{"user": {"username": "ana"}}]}),
+            ),
+            (
+                "/api/v4/projects/platform%2Ffleet/merge_requests/4/approvals".to_string(),
+                json!({"approved_by": [{"user": {"username": "bob"}}]}),
+            ),
+        ],
+    )
+    .await;
+    let found = backend(ForgeKind::Gitlab, &gitlab, "platform/fleet", "glpat-t").approvals(SHA).await.unwrap();
+    let found: Vec<(&str, u64)> = found.iter().map(|a| (a.login.as_str(), a.pull)).collect();
+    assert_eq!(found, [("ana", 5)]);
+}

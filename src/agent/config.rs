@@ -227,6 +227,9 @@ pub struct AgentConfig {
     /// The approvers' keys: who may approve a release for a wave with `approval: required`
     /// (signed `approve/<release>/<wave>` tags); empty: no approval counts, such waves wait.
     pub approver_keys: Vec<PathBuf>,
+    /// Forge logins whose approval of the promotion PR approves a release for such a wave too
+    /// (the forge authenticates them; needs `forge`). Empty: only signed tags count.
+    pub approvers: Vec<String>,
     /// The fleet every release must name; `None`: pinned from the first accepted `fleet.yaml`.
     pub fleet: Option<String>,
     /// The status key file (OpenSSH Ed25519 private key); `None`: the key in the Secret
@@ -315,6 +318,8 @@ pub struct AgentSettings {
     pub promotion_keys: Vec<PathBuf>,
     #[serde(default)]
     pub approver_keys: Vec<PathBuf>,
+    #[serde(default)]
+    pub approvers: Vec<String>,
     pub fleet: Option<String>,
     pub status_key: Option<PathBuf>,
 }
@@ -434,6 +439,7 @@ impl AgentSettings {
             promotions: higher.promotions.or(self.promotions),
             promotion_keys: if higher.promotion_keys.is_empty() { self.promotion_keys } else { higher.promotion_keys },
             approver_keys: if higher.approver_keys.is_empty() { self.approver_keys } else { higher.approver_keys },
+            approvers: if higher.approvers.is_empty() { self.approvers } else { higher.approvers },
             fleet: higher.fleet.or(self.fleet),
             status_key: higher.status_key.or(self.status_key),
         }
@@ -536,6 +542,7 @@ impl AgentSettings {
             promotions: self.promotions,
             promotion_keys: optional_key_files(&self.promotion_keys)?,
             approver_keys: optional_key_files(&self.approver_keys)?,
+            approvers: self.approvers,
             fleet: self.fleet,
             status_key: self.status_key,
             cluster,

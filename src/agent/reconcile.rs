@@ -20,7 +20,8 @@
 //! for the next pass.
 //!
 //! A wave with `approval: required` waits, after the wave gate lets it start, for a signed
-//! approval tag ([`release::check_approval`], the agent's approvers' keys): meanwhile a `pending`
+//! approval tag ([`release::check_approval`], the agent's approvers' keys) or an approving review
+//! of the promotion PR by an `--approver` login on the agent's forge: meanwhile a `pending`
 //! status says so (once per reason), a tag that does not count is a Warning Event
 //! `ApprovalIgnored`, and the start's status records who approved.
 //!
@@ -452,9 +453,11 @@ impl Agent {
     }
 
     /// The last rule of the wave gating: when the cluster's wave (`wave`, in the trusted `config`)
-    /// requires approval, a move forward to `desired` needs one ([`release::check_approval`] with
-    /// the approvers' keys). `Ok(Ok(None))`: none needed; `Ok(Err(verdict))`: none that counts.
-    fn approval(
+    /// requires approval, a move forward to `desired` needs one: a signed tag
+    /// ([`release::check_approval`] with the approvers' keys), else an approving review of the
+    /// promotion PR by an `--approver` login ([`Self::forge_approval`]). `Ok(Ok(None))`: none
+    /// needed; `Ok(Err(verdict))`: none that counts, the tag's verdict saying why.
+    async fn approval(
         &self,
         checkout: &Checkout,
         config: &FleetConfig,
@@ -469,9 +472,45 @@ impl Agent {
         let verdict = tokio::task::block_in_place(|| {
             release::check_approval(checkout, self.approvers.as_ref(), &desired.id, desired.tag.commit, wave)
         })?;
-        Ok(match verdict {
-            release::ApprovalVerdict::Approved(record) => Ok(Some(record)),
-            other => Err(other),
+        if let release::ApprovalVerdict::Approved(record) = verdict {
+            return Ok(Ok(Some(record)));
+        }
+        Ok(self.forge_approval(checkout, &desired.id, wave).await.map(Some).ok_or(verdict))
+    }
+
+    /// An approving review, at its head, of the PR that promoted this cluster to `release`
+    /// ([`release::promotion_head`]) by one of the agent's `--approver` logins, read from the
+    /// agent's own forge: the forge authenticated the login, the agent's configuration says who
+    /// may approve, the repo decides neither. None without a forge or approvers, and when the
+    /// forge cannot be read (logged; the wave keeps waiting).
+    async fn forge_approval(&self, checkout: &Checkout, release: &str, wave: &str) -> Option<ApprovalRecord> {
+        let config = &self.services.config;
+        let forge = config.forge.as_ref().filter(|_| !config.approvers.is_empty())?;
+        let head = match tokio::task::block_in_place(|| release::promotion_head(checkout, &config.cluster, release)) {
+            Ok(head) => head?,
+            Err(e) => {
+                let why = "could not find the promotion commit; its PR's approvals are not read";
+                tracing::warn!(error = %error_chain(&e), "{why}");
+                return None;
+            }
+        };
+        let found = match status::ForgeBackend::from_config(forge).await {
+            Ok(backend) => backend.approvals(&head.to_string()).await,
+            Err(e) => Err(e),
+        };
+        let found = match found {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "could not read the promotion PR's approvals");
+                return None;
+            }
+        };
+        let name = status::forge::forge_name(forge.kind);
+        found.into_iter().find(|a| config.approvers.contains(&a.login)).map(|a| ApprovalRecord {
+            by: format!("{} ({name} login)", a.login),
+            why: if a.body.trim().is_empty() { format!("approved pull request #{}", a.pull) } else { a.body },
+            wave: wave.to_string(),
+            via: format!("{name} review of pull request #{} at {}", a.pull, crate::source::short(head)),
         })
     }
 
@@ -579,7 +618,7 @@ impl Agent {
         }
         // The wave may start: does it wait for a person? Its clusters say so in a pending status.
         let wave = members.iter().find(|m| m.name == cluster).map(|m| m.wave.clone()).unwrap_or_default();
-        let approval = match self.approval(checkout, &config, &wave, &desired, movement)? {
+        let approval = match self.approval(checkout, &config, &wave, &desired, movement).await? {
             Ok(approval) => approval,
             Err(verdict) => {
                 let ignored = match &verdict {

@@ -155,6 +155,10 @@ pub struct Args {
     /// [default: none; such waves wait].
     #[arg(long, env = "FLEETGATE_APPROVER_KEYS", value_name = "FILE|DIR", value_delimiter = ',')]
     approver_keys: Vec<PathBuf>,
+    /// A forge login whose approving review of the promotion PR (at its head) approves a release
+    /// for such a wave too; needs --forge-* [default: none; only signed approval tags count].
+    #[arg(long = "approver", env = "FLEETGATE_APPROVERS", value_name = "LOGIN", value_delimiter = ',')]
+    approvers: Vec<String>,
     /// The fleet's name (fleet.yaml metadata.name) every release must name in spec.fleet
     /// [default: the name in the first fleet.yaml this agent accepts, remembered in its state].
     #[arg(long, env = "FLEETGATE_FLEET", value_name = "NAME")]
@@ -214,6 +218,7 @@ impl Args {
             promotions: self.promotions,
             promotion_keys: self.promotion_keys,
             approver_keys: self.approver_keys,
+            approvers: self.approvers,
             fleet: self.fleet,
             status_key: self.status_key,
         };

@@ -12,6 +12,11 @@
 //!   `PRIVATE-TOKEN: …`; body `state` (pending|running|success|failed|canceled), `name` (the
 //!   context), `description`, `target_url`.
 //!
+//! Approvals of a promotion PR ([`ForgeBackend::approvals`]) are read from GitHub's
+//! `GET /repos/{o}/{r}/commits/{sha}/pulls` and `…/pulls/{n}/reviews`, Gitea's
+//! `GET /repos/{o}/{r}/commits/{sha}/pull` and `…/pulls/{n}/reviews`, and GitLab's
+//! `GET /projects/{id}/repository/commits/{sha}/merge_requests` and `…/merge_requests/{iid}/approvals`.
+//!
 //! Descriptions are cut to 140 characters (GitHub's documented limit), for every forge alike.
 
 use super::github_app::{self, GithubApp};
@@ -335,23 +340,14 @@ impl ForgeBackend {
     pub fn request(&self, status: &Status) -> ForgeRequest {
         let description = truncate(&status.description, MAX_DESCRIPTION);
         let sha = &status.commit;
-        let (url, mut headers, mut body) = match self.kind {
-            ForgeKind::Github => (
+        let mut headers = self.auth_headers();
+        let (url, mut body) = match self.kind {
+            ForgeKind::Github | ForgeKind::Gitea => (
                 format!("{}/repos/{}/statuses/{sha}", self.api, self.repository),
-                [("authorization", format!("Bearer {}", self.token.secret))].into_iter().chain(github_headers()).collect(),
-                json!({"state": status.state.as_str(), "description": description, "context": status.context()}),
-            ),
-            ForgeKind::Gitea => (
-                format!("{}/repos/{}/statuses/{sha}", self.api, self.repository),
-                vec![
-                    ("authorization", format!("token {}", self.token.secret)),
-                    ("accept", "application/json".to_string()),
-                ],
                 json!({"state": status.state.as_str(), "description": description, "context": status.context()}),
             ),
             ForgeKind::Gitlab => (
                 format!("{}/projects/{}/statuses/{sha}", self.api, encode_path_segment(&self.repository)),
-                vec![("private-token", self.token.secret.clone()), ("accept", "application/json".to_string())],
                 json!({"state": gitlab_state(status), "name": status.context(), "description": description}),
             ),
         };
@@ -389,10 +385,107 @@ impl ForgeBackend {
         }
         let headers = response.headers().clone();
         let text = response.text().await.map_err(transport)?;
-        Err(self.classify(code, &headers, &text, status))
+        Err(self.classify(code, &headers, &text, &status.commit))
     }
 
-    fn classify(&self, code: StatusCode, headers: &HeaderMap, body: &str, status: &Status) -> ForgeError {
+    /// The approvals given on the pull (merge) requests whose head is `head`, each by a login the
+    /// forge authenticated and given at that very head: an approval of an earlier head (content
+    /// pushed since), a dismissed or stale one does not count.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send): the forge refused or could not be reached.
+    pub async fn approvals(&self, head: &str) -> Result<Vec<ForgeApproval>, ForgeError> {
+        let (api, repo) = (&self.api, &self.repository);
+        let mut out = Vec::new();
+        let reviews = |v: &Value, pull: u64, out: &mut Vec<ForgeApproval>| {
+            for r in v.as_array().into_iter().flatten() {
+                let counts = r["state"] == "APPROVED"
+                    && r["commit_id"] == head
+                    && r["dismissed"] != true
+                    && r["stale"] != true;
+                if let (true, Some(login)) = (counts, r["user"]["login"].as_str()) {
+                    let body = r["body"].as_str().unwrap_or_default().to_string();
+                    out.push(ForgeApproval { login: login.to_string(), pull, body });
+                }
+            }
+        };
+        match self.kind {
+            ForgeKind::Github => {
+                let pulls = self.get(&format!("{api}/repos/{repo}/commits/{head}/pulls"), head).await?;
+                for number in pulls.as_array().into_iter().flatten().filter_map(|p| p["number"].as_u64()) {
+                    let found = self.get(&format!("{api}/repos/{repo}/pulls/{number}/reviews"), head).await?;
+                    reviews(&found, number, &mut out);
+                }
+            }
+            ForgeKind::Gitea => {
+                let pull = self.get(&format!("{api}/repos/{repo}/commits/{head}/pull"), head).await?;
+                if let Some(number) = pull["number"].as_u64() {
+                    let found = self.get(&format!("{api}/repos/{repo}/pulls/{number}/reviews"), head).await?;
+                    reviews(&found, number, &mut out);
+                }
+            }
+            ForgeKind::Gitlab => {
+                let project = encode_path_segment(repo);
+                let project = format!("{api}/projects/{project}");
+                let mrs = self.get(&format!("{project}/repository/commits/{head}/merge_requests"), head).await?;
+                // GitLab's approvals belong to the request; only one whose head is still `head` counts.
+                for mr in mrs.as_array().into_iter().flatten().filter(|m| m["sha"] == head) {
+                    let Some(iid) = mr["iid"].as_u64() else { continue };
+                    let found = self.get(&format!("{project}/merge_requests/{iid}/approvals"), head).await?;
+                    let logins = found["approved_by"].as_array().into_iter().flatten();
+                    for login in logins.filter_map(|a| a["user"]["username"].as_str()) {
+                        out.push(ForgeApproval { login: login.to_string(), pull: iid, body: String::new() });
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// A GET of the forge's API with its authorization; `sha` names the commit in a 404.
+    async fn get(&self, url: &str, sha: &str) -> Result<Value, ForgeError> {
+        let forge = forge_name(self.kind);
+        let mut builder = self.client.get(url);
+        for (name, value) in self.auth_headers() {
+            builder = builder.header(name, value);
+        }
+        let transport = |source: reqwest::Error| ForgeError::Transport {
+            forge,
+            url: url.to_string(),
+            source: source.without_url(),
+        };
+        let response = builder.send().await.map_err(transport)?;
+        let code = response.status();
+        let headers = response.headers().clone();
+        let text = response.text().await.map_err(transport)?;
+        if !code.is_success() {
+            return Err(self.classify(code, &headers, &text, sha));
+        }
+        serde_json::from_str(&text).map_err(|e| ForgeError::Unexpected {
+            forge,
+            status: code.as_u16(),
+            message: format!("an answer that is not JSON ({e})"),
+        })
+    }
+
+    /// The authorization (and content type) headers every request to this forge carries.
+    fn auth_headers(&self) -> Vec<(&'static str, String)> {
+        match self.kind {
+            ForgeKind::Github => [("authorization", format!("Bearer {}", self.token.secret))]
+                .into_iter()
+                .chain(github_headers())
+                .collect(),
+            ForgeKind::Gitea => vec![
+                ("authorization", format!("token {}", self.token.secret)),
+                ("accept", "application/json".to_string()),
+            ],
+            ForgeKind::Gitlab => {
+                vec![("private-token", self.token.secret.clone()), ("accept", "application/json".to_string())]
+            }
+        }
+    }
+
+    fn classify(&self, code: StatusCode, headers: &HeaderMap, body: &str, sha: &str) -> ForgeError {
         let forge = forge_name(self.kind);
         let message = error_message(body);
         let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
@@ -412,7 +505,7 @@ impl ForgeBackend {
             401 => ForgeError::Unauthorized { forge, token: self.token.source.clone(), message },
             403 => ForgeError::Forbidden { forge, repository: self.repository.clone(), message },
             404 => {
-                ForgeError::NotFound { forge, repository: self.repository.clone(), sha: status.commit.clone(), message }
+                ForgeError::NotFound { forge, repository: self.repository.clone(), sha: sha.to_string(), message }
             }
             400 | 422 => ForgeError::Rejected { forge, status: code.as_u16(), message },
             other => ForgeError::Unexpected { forge, status: other, message },
@@ -453,6 +546,16 @@ fn gitlab_state(status: &Status) -> &'static str {
         State::Success => "success",
         State::Failure | State::Error => "failed",
     }
+}
+
+/// An approving review of a pull (merge) request: its author as the forge authenticated them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForgeApproval {
+    pub login: String,
+    /// The pull request's number (GitLab: the merge request's iid).
+    pub pull: u64,
+    /// The review's text (empty on GitLab, whose approvals carry none).
+    pub body: String,
 }
 
 /// Percent-encodes everything but RFC 3986 unreserved characters (GitLab wants `group%2Fproject`).

@@ -36,7 +36,9 @@ mod write_back_tip;
 
 pub use backend::{GitNotesBackend, Publisher, StatusBackend, StatusError};
 pub use identity::{KeyError, STATUS_NAMESPACE, StatusIdentity, StatusKey, StatusKeys, StatusSigner, Unverified};
-pub use forge::{FORGE_TOKEN_ENV, ForgeBackend, ForgeConfig, ForgeError, ForgeSettings, Token, TokenSource};
+pub use forge::{
+    FORGE_TOKEN_ENV, ForgeApproval, ForgeBackend, ForgeConfig, ForgeError, ForgeSettings, Token, TokenSource,
+};
 pub use github_app::GithubApp;
 pub use html::{CommitUrl, CommitUrlError, HtmlOptions, render_html};
 pub use matrix::{Matrix, Origin, ReleaseRef, RenderOptions, render_release, render_table};
