@@ -13,7 +13,8 @@
 //! With a forge (a local server holding GitHub's side of the contract: a token it checks, the pull
 //! requests of a commit, their reviews), an approving review of the promotion PR at its head by a
 //! login of the agent's `--approver` list approves too; other logins, reviews of an older head and
-//! comments do not.
+//! comments do not. The same through a real Gitea (`hack/gitea-binary.sh`; skipped without it): a
+//! second Gitea user's review of the promotion PR, merged with a merge commit.
 
 mod agent_support;
 
@@ -254,5 +255,85 @@ async fn an_approvers_review_of_the_promotion_pr_at_its_head_approves_too() {
     assert_eq!(
         (approval.by.as_str(), approval.why.as_str(), approval.wave.as_str(), approval.via.as_str()),
         ("ana (GitHub login)", "LGTM for wave-1", "wave-1", via.as_str())
+    );
+}
+
+/// The same through a real Gitea: a promotion PR reviewed by a second Gitea user and merged with
+/// a merge commit (so the PR's head is the merge's second parent). An agent that lists another
+/// login waits; one that lists the reviewer starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gitea_review_of_the_promotion_pr_by_a_listed_login_approves() {
+    use fleetgate_testenv::Gitea;
+    use reqwest::Method;
+    if Gitea::binary().is_none() {
+        eprintln!("{}", Gitea::skip_message());
+        return;
+    }
+    let fleet = Fleet::start("approvals-gitea", false).await;
+    let gitea = within("gitea starts", 90, Gitea::start()).await.unwrap_or_else(|e| panic!("{e:#}"));
+    gitea.create_repo("fleet").await.unwrap();
+    let repository = gitea.repository("fleet");
+    fleet.edit("fleet.yaml", "  waves: [canary, wave-1, wave-2]\n", WAVES);
+    fleet.commit_and_push("wave-1 needs an approval");
+    let commit = fleet.release("rel-1", |_| {});
+    // The agents read the git daemon; the promotion goes through a PR in Gitea, then back.
+    fleet.git(&["remote", "add", "gitea", &gitea.push_url("fleet")]);
+    fleet.git(&["push", "-q", "gitea", "main"]);
+    let user = json!({"username": "ana", "email": "ana@example.com", "password": "ana-pass-1234", "must_change_password": false});
+    gitea.api(Method::POST, "/admin/users", Some(user)).await.unwrap();
+    gitea
+        .api(Method::PUT, &format!("/repos/{repository}/collaborators/ana"), Some(json!({"permission": "write"})))
+        .await
+        .unwrap();
+    fleet.git(&["checkout", "-q", "-b", "promote/rel-1"]);
+    fleet.write_fleet_release("rel-1");
+    fleet.git(&["commit", "-q", "-am", "promote rel-1 to the fleet"]);
+    let head = fleet.tip();
+    fleet.git(&["push", "-q", "gitea", "promote/rel-1"]);
+    let pr = json!({"head": "promote/rel-1", "base": "main", "title": "promote rel-1"});
+    let pr = gitea.api(Method::POST, &format!("/repos/{repository}/pulls"), Some(pr)).await.unwrap();
+    let number = pr["number"].as_u64().unwrap();
+    // ana approves (the admin's token acting as ana: Gitea's sudo).
+    let review = json!({"event": "APPROVED", "body": "CAB-77: fine for wave-1", "commit_id": head});
+    gitea
+        .api(Method::POST, &format!("/repos/{repository}/pulls/{number}/reviews?sudo=ana"), Some(review))
+        .await
+        .unwrap();
+    gitea.merge_pull("fleet", number, "merge").await.unwrap();
+    fleet.git(&["checkout", "-q", "main"]);
+    fleet.git(&["pull", "-q", "--ff-only", "gitea", "main"]);
+    fleet.git(&["push", "-q", "origin", "main"]);
+    let done = Status::new(CLUSTER, "rel-1", &commit, State::Success, "all gates passed for 3s");
+    fleet.write_status_as(&fleet.status_identity(CLUSTER), &done);
+
+    let token = fleet.dir.path().join("gitea-token");
+    std::fs::write(&token, gitea.token()).unwrap();
+    let listing = |login: &str| AgentSettings {
+        forge: ForgeSettings {
+            kind: Some(ForgeKind::Gitea),
+            url: Some(gitea.url()),
+            repository: Some(repository.clone()),
+            token_file: Some(token.clone()),
+            ..Default::default()
+        },
+        approvers: vec![login.into()],
+        ..fleet.settings_for("cluster-b")
+    };
+    let mut agent = fleet.agent_with(listing("bob")).await;
+    let asked = "waiting for approval of wave wave-1 (fleetgate approve rel-1 --wave wave-1)";
+    assert_eq!(waiting(&mut agent, "ana's review, an agent listing bob").await, asked);
+    drop(agent);
+
+    let mut agent = fleet.agent_with(listing("ana")).await;
+    assert_eq!(within("ana listed", 180, agent.reconcile()).await.unwrap(), Outcome::Succeeded("rel-1".into()));
+    let approval =
+        fleet.statuses_of("cluster-b", &commit).into_iter().find_map(|s| s.approval).expect("the start records it");
+    assert_eq!(
+        (approval.by.as_str(), approval.why.as_str(), approval.via),
+        (
+            "ana (Gitea login)",
+            "CAB-77: fine for wave-1",
+            format!("Gitea review of pull request #{number} at {}", &head[..12])
+        )
     );
 }

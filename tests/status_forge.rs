@@ -338,7 +338,10 @@ async fn gitea_and_gitlab_approvals_count_only_at_the_head() {
         "authorization",
         "token gitea-t",
         vec![
-            (format!("/api/v1/repos/octo/fleet/commits/{SHA}/pull"), json!({"number": 3})),
+            (
+                "/api/v1/repos/octo/fleet/pulls".to_string(),
+                json!([{"number": 4, "head": {"sha": "0".repeat(40)}}, {"number": 3, "head": {"sha": SHA}}]),
+            ),
             ("/api/v1/repos/octo/fleet/pulls/3/reviews".to_string(), reviews),
         ],
     )

@@ -14,7 +14,7 @@
 //!
 //! Approvals of a promotion PR ([`ForgeBackend::approvals`]) are read from GitHub's
 //! `GET /repos/{o}/{r}/commits/{sha}/pulls` and `…/pulls/{n}/reviews`, Gitea's
-//! `GET /repos/{o}/{r}/commits/{sha}/pull` and `…/pulls/{n}/reviews`, and GitLab's
+//! `GET /repos/{o}/{r}/pulls?state=all&sort=recentupdate` (the newest 50) and `…/pulls/{n}/reviews`, and GitLab's
 //! `GET /projects/{id}/repository/commits/{sha}/merge_requests` and `…/merge_requests/{iid}/approvals`.
 //!
 //! Descriptions are cut to 140 characters (GitHub's documented limit), for every forge alike.
@@ -36,6 +36,8 @@ pub const MAX_ERROR_MESSAGE: usize = 300;
 /// The GitHub REST API version requests are written against.
 pub const GITHUB_API_VERSION: &str = "2022-11-28";
 const TIMEOUT: Duration = Duration::from_secs(30);
+/// How many recently updated Gitea pull requests are searched for a promotion's head.
+const RECENT_PULLS: usize = 50;
 
 /// The forge's name as people know it, for messages.
 pub(crate) fn forge_name(kind: ForgeKind) -> &'static str {
@@ -418,8 +420,12 @@ impl ForgeBackend {
                 }
             }
             ForgeKind::Gitea => {
-                let pull = self.get(&format!("{api}/repos/{repo}/commits/{head}/pull"), head).await?;
-                if let Some(number) = pull["number"].as_u64() {
+                // Gitea finds a commit's pull request by its merge commit only: look for the head
+                // among the recently updated ones, merged or not.
+                let recent = format!("{api}/repos/{repo}/pulls?state=all&sort=recentupdate&limit={RECENT_PULLS}");
+                let pulls = self.get(&recent, head).await?;
+                let heads = pulls.as_array().into_iter().flatten().filter(|p| p["head"]["sha"] == head);
+                for number in heads.filter_map(|p| p["number"].as_u64()) {
                     let found = self.get(&format!("{api}/repos/{repo}/pulls/{number}/reviews"), head).await?;
                     reviews(&found, number, &mut out);
                 }
