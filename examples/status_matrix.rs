@@ -1,19 +1,27 @@
-//! Measures the status view at fleet scale: 1,000 clusters × 20 releases (every cluster reported on
-//! every release), built into a `Matrix` and rendered as the 80-column table, the wide table, one
-//! release's details, and `-o json`. Pure functions: no Git, no terminal.
+//! Measures the status view at fleet scale: CLUSTERS clusters (default 1,000) × RELEASES releases
+//! (default 20), every cluster with a two-entry history on every release but the newest.
 //!
-//! Then the Git side of `fleetgate status`: the same statuses as notes in a local bare repository
-//! (one notes ref per cluster, one note per release commit), read back with `status::read_all`.
+//! The Git side is what agents leave: one notes ref per cluster, one note per release commit,
+//! every entry signed by its cluster's key, packed as a fetch leaves them. That repository and the
+//! clusters' public keys are generated on the first run of a size (on every core; 10,000 × 20
+//! signs 388,600 entries) into `$TMPDIR/fleetgate-status-bench-<size>-<version>` and reused by
+//! the next runs.
 //!
-//! `cargo run --release --example status_matrix [CLUSTERS] [RELEASES]` — figures go to
-//! docs/BENCHMARKS.md ("Status matrix").
+//! Then, phase by phase: `read_all` with every signature checked (a first run), the pure steps
+//! over its statuses (`Matrix::build`, the renderers, `-o json`), where a read's time goes, and
+//! what `fleetgate status` does after its fetch, end to end — open the verified-notes memory,
+//! read the notes, save the memory, build the matrix, make its text terminal-safe, render the
+//! 80-column table — on a first run (no memory) and on the runs after it.
+//!
+//! `cargo build --release --example status_matrix && target/release/examples/status_matrix
+//! [CLUSTERS] [RELEASES]` — figures go to docs/BENCHMARKS.md ("Status matrix").
 
 use fleetgate::model::{Cluster, ClusterSpec, Document, FleetConfig, FleetSpec, OperatorIdentity, RolloutSettings};
 use fleetgate::status::{
-    Matrix, Origin, ReleaseRef, RenderOptions, State, Status, StatusKeys, StatusSet, StatusSigner, VerifiedNotes,
-    members,
+    Matrix, Member, Origin, ReleaseRef, RenderOptions, State, Status, StatusKey, StatusKeys, StatusNote, StatusSet,
+    StatusSigner, VerifiedNotes, members,
 };
-use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 const WAVES: [&str; 4] = ["canary", "wave-1", "wave-2", "wave-3"];
@@ -28,7 +36,7 @@ fn fleet(clusters: usize, releases: &[ReleaseRef]) -> FleetConfig {
             release: Some(newest.clone()),
             waves: WAVES.iter().map(|w| (*w).into()).collect(),
             rollout: RolloutSettings { max_failed_clusters: 5 },
-                promotions: Default::default(),
+            promotions: Default::default(),
             status: Default::default(),
             paused: false,
         },
@@ -45,50 +53,180 @@ fn fleet(clusters: usize, releases: &[ReleaseRef]) -> FleetConfig {
             };
             // Every 50th cluster is pinned to the previous release.
             let pin = (i % 50 == 49).then(|| releases[1].id.clone());
-            let c: Cluster = Document::new("Cluster", &name, ClusterSpec { wave: Some(wave.into()), release: pin, status_key: None, paused: false });
+            let c: Cluster = Document::new(
+                "Cluster",
+                &name,
+                ClusterSpec { wave: Some(wave.into()), release: pin, status_key: None, paused: false },
+            );
             (name, c)
         })
         .collect();
     FleetConfig { fleet, clusters, gate_policies: Vec::new(), admission_policies: Vec::new() }
 }
 
-/// Every entry signed by its cluster's key with that cluster's next sequence, as agents write them
-/// (oldest release first).
-fn statuses(config: &FleetConfig, releases: &[ReleaseRef], signers: &BTreeMap<String, StatusSigner>) -> StatusSet {
-    let mut set = StatusSet::new();
-    let mut sequences: BTreeMap<&str, u64> = BTreeMap::new();
-    let fleet = config.fleet.name();
-    for (r, rel) in releases.iter().enumerate().rev() {
-        for (i, name) in config.clusters.keys().enumerate() {
-            let (state, description) = match (r, i % 97) {
-                (0, 0) => (State::Failure, "rolled back to rel-prev: error-rate 7.3 % > 5 %".to_string()),
-                (0, n) if n < 40 => (State::Pending, "baking 4/10 min".to_string()),
-                (0, _) => continue,
-                _ => (State::Success, "all 4 gates passed over 10m bake".to_string()),
-            };
-            for entry in [Status::new(name, &rel.id, &rel.commit, State::Pending, "applying"), Status::new(name, &rel.id, &rel.commit, state, description)] {
-                let mut entry = entry;
-                let sequence = sequences.entry(name).or_default();
-                *sequence += 1;
-                signers[name].sign(&mut entry, fleet, *sequence).expect("signs");
-                set.insert(entry);
-            }
-        }
+/// Bumped when the generated notes change, so an older fixture is not reused.
+const FIXTURE: &str = "v2";
+
+/// The notes repository and the clusters' public keys for this size: generated on the first run,
+/// kept in the temp directory for the next ones.
+fn fixture(config: &FleetConfig, rels: &[ReleaseRef]) -> (PathBuf, StatusKeys) {
+    let size = format!("{}x{}", config.clusters.len(), rels.len());
+    let dir = std::env::temp_dir().join(format!("fleetgate-status-bench-{size}-{FIXTURE}-{}", fleetgate::VERSION));
+    let (repo, keys, complete) = (dir.join("notes.git"), dir.join("keys"), dir.join("complete"));
+    if !complete.exists() {
+        let _ = std::fs::remove_dir_all(&dir);
+        let start = Instant::now();
+        generate(&repo, &keys, config, rels);
+        std::fs::write(&complete, "").expect("marker");
+        println!("generated {} in {:.1} s", dir.display(), start.elapsed().as_secs_f64());
+    } else {
+        println!("reusing {}", dir.display());
     }
-    set
+    let mut registered = StatusKeys::new(config.fleet.name());
+    for line in std::fs::read_to_string(&keys).expect("keys").lines() {
+        let (cluster, key) = line.split_once(' ').expect("cluster and key");
+        registered.insert(cluster, StatusKey::parse(key).expect("a key"));
+    }
+    (repo, registered)
 }
 
-/// Best and median of `runs` timings of `f`.
-fn time<T>(runs: usize, mut f: impl FnMut() -> T) -> (Duration, Duration, T) {
+/// Every cluster's notes, as its agent writes them, on every core (each worker with its own
+/// handle on the repository); then packed. `keys` gets one `cluster ssh-ed25519 …` line each.
+fn generate(repo: &Path, keys: &Path, config: &FleetConfig, rels: &[ReleaseRef]) {
+    git2::Repository::init_bare(repo).expect("bare repo");
+    let clusters: Vec<(usize, &str)> = config.clusters.keys().map(String::as_str).enumerate().collect();
+    let fleet = config.fleet.name();
+    let lines = on_every_core(&clusters, |part| {
+        let repo = git2::Repository::open_bare(repo).expect("bare repo");
+        let sig = git2::Signature::now("bench", "bench@localhost").expect("signature");
+        part.iter()
+            .map(|&(i, name)| {
+                let signer = StatusSigner::generate(name).expect("a key");
+                let mut tree = repo.treebuilder(None).expect("tree builder");
+                for (commit, note) in notes_of(i, name, rels, &signer, fleet) {
+                    let blob = repo.blob(note.to_text().as_bytes()).expect("blob");
+                    tree.insert(commit, blob, 0o100644).expect("tree entry");
+                }
+                let tree = repo.find_tree(tree.write().expect("tree")).expect("tree");
+                let commit = repo.commit(None, &sig, &sig, "Notes added by bench", &tree, &[]).expect("commit");
+                repo.reference(&fleetgate::status::notes_ref(name), commit, true, "bench").expect("ref");
+                format!("{name} {}\n", signer.public())
+            })
+            .collect()
+    });
+    std::fs::write(keys, lines.concat()).expect("keys");
+    let packed = std::process::Command::new("git").args(["repack", "-adq"]).current_dir(repo).status();
+    assert!(packed.is_ok_and(|s| s.success()), "git repack");
+}
+
+/// The notes of cluster number `i` (oldest release first): on every release but the newest
+/// `pending` then `success`; on the newest, `pending` then `failure` for 1 cluster in 97, then
+/// `pending` again (baking) for 39 in 97, nothing for the rest (60 % not started). Each entry
+/// signed with the cluster's next sequence.
+fn notes_of(
+    i: usize,
+    name: &str,
+    rels: &[ReleaseRef],
+    signer: &StatusSigner,
+    fleet: &str,
+) -> Vec<(String, StatusNote)> {
+    let mut sequence = 0;
+    let mut notes = Vec::new();
+    for (r, rel) in rels.iter().enumerate().rev() {
+        let (state, description) = match (r, i % 97) {
+            (0, 0) => (State::Failure, "rolled back to rel-prev: error-rate 7.3 % > 5 %"),
+            (0, n) if n < 40 => (State::Pending, "baking 4/10 min"),
+            (0, _) => continue,
+            _ => (State::Success, "all 4 gates passed over 10m bake"),
+        };
+        let mut note = StatusNote::new(name);
+        for mut entry in [
+            Status::new(name, &rel.id, &rel.commit, State::Pending, "applying"),
+            Status::new(name, &rel.id, &rel.commit, state, description),
+        ] {
+            sequence += 1;
+            signer.sign(&mut entry, fleet, sequence).expect("signs");
+            note.append(&entry);
+        }
+        notes.push((rel.commit.clone(), note));
+    }
+    notes
+}
+
+/// `work` over `items`, split in one part per core.
+fn on_every_core<T: Sync, R: Send>(items: &[T], work: impl Fn(&[T]) -> Vec<R> + Sync) -> Vec<R> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::scope(|s| {
+        let work = &work;
+        let handles: Vec<_> =
+            items.chunks(items.len().div_ceil(cores).max(1)).map(|part| s.spawn(move || work(part))).collect();
+        handles.into_iter().flat_map(|h| h.join().expect("a worker")).collect()
+    })
+}
+
+/// Wall time (best and median of the runs) and the process's CPU time in its best run (every
+/// thread's: on a loaded machine closer to what a quiet one takes than the wall time).
+struct Timing {
+    best: Duration,
+    median: Duration,
+    cpu: Duration,
+}
+
+fn cpu_time() -> Duration {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `t` is a valid timespec to write to; the clock exists on Linux.
+    assert_eq!(unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) }, 0);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// `f` run `runs` times.
+fn time<T>(runs: usize, mut f: impl FnMut() -> T) -> (Timing, T) {
     let mut times = Vec::with_capacity(runs);
     let mut last = None;
     for _ in 0..runs {
-        let start = Instant::now();
+        let (start, cpu) = (Instant::now(), cpu_time());
         last = Some(f());
-        times.push(start.elapsed());
+        times.push((start.elapsed(), cpu_time() - cpu));
     }
     times.sort();
-    (times[0], times[runs / 2], last.expect("at least one run"))
+    let timing = Timing { best: times[0].0, median: times[runs / 2].0, cpu: times[0].1 };
+    (timing, last.expect("at least one run"))
+}
+
+fn row(what: &str, t: &Timing, size: &str) {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!("  {what:<44} {:>9.2} / {:>9.2} ms  cpu {:>9.2} ms   {size}", ms(t.best), ms(t.median), ms(t.cpu));
+}
+
+/// What `fleetgate status` does after its fetch (`cli::status`), over one state of the repo.
+struct View<'a> {
+    repo: &'a git2::Repository,
+    commits: &'a [git2::Oid],
+    keys: &'a StatusKeys,
+    config: &'a FleetConfig,
+    members: &'a [Member],
+    rels: &'a [ReleaseRef],
+    origin: &'a Origin,
+}
+
+const NARROW: RenderOptions = RenderOptions { width: 80, colours: true };
+
+impl View<'_> {
+    /// Open the memory in `memo`, read the notes, save the memory, build, make terminal-safe,
+    /// render the 80-column table.
+    fn status(&self, memo: &Path) -> String {
+        let mut memo = VerifiedNotes::open(memo);
+        let set =
+            fleetgate::status::read_all_remembering(self.repo, self.commits, self.keys, &mut memo).expect("notes read");
+        memo.save().expect("memory saved");
+        let mut matrix = self.build(&set);
+        matrix.for_each_text_mut(fleetgate::cli::make_terminal_safe);
+        fleetgate::status::render_table(&matrix, NARROW)
+    }
+
+    fn build(&self, set: &StatusSet) -> Matrix {
+        Matrix::build(&self.config.fleet, self.members, self.rels, set, self.origin, chrono::Utc::now())
+    }
 }
 
 fn main() {
@@ -103,159 +241,137 @@ fn main() {
         })
         .collect();
     let config = fleet(clusters, &rels);
-    let signers: BTreeMap<String, StatusSigner> =
-        config.clusters.keys().map(|c| (c.clone(), StatusSigner::generate(c).expect("a key"))).collect();
-    let mut keys = StatusKeys::new(config.fleet.name());
-    for (cluster, signer) in &signers {
-        keys.insert(cluster, signer.public());
-    }
-    let set = statuses(&config, &rels, &signers);
+    let (repo_dir, keys) = fixture(&config, &rels);
+    let repo = git2::Repository::open_bare(&repo_dir).expect("bare repo");
+    let commits: Vec<git2::Oid> = rels.iter().map(|r| git2::Oid::from_str(&r.commit).expect("hex")).collect();
     let members = members(&config);
     let origin = Origin { branch: "main".into(), revision: "0".repeat(40) };
-    let runs = 11;
-
-    let (build_min, build_med, matrix) = time(runs, || Matrix::build(&config.fleet, &members, &rels, &set, &origin, chrono::Utc::now()));
-    let narrow = RenderOptions { width: 80, colours: true };
-    let wide = RenderOptions { width: 20 * 12 + 40, colours: false };
-    let (t80_min, t80_med, table) = time(runs, || fleetgate::status::render_table(&matrix, narrow));
-    let (twide_min, twide_med, wide_table) = time(runs, || fleetgate::status::render_table(&matrix, wide));
-    let (rel_min, rel_med, details) =
-        time(runs, || fleetgate::status::render_release(&matrix, &rels[0].id, narrow).expect("release exists"));
-    let (json_min, json_med, json) = time(runs, || serde_json::to_string(&matrix).expect("serializes"));
-
-    println!("status matrix: {clusters} clusters × {releases} releases, {runs} runs each (best / median)");
-    let row = |what: &str, min: Duration, med: Duration, size: String| {
-        println!("  {what:<34} {:>9.2} ms / {:>9.2} ms   {size}", min.as_secs_f64() * 1e3, med.as_secs_f64() * 1e3);
+    let view = View {
+        repo: &repo,
+        commits: &commits,
+        keys: &keys,
+        config: &config,
+        members: &members,
+        rels: &rels,
+        origin: &origin,
     };
-    row("Matrix::build", build_min, build_med, format!("{} cells", clusters * releases));
-    row("render_table, 80 columns", t80_min, t80_med, format!("{} lines", table.lines().count()));
-    row("render_table, all columns", twide_min, twide_med, format!("{} lines", wide_table.lines().count()));
-    row("render_release (details, 80 cols)", rel_min, rel_med, format!("{} lines", details.lines().count()));
-    row("serde_json (-o json)", json_min, json_med, format!("{:.1} MB", json.len() as f64 / 1e6));
-    let total = build_med + t80_med;
-    println!("  build + 80-column table (median): {:.2} ms", total.as_secs_f64() * 1e3);
+    let big = clusters * releases > 50_000;
+    // A first read over 10,000 clusters takes seconds: fewer rounds there.
+    let (runs, cold_runs, git_runs) = if big { (5, 1, 5) } else { (11, 3, 11) };
 
-    // The Git side, as agents write it: every entry signed by its cluster's key, and the notes
-    // packed, as a fetch leaves them.
-    let dir = tempfile::tempdir().expect("temp dir");
-    let repo = git2::Repository::init_bare(dir.path()).expect("bare repo");
-    let commits = write_notes(&repo, &config, &rels, &set);
-    let packed = std::process::Command::new("git").args(["repack", "-adq"]).current_dir(dir.path()).status();
-    assert!(packed.is_ok_and(|s| s.success()), "git repack");
-    let repo = git2::Repository::open_bare(dir.path()).expect("bare repo");
-    breakdown(&repo, &commits, &keys, row);
-    // Fewer rounds over 10,000 clusters: a first read there takes seconds.
-    let git_runs = if clusters * releases > 50_000 { 3 } else { 5 };
-    let (read_min, read_med, read) = time(git_runs, || fleetgate::status::read_all(&repo, &commits, &keys).expect("notes read"));
-    assert_eq!(read.latest("cluster-0000", &rels[1].id).map(|s| s.state), Some(State::Success));
-    assert!(read.unverified("cluster-0000", &rels[1].id).is_empty(), "every entry verifies");
-    row("status::read_all (every signature checked)", read_min, read_med, format!("{clusters} refs × {releases} commits"));
+    println!("status view: {clusters} clusters × {releases} releases (best / median)");
+    let (read, set) = time(cold_runs, || fleetgate::status::read_all(&repo, &commits, &keys).expect("notes read"));
+    assert_eq!(set.latest("cluster-0000", &rels[1].id).map(|s| s.state), Some(State::Success));
+    assert!(set.unverified("cluster-0000", &rels[1].id).is_empty(), "every entry verifies");
+
+    println!("pure steps, {runs} runs each");
+    let (build, matrix) = time(runs, || view.build(&set));
+    let wide = RenderOptions { width: releases * 12 + 40, colours: false };
+    let (t80, table) = time(runs, || fleetgate::status::render_table(&matrix, NARROW));
+    let (twide, wide_table) = time(runs, || fleetgate::status::render_table(&matrix, wide));
+    let (rel, details) =
+        time(runs, || fleetgate::status::render_release(&matrix, &rels[0].id, NARROW).expect("release exists"));
+    let (json_t, json) = time(runs, || serde_json::to_string(&matrix).expect("serializes"));
+    let mut safe = matrix.clone();
+    let (safe, ()) = time(runs, || safe.for_each_text_mut(fleetgate::cli::make_terminal_safe));
+    row("Matrix::build", &build, &format!("{} cells", clusters * releases));
+    row("render_table, 80 columns", &t80, &format!("{} lines", table.lines().count()));
+    row("render_table, all columns", &twide, &format!("{} lines", wide_table.lines().count()));
+    row("render_release (details, 80 cols)", &rel, &format!("{} lines", details.lines().count()));
+    row("serde_json (-o json)", &json_t, &format!("{:.1} MB", json.len() as f64 / 1e6));
+    row("terminal-safe text (for_each_text_mut)", &safe, "");
+
+    println!("where a read's time goes (one run each)");
+    breakdown(&repo, &commits, &keys);
+
+    println!("reads and end to end, {git_runs} runs each ({cold_runs} for a first run)");
+    row("read_all, every signature checked", &read, &format!("{clusters} refs × {releases} commits"));
     let mut memo = VerifiedNotes::new();
     fleetgate::status::read_all_remembering(&repo, &commits, &keys, &mut memo).expect("notes read");
-    let read_warm = || fleetgate::status::read_all_remembering(&repo, &commits, &keys, &mut memo).expect("notes read");
-    let (warm_min, warm_med, _) = time(git_runs, read_warm);
-    row("read_all, notes verified before", warm_min, warm_med, String::new());
-
-    // What `fleetgate status` does after its fetch: read, build, make every string terminal-safe
-    // (cli::output::terminal_safe: a round trip through serde_json::Value), render.
-    let (safe_min, safe_med, _) = time(git_runs, || {
-        serde_json::from_value::<Matrix>(serde_json::to_value(&matrix).expect("to value")).expect("from value")
+    let (warm, _) = time(git_runs, || {
+        fleetgate::status::read_all_remembering(&repo, &commits, &keys, &mut memo).expect("notes read")
     });
-    row("terminal-safe round trip of the matrix", safe_min, safe_med, String::new());
-    let mut memo = VerifiedNotes::new();
-    let end_to_end = |memo: &mut VerifiedNotes| {
-        let set = fleetgate::status::read_all_remembering(&repo, &commits, &keys, memo).expect("notes read");
-        let matrix = Matrix::build(&config.fleet, &members, &rels, &set, &origin, chrono::Utc::now());
-        let matrix: Matrix = serde_json::from_value(serde_json::to_value(&matrix).expect("to value")).expect("from value");
-        fleetgate::status::render_table(&matrix, narrow)
+    row("read_all, notes remembered (in memory)", &warm, "");
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let memo_file = dir.path().join("verified-notes");
+    let first_run = || {
+        let _ = std::fs::remove_file(&memo_file);
+        view.status(&memo_file)
     };
-    let (cold_min, cold_med, _) = time(git_runs, || end_to_end(&mut VerifiedNotes::new()));
-    row("end to end, first run", cold_min, cold_med, String::new());
-    end_to_end(&mut memo);
-    let (e2e_min, e2e_med, _) = time(git_runs, || end_to_end(&mut memo));
-    row("end to end, notes verified before", e2e_min, e2e_med, String::new());
+    let (cold, _) = time(cold_runs, first_run);
+    let size = std::fs::metadata(&memo_file).expect("memory written").len();
+    let (open, _) = time(git_runs, || VerifiedNotes::open(&memo_file));
+    row("VerifiedNotes::open (read, checksum, index)", &open, &format!("{:.1} MB", size as f64 / 1e6));
+    row("end to end, first run (no memory)", &cold, "");
+    let (e2e, shown) = time(git_runs, || view.status(&memo_file));
+    assert_eq!(shown, table, "the same table from remembered notes");
+    row("end to end, notes verified before", &e2e, "");
 }
 
-/// Where `read_all`'s time goes, phase by phase over the same notes (one run each): the
-/// notes-ref walk with its blob reads, JSON parsing, signature checks, and filling the set.
-fn breakdown(
-    repo: &git2::Repository,
-    commits: &[git2::Oid],
-    keys: &StatusKeys,
-    row: impl Fn(&str, Duration, Duration, String),
-) {
-    use fleetgate::status::{StatusNote, notes::NOTES_PREFIX};
-    let start = Instant::now();
-    let mut blobs = Vec::new();
-    for r in repo.references_glob(&format!("{NOTES_PREFIX}*")).expect("refs") {
-        let r = r.expect("ref");
-        let cluster = r.name().expect("utf-8")[NOTES_PREFIX.len()..].to_string();
-        let tree = r.peel_to_commit().expect("commit").tree().expect("tree");
-        for commit in commits {
-            if let Some(entry) = tree.get_name(&commit.to_string()) {
-                let blob = repo.find_blob(entry.id()).expect("blob");
-                blobs.push((cluster.clone(), commit.to_string(), blob.content().to_vec()));
+/// Where a read's time goes, phase by phase over the same notes: the notes trees walk (all a
+/// remembering read does in Git), the blob reads, JSON parsing, signature checks (one thread),
+/// and filling the set.
+fn breakdown(repo: &git2::Repository, commits: &[git2::Oid], keys: &StatusKeys) {
+    use fleetgate::status::notes::NOTES_PREFIX;
+    let notes_trees = || {
+        let mut found = Vec::new();
+        for r in repo.references_glob(&format!("{NOTES_PREFIX}*")).expect("refs") {
+            let r = r.expect("ref");
+            let cluster = r.name().expect("utf-8")[NOTES_PREFIX.len()..].to_string();
+            let tree = r.peel_to_commit().expect("commit").tree().expect("tree");
+            for commit in commits {
+                if let Some(entry) = tree.get_name(&commit.to_string()) {
+                    found.push((cluster.clone(), commit.to_string(), entry.id()));
+                }
             }
         }
-    }
-    let read = start.elapsed();
+        found
+    };
+    let (walk, found) = time(1, notes_trees);
+    row("  notes trees walk (blob ids)", &walk, &format!("{} notes", found.len()));
+
+    let (read, blobs) = time(1, || -> Vec<_> {
+        found
+            .iter()
+            .map(|(cluster, commit, blob)| (cluster, commit, repo.find_blob(*blob).expect("blob").content().to_vec()))
+            .collect()
+    });
     let bytes: usize = blobs.iter().map(|b| b.2.len()).sum();
-    row("  refs walk + blob reads", read, read, format!("{} notes, {:.1} MB", blobs.len(), bytes as f64 / 1e6));
+    row("  blob reads (after the walk)", &read, &format!("{:.1} MB", bytes as f64 / 1e6));
 
-    let start = Instant::now();
-    let notes: Vec<_> = blobs
-        .iter()
-        .map(|(cluster, commit, text)| {
-            (cluster, commit, StatusNote::parse(std::str::from_utf8(text).expect("utf-8")).expect("a note"))
-        })
-        .collect();
-    let parse = start.elapsed();
+    let (parse, notes) = time(1, || -> Vec<_> {
+        blobs
+            .iter()
+            .map(|(cluster, commit, text)| {
+                (*cluster, *commit, StatusNote::parse(std::str::from_utf8(text).expect("utf-8")).expect("a note"))
+            })
+            .collect()
+    });
     let entries: usize = notes.iter().map(|n| n.2.entries.len()).sum();
-    row("  JSON parsing (StatusNote::parse)", parse, parse, format!("{entries} entries"));
+    row("  JSON parsing (StatusNote::parse)", &parse, &format!("{entries} entries"));
 
-    let start = Instant::now();
-    let verified = notes
-        .iter()
-        .flat_map(|(cluster, commit, note)| note.entries.iter().map(move |e| keys.verify(cluster, commit, e)))
-        .filter(Result::is_ok)
-        .count();
-    let verify = start.elapsed();
-    row("  signature checks (StatusKeys::verify)", verify, verify, format!("{verified} verified"));
+    // Over 10,000 clusters this phase alone takes minutes: a sample of 20,000 entries there.
+    let sample = if entries > 50_000 { 20_000 } else { entries };
+    let (verify, verified) = time(1, || {
+        notes
+            .iter()
+            .flat_map(|(cluster, commit, note)| note.entries.iter().map(move |e| keys.verify(cluster, commit, e)))
+            .take(sample)
+            .filter(Result::is_ok)
+            .count()
+    });
+    row("  signature checks (StatusKeys::verify)", &verify, &format!("{verified} of {entries} verified"));
 
-    let start = Instant::now();
-    let mut set = StatusSet::new();
-    for (_, _, note) in notes {
-        for entry in note.entries {
-            set.insert(entry);
-        }
-    }
-    let fill = start.elapsed();
-    row("  StatusSet::insert", fill, fill, String::new());
-}
-
-/// Writes every cluster's notes ref directly (one commit whose tree holds one note per release
-/// commit) — the layout `status::write` produces, without 20,000 pushes.
-fn write_notes(repo: &git2::Repository, config: &FleetConfig, rels: &[ReleaseRef], set: &StatusSet) -> Vec<git2::Oid> {
-    use fleetgate::status::StatusNote;
-    let sig = git2::Signature::now("bench", "bench@localhost").expect("signature");
-    let commits: Vec<git2::Oid> = rels.iter().map(|r| git2::Oid::from_str(&r.commit).expect("hex")).collect();
-    for name in config.clusters.keys() {
-        let mut tree = repo.treebuilder(None).expect("tree builder");
-        for (rel, commit) in rels.iter().zip(&commits) {
-            let history = set.history(name, &rel.id);
-            if history.is_empty() {
-                continue;
+    let mut notes = Some(notes);
+    let (fill, _) = time(1, || {
+        let mut set = StatusSet::new();
+        for (_, _, note) in notes.take().expect("one run") {
+            for entry in note.entries {
+                set.insert(entry);
             }
-            let mut note = StatusNote::new(name);
-            for entry in history {
-                note.append(entry);
-            }
-            let blob = repo.blob(note.to_text().as_bytes()).expect("blob");
-            tree.insert(commit.to_string(), blob, 0o100644).expect("tree entry");
         }
-        let tree = repo.find_tree(tree.write().expect("tree")).expect("tree");
-        let commit = repo.commit(None, &sig, &sig, "Notes added by bench", &tree, &[]).expect("commit");
-        repo.reference(&fleetgate::status::notes_ref(name), commit, true, "bench").expect("ref");
-    }
-    commits
+        set
+    });
+    row("  StatusSet::insert", &fill, "");
 }

@@ -27,6 +27,8 @@ mod validate;
 mod version;
 
 pub use output::OutputFormat;
+/// What `fleetgate status` does to the text of its tables, for examples/status_matrix.rs to measure.
+pub use output::make_terminal_safe;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -211,15 +211,24 @@ pub fn terminal_text(text: &str) -> String {
     for c in text.chars() {
         match c {
             '\t' | '\n' | '\r' | '\u{b}' | '\u{c}' => out.push(' '),
-            c if c.is_control()
-                || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') =>
-            {
-                out.push_str(&c.escape_unicode().to_string())
-            }
+            c if acted_on(c) => out.push_str(&c.escape_unicode().to_string()),
             c => out.push(c),
         }
     }
     out
+}
+
+/// A character [`terminal_text`] replaces: a control character or a bidirectional override.
+fn acted_on(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// [`terminal_text`] in place, for `Matrix::for_each_text_mut`: text with nothing to replace
+/// (nearly all of it) is left as it is, not copied.
+pub fn make_terminal_safe(text: &mut String) {
+    if text.chars().any(acted_on) {
+        *text = terminal_text(text);
+    }
 }
 
 /// `value` with [`terminal_text`] applied to every string in it, for the table renderers, whose
@@ -254,6 +263,16 @@ mod tests {
     #[case::unicode_kept("déployé · ✓", "déployé · ✓")]
     fn terminal_text_leaves_nothing_a_terminal_acts_on(#[case] given: &str, #[case] shown: &str) {
         assert_eq!(terminal_text(given), shown);
+    }
+
+    #[test]
+    fn text_is_made_terminal_safe_in_place() {
+        let mut text = "ok \u{202e}x\r".to_string();
+        make_terminal_safe(&mut text);
+        assert_eq!(text, "ok \\u{202e}x ");
+        let mut plain = "déployé · ✓".to_string();
+        make_terminal_safe(&mut plain);
+        assert_eq!(plain, "déployé · ✓");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! Without RELEASE: the cluster × release matrix (clusters grouped by wave, releases newest first,
 //! as many as fit the terminal). With RELEASE: one row per cluster with its state and description,
 //! or — where it has not reported yet — whether wave gating lets it start and why. Tables show
-//! text from the repo and its notes through [`terminal_safe`] (no control characters); `-o json`
+//! text from the repo and its notes through [`make_terminal_safe`] (no control characters); `-o json`
 //! and `-o yaml` print it faithfully, escaped by their encoders.
 //!
 //! `-o wide` drops the terminal's width limit (every release column, full ids, descriptions on one
@@ -14,7 +14,7 @@
 //! 2 bad usage, unreachable repo, or an invalid fleet configuration.
 
 use super::args::{GitAccess, read_fleet_remembering};
-use super::output::{OutputFormat, colours, terminal_safe, terminal_width};
+use super::output::{OutputFormat, colours, make_terminal_safe, terminal_width};
 use crate::model::error_chain;
 use crate::status::{
     CommitUrl, HtmlOptions, Matrix, RenderOptions, State, VerifiedNotes, render_html, render_release, render_table,
@@ -95,7 +95,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             tracing::warn!(error = %error_chain(&e), "not remembering verified status notes");
         }
         let code = match view {
-            Ok(view) => show(&args, &view.matrix())?,
+            Ok(view) => show(&args, view.matrix())?,
             // While watching, a failed refresh is reported and the next one tried.
             Err(e) if args.watch => {
                 eprintln!(
@@ -117,8 +117,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn show(args: &Args, matrix: &Matrix) -> anyhow::Result<ExitCode> {
-    let matrix = match &args.release {
+fn show(args: &Args, matrix: Matrix) -> anyhow::Result<ExitCode> {
+    let mut matrix = match &args.release {
         Some(id) => matrix.only(id).with_context(|| {
             let known: Vec<&str> = matrix.releases.iter().map(|r| r.id.as_str()).take(5).collect();
             format!(
@@ -127,7 +127,7 @@ fn show(args: &Args, matrix: &Matrix) -> anyhow::Result<ExitCode> {
                 if known.is_empty() { "none".to_string() } else { known.join(", ") }
             )
         })?,
-        None => matrix.clone(),
+        None => matrix,
     };
     match (args.output, args.watch) {
         // One compact document per refresh, so `--watch -o json` is a stream of lines.
@@ -150,7 +150,8 @@ fn show(args: &Args, matrix: &Matrix) -> anyhow::Result<ExitCode> {
             // Wide: no line is cut or wrapped short of this.
             let width = if format == StatusFormat::Wide { 10_000 } else { terminal_width() };
             let opts = RenderOptions { width, colours: colours() };
-            let matrix = terminal_safe(&matrix)?;
+            // Text from the repo and its notes, without anything a terminal acts on.
+            matrix.for_each_text_mut(make_terminal_safe);
             let text = match &args.release {
                 Some(id) => render_release(&matrix, id, opts).expect("the release is in the matrix"),
                 None => render_table(&matrix, opts),

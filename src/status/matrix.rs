@@ -9,7 +9,7 @@
 //! verify are listed beside them (`unverified`, each `"verified": false` with its reason) so a
 //! person sees a forgery, and nothing counts it.
 
-use super::model::{PAUSED_PREFIX, State, Status, StatusSet, UnverifiedStatus, truncate};
+use super::model::{GateFigure, PAUSED_PREFIX, State, Status, StatusSet, UnverifiedStatus, truncate};
 use super::waves::{Decision, Member, Move, may_start};
 use crate::model::Fleet;
 use chrono::{DateTime, Utc};
@@ -277,6 +277,156 @@ impl Matrix {
 
     pub fn cluster_count(&self) -> usize {
         self.waves.iter().map(|w| w.clusters.len()).sum()
+    }
+
+    /// Calls `f` on every string the matrix holds (ids, names, descriptions, reasons, gate
+    /// figures, the strings of unknown fields), so a caller rewrites the text others wrote in
+    /// place — `fleetgate status` makes the table renderers' input terminal-safe this way —
+    /// instead of rebuilding the matrix through another representation. Every type is taken
+    /// apart field by field (`Texts`): a field added to one does not compile until it is
+    /// visited or said to hold no text.
+    pub fn for_each_text_mut(&mut self, mut f: impl FnMut(&mut String)) {
+        self.visit(&mut f);
+    }
+}
+
+/// Values whose strings [`Matrix::for_each_text_mut`] visits.
+trait Texts {
+    fn visit(&mut self, f: &mut dyn FnMut(&mut String));
+}
+
+impl Texts for String {
+    fn visit(&mut self, f: &mut dyn FnMut(&mut String)) {
+        f(self);
+    }
+}
+
+impl<T: Texts> Texts for Option<T> {
+    fn visit(&mut self, f: &mut dyn FnMut(&mut String)) {
+        if let Some(v) = self {
+            v.visit(f);
+        }
+    }
+}
+
+impl<T: Texts> Texts for Vec<T> {
+    fn visit(&mut self, f: &mut dyn FnMut(&mut String)) {
+        self.iter_mut().for_each(|v| v.visit(f));
+    }
+}
+
+/// The strings of a newer writer's fields (values, not keys: keys are never shown).
+impl Texts for serde_json::Value {
+    fn visit(&mut self, f: &mut dyn FnMut(&mut String)) {
+        match self {
+            serde_json::Value::String(s) => f(s),
+            serde_json::Value::Array(items) => items.visit(f),
+            serde_json::Value::Object(map) => map.values_mut().for_each(|v| v.visit(f)),
+            serde_json::Value::Null | serde_json::Value::Bool(_) | serde_json::Value::Number(_) => {}
+        }
+    }
+}
+
+impl Texts for Matrix {
+    fn visit(&mut self, f: &mut dyn FnMut(&mut String)) {
+        let Matrix { schema: _, fleet, branch, revision, releases, waves } = self;
+        [fleet, branch, revision].into_iter().for_each(|s| f(s));
+        releases.visit(f);
+        waves.visit(f);
+    }
+}
+
+impl Texts for ReleaseColumn {
+    fn visit(&mut self, f: &mut dyn FnMut(&mut String)) {
+        let ReleaseColumn { id, commit, created_at: _, summary } = self;
+        [id, commit].into_iter().for_each(|s| f(s));
+        summary.visit(f);
+    }
+}
+
+impl Texts for Summary {
+    fn visit(&mut self, _: &mut dyn FnMut(&mut String)) {
+        let Summary { clusters: _, success: _, failure: _, error: _, pending: _, not_started: _, unknown: _ } = self;
+    }
+}
+
+impl Texts for WaveRows {
+    fn visit(&mut self, f: &mut dyn FnMut(&mut String)) {
+        let WaveRows { name, settings, clusters } = self;
+        f(name);
+        settings.visit(f);
+        clusters.visit(f);
+    }
+}
+
+impl Texts for ClusterRow {
+    fn visit(&mut self, f: &mut dyn FnMut(&mut String)) {
+        let ClusterRow { name, desired_release, paused, cells } = self;
+        f(name);
+        desired_release.visit(f);
+        paused.visit(f);
+        cells.visit(f);
+    }
+}
+
+impl Texts for Cell {
+    fn visit(&mut self, f: &mut dyn FnMut(&mut String)) {
+        let Cell { release, state: _, desired: _, status, gate, unverified } = self;
+        f(release);
+        status.visit(f);
+        gate.visit(f);
+        unverified.visit(f);
+    }
+}
+
+impl Texts for Decision {
+    fn visit(&mut self, f: &mut dyn FnMut(&mut String)) {
+        let Decision { allowed: _, reason, waits_for, retry_at: _ } = self;
+        f(reason);
+        waits_for.visit(f);
+    }
+}
+
+impl Texts for UnverifiedEntry {
+    fn visit(&mut self, f: &mut dyn FnMut(&mut String)) {
+        let UnverifiedEntry { verified: _, reason, status } = self;
+        f(reason);
+        status.visit(f);
+    }
+}
+
+impl Texts for Status {
+    fn visit(&mut self, f: &mut dyn FnMut(&mut String)) {
+        let Status {
+            cluster,
+            state: _,
+            description,
+            release,
+            commit,
+            gates,
+            started_at: _,
+            applied_at: _,
+            decided_at: _,
+            rollback_to,
+            target_url,
+            agent_version,
+            reported_at: _,
+            fleet,
+            sequence: _,
+            signature,
+            extra,
+        } = self;
+        [cluster, description, release, commit, agent_version].into_iter().for_each(|s| f(s));
+        [rollback_to, target_url, fleet, signature].into_iter().for_each(|s| s.visit(f));
+        gates.visit(f);
+        extra.values_mut().for_each(|v| v.visit(f));
+    }
+}
+
+impl Texts for GateFigure {
+    fn visit(&mut self, f: &mut dyn FnMut(&mut String)) {
+        let GateFigure { name, observed, threshold, verdict } = self;
+        [name, observed, threshold, verdict].into_iter().for_each(|s| f(s));
     }
 }
 
@@ -694,6 +844,45 @@ mod tests {
         let m = example().only("rel-20250314-001").unwrap();
         assert_eq!(m.releases.len(), 1);
         assert!(m.waves.iter().flat_map(|w| &w.clusters).all(|c| c.cells.len() == 1));
+    }
+
+    /// Every string of a matrix with every field filled is visited: after the visit, the only
+    /// strings left in its JSON are the ones serde makes of states and times.
+    #[test]
+    fn every_string_of_the_matrix_is_visited() {
+        let mut m = example();
+        m.waves[0].settings = Some("tier=canary".into());
+        let row = &mut m.waves[0].clusters[0];
+        row.paused = Some("INC-7".into());
+        let cell = &mut row.cells[0];
+        cell.gate = Some(Decision { allowed: false, reason: "r".into(), waits_for: vec!["w".into()], retry_at: Some(Utc::now()) });
+        let status = cell.status.as_mut().unwrap();
+        status.gates.push(GateFigure { name: "g".into(), observed: "o".into(), threshold: "t".into(), verdict: "v".into() });
+        (status.rollback_to, status.target_url, status.fleet) = (Some("r".into()), Some("u".into()), Some("f".into()));
+        (status.started_at, status.applied_at, status.decided_at) = (Some(Utc::now()), Some(Utc::now()), Some(Utc::now()));
+        (status.sequence, status.signature) = (Some(1), Some("s".into()));
+        status.extra.insert("later".into(), serde_json::json!({"x": ["y", 1, null, {"z": "w"}]}));
+        let unverified = UnverifiedEntry { verified: false, reason: "bad".into(), status: status.clone() };
+        cell.unverified.push(unverified);
+        m.releases[0].created_at = Some(Utc::now());
+
+        m.for_each_text_mut(|s| *s = "·".into());
+        fn strings<'a>(v: &'a serde_json::Value, out: &mut Vec<&'a str>) {
+            match v {
+                serde_json::Value::String(s) => out.push(s),
+                serde_json::Value::Array(items) => items.iter().for_each(|v| strings(v, out)),
+                serde_json::Value::Object(map) => map.values().for_each(|v| strings(v, out)),
+                _ => {}
+            }
+        }
+        let v = serde_json::to_value(&m).unwrap();
+        let mut left = Vec::new();
+        strings(&v, &mut left);
+        let states = ["pending", "success", "failure", "error", "unknown"];
+        for s in left {
+            assert!(s == "·" || states.contains(&s) || s.parse::<DateTime<Utc>>().is_ok(), "{s:?} not visited");
+        }
+        assert!(v.to_string().contains(r#""later":{"x":["·",1,null,{"z":"·"}]}"#), "{v}");
     }
 
     #[test]

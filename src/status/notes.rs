@@ -13,7 +13,7 @@
 //! was never pushed is never lost, and a plain `git log --notes='fleetgate/*'` shows them.
 
 use super::identity::{KeyError, StatusIdentity, StatusKeys, Unverified};
-use super::memo::{self, VerifiedNotes};
+use super::memo::{self, NoteContext, Remembered, VerifiedNotes};
 use super::model::{NoteParseError, Status, StatusNote, StatusSet};
 use crate::model::error_chain;
 use git2::{ErrorCode, Oid, RemoteCallbacks, Repository, Signature};
@@ -377,8 +377,9 @@ pub fn read_all(repo: &Repository, commits: &[Oid], keys: &StatusKeys) -> Result
     read_all_remembering(repo, commits, keys, &mut VerifiedNotes::new())
 }
 
-/// [`read_all`], skipping the signature checks of notes `memo` saw fully verified before (see
-/// [`VerifiedNotes`]); `memo` then holds what this read found verified.
+/// [`read_all`], taking the entries of notes `memo` saw fully verified before from `memo` (see
+/// [`VerifiedNotes`]: their blobs are neither read nor parsed, their signatures not checked
+/// again); `memo` then holds what this read found verified.
 ///
 /// A big fleet's refs are read on two threads (each with its own handle on the repository):
 /// parsing and signature checks are most of the work and every ref is independent.
@@ -396,7 +397,10 @@ pub fn read_all_remembering(
         .filter_map(|r| r.ok())
         .filter_map(|r| r.name().ok().map(str::to_string))
         .collect();
-    let commits: Vec<(Oid, String)> = commits.iter().map(|c| (*c, c.to_string())).collect();
+    // Two release tags on one commit name it twice; its notes are read once.
+    let mut seen = std::collections::HashSet::new();
+    let commits: Vec<(Oid, String)> =
+        commits.iter().filter(|c| seen.insert(**c)).map(|c| (*c, c.to_string())).collect();
     let workers = if refs.len() < PARALLEL_REFS {
         1
     } else {
@@ -421,11 +425,11 @@ pub fn read_all_remembering(
     let mut set = StatusSet::new();
     let mut verified_notes = Vec::new();
     for part in parts {
-        for (cluster, entry, verdict) in part.entries {
-            match verdict {
-                Ok(()) => set.insert(entry),
-                Err(reason) => set.insert_unverified(&cluster, entry, reason),
-            }
+        for entry in part.verified {
+            set.insert(entry);
+        }
+        for (cluster, entry, reason) in part.unverified {
+            set.insert_unverified(&cluster, entry, reason);
         }
         verified_notes.extend(part.verified_notes);
     }
@@ -438,12 +442,31 @@ const PARALLEL_REFS: usize = 64;
 /// The machines fleetgate is measured on have two cores; more threads than that only contend.
 const READ_THREADS: usize = 2;
 
-/// What [`read_refs`] found: each entry with the cluster whose notes hold it and its check, and
-/// the notes whose every entry verified.
+/// What [`read_refs`] found: the verified entries, the others with the cluster whose notes hold
+/// them and why they are not believed, and the notes whose every entry verified.
 #[derive(Default)]
 struct Found {
-    entries: Vec<(String, Status, Result<(), Unverified>)>,
-    verified_notes: Vec<memo::Record>,
+    verified: Vec<Status>,
+    unverified: Vec<(String, Status, Unverified)>,
+    verified_notes: Vec<Remembered>,
+}
+
+impl Found {
+    /// Checks every entry of `note`, found in `cluster`'s notes on `commit`; true when all verified.
+    fn check(&mut self, keys: &StatusKeys, refname: &str, cluster: &str, commit: &str, note: StatusNote) -> bool {
+        let mut all_verified = !note.entries.is_empty();
+        for entry in note.entries {
+            match keys.verify(cluster, commit, &entry) {
+                Ok(()) => self.verified.push(entry),
+                Err(reason) => {
+                    tracing::debug!(%refname, %commit, %reason, "status entry not verified");
+                    all_verified = false;
+                    self.unverified.push((cluster.to_string(), entry, reason));
+                }
+            }
+        }
+        all_verified
+    }
 }
 
 /// Reads and verifies the notes of `refs` on `commits` (each with its hex name).
@@ -461,38 +484,37 @@ fn read_refs(
         let tree = repo.find_reference(refname)?.peel_to_commit()?.tree()?;
         // Notes written by fleetgate sit flat in the tree, named by the annotated commit, and one
         // tree lookup per commit is much cheaper than `find_note` (which re-reads the ref each
-        // time). A tree with subtrees uses git's fan-out layout: leave those to libgit2.
+        // time). A tree with subtrees uses git's fan-out layout: leave those to libgit2 (and
+        // out of the memory).
         let fanned_out = tree.iter().any(|e| e.kind() == Some(git2::ObjectType::Tree));
         for (commit, commit_hex) in commits {
-            let (note, record) = if fanned_out {
-                let note = read_note(repo, refname, *commit)?.and_then(|text| parse_or_warn(&text, refname, *commit));
-                (note, None)
-            } else {
-                let Some(entry) = tree.get_name(commit_hex) else { continue };
-                let blob = repo.find_blob(entry.id())?;
-                // Parsed where libgit2 keeps the blob; only a note that is not UTF-8 is copied
-                // (with replacement characters).
-                let note = match std::str::from_utf8(blob.content()) {
-                    Ok(text) => parse_or_warn(text, refname, *commit),
-                    Err(_) => parse_or_warn(&String::from_utf8_lossy(blob.content()), refname, *commit),
-                };
-                (note, key.map(|key| memo::record(keys, cluster, commit_hex, entry.id(), key)))
+            if fanned_out {
+                if let Some(note) = read_note(repo, refname, *commit)?.and_then(|text| parse_or_warn(&text, refname, *commit)) {
+                    out.check(keys, refname, cluster, commit_hex, note);
+                }
+                continue;
+            }
+            let Some(entry) = tree.get_name(commit_hex) else { continue };
+            let context = NoteContext { cluster, commit: commit_hex, fleet: keys.fleet() };
+            let record = key.map(|key| memo::record(keys, cluster, commit_hex, entry.id(), key));
+            if let Some((entries, remembered)) = record.as_ref().and_then(|r| memo.recall(r, &context)) {
+                out.verified.extend(entries);
+                out.verified_notes.push(remembered);
+                continue;
+            }
+            let blob = repo.find_blob(entry.id())?;
+            // Parsed where libgit2 keeps the blob; only a note that is not UTF-8 is copied
+            // (with replacement characters).
+            let note = match std::str::from_utf8(blob.content()) {
+                Ok(text) => parse_or_warn(text, refname, *commit),
+                Err(_) => parse_or_warn(&String::from_utf8_lossy(blob.content()), refname, *commit),
             };
             let Some(note) = note else { continue };
-            let remembered = record.as_ref().is_some_and(|r| memo.knows(r));
-            let mut all_verified = !note.entries.is_empty();
-            for entry in note.entries {
-                let verdict = if remembered { Ok(()) } else { keys.verify(cluster, commit_hex, &entry) };
-                if let Err(reason) = &verdict {
-                    tracing::debug!(%refname, %commit, %reason, "status entry not verified");
-                    all_verified = false;
-                }
-                out.entries.push((cluster.to_string(), entry, verdict));
-            }
-            if let Some(record) = record
-                && all_verified
+            let first = out.verified.len();
+            if out.check(keys, refname, cluster, commit_hex, note)
+                && let Some(record) = record
             {
-                out.verified_notes.push(record);
+                out.verified_notes.push(Remembered::new(record, &context, &out.verified[first..]));
             }
         }
     }
@@ -640,6 +662,52 @@ mod tests {
         let unverified = set.unverified("a", "rel-1");
         assert_eq!(unverified.len(), 1);
         assert_eq!(unverified[0].reason, Unverified::BadSignature);
+    }
+
+    /// A remembered note gives back what its blob holds: every entry, unknown fields and states
+    /// of a newer writer included, as a read of the blob itself does.
+    #[test]
+    fn a_remembered_note_gives_back_what_its_blob_holds() {
+        let (_d, repo) = repo();
+        let commit = Oid::from_str(&"1".repeat(40)).unwrap();
+        let me = StatusIdentity::new("f", crate::status::StatusSigner::generate("a").unwrap());
+        let mut note = StatusNote::new("a");
+        for (sequence, state) in [(1, State::Pending), (2, State::Unknown)] {
+            let mut entry = Status::new("a", "rel-1", commit.to_string(), state, "x");
+            entry.extra.insert("canaryScore".into(), serde_json::json!({"value": 0.97, "window": ["5m", null]}));
+            me.signer.sign(&mut entry, "f", sequence).unwrap();
+            note.append(&entry);
+        }
+        let sig = signature("a").unwrap();
+        repo.note(&sig, &sig, Some("refs/notes/fleetgate/a"), commit, &note.to_text(), true).unwrap();
+        let mut memo = VerifiedNotes::new();
+        let read = read_all_remembering(&repo, &[commit], &me.keys_for("a"), &mut memo).unwrap();
+        let recalled = read_all_remembering(&repo, &[commit], &me.keys_for("a"), &mut memo).unwrap();
+        assert_eq!(read.history("a", "rel-1"), note.entries);
+        assert_eq!(recalled.history("a", "rel-1"), note.entries);
+    }
+
+    /// A note with one entry that does not verify (a forgery appended by a pusher) is never
+    /// remembered: every read checks it again, reports the forgery and believes only the rest.
+    #[test]
+    fn a_note_with_an_unverified_entry_is_checked_on_every_read() {
+        let (_d, repo) = repo();
+        let commit = Oid::from_str(&"1".repeat(40)).unwrap();
+        let me = StatusIdentity::new("f", crate::status::StatusSigner::generate("a").unwrap());
+        let mut note = signed_note(&repo, &me, commit, "applying");
+        let mut forged = note.entries[0].clone();
+        (forged.state, forged.description, forged.sequence) = (State::Success, "all gates passed".into(), Some(2));
+        note.append(&forged);
+        let sig = signature("a").unwrap();
+        repo.note(&sig, &sig, Some("refs/notes/fleetgate/a"), commit, &note.to_text(), true).unwrap();
+        let mut memo = VerifiedNotes::new();
+        for read in 1..=3 {
+            let set = read_all_remembering(&repo, &[commit], &me.keys_for("a"), &mut memo).unwrap();
+            assert_eq!(set.latest("a", "rel-1").unwrap().description, "applying", "read {read}");
+            let unverified = set.unverified("a", "rel-1");
+            assert_eq!(unverified.len(), 1, "read {read}");
+            assert_eq!(unverified[0].reason, Unverified::BadSignature, "read {read}");
+        }
     }
 
     /// A note remembered as verified under one key (or fleet) is checked again under another:
