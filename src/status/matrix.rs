@@ -11,7 +11,7 @@
 
 use super::model::{GateFigure, PAUSED_PREFIX, State, Status, StatusSet, UnverifiedStatus, truncate};
 use super::waves::{Decision, Member, Move, may_start};
-use crate::model::Fleet;
+use crate::model::{ApprovalRecord, Fleet};
 use chrono::{DateTime, Utc};
 use owo_colors::OwoColorize;
 use serde::{Deserialize, Serialize};
@@ -408,6 +408,7 @@ impl Texts for Status {
             applied_at: _,
             decided_at: _,
             rollback_to,
+            approval,
             target_url,
             agent_version,
             reported_at: _,
@@ -417,6 +418,9 @@ impl Texts for Status {
             extra,
         } = self;
         [cluster, description, release, commit, agent_version].into_iter().for_each(|s| f(s));
+        if let Some(ApprovalRecord { by, why, wave, via }) = approval {
+            [by, why, wave, via].into_iter().for_each(|s| f(s));
+        }
         [rollback_to, target_url, fleet, signature].into_iter().for_each(|s| s.visit(f));
         gates.visit(f);
         extra.values_mut().for_each(|v| v.visit(f));
@@ -861,6 +865,8 @@ mod tests {
         (status.rollback_to, status.target_url, status.fleet) = (Some("r".into()), Some("u".into()), Some("f".into()));
         (status.started_at, status.applied_at, status.decided_at) = (Some(Utc::now()), Some(Utc::now()), Some(Utc::now()));
         (status.sequence, status.signature) = (Some(1), Some("s".into()));
+        status.approval =
+            Some(ApprovalRecord { by: "b".into(), why: "\u{1b}[2J".into(), wave: "w".into(), via: "v".into() });
         status.extra.insert("later".into(), serde_json::json!({"x": ["y", 1, null, {"z": "w"}]}));
         let unverified = UnverifiedEntry { verified: false, reason: "bad".into(), status: status.clone() };
         cell.unverified.push(unverified);

@@ -27,6 +27,7 @@
 
 use super::identity::{StatusKey, StatusKeys};
 use super::model::{GateFigure, State, Status};
+use crate::model::ApprovalRecord;
 use chrono::{DateTime, Utc};
 use git2::Oid;
 use sha2::{Digest, Sha256};
@@ -39,7 +40,7 @@ use std::path::{Path, PathBuf};
 pub(crate) type Record = [u8; 32];
 
 /// First bytes of the file; changed with the layout or the encoding.
-const MAGIC: &[u8] = b"fleetgate verified notes v2\n";
+const MAGIC: &[u8] = b"fleetgate verified notes v3\n";
 /// The magic and the SHA-256 of everything after it.
 const HEADER_LEN: usize = MAGIC.len() + 32;
 
@@ -292,6 +293,7 @@ fn encode(note: &NoteContext<'_>, entries: &[Status]) -> Vec<u8> {
             applied_at,
             decided_at,
             rollback_to,
+            approval,
             target_url,
             agent_version,
             reported_at,
@@ -321,6 +323,11 @@ fn encode(note: &NoteContext<'_>, entries: &[Status]) -> Vec<u8> {
             w.optional(at.as_ref(), Writer::time);
         }
         w.optional(rollback_to.as_deref(), Writer::text);
+        w.optional(approval.as_ref(), |w, ApprovalRecord { by, why, wave, via }| {
+            for text in [by, why, wave, via] {
+                w.text(text);
+            }
+        });
         w.optional(target_url.as_deref(), Writer::text);
         w.text(agent_version);
         w.time(reported_at);
@@ -362,6 +369,9 @@ fn decode(bytes: &[u8], note: &NoteContext<'_>) -> Option<Vec<Status>> {
         let applied_at = r.optional(Reader::time)?;
         let decided_at = r.optional(Reader::time)?;
         let rollback_to = r.optional(Reader::text)?;
+        let approval = r.optional(|r| {
+            Some(ApprovalRecord { by: r.text()?, why: r.text()?, wave: r.text()?, via: r.text()? })
+        })?;
         let target_url = r.optional(Reader::text)?;
         let agent_version = r.text()?;
         let reported_at = r.time()?;
@@ -383,6 +393,7 @@ fn decode(bytes: &[u8], note: &NoteContext<'_>) -> Option<Vec<Status>> {
             applied_at,
             decided_at,
             rollback_to,
+            approval,
             target_url,
             agent_version,
             reported_at,
@@ -519,6 +530,12 @@ mod tests {
                 verdict: "fail".into(),
             }])
             .rolled_back_to("rel-1")
+            .approved(ApprovalRecord {
+                by: "Ana <ana@example.com> (key 3AF1)".into(),
+                why: "CAB-1234\nsecond line".into(),
+                wave: "prod".into(),
+                via: "tag approve/rel-2/prod".into(),
+            })
             .with_target_url("https://example.com/x");
         (s.started_at, s.applied_at, s.decided_at) =
             (at("1969-07-20T20:17:40.5Z"), at("2025-01-01T00:01:00Z"), at("2025-01-01T00:11:00.123456789Z"));
@@ -615,7 +632,7 @@ mod tests {
         let damaged: Vec<(&str, Vec<u8>)> = vec![
             ("torn", good[..good.len() - 3].to_vec()),
             ("a flipped byte", flipped),
-            ("another format", [b"fleetgate verified notes v1\n", &good[MAGIC.len()..]].concat()),
+            ("another format", [b"fleetgate verified notes v2\n", &good[MAGIC.len()..]].concat()),
             ("empty", Vec::new()),
             ("a record past the end", {
                 let mut bad = good[..HEADER_LEN].to_vec();
