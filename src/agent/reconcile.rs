@@ -277,6 +277,8 @@ impl Agent {
                     tracing::warn!(error = %error_chain(e), class = ?e.class(), "reconcile failed");
                 }
             }
+            // What the pass read and built is dropped by now; the agent waits with what it keeps.
+            super::process::release_free_memory();
         }
         self.services
     }
