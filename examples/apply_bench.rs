@@ -14,9 +14,10 @@
 //! operator's CRDs are cluster-wide, so they are deleted between the two engines' operator runs.
 //!
 //! fleetgate's figure is what the agent does for a release: `admit` (discovery, parse, admission
-//! policy, inventory read), a `snapshot` of the previous release when there is one, `apply`
-//! (server-side dry run of everything, adoption check, inventory, phases, release-manifest) and
-//! `prune` where the case drops objects; each step is also shown on its own. Flux's is
+//! policy, inventory read), a `snapshot_before` the release when one was applied before (what
+//! the release changes of the previous one), `apply` (objects it would not change left alone,
+//! server-side dry run of the rest, adoption check, inventory, phases, release-manifest) and
+//! `prune` where the case drops objects; each step is also shown on its own, with its requests. Flux's is
 //! kustomize-controller's reconcile minus its own status write: owner labels, `ApplyAllStaged`
 //! (which waits for CRDs and Namespaces with `WaitForSet`), inventory diff and `DeleteAll`.
 //! Neither engine waits for workloads to roll out (kustomize-controller's `wait: false` default;
@@ -88,8 +89,8 @@ fn release(id: &str, files: &Files) -> VerifiedRelease {
 struct Run {
     ms: f64,
     requests: u64,
-    /// fleetgate only: (step, ms) in order.
-    steps: Vec<(&'static str, f64)>,
+    /// fleetgate only: (step, ms, requests) in order.
+    steps: Vec<(&'static str, f64, u64)>,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -140,15 +141,16 @@ impl Fleetgate {
         let before = self.requests.load(Ordering::Relaxed);
         let start = Instant::now();
         let mut steps = Vec::new();
-        let mut step = Instant::now();
-        let mut lap = |name: &'static str, steps: &mut Vec<(&'static str, f64)>| {
-            steps.push((name, ms(step.elapsed())));
-            step = Instant::now();
+        let (mut step, mut step_requests) = (Instant::now(), before);
+        let mut lap = |name: &'static str, steps: &mut Vec<(&'static str, f64, u64)>| {
+            let now = self.requests.load(Ordering::Relaxed);
+            steps.push((name, ms(step.elapsed()), now - step_requests));
+            (step, step_requests) = (Instant::now(), now);
         };
         let admitted = engine.admit(rel, &self.policy).await?;
         lap("admit", &mut steps);
         if snapshot {
-            engine.snapshot().await?;
+            engine.snapshot_before(&admitted).await?;
             lap("snapshot", &mut steps);
         }
         engine.apply(admitted).await?;
@@ -311,7 +313,7 @@ async fn main() -> anyhow::Result<()> {
         "apply: fleetgate's engine vs Flux's (fluxcd/pkg/ssa v0.78.0), one kube-apiserver, {rounds} rounds alternating, medians"
     );
     println!(
-        "{:<30} {:>12} {:>10} {:>7} {:>9} {:>9}   fleetgate's steps (ms)",
+        "{:<30} {:>12} {:>10} {:>7} {:>9} {:>9}   fleetgate's steps (ms / requests)",
         "case", "fleetgate ms", "flux ms", "ratio", "fg req", "flux req"
     );
     for (case, (fgr, fxr)) in CASES.iter().zip(&results) {
@@ -323,7 +325,11 @@ async fn main() -> anyhow::Result<()> {
             .steps
             .iter()
             .enumerate()
-            .map(|(i, (name, _))| format!("{name} {:.0}", median(fgr.iter().map(|r| r.steps[i].1).collect())))
+            .map(|(i, (name, _, _))| {
+                let ms = median(fgr.iter().map(|r| r.steps[i].1).collect());
+                let requests = median(fgr.iter().map(|r| r.steps[i].2 as f64).collect());
+                format!("{name} {ms:.0}/{requests:.0}")
+            })
             .collect();
         println!("{case:<30} {f:>12.0} {x:>10.0} {:>7.2} {fq:>9.0} {xq:>9.0}   {}", f / x, steps.join(", "));
     }

@@ -24,7 +24,10 @@
 #
 # Environment: DEMO_DIR (keep everything there; default a temp dir, removed at the end unless
 # DEMO_KEEP=1), FLEETGATE_BIN / TESTENV_BIN (binaries; default target/debug), DEMO_TIMEOUT (seconds
-# each step may take, default 240), DEMO_CHAOS=1 (kill -9 the canary's agent in the middle of
+# each step may take, default 240), DEMO_INTERVAL / DEMO_LEASE_DURATION (the agents' --interval and
+# --lease-duration, default 5s each: short, so the story moves quickly), DEMO_AFTER (a command run
+# with the demo's directory as its argument once the story is told, while clusters and agents still
+# run; hack/agent-footprint.sh measures the agents there), DEMO_CHAOS=1 (kill -9 the canary's agent in the middle of
 # applying rel-1 and again in the middle of rolling back rel-2, and start it again: the story must
 # end the same). tests/e2e.rs runs this script with DEMO_CHAOS=1 and checks what it leaves behind.
 set -euo pipefail
@@ -280,7 +283,7 @@ promote rel-1
 start_agent() { # start_agent CLUSTER: one agent process; its pid in $DIR/agent-CLUSTER.pid
   local c=$1
   "$FG" agent --repo "$REPO_URL" --cluster "$c" --kubeconfig "$DIR/clusters/$c.agent.kubeconfig" \
-    --trusted-keys "$DIR/trusted.asc" --approver-keys "$DIR/approvers.asc" --state-dir "$DIR/agents/$c" --interval 5s --lease-duration 5s \
+    --trusted-keys "$DIR/trusted.asc" --approver-keys "$DIR/approvers.asc" --state-dir "$DIR/agents/$c" --interval "${DEMO_INTERVAL:-5s}" --lease-duration "${DEMO_LEASE_DURATION:-5s}" \
     --listen "127.0.0.1:${AGENT_PORT[$c]}" --log-format json "${AGENT_FORGE_FLAGS[@]}" >>"$DIR/agent-$c.log" 2>&1 &
   echo $! >"$DIR/agent-$c.pid"
   pids+=($!)
@@ -396,4 +399,8 @@ ok "rel-3 runs everywhere"
 say "fleetgate status --repo $REPO_URL"
 "$FG" status --repo "$REPO_URL" | sed 's/^/    /'
 "$FG" status --repo "$REPO_URL" -o json >"$DIR/status.json" || true
+if [[ -n "${DEMO_AFTER:-}" ]]; then
+  # shellcheck disable=SC2086 # DEMO_AFTER is a command line
+  $DEMO_AFTER "$DIR"
+fi
 say "Done. Everything ran on this machine; $( [[ -n "${DEMO_DIR:-}${DEMO_KEEP:-}" ]] && echo "files are in $DIR" || echo "cleaning up")."

@@ -3,11 +3,17 @@
 use clap::Parser;
 use std::process::ExitCode;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = fleetgate::cli::Cli::parse();
+    let runtime = match cli.runtime() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
     fleetgate::cli::init_tracing(&cli);
-    match fleetgate::cli::run(cli).await {
+    match runtime.block_on(fleetgate::cli::run(cli)) {
         Ok(code) => code,
         Err(e) => {
             // Each source once, also where an error type prints its source itself.

@@ -318,8 +318,8 @@ async fn releases_are_judged_by_what_their_objects_do() {
         apply(&engine, &v2, &policy(None)).await.expect("the annotated object is adopted");
         let taken = get(&client, "v1", "ConfigMap", Some(OPERATOR_NS), "preexisting").await.unwrap();
         assert_eq!(
-            taken.metadata.labels.unwrap_or_default().get("fleetgate.io/release").map(String::as_str),
-            Some("rel-v2")
+            taken.metadata.labels.unwrap_or_default().get("fleetgate.io/inventory"),
+            Some(&engine.options().inventory)
         );
         assert_eq!(taken.data["data"]["owner"], "fleetgate");
         let inventory = engine.inventory().await.unwrap().unwrap();

@@ -20,6 +20,7 @@
 //! * `forge_mirror` — a status also on the promotion PR's head and the write-back commit, on the
 //!   agent's forge.
 //! * [`services`] — starts and stops all of the above as one [`AgentServices`].
+//! * [`process`] — the process the agent runs in: its tokio runtime and malloc settings.
 
 pub mod config;
 mod drift;
@@ -31,6 +32,7 @@ pub mod lkg;
 pub mod metrics;
 pub mod notifier;
 mod outbox;
+pub mod process;
 pub mod reconcile;
 pub mod report;
 mod rollback;

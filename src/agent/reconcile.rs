@@ -277,6 +277,8 @@ impl Agent {
                     tracing::warn!(error = %error_chain(e), class = ?e.class(), "reconcile failed");
                 }
             }
+            // What the pass read and built is dropped by now; the agent waits with what it keeps.
+            super::process::release_free_memory();
         }
         self.services
     }
@@ -656,7 +658,7 @@ impl Agent {
             Err(e) => return self.defer(config, e).await,
         };
 
-        let (baseline, snapshot, rollback_target) = match self.prepare(config, &verified).await {
+        let (baseline, snapshot, rollback_target) = match self.prepare(config, &verified, &admitted).await {
             Ok(prepared) => prepared,
             Err(e) => return self.defer(config, e).await,
         };
@@ -740,11 +742,13 @@ impl Agent {
     }
 
     /// What the apply needs ready: the gates' baseline (persisted with the operation), the
-    /// snapshot of the current release, the rollback target.
+    /// snapshot of the current release (what applying `admitted` changes of it), the rollback
+    /// target.
     async fn prepare(
         &self,
         config: &FleetConfig,
         verified: &VerifiedRelease,
+        admitted: &AdmittedSet<'_>,
     ) -> Result<(gates::Baseline, Option<String>, Option<String>), ReconcileError> {
         let policy = gate_policy(config, &self.services.config.cluster);
         let prometheus = self.services.config.prometheus.for_policy(&policy)?;
@@ -757,7 +761,7 @@ impl Agent {
             s.record_sequence(sequence)
         })
         .await?;
-        let snapshot = self.engine.snapshot().await?;
+        let snapshot = self.engine.snapshot_before(admitted).await?;
         stop_point::reached("snapshot.after-save").await;
         // The state machine keeps it only if it succeeded here (else: last-known-good).
         let rollback_to = verified.release().spec.rollback_to.clone();

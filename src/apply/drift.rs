@@ -163,7 +163,7 @@ impl Engine {
         let resolver = Resolver::new(self.client.clone()).await?;
         let mut set =
             ManifestSet::from_release(release, self.options.default_namespace.as_deref(), resolver.discovery())?;
-        set.add_labels(&self.labels(release.id()));
+        set.add_labels(&self.labels());
         let results: Vec<Result<ObjectDrift, ApplyError>> = stream::iter(set.iter())
             .map(|m| {
                 let resolver = &resolver;

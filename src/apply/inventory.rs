@@ -3,12 +3,14 @@
 //! `release-manifest-<id>` ConfigMaps (the seed's mapping form).
 //!
 //! The inventory also lists the objects fleetgate adopted (they existed before it applied them,
-//! see `Engine::apply`), so prune can leave them in place.
+//! see `Engine::apply`), so prune can leave them in place, and what fleetgate last sent and the
+//! server stored for each object (sealed records, see `unchanged`), so an apply can leave alone
+//! what it would not change.
 //!
 //! Both live in the agent's namespace. The inventory keeps the objects as a JSON list; at about
 //! 100 bytes an entry a ConfigMap holds several thousand, far beyond an Operator's release.
 
-use super::{ApplyError, ApplyOptions, LABEL_INVENTORY, api_message, kube_err};
+use super::{AppliedRecord, ApplyError, ApplyOptions, LABEL_INVENTORY, SealedRecords, api_message, kube_err};
 use crate::manifests::{ManifestSet, ObjectKey, Phase, api_version};
 use crate::model::release_seed_data;
 use crate::release::VerifiedRelease;
@@ -27,6 +29,8 @@ const KEY_PREVIOUS: &str = "previousRelease";
 const KEY_OBJECTS: &str = "objects";
 const KEY_PENDING: &str = "pendingPrune";
 const KEY_ADOPTED: &str = "adopted";
+const KEY_APPLIED: &str = "applied";
+const KEY_APPLIED_MAC: &str = "appliedMac";
 
 /// One object fleetgate applied, with the API version it was applied as.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
@@ -74,6 +78,9 @@ pub struct Inventory {
     /// Objects that existed before fleetgate first applied them (adopted): prune never deletes
     /// them.
     pub adopted: Vec<ObjectKey>,
+    /// What the last apply sent and the server stored, per object it wrote or left alone.
+    #[serde(skip)]
+    pub applied: SealedRecords,
 }
 
 impl super::Engine {
@@ -119,18 +126,28 @@ pub(crate) async fn read(client: &Client, options: &ApplyOptions) -> Result<Opti
             None => Vec::new(),
             Some(text) => serde_json::from_str(text).map_err(|e| unreadable(options, format!("{KEY_ADOPTED}: {e}")))?,
         },
+        // Unreadable records only cost the shortcut: every object is applied.
+        applied: SealedRecords {
+            records: data
+                .get(KEY_APPLIED)
+                .and_then(|t| serde_json::from_str::<Vec<AppliedRecord>>(t).ok())
+                .unwrap_or_default(),
+            mac: data.get(KEY_APPLIED_MAC).cloned().unwrap_or_default(),
+        },
     }))
 }
 
 /// Records `set` as the current release. Whatever the previous inventory held (objects and
 /// still-pending prunes) that `set` does not contain becomes pending prune. `adopted` are the
-/// objects of `set` this apply takes over rather than creates.
+/// objects of `set` this apply takes over rather than creates; `applied` the records of the
+/// objects it leaves alone. Writes nothing when that is what `previous` says already.
 pub(crate) async fn write(
     client: &Client,
     options: &ApplyOptions,
     set: &ManifestSet,
     previous: Option<&Inventory>,
     adopted: &BTreeSet<ObjectKey>,
+    applied: SealedRecords,
 ) -> Result<Inventory, ApplyError> {
     let objects: Vec<InventoryEntry> = set
         .iter()
@@ -142,8 +159,10 @@ pub(crate) async fn write(
             name: m.key.name.clone(),
         })
         .collect();
-    let inventory = next_inventory(set.release_id(), objects, previous, adopted);
-    store(client, options, &inventory).await?;
+    let inventory = Inventory { applied, ..next_inventory(set.release_id(), objects, previous, adopted) };
+    if previous != Some(&inventory) {
+        store(client, options, &inventory).await?;
+    }
     Ok(inventory)
 }
 
@@ -180,6 +199,7 @@ fn next_inventory(
         objects,
         pending_prune: pending.into_values().collect(),
         adopted,
+        applied: SealedRecords::default(),
     }
 }
 
@@ -193,6 +213,8 @@ pub(crate) async fn store(client: &Client, options: &ApplyOptions, inventory: &I
         (KEY_OBJECTS.to_string(), json(&inventory.objects)),
         (KEY_PENDING.to_string(), json(&inventory.pending_prune)),
         (KEY_ADOPTED.to_string(), serde_json::to_string(&inventory.adopted).expect("object keys serialize")),
+        (KEY_APPLIED.to_string(), serde_json::to_string(&inventory.applied.records).expect("records serialize")),
+        (KEY_APPLIED_MAC.to_string(), inventory.applied.mac.clone()),
     ]);
     apply_configmap(client, options, &name, &[], data, "writing inventory").await
 }

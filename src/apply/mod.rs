@@ -7,10 +7,12 @@
 //! ```text
 //! snapshot()            store release N's live objects + every CR of N's CRDs (in-cluster Secrets)
 //! admit(N+1, policy)    manifests (discovery, parse, CRDs typed) → admission policy → AdmittedSet
-//! apply(admitted)       server-side dry run (all or nothing) → adoption check (below)
+//! apply(admitted)       objects it would not change left alone (below)
+//!                       → server-side dry run of the rest (all or nothing) → adoption check (below)
+//!                       → inventory (N+1's objects, N's leftovers marked for prune)
 //!                       → phases: Namespaces → CRDs (Established, discovery refreshed)
 //!                         → RBAC → config → workloads (rollout, optional) → other/CRs → webhooks
-//!                       → inventory (N+1's objects, N's leftovers marked for prune)
+//!                       → inventory records (what was sent, what the server stored)
 //!                       → ConfigMap release-manifest-<id>
 //! prune()               delete what N had and N+1 dropped (CRDs only when allowed)
 //! ── on failure ──
@@ -19,11 +21,16 @@
 //!
 //! [`AgentRbac`] is the least-privilege RBAC applying a release needs (`fleetgate agent rbac`).
 //!
-//! Every object fleetgate applies carries the labels [`LABEL_RELEASE`], [`LABEL_MANAGED_BY`] and
-//! [`LABEL_INVENTORY`]; the inventory ConfigMap in the agent's namespace is the record prune and
-//! snapshot read. [`Engine::drift`] compares live objects with a release without changing
-//! anything; calling [`Engine::apply`] again corrects drift (server-side apply with `force`
-//! takes every field of the release back).
+//! Every object fleetgate applies carries the labels [`LABEL_MANAGED_BY`] and [`LABEL_INVENTORY`],
+//! which stay the same from release to release; which release an object belongs to is the
+//! inventory ConfigMap's record (in the agent's namespace), which prune and snapshot read. So a
+//! new release writes only the objects it changes: an object whose content and live state are
+//! what fleetgate last applied (inventory records, see `unchanged`) is neither dry-run nor
+//! applied, and the snapshot before a release leaves it out.
+//!
+//! [`Engine::drift`] compares live objects with a release without changing anything; calling
+//! [`Engine::apply`] again corrects drift (a drifted object is never left alone, and server-side
+//! apply with `force` takes every field of the release back).
 //!
 //! Adoption: a forced server-side apply takes over any live object of the same name. An object
 //! that exists but that fleetgate did not apply (not in the inventory, not carrying its
@@ -51,6 +58,7 @@ mod prune;
 mod rbac;
 mod rollout;
 mod snapshot;
+mod unchanged;
 mod withdraw;
 
 pub use changes::*;
@@ -60,6 +68,7 @@ pub use drift::*;
 pub use inventory::*;
 pub use rbac::*;
 pub use snapshot::*;
+pub use unchanged::{AppliedRecord, SealedRecords};
 
 use crate::manifests::admission::{AdmissionError, AdmissionPolicy, LiveApi};
 use crate::manifests::{CrdNames, Manifest, ManifestError, ManifestSet, ObjectKey, Phase};
@@ -70,7 +79,8 @@ use kube::{Client, ResourceExt};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-/// The release an object was last applied by.
+/// The release a snapshot or a last-known-good record holds, on those Secrets. Applied objects do
+/// not carry it: a release label on every object would make every release rewrite every object.
 pub const LABEL_RELEASE: &str = "fleetgate.io/release";
 /// Standard "who manages this" label; always `fleetgate`.
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
@@ -301,7 +311,7 @@ impl Engine {
         let mut set =
             ManifestSet::from_release(release, self.options.default_namespace.as_deref(), resolver.discovery())?;
         policy.check(&set, &self.live_api(&resolver).await?)?;
-        set.add_labels(&self.labels(release.id()));
+        set.add_labels(&self.labels());
         Ok(AdmittedSet { release, set, resolver, policy: policy.clone() })
     }
 
@@ -318,39 +328,64 @@ impl Engine {
     }
 
     /// Checks an admitted set without changing anything: a server-side dry run of every object
-    /// the server can check now. Returns the objects whose dry run must wait for an earlier
-    /// phase (see the module docs).
+    /// the server can check now, but those the apply would leave alone (see the module docs).
+    /// Returns the objects whose dry run must wait for an earlier phase (see the module docs).
     ///
     /// Also refuses ([`ApplyError::Admission`]) taking over live objects fleetgate did not apply
     /// (see the module docs).
     pub async fn dry_run(&self, admitted: &AdmittedSet<'_>) -> Result<Vec<DeferredDryRun>, ApplyError> {
-        let (results, deferred) = self.dry_run_first(&admitted.resolver, &admitted.set).await?;
         let previous = inventory::read(&self.client, &self.options).await?;
+        let key = self.existing_agent_key().await?;
+        let records = self.trusted_records(&admitted.set, previous.as_ref(), key.as_ref());
+        let leave = self.unchanged(&admitted.resolver, &admitted.set, &records).await?;
+        let (results, deferred) = self.dry_run_first(&admitted.resolver, &admitted.set, &leave).await?;
         self.adoptions(admitted, previous.as_ref(), &results, &deferred).await?;
         Ok(deferred)
     }
 
-    /// Applies an admitted release: server-side dry run of every object (nothing is applied if
-    /// any fails), the inventory (objects of the previous release that this one dropped are
-    /// marked for [`prune`](Self::prune)), server-side apply (field manager `fleetgate`, forced)
-    /// phase by phase, and ConfigMap `release-manifest-<id>`.
+    /// Applies an admitted release: the objects it would not change are left alone (see the
+    /// module docs); a server-side dry run of the others (nothing is applied if any fails), the
+    /// inventory (objects of the previous release that this one dropped are marked for
+    /// [`prune`](Self::prune)), server-side apply (field manager `fleetgate`, forced) phase by
+    /// phase, the inventory's records of what was applied, and ConfigMap `release-manifest-<id>`.
     ///
     /// The inventory is written before the first object changes, so an apply that fails half
     /// way still records what it may have created: applying the previous release again and
-    /// pruning removes it. Re-applying the release that is already applied changes nothing.
+    /// pruning removes it. The records it keeps until the phases are done are the previous
+    /// ones: an object written since has another resourceVersion than its record, so it is not
+    /// taken as unchanged. Re-applying the release that is already applied changes nothing; it
+    /// corrects drift, since a drifted object is not left alone.
     pub async fn apply(&self, admitted: AdmittedSet<'_>) -> Result<ChangeSet, ApplyError> {
         let previous = inventory::read(&self.client, &self.options).await?;
-        let (before, deferred) = self.dry_run_first(&admitted.resolver, &admitted.set).await?;
+        let key = self.existing_agent_key().await?;
+        let mut records = self.trusted_records(&admitted.set, previous.as_ref(), key.as_ref());
+        let leave = self.unchanged(&admitted.resolver, &admitted.set, &records).await?;
+        let (before, deferred) = self.dry_run_first(&admitted.resolver, &admitted.set, &leave).await?;
         let adopted = self.adoptions(&admitted, previous.as_ref(), &before, &deferred).await?;
         let AdmittedSet { release, set, mut resolver, .. } = admitted;
-        inventory::write(&self.client, &self.options, &set, previous.as_ref(), &adopted).await?;
+        let key = match key {
+            Some(key) => key,
+            None => self.agent_key().await?,
+        };
+        let seal = |records: &unchanged::Records| {
+            SealedRecords::seal(&key, &self.options.inventory, records.values().cloned())
+        };
+        let mut inventory =
+            inventory::write(&self.client, &self.options, &set, previous.as_ref(), &adopted, seal(&records)).await?;
         let mut changes = ChangeSet::new(release.id());
-        self.apply_phases("apply", &mut resolver, &set, before, deferred, &mut changes).await?;
+        let applied = self.apply_phases("apply", &mut resolver, &set, &leave, before, deferred, &mut changes).await?;
+        records.extend(applied.into_iter().map(|r| (r.object.clone(), r)));
+        let sealed = seal(&records);
+        if sealed != inventory.applied {
+            inventory.applied = sealed;
+            inventory::store(&self.client, &self.options, &inventory).await?;
+        }
         inventory::write_release_manifest(&self.client, &self.options, release).await?;
         Ok(changes)
     }
 
-    /// Dry-runs every object the server can check now; all refusals are reported together.
+    /// Dry-runs every object the server can check now but those in `leave` (they are not
+    /// applied); all refusals are reported together.
     ///
     /// Two kinds of object wait (they are returned as deferred): objects in a namespace the
     /// release creates (the server refuses anything in a namespace that does not exist), and
@@ -361,7 +396,9 @@ impl Engine {
         &self,
         resolver: &phases::Resolver,
         set: &ManifestSet,
+        leave: &unchanged::Records,
     ) -> Result<(phases::DryRuns, Vec<DeferredDryRun>), ApplyError> {
+        let checked = |m: &&Manifest| !leave.contains_key(&m.key);
         let mut failures = Vec::new();
         let mut collect = |result: Result<phases::DryRuns, ApplyError>| match result {
             Ok(r) => Ok(r),
@@ -371,16 +408,16 @@ impl Engine {
             }
             Err(e) => Err(e),
         };
-        let first: Vec<_> = set.iter().filter(|m| m.phase <= Phase::Crds).collect();
+        let first: Vec<_> = set.iter().filter(checked).filter(|m| m.phase <= Phase::Crds).collect();
         let mut results = collect(phases::dry_run(resolver, &first, &self.options).await)?;
 
         let is_new = |m: &&Manifest| {
             results.get(&m.key).and_then(|d| d.metadata.resource_version.as_deref()).is_none_or(str::is_empty)
         };
         let new_namespaces: BTreeSet<&str> =
-            set.phase(Phase::Namespaces).filter(is_new).map(|m| m.key.name.as_str()).collect();
+            set.phase(Phase::Namespaces).filter(checked).filter(is_new).map(|m| m.key.name.as_str()).collect();
         let mut changing_crds = Vec::new();
-        for m in set.phase(Phase::Crds) {
+        for m in set.phase(Phase::Crds).filter(checked) {
             let would_be = results.get(&m.key).and_then(|d| d.data.get("spec"));
             let live = match (is_new(&m), resolver.api(m)) {
                 (false, Ok(api)) => api.get_opt(&m.key.name).await.map_err(kube_err(format!("reading {}", m.key)))?,
@@ -394,6 +431,7 @@ impl Engine {
         }
         let deferred: Vec<DeferredDryRun> = set
             .iter()
+            .filter(checked)
             .filter(|m| m.phase > Phase::Crds)
             .filter_map(|m| {
                 let after = if changing_crds.iter().any(|c| c.group == m.key.group && c.kind == m.key.kind) {
@@ -406,8 +444,11 @@ impl Engine {
                 Some(DeferredDryRun { object: m.key.clone(), after })
             })
             .collect();
-        let now: Vec<_> =
-            set.iter().filter(|m| m.phase > Phase::Crds && !deferred.iter().any(|d| d.object == m.key)).collect();
+        let now: Vec<_> = set
+            .iter()
+            .filter(checked)
+            .filter(|m| m.phase > Phase::Crds && !deferred.iter().any(|d| d.object == m.key))
+            .collect();
         results.extend(collect(phases::dry_run(resolver, &now, &self.options).await)?);
         if !failures.is_empty() {
             failures.sort_by(|a, b| a.object.cmp(&b.object));
@@ -456,32 +497,40 @@ impl Engine {
         if violations.is_empty() { Ok(adopted) } else { Err(AdmissionError { violations }.into()) }
     }
 
-    /// Applies `set` phase by phase, with the waits between phases, recording into `changes`.
+    /// Applies `set` phase by phase but the objects in `leave`, with the waits between phases,
+    /// recording into `changes`; returns what the server stored for each object written.
     /// Deferred dry runs happen right after the phase they wait for, before anything later.
     /// `stage` (`apply`, `restore`) names its stop point `<stage>.after-first-phase`.
+    #[allow(clippy::too_many_arguments)] // one call per stage; the values are the stage's own
     async fn apply_phases(
         &self,
         stage: &str,
         resolver: &mut phases::Resolver,
         set: &ManifestSet,
+        leave: &unchanged::Records,
         mut before: phases::DryRuns,
         deferred: Vec<DeferredDryRun>,
         changes: &mut ChangeSet,
-    ) -> Result<(), ApplyError> {
+    ) -> Result<Vec<AppliedRecord>, ApplyError> {
+        let mut applied = Vec::new();
         let mut first = true;
         for phase in Phase::ALL {
             let objects: Vec<_> = set.phase(phase).collect();
             if objects.is_empty() {
                 continue;
             }
-            phases::apply_phase(resolver, &objects, &before, &self.options, changes).await?;
+            phases::apply_phase(resolver, &objects, leave, &before, &self.options, changes, &mut applied).await?;
             if first {
                 first = false;
                 crate::model::stop_point::reached(&format!("{stage}.after-first-phase")).await;
             }
             if phase == Phase::Crds {
-                phases::crds_established(&self.client, &objects, &self.options).await?;
-                resolver.refresh_until_served(set, self.options.crd_timeout).await?;
+                let written: Vec<_> = objects.iter().copied().filter(|m| !leave.contains_key(&m.key)).collect();
+                // CRDs left alone are as Established as they were, and their kinds as served.
+                if !written.is_empty() {
+                    phases::crds_established(&self.client, &written, &self.options).await?;
+                    resolver.refresh_until_served(set, self.options.crd_timeout).await?;
+                }
             }
             let waiting: Vec<_> =
                 deferred.iter().filter(|d| d.after == phase).filter_map(|d| set.get(&d.object)).collect();
@@ -495,15 +544,12 @@ impl Engine {
             }
         }
         changes.dry_run_deferred = deferred;
-        Ok(())
+        Ok(applied)
     }
 
-    fn labels(&self, release_id: &str) -> [(&'static str, String); 3] {
-        [
-            (LABEL_RELEASE, release_id.to_string()),
-            (LABEL_MANAGED_BY, crate::FIELD_MANAGER.to_string()),
-            (LABEL_INVENTORY, self.options.inventory.clone()),
-        ]
+    /// The labels of every applied object: the same for every release (see the module docs).
+    fn labels(&self) -> [(&'static str, String); 2] {
+        [(LABEL_MANAGED_BY, crate::FIELD_MANAGER.to_string()), (LABEL_INVENTORY, self.options.inventory.clone())]
     }
 }
 

@@ -2,7 +2,8 @@
 //! discovery, server-side dry runs, one phase of server-side applies with bounded concurrency,
 //! and waiting for CRDs to be Established.
 
-use super::{ApplyError, ApplyOptions, ChangeSet, ObjectChange, ObjectFailure, api_message, kube_err};
+use super::unchanged::{Records, object_hash};
+use super::{AppliedRecord, ApplyError, ApplyOptions, ChangeSet, ObjectChange, ObjectFailure, api_message, kube_err};
 use crate::apply::Action;
 use crate::manifests::{Manifest, ManifestSet, ObjectKey, api_version};
 use futures::{StreamExt, TryStreamExt, stream};
@@ -144,21 +145,28 @@ fn is_transient(e: &kube::Error) -> bool {
     }
 }
 
-/// Server-side applies every object of one phase, `options.concurrency` at a time, and records
-/// each outcome in `changes` (in the phase's order). Any failure fails the phase after every
-/// object of it was tried.
+/// Server-side applies every object of one phase but those in `leave` (unchanged, see
+/// `unchanged`), `options.concurrency` at a time, records each outcome in `changes` (in the
+/// phase's order) and what the server stored for each written object in `applied`. Any failure
+/// fails the phase after every object of it was tried.
 pub(crate) async fn apply_phase(
     resolver: &Resolver,
     objects: &[&Manifest],
+    leave: &Records,
     before: &DryRuns,
     options: &ApplyOptions,
     changes: &mut ChangeSet,
+    applied: &mut Vec<AppliedRecord>,
 ) -> Result<(), ApplyError> {
     let pp = params();
-    let results: Vec<(usize, Result<Action, ObjectFailure>)> = stream::iter(objects.iter().copied().enumerate())
+    type Outcome = Result<(Action, Option<AppliedRecord>), ObjectFailure>;
+    let results: Vec<(usize, Outcome)> = stream::iter(objects.iter().copied().enumerate())
         .map(|(i, m)| {
             let pp = pp.clone();
             async move {
+                if leave.contains_key(&m.key) {
+                    return (i, Ok((Action::Unchanged, None)));
+                }
                 let fail = |message: String| ObjectFailure { object: m.key.clone(), source: m.source.clone(), message };
                 let result = async {
                     let api = resolver.api(m).map_err(fail)?;
@@ -167,11 +175,18 @@ pub(crate) async fn apply_phase(
                         .await
                         .map_err(|e| fail(api_message(&e)))?;
                     let rv_before = before.get(&m.key).and_then(|d| d.resource_version()).filter(|rv| !rv.is_empty());
-                    Ok(match rv_before {
+                    let action = match rv_before {
                         None => Action::Created,
                         Some(rv) if out.resource_version().as_ref() == Some(&rv) => Action::Unchanged,
                         Some(_) => Action::Configured,
-                    })
+                    };
+                    let record = AppliedRecord {
+                        object: m.key.clone(),
+                        hash: object_hash(m),
+                        uid: out.uid().unwrap_or_default(),
+                        resource_version: out.resource_version().unwrap_or_default(),
+                    };
+                    Ok((action, Some(record)))
                 }
                 .await;
                 (i, result)
@@ -185,7 +200,8 @@ pub(crate) async fn apply_phase(
     let mut failures = Vec::new();
     for (i, r) in results {
         match r {
-            Ok(action) => {
+            Ok((action, record)) => {
+                applied.extend(record);
                 changes.changes.push(ObjectChange { object: objects[i].key.clone(), phase: objects[i].phase, action })
             }
             Err(f) => failures.push(f),

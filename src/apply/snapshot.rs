@@ -1,7 +1,9 @@
 //! Snapshots: before release N+1 replaces N, the live state of N — each of its objects reduced
 //! to the fields fleetgate applied (live values), and every custom resource of its CRDs
 //! (metadata labels/annotations and everything but `status`) — is stored in the agent's
-//! namespace, so a rollback restores state, not only an image.
+//! namespace, so a rollback restores state, not only an image. Taken before applying N+1
+//! ([`Engine::snapshot_before`]), it leaves out the objects of N that N+1 leaves alone (see
+//! `unchanged`): N+1 does not change them, so there is nothing of them to bring back.
 //!
 //! Storage: Secrets (a snapshot can hold Secrets of the release), the JSON split into chunks
 //! `<inventory>-snapshot-<id>-<n>` of at most [`CHUNK_BYTES`] ([`super::chunked`]), then an index Secret
@@ -24,12 +26,14 @@
 use super::chunked::{ChunkError, Existing, read_chunks, write_chunks};
 use super::phases::Resolver;
 use super::prune::api_for;
+use super::unchanged::Records;
 use super::{
-    ApplyError, ChangeSet, Engine, InventoryEntry, LABEL_INVENTORY, LABEL_RELEASE, api_message, fields, inventory,
-    kube_err,
+    AdmittedSet, ApplyError, ChangeSet, Engine, InventoryEntry, LABEL_INVENTORY, LABEL_RELEASE, api_message, fields,
+    inventory, kube_err,
 };
 use crate::manifests::admission::AdmissionPolicy;
 use crate::manifests::{CRD_GROUP, CRD_KIND, CrdNames, ManifestSet, Source, typed_crd};
+use futures::{StreamExt, TryStreamExt, stream};
 use hmac::{Hmac, Mac};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -122,25 +126,38 @@ impl Engine {
         format!("{}-snapshot-{id}", self.options.inventory)
     }
 
+    fn agent_key_name(&self) -> String {
+        format!("{}-snapshot-key", self.options.inventory)
+    }
+
+    /// The agent key if it exists; None before anything needed it.
+    pub(crate) async fn existing_agent_key(&self) -> Result<Option<AgentKey>, ApplyError> {
+        let name = self.agent_key_name();
+        let secret = self.secrets().get_opt(&name).await.map_err(kube_err(format!("reading Secret {name}")))?;
+        secret.map(|s| self.read_agent_key(s)).transpose()
+    }
+
+    fn read_agent_key(&self, secret: Secret) -> Result<AgentKey, ApplyError> {
+        let name = self.agent_key_name();
+        let bytes = secret.data.and_then(|mut d| d.remove(KEY_DATA)).map(|b| b.0).unwrap_or_default();
+        if bytes.len() < 32 {
+            return Err(ApplyError::Snapshot {
+                id: name.clone(),
+                reason: format!(
+                    "the agent key Secret {name} holds no 32-byte key; delete it to have a new one made (existing snapshots then no longer verify)"
+                ),
+            });
+        }
+        Ok(AgentKey::from_bytes(bytes))
+    }
+
     /// The agent key, created (32 random bytes) when it does not exist yet.
     pub async fn agent_key(&self) -> Result<AgentKey, ApplyError> {
-        let api = self.secrets();
-        let name = format!("{}-snapshot-key", self.options.inventory);
-        let read = |secret: Secret| {
-            let bytes = secret.data.and_then(|mut d| d.remove(KEY_DATA)).map(|b| b.0).unwrap_or_default();
-            if bytes.len() < 32 {
-                return Err(ApplyError::Snapshot {
-                    id: name.clone(),
-                    reason: format!(
-                        "the agent key Secret {name} holds no 32-byte key; delete it to have a new one made (existing snapshots then no longer verify)"
-                    ),
-                });
-            }
-            Ok(AgentKey::from_bytes(bytes))
-        };
-        if let Some(secret) = api.get_opt(&name).await.map_err(kube_err(format!("reading Secret {name}")))? {
-            return read(secret);
+        if let Some(key) = self.existing_agent_key().await? {
+            return Ok(key);
         }
+        let api = self.secrets();
+        let name = self.agent_key_name();
         let key: [u8; 32] = rand::random();
         let secret = Secret {
             metadata: ObjectMeta {
@@ -152,46 +169,83 @@ impl Engine {
             ..Default::default()
         };
         match api.create(&PostParams::default(), &secret).await {
-            Ok(created) => read(created),
+            Ok(created) => self.read_agent_key(created),
             // Another replica made it first: use that one.
             Err(kube::Error::Api(e)) if e.code == 409 => {
-                read(api.get(&name).await.map_err(kube_err(format!("reading Secret {name}")))?)
+                self.read_agent_key(api.get(&name).await.map_err(kube_err(format!("reading Secret {name}")))?)
             }
             Err(e) => Err(kube_err(format!("creating Secret {name}"))(e)),
         }
     }
 
-    /// Stores a snapshot of the release the inventory records (None when nothing was applied
-    /// yet), then deletes snapshots beyond `snapshot_history`.
+    /// Stores a snapshot of every object of the release the inventory records (None when
+    /// nothing was applied yet), then deletes snapshots beyond `snapshot_history`.
     pub async fn snapshot(&self) -> Result<Option<SnapshotInfo>, ApplyError> {
+        let resolver = Resolver::new(self.client.clone()).await?;
+        self.take_snapshot(&resolver, None).await
+    }
+
+    /// [`snapshot`](Self::snapshot) as the agent takes it right before applying `next`: without
+    /// the objects applying `next` leaves alone (see the module docs). The custom resources of
+    /// the release's CRDs are all in it, as always.
+    pub async fn snapshot_before(&self, next: &AdmittedSet<'_>) -> Result<Option<SnapshotInfo>, ApplyError> {
+        self.take_snapshot(&next.resolver, Some(&next.set)).await
+    }
+
+    async fn take_snapshot(
+        &self,
+        resolver: &Resolver,
+        next: Option<&ManifestSet>,
+    ) -> Result<Option<SnapshotInfo>, ApplyError> {
         let Some(inv) = inventory::read(&self.client, &self.options).await? else {
             return Ok(None);
         };
-        let resolver = Resolver::new(self.client.clone()).await?;
+        let key = self.agent_key().await?;
+        let leave = match next {
+            Some(set) => self.unchanged(resolver, set, &self.trusted_records(set, Some(&inv), Some(&key))).await?,
+            None => Records::new(),
+        };
+        // The CRDs left out are the ones `next` has as they are live: their names come from it.
+        let crds_left_out: Vec<CrdNames> = next
+            .iter()
+            .flat_map(|set| set.crds())
+            .filter(|c| {
+                let name = c.metadata.name.as_deref().unwrap_or_default();
+                leave.keys().any(|k| k.group == CRD_GROUP && k.kind == CRD_KIND && k.name == name)
+            })
+            .map(CrdNames::of)
+            .collect();
+        let entries: Vec<&InventoryEntry> = inv.objects.iter().filter(|e| !leave.contains_key(&e.key())).collect();
         let id = format!("s{}", chrono::Utc::now().timestamp_millis());
-        let objects = self.live_state(&id, &resolver, &inv.objects).await?;
-        let info = self.store_snapshot(&id, &inv.release, &objects).await?;
+        let objects = self.live_state(&id, resolver, &entries, crds_left_out).await?;
+        let info = self.store_snapshot(&key, &id, &inv.release, &objects).await?;
         // Boxed: the agent's pass holds this future; inline it outgrows a debug test thread's stack.
         Box::pin(self.trim_snapshots()).await?;
         Ok(Some(info))
     }
 
-    /// The live objects of `entries` (fleetgate's fields) and every custom resource of the
-    /// CRDs among them (all but status).
+    /// The live objects of `entries` (fleetgate's fields, read `concurrency` at a time) and every
+    /// custom resource of the CRDs among them and of `more_crds` (all but status).
     async fn live_state(
         &self,
         id: &str,
         resolver: &Resolver,
-        entries: &[InventoryEntry],
+        entries: &[&InventoryEntry],
+        more_crds: Vec<CrdNames>,
     ) -> Result<Vec<Value>, ApplyError> {
-        let mut crds = Vec::new();
+        let read: Vec<(&InventoryEntry, Value)> = stream::iter(entries.iter().copied())
+            .map(|e| async move {
+                let Some(api) = api_for(resolver, e) else { return Ok(None) };
+                let live = api.get_opt(&e.name).await.map_err(kube_err(format!("reading {}", e.key())))?;
+                Ok::<_, ApplyError>(live.map(|o| (e, serde_json::to_value(&o).expect("objects serialize"))))
+            })
+            .buffered(self.options.concurrency.max(1))
+            .try_filter_map(|found| async move { Ok(found) })
+            .try_collect()
+            .await?;
+        let mut crds = more_crds;
         let mut out = Vec::new();
-        for e in entries {
-            let Some(api) = api_for(resolver, e) else { continue };
-            let Some(live) = api.get_opt(&e.name).await.map_err(kube_err(format!("reading {}", e.key())))? else {
-                continue;
-            };
-            let value = serde_json::to_value(&live).expect("objects serialize");
+        for (e, value) in read {
             if e.group == CRD_GROUP && e.kind == CRD_KIND {
                 let crd = typed_crd(&value).map_err(|reason| ApplyError::Snapshot {
                     id: id.to_string(),
@@ -221,9 +275,15 @@ impl Engine {
         Ok(out)
     }
 
-    async fn store_snapshot(&self, id: &str, release: &str, objects: &[Value]) -> Result<SnapshotInfo, ApplyError> {
+    async fn store_snapshot(
+        &self,
+        key: &AgentKey,
+        id: &str,
+        release: &str,
+        objects: &[Value],
+    ) -> Result<SnapshotInfo, ApplyError> {
         let json = serde_json::to_vec(objects).expect("objects serialize");
-        let mac = self.agent_key().await?.mac(SNAPSHOT_DOMAIN, &[id.as_bytes(), release.as_bytes(), &json]);
+        let mac = key.mac(SNAPSHOT_DOMAIN, &[id.as_bytes(), release.as_bytes(), &json]);
         let created = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
         let api = self.secrets();
         let chunk_labels = self.options.own_labels(&[(LABEL_SNAPSHOT, id)]);
@@ -395,9 +455,10 @@ impl Engine {
         let live = self.live_api(&resolver).await?;
         policy.check(&ManifestSet::from_objects(id, judged, None, resolver.discovery())?, &live)?;
         let set = ManifestSet::from_objects(id, sourced, None, resolver.discovery())?;
-        let (before, deferred) = self.dry_run_first(&resolver, &set).await?;
+        // Everything of it is written: no record describes what a snapshot holds.
+        let (before, deferred) = self.dry_run_first(&resolver, &set, &Records::new()).await?;
         let mut changes = ChangeSet::new(id);
-        self.apply_phases("restore", &mut resolver, &set, before, deferred, &mut changes).await?;
+        self.apply_phases("restore", &mut resolver, &set, &Records::new(), before, deferred, &mut changes).await?;
         Ok(changes)
     }
 }

@@ -102,6 +102,17 @@ pub enum Command {
     Version(version::Args),
 }
 
+impl Cli {
+    /// The runtime the command runs on: the agent's own ([`crate::agent::process`]: few threads,
+    /// one malloc arena), tokio's default for every other command.
+    pub fn runtime(&self) -> std::io::Result<tokio::runtime::Runtime> {
+        match self.command {
+            Command::Agent(_) => crate::agent::process::runtime(),
+            _ => tokio::runtime::Builder::new_multi_thread().enable_all().build(),
+        }
+    }
+}
+
 /// Logs go to stderr: human-readable on a TTY, JSON otherwise (in-cluster) unless told.
 pub fn init_tracing(cli: &Cli) {
     use std::io::IsTerminal;
