@@ -7,7 +7,8 @@
 //! for (the agent's [`fleetgate::source::NotesSchedule`] renewal, every waiting poll); when it
 //! may, it "applies" and "bakes" (nothing: no Kubernetes here) and writes the three signed
 //! statuses a real agent writes (`pending` applying, `pending` baking, `success`) to its own
-//! notes ref with [`notes::write`]. A release is promoted fleet-wide through four waves (1 %,
+//! notes ref with [`notes::write`]; a push that fails is tried again at the next poll, as the
+//! agent's outbox does. A release is promoted fleet-wide through four waves (1 %,
 //! 9 %, 30 %, 60 % of the clusters).
 //!
 //! Agents poll on after their own success until every agent has succeeded, as real ones do.
@@ -68,11 +69,24 @@ struct Totals {
     pushes: AtomicU64,
     merged_pushes: AtomicU64,
     errors: AtomicU64,
+    /// The first few distinct error messages, to say what failed.
+    first_errors: Mutex<Vec<String>>,
     /// Agents that reported `success` for rel-2; every agent polls on until all have.
     succeeded: AtomicUsize,
     ls_remote_micros: Mutex<Vec<u64>>,
     /// (wave index, started at since the promotion, succeeded at).
     starts: Mutex<Vec<(usize, Duration)>>,
+}
+
+impl Totals {
+    fn error(&self, what: &str, e: &dyn std::fmt::Display) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        let mut first = self.first_errors.lock().unwrap();
+        let message = format!("{what}: {e}");
+        if first.len() < 4 && !first.iter().any(|m| m.get(..40) == message.get(..40)) {
+            first.push(message);
+        }
+    }
 }
 
 struct Run {
@@ -159,7 +173,8 @@ fn run(run: &Run) {
                     std::thread::sleep(poll.mul_f64((i as f64 * 0.618_034) % 1.0));
                     let start = Instant::now();
                     let mut first = true;
-                    let mut done = false;
+                    // Started rel-2; its statuses not yet in Git; all of them delivered.
+                    let (mut started, mut outbox, mut done): (bool, Vec<Status>, bool) = (false, Vec::new(), false);
                     // Whom the last gate decision waited for: the statuses in the mirror only
                     // change with a fetch, so the decision stands until the next one.
                     let mut waiting: Option<std::collections::BTreeSet<String>> = None;
@@ -167,17 +182,17 @@ fn run(run: &Run) {
                         let t = Instant::now();
                         let outcome = match source.sync() {
                             Ok(o) => o,
-                            Err(_) => {
-                                totals.errors.fetch_add(1, Ordering::Relaxed);
+                            Err(e) => {
+                                totals.error("sync", &e);
                                 std::thread::sleep(poll);
                                 continue;
                             }
                         };
                         totals.ls_remote_micros.lock().unwrap().push(t.elapsed().as_micros() as u64);
-                        if let Some(on) = waiting.as_ref().filter(|_| !done && !outcome.fetched) {
+                        if let Some(on) = waiting.as_ref().filter(|_| !started && !outcome.fetched) {
                             source.notes_schedule().wait_on(on.clone(), Instant::now());
                         }
-                        if !done && (outcome.fetched || first) {
+                        if !started && (outcome.fetched || first) {
                             first = false;
                             let checkout = source.checkout().unwrap();
                             let config = FleetConfig::load(&checkout.tip_tree().unwrap()).unwrap();
@@ -189,29 +204,17 @@ fn run(run: &Run) {
                                 let decision = may_start(&config.fleet, &members(&config), &statuses, &name, "rel-2", chrono::Utc::now(), Move::Forward);
                                 if decision.allowed {
                                     waiting = None;
-                                    let started = promoted_at.lock().unwrap().elapsed();
-                                    totals.starts.lock().unwrap().push((wave, started));
+                                    let at = promoted_at.lock().unwrap().elapsed();
+                                    totals.starts.lock().unwrap().push((wave, at));
                                     let commit = tag.commit.to_string();
-                                    for (state, what) in [
+                                    outbox = [
                                         (State::Pending, "applying rel-2 (from rel-1)"),
                                         (State::Pending, "baking for 0s"),
                                         (State::Success, "bake passed"),
-                                    ] {
-                                        let status = Status::new(&name, "rel-2", commit.clone(), state, what);
-                                        match notes::write(&mirror, &remote, &status, &identity) {
-                                            Ok(w) => {
-                                                totals.pushes.fetch_add(w.attempts as u64, Ordering::Relaxed);
-                                                if w.attempts > 1 {
-                                                    totals.merged_pushes.fetch_add(1, Ordering::Relaxed);
-                                                }
-                                            }
-                                            Err(_) => {
-                                                totals.errors.fetch_add(1, Ordering::Relaxed);
-                                            }
-                                        }
-                                    }
-                                    done = true;
-                                    totals.succeeded.fetch_add(1, Ordering::Relaxed);
+                                    ]
+                                    .map(|(state, what)| Status::new(&name, "rel-2", commit.clone(), state, what))
+                                    .into();
+                                    started = true;
                                 } else {
                                     let on: std::collections::BTreeSet<String> = decision.waits_for.into_iter().collect();
                                     source.notes_schedule().wait_on(on.clone(), Instant::now());
@@ -219,8 +222,28 @@ fn run(run: &Run) {
                                 }
                             }
                         }
+                        // What a push could not deliver is tried again next poll, as the agent's outbox does.
+                        while let Some(status) = outbox.first() {
+                            match notes::write(&mirror, &remote, status, &identity) {
+                                Ok(w) => {
+                                    totals.pushes.fetch_add(w.attempts as u64, Ordering::Relaxed);
+                                    if w.attempts > 1 {
+                                        totals.merged_pushes.fetch_add(1, Ordering::Relaxed);
+                                    }
+                                    outbox.remove(0);
+                                }
+                                Err(e) => {
+                                    totals.error("notes push", &e);
+                                    break;
+                                }
+                            }
+                        }
+                        if started && !done && outbox.is_empty() {
+                            done = true;
+                            totals.succeeded.fetch_add(1, Ordering::Relaxed);
+                        }
                         if start.elapsed() > deadline {
-                            totals.errors.fetch_add(1, Ordering::Relaxed);
+                            totals.error("deadline", &"rel-2 not done within 600 s");
                             break;
                         }
                         std::thread::sleep(poll.saturating_sub(t.elapsed()));
@@ -266,6 +289,9 @@ fn run(run: &Run) {
     let ls = totals.ls_remotes.load(Ordering::Relaxed) as f64;
     let fetches = totals.fetches.load(Ordering::Relaxed) as f64;
     let notes_fetches = totals.notes_fetches.load(Ordering::Relaxed) as f64;
+    for message in totals.first_errors.lock().unwrap().iter() {
+        eprintln!("  {n} agents: {message}");
+    }
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "| {n} | {}s | {}/{n} | {:.1} | {:.2} ({:.2}) | {} | {} | {:.1}s ({:.0}%) | {:.1} / {:.1} ms | {:.1}s | {:.1}s | {} | {} |",
