@@ -25,6 +25,7 @@ use fleetgate::model::ForgeKind;
 use fleetgate::status::{ForgeSettings, State, Status};
 use serde_json::{Value, json};
 use std::process::Command;
+use std::time::Duration;
 use std::sync::{Arc, Mutex};
 
 const BIN: &str = env!("CARGO_BIN_EXE_fleetgate");
@@ -291,7 +292,17 @@ async fn a_gitea_review_of_the_promotion_pr_by_a_listed_login_approves() {
     let head = fleet.tip();
     fleet.git(&["push", "-q", "gitea", "promote/rel-1"]);
     let pr = json!({"head": "promote/rel-1", "base": "main", "title": "promote rel-1"});
-    let pr = gitea.api(Method::POST, &format!("/repos/{repository}/pulls"), Some(pr)).await.unwrap();
+    // Gitea indexes a pushed branch in the background: until then a PR from it is a 404.
+    let pr = within("Gitea knows the pushed branch", 60, async {
+        loop {
+            match gitea.api(Method::POST, &format!("/repos/{repository}/pulls"), Some(pr.clone())).await {
+                Ok(pr) => return pr,
+                Err(e) if e.to_string().contains("HTTP 404") => tokio::time::sleep(Duration::from_millis(250)).await,
+                Err(e) => panic!("{e:#}"),
+            }
+        }
+    })
+    .await;
     let number = pr["number"].as_u64().unwrap();
     // ana approves (the admin's token acting as ana: Gitea's sudo).
     let review = json!({"event": "APPROVED", "body": "CAB-77: fine for wave-1", "commit_id": head});
