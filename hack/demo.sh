@@ -192,7 +192,12 @@ PY
   echo "$out"
 }
 
+# The release each Operator image belongs to (objects carry no per-release label: the agent's
+# inventory says which release applied them), for `running`.
+declare -A RELEASE_OF_IMAGE=()
+
 release() { # release ID TAG [bad] [release-create flags...]
+  RELEASE_OF_IMAGE["registry.example.com/redis-operator:$2"]=$1
   local dir; dir=$(render "$1" "$2" "${3:-}")
   local -a extra=("${@:3}"); [[ "${extra[0]:-}" == bad ]] && extra=("${extra[@]:1}")
   "$FG" release create "${extra[@]}" --repo "$WORK" --id "$1" --manifests "$dir" \
@@ -249,9 +254,15 @@ print("none")' "$1" "$2" "$3" || echo none
 state_of() { cell "$1" "$2" state; }
 reports() { [[ "$(state_of "$1" "$2")" == "$3" ]]; } # reports CLUSTER RELEASE STATE
 
-running() { # running CLUSTER → the release of the Operator Deployment in that cluster
-  kubectl --kubeconfig "$DIR/clusters/$1.kubeconfig" -n redis-system get deployment redis-operator \
-    -o jsonpath='{.metadata.labels.fleetgate\.io/release}' 2>/dev/null || true
+running() { # running CLUSTER → the release whose image the Operator Deployment in that cluster runs
+  local image
+  image=$(kubectl --kubeconfig "$DIR/clusters/$1.kubeconfig" -n redis-system get deployment redis-operator \
+    -o jsonpath='{.spec.template.spec.containers[0].image}' 2>/dev/null || true)
+  [[ -z "$image" ]] || echo "${RELEASE_OF_IMAGE[$image]:-$image}"
+}
+
+runs() { # runs CLUSTER RELEASE: whether the cluster's Operator runs that release
+  [[ "$(running "$1")" == "$2" ]]
 }
 
 follow() { # follow RELEASE EXPECT...: print each cluster's state changes until all reach EXPECT
@@ -355,7 +366,7 @@ promote rel-2
 recover cluster-a RollingBack
 follow rel-2 failure none none
 ok "the canary caught it: $(cell cluster-a rel-2 description)"
-wait_for 60 "cluster-a to run rel-1 again" bash -c "[[ \$(kubectl --kubeconfig '$DIR/clusters/cluster-a.kubeconfig' -n redis-system get deployment redis-operator -o jsonpath='{.metadata.labels.fleetgate\.io/release}') == rel-1 ]]"
+wait_for 60 "cluster-a to run rel-1 again" runs cluster-a rel-1
 for c in cluster-b cluster-c; do
   [[ "$(running "$c")" == rel-1 ]] || die "$c runs $(running "$c"), not rel-1"
 done
