@@ -369,25 +369,12 @@ impl ForgeBackend {
     /// (400/422), [`ForgeError::RateLimited`] (403/429 with rate-limit headers, or 429), else
     /// [`ForgeError::Unexpected`] or [`ForgeError::Transport`].
     pub async fn send(&self, status: &Status) -> Result<(), ForgeError> {
-        let forge = forge_name(self.kind);
         let req = self.request(status);
         let mut builder = self.client.post(&req.url).json(&req.body);
         for (name, value) in &req.headers {
             builder = builder.header(*name, value);
         }
-        let transport = |source: reqwest::Error| ForgeError::Transport {
-            forge,
-            url: req.url.clone(),
-            source: source.without_url(),
-        };
-        let response = builder.send().await.map_err(transport)?;
-        let code = response.status();
-        if code.is_success() {
-            return Ok(());
-        }
-        let headers = response.headers().clone();
-        let text = response.text().await.map_err(transport)?;
-        Err(self.classify(code, &headers, &text, &status.commit))
+        self.exchange(builder, &req.url, &status.commit).await.map(drop)
     }
 
     /// The approvals given on the pull (merge) requests whose head is `head`, each by a login the
@@ -450,28 +437,34 @@ impl ForgeBackend {
 
     /// A GET of the forge's API with its authorization; `sha` names the commit in a 404.
     async fn get(&self, url: &str, sha: &str) -> Result<Value, ForgeError> {
-        let forge = forge_name(self.kind);
         let mut builder = self.client.get(url);
         for (name, value) in self.auth_headers() {
             builder = builder.header(name, value);
         }
-        let transport = |source: reqwest::Error| ForgeError::Transport {
-            forge,
-            url: url.to_string(),
-            source: source.without_url(),
-        };
+        let (code, text) = self.exchange(builder, url, sha).await?;
+        serde_json::from_str(&text).map_err(|e| ForgeError::Unexpected {
+            forge: forge_name(self.kind),
+            status: code.as_u16(),
+            message: format!("an answer that is not JSON ({e})"),
+        })
+    }
+
+    /// Sends one request to `url` and reads the answer: its status and body on success, else the
+    /// refusal [`classify`](Self::classify) names.
+    async fn exchange(
+        &self,
+        builder: reqwest::RequestBuilder,
+        url: &str,
+        sha: &str,
+    ) -> Result<(StatusCode, String), ForgeError> {
+        let forge = forge_name(self.kind);
+        let transport =
+            |source: reqwest::Error| ForgeError::Transport { forge, url: url.to_string(), source: source.without_url() };
         let response = builder.send().await.map_err(transport)?;
         let code = response.status();
         let headers = response.headers().clone();
         let text = response.text().await.map_err(transport)?;
-        if !code.is_success() {
-            return Err(self.classify(code, &headers, &text, sha));
-        }
-        serde_json::from_str(&text).map_err(|e| ForgeError::Unexpected {
-            forge,
-            status: code.as_u16(),
-            message: format!("an answer that is not JSON ({e})"),
-        })
+        if code.is_success() { Ok((code, text)) } else { Err(self.classify(code, &headers, &text, sha)) }
     }
 
     /// The authorization (and content type) headers every request to this forge carries.
