@@ -16,11 +16,12 @@
 #                 failed gate and its figure; wave-1 and wave-2 never apply rel-2
 #   rel-3 (good)  rolls through all waves
 #
-#   forge: with DEMO_FORGE=gitea and Gitea built (`make testenv`, hack/gitea-binary.sh), the fleet
-#   repo is served by a real Gitea instead: promotions are pull requests opened with `fleetgate promote --open-pr` and
-#   merged through Gitea's API, Gitea's push webhook (signed) wakes the agents, and the agents
-#   mirror their statuses to Gitea (release commit, PR head, write-back commit). The default (DEMO_FORGE
-#   unset or git) is git daemon: the Gitea path has not yet been run end to end by tests/e2e.rs.
+#   forge: when Gitea is built (`make testenv` builds it, hack/gitea-binary.sh), the fleet repo is
+#   served by a real Gitea: promotions are pull requests opened with `fleetgate promote --open-pr`
+#   and merged through Gitea's API, Gitea's push webhook (signed) wakes the agents, and the agents
+#   mirror their statuses to Gitea (release commit, PR head, write-back commit), which the demo
+#   reads back from Gitea's API. Without Gitea (or with DEMO_FORGE=git) `git daemon` serves it and
+#   promotions are merged locally.
 #
 # Environment: DEMO_DIR (keep everything there; default a temp dir, removed at the end unless
 # DEMO_KEEP=1), FLEETGATE_BIN / TESTENV_BIN (binaries; default target/debug), DEMO_TIMEOUT (seconds
@@ -106,7 +107,7 @@ ok "repo $REPO_URL, signing key $FPR, approver's key $APPROVER"
 # A real forge when one is built: the fleet repo moves to Gitea, and $DIR/git/fleet.git points at
 # Gitea's bare repo so whoever inspects the repo afterwards finds it where git daemon's would be.
 FORGE_FLAGS=() AGENT_FORGE_FLAGS=()
-if [[ "${DEMO_FORGE:-git}" == gitea ]] && "$TESTENV" gitea --check >/dev/null 2>&1; then
+if [[ "${DEMO_FORGE:-auto}" != git ]] && "$TESTENV" gitea --check >/dev/null 2>&1; then
   "$TESTENV" gitea --dir "$DIR/gitea" >"$DIR/gitea.log" 2>&1 &
   pids+=($!)
   wait_for "$STEP_TIMEOUT" "Gitea to start" test -f "$DIR/gitea/gitea.env"
@@ -121,6 +122,7 @@ if [[ "${DEMO_FORGE:-git}" == gitea ]] && "$TESTENV" gitea --check >/dev/null 2>
   AGENT_FORGE_FLAGS=("${FORGE_FLAGS[@]}" --git-token-file "$DIR/gitea/token" --webhook-secret-file "$DIR/gitea/webhook-secret")
   ok "forge: Gitea at $GITEA_URL — the fleet repo is $REPO_URL"
 else
+  [[ "${DEMO_FORGE:-auto}" == gitea ]] && die "DEMO_FORGE=gitea, but Gitea is not built: run hack/gitea-binary.sh"
   info "forge: none (git daemon); build Gitea with hack/gitea-binary.sh for promotions through pull requests"
 fi
 gitea_api() { # gitea_api METHOD PATH [JSON]: one call to Gitea's API with the demo's token
@@ -221,8 +223,8 @@ promote_through_gitea() { # promote_through_gitea ID: a real PR in Gitea, merged
   pr=$(gitea_api GET "/repos/$GITEA_REPOSITORY/pulls?state=open" | python3 -c '
 import json, sys
 p = [p for p in json.load(sys.stdin) if p["head"]["ref"] == sys.argv[1]][0]
-print(p["number"], p["html_url"])' "promote/$1-fleet")
-  read -r number url <<<"$pr"
+print(p["number"], p["html_url"], p["head"]["sha"])' "promote/$1-fleet")
+  read -r number url PR_HEAD <<<"$pr"
   # Gitea checks a new PR's mergeability in the background; it refuses a merge until it has.
   wait_for 30 "Gitea to merge PR #$number" gitea_api POST "/repos/$GITEA_REPOSITORY/pulls/$number/merge" '{"Do":"merge"}'
   git -C "$WORK" checkout -q main
@@ -366,6 +368,16 @@ promote rel-2
 recover cluster-a RollingBack
 follow rel-2 failure none none
 ok "the canary caught it: $(cell cluster-a rel-2 description)"
+if [[ -n "${GITEA_URL:-}" ]]; then
+  pr_status() { # the canary's newest status on the promotion PR's head, as Gitea's API lists it
+    gitea_api GET "/repos/$GITEA_REPOSITORY/commits/$PR_HEAD/statuses" | python3 -c '
+import json, sys
+s = [s for s in json.load(sys.stdin) if s["context"] == "fleetgate/cluster-a" and s["status"] == "failure"]
+print(s[0]["status"], s[0]["description"]) if s else sys.exit(1)'
+  }
+  wait_for 60 "Gitea to show cluster-a's failure on the promotion PR" pr_status
+  ok "forge: Gitea shows on rel-2's promotion PR (head ${PR_HEAD:0:10}): fleetgate/cluster-a $(pr_status)"
+fi
 wait_for 60 "cluster-a to run rel-1 again" runs cluster-a rel-1
 for c in cluster-b cluster-c; do
   [[ "$(running "$c")" == rel-1 ]] || die "$c runs $(running "$c"), not rel-1"
@@ -406,6 +418,14 @@ say "Lifting the brake: fleetgate resume --cluster cluster-c"
 poke
 follow rel-3 success success success
 ok "rel-3 runs everywhere"
+
+if [[ -n "${GITEA_URL:-}" ]]; then
+  for c in "${CLUSTERS[@]}"; do
+    wakes=$(curl -fsS "http://127.0.0.1:${AGENT_PORT[$c]}/metrics" 2>/dev/null |
+      awk '/^fleetgate_triggers_total\{.*source="webhook"/ {n += $NF} END {print n + 0}')
+    ok "forge: Gitea's signed push webhook woke $c's agent $wakes times"
+  done
+fi
 
 say "fleetgate status --repo $REPO_URL"
 "$FG" status --repo "$REPO_URL" | sed 's/^/    /'

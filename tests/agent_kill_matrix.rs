@@ -15,6 +15,8 @@
 //! * no orphaned snapshot: every Secret labelled as a snapshot's belongs to a complete
 //!   (indexed) snapshot of a release that ran here; the live release is in the last-known-good
 //!   store;
+//! * after a rollback, Git says what runs: the agents write back (on, as by default), and
+//!   exactly one write-back commit pins the cluster to rel-1, with nothing left owed in the state;
 //! * the Lease: held by the restarted agent. The killed one never released it (SIGKILL runs no
 //!   step-down), so this shows its hold expired and was taken over, not that it was handed over.
 //!
@@ -50,7 +52,7 @@ enum Rel2 {
 /// `stop_at` when given.
 fn agent_process(fleet: &Fleet, name: &str, stop_at: Option<&str>) -> Guarded {
     let dir = fleet.dir.path();
-    let mut cmd = fleet.agent_command(name, free_port(), LEASE_SECONDS);
+    let mut cmd = fleet.agent_command(name, free_port(), LEASE_SECONDS, true);
     match stop_at {
         Some(point) => cmd.env(STOP_AT_VAR, point).env(STOP_DIR_VAR, dir),
         None => cmd.env_remove(STOP_AT_VAR),
@@ -126,7 +128,20 @@ async fn converged(fleet: &Fleet, rel2: Rel2, commit: &str) -> bool {
     state.phase() == fleetgate::agent::state::Phase::Idle
         && state.current() == Some(live)
         && state.unreported().is_empty()
+        && state.pending_write_back().is_none()
         && fleet.statuses(commit).last().is_some_and(|s| s.state == verdict)
+}
+
+/// The write-back commits on the remote's main that pin the cluster back to rel-1.
+fn write_backs(fleet: &Fleet) -> Vec<String> {
+    let out = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(fleet.daemon.path("fleet.git"))
+        .args(["log", "--format=%H", "--grep=^Fleetgate-Rolled-Back-To: rel-1", "main"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git log: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect()
 }
 
 #[rstest]
@@ -147,6 +162,7 @@ async fn converged(fleet: &Fleet, rel2: Rel2, commit: &str) -> bool {
 #[case::restore_halfway("restore.after-first-phase", Rel2::Bad)]
 #[case::rolled_back_status_unpushed("step.rolled-back.after-persist", Rel2::Bad)]
 #[case::failure_pushed_unmarked("status.failure.after-push", Rel2::Bad)]
+#[case::write_back_owed("write-back.before-push", Rel2::Bad)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_at(#[case] point: &str, #[case] rel2: Rel2) {
     // Cluster names are short (at most 20 characters): one per point.
@@ -215,6 +231,8 @@ async fn killed_at(#[case] point: &str, #[case] rel2: Rel2) {
     let verdict = if rel2 == Rel2::Good { State::Success } else { State::Failure };
     assert_one_true_status("rel-2", &fleet.statuses(&commit2), verdict);
     assert!(state.unreported().is_empty(), "statuses left undelivered: {:?}", state.unreported());
+    let pinned = write_backs(&fleet);
+    assert_eq!(pinned.len(), usize::from(rel2 == Rel2::Bad), "write-back commits pinning rel-1: {pinned:?}");
     let outbox = fleet.outbox_text().await;
     assert!(outbox.is_empty() || outbox == "[]", "statuses left in the outbox: {outbox}");
 

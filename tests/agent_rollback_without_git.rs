@@ -105,12 +105,15 @@ async fn a_deleted_target_tag_does_not_stop_the_rollback() {
 
 /// The git daemon stops during rel-2's bake: the rollback completes, the `failure` status waits
 /// in the outbox (a pass while Git is down fails fast and changes nothing; an agent restarted
-/// meanwhile keeps it), and lands in the notes once the daemon is back on the same port.
+/// meanwhile keeps it), and lands in the notes once the daemon is back on the same port. The
+/// write-back the rollback owes Git (its push failed with Git away) waits in the state the same
+/// way and is pushed by the first pass that reaches Git, once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_git_server_does_not_stop_the_rollback_and_the_status_lands_later() {
     let mut fleet = Fleet::start("nogit-daemon", true).await;
     let rel2 = rel1_then_failing_rel2(&fleet).await;
-    let mut agent = fleet.agent().await;
+    let writing_back = fleetgate::agent::AgentSettings { write_back: Some(true), ..fleet.settings() };
+    let mut agent = fleet.agent_with(writing_back.clone()).await;
     let fleet_ref = &mut fleet;
     let stop = async move {
         eventually("Baking", 120, || async { (fleet_ref.phase().await.as_deref() == Some("Baking")).then_some(()) })
@@ -125,6 +128,8 @@ async fn a_stopped_git_server_does_not_stop_the_rollback_and_the_status_lands_la
     assert!(!states(&fleet).contains(&State::Failure), "no failure in Git yet: {:?}", states(&fleet));
     let outbox = fleet.outbox_text().await;
     assert!(outbox.contains("\"state\":\"failure\"") && outbox.contains("rel-1"), "the failure waits: {outbox}");
+    let owed = fleet.state().await.pending_write_back().cloned().expect("the write-back waits in the state");
+    assert_eq!((owed.failed.as_str(), owed.target.as_str()), ("rel-2", "rel-1"));
 
     // Git still down: the pass fails at once, nothing changes.
     assert!(within("a pass without Git", 60, agent.reconcile()).await.is_err());
@@ -133,7 +138,7 @@ async fn a_stopped_git_server_does_not_stop_the_rollback_and_the_status_lands_la
     // The agent restarts (a fresh Git cache, the local notes gone) while Git is still down: the
     // outbox is in the cluster, so nothing is lost.
     drop(agent);
-    let mut agent = fleet.agent().await;
+    let mut agent = fleet.agent_with(writing_back).await;
     assert!(within("a restarted agent's pass without Git", 60, agent.reconcile()).await.is_err());
     assert!(fleet.outbox_text().await.contains("\"state\":\"failure\""), "the restart kept the outbox");
 
@@ -147,6 +152,13 @@ async fn a_stopped_git_server_does_not_stop_the_rollback_and_the_status_lands_la
     assert!(sequences.windows(2).all(|w| w[0] < w[1]), "in order, each once: {sequences:?}");
     assert_eq!(landed.iter().filter(|s| s.state == State::Failure).count(), 1, "{landed:?}");
     assert_eq!(fleet.outbox_text().await, "[]");
+    // The owed write-back: one commit pinning the canary to rel-1, nothing owed any more.
+    assert_eq!(fleet.state().await.pending_write_back(), None);
+    fleet.git(&["pull", "-q", "--ff-only", "origin", "main"]);
+    let pins = fleet.git(&["log", "--format=%s", "--grep=^Fleetgate-Rolled-Back-To: rel-1"]);
+    assert_eq!(pins, format!("fleetgate: roll {CLUSTER} back to rel-1"), "one write-back commit");
+    // Git now asks for rel-1: the next pass has nothing to do.
+    assert_eq!(within("after the write-back", 60, agent.reconcile()).await.unwrap(), Outcome::UpToDate);
 }
 
 /// Secrets of the agent's namespace whose name starts with `prefix`, as an admin sees them.

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 const LEASE_SECONDS: u64 = 3;
 
 fn replica(fleet: &Fleet, name: &str, port: u16) -> Guarded {
-    let cmd = fleet.agent_command(name, port, LEASE_SECONDS);
+    let cmd = fleet.agent_command(name, port, LEASE_SECONDS, false);
     Guarded::spawn(name, cmd, &fleet.dir.path().join(format!("{name}.log"))).unwrap()
 }
 

@@ -5,7 +5,7 @@
 //! recognises it as a rollback the agent already made.
 
 use fleetgate::agent::state::Failure;
-use fleetgate::agent::write_back::write_back;
+use fleetgate::agent::write_back::{WriteBackOutcome, write_back};
 use fleetgate::releng::rollback::{RollbackRequest, rollback};
 use fleetgate::releng::{FleetRepo, Target};
 use fleetgate::source::{Credentials, Source, init_fleet_repo};
@@ -52,9 +52,8 @@ fn a_rollback_is_written_back_as_a_pin_of_this_cluster_only() {
 
     let failure = Failure::new("GateFailed", "pod-restarts observed 4 > threshold 3");
     let key = StatusSigner::generate("fleetgate/cluster-a").unwrap();
-    let commit = write_back(&mut source, &Credentials::default(), &key, "cluster-a", "rel-2", "rel-1", &failure)
-        .unwrap()
-        .expect("a commit was pushed");
+    let outcome = write_back(&mut source, &Credentials::default(), &key, "cluster-a", "rel-2", "rel-1", &failure);
+    let WriteBackOutcome::Pushed(commit) = outcome.unwrap() else { panic!("a commit was pushed") };
 
     git(&repo, &["pull", "-q", &url, "main"]);
     assert_eq!(git(&repo, &["rev-parse", "HEAD"]).trim(), commit.to_string());
@@ -84,7 +83,7 @@ fn a_rollback_is_written_back_as_a_pin_of_this_cluster_only() {
     // Git now says what runs: a second write-back has nothing to do.
     let again =
         write_back(&mut source, &Credentials::default(), &key, "cluster-a", "rel-2", "rel-1", &failure).unwrap();
-    assert_eq!(again, None);
+    assert_eq!(again, WriteBackOutcome::AlreadyAsked);
 
     git(&repo, &["config", "user.name", "On Call"]);
     git(&repo, &["config", "user.email", "oncall@example.invalid"]);
@@ -106,4 +105,33 @@ fn a_rollback_is_written_back_as_a_pin_of_this_cluster_only() {
     git(&repo, &["revert", "--no-edit", "HEAD"]);
     let undone = rollback(&FleetRepo::open(&repo).unwrap(), &request, None).unwrap();
     assert_eq!(undone.clusters.iter().map(|m| m.to.as_str()).collect::<Vec<_>>(), ["rel-1"]);
+}
+
+/// A write-back tried again later (the first push failed, or the agent was killed before it)
+/// must not undo what people did since: once the tip asks for another release than the failed
+/// one, the owed pin is dropped, and nothing is pushed.
+#[test]
+fn a_late_write_back_leaves_a_later_promotion_alone() {
+    let daemon = GitDaemon::start().unwrap();
+    let url = daemon.create_bare("fleet.git").unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let repo = work.path().join("fleet");
+    init_fleet_repo(&repo).unwrap();
+    // After the rollback someone promoted the fix, rel-3, to the canary.
+    let pin = repo.join("clusters/cluster-a.yaml");
+    let text = std::fs::read_to_string(&pin).unwrap();
+    std::fs::write(&pin, text.replace("spec:\n", "spec:\n  release: rel-3\n")).unwrap();
+    assert!(std::fs::read_to_string(&pin).unwrap().contains("  release: rel-3"), "the template has a spec");
+    git(&repo, &["commit", "-qam", "promote rel-3 to cluster-a"]);
+    git(&repo, &["push", "-q", &url, "main"]);
+    let tip = git(&repo, &["rev-parse", "HEAD"]);
+
+    let state = tempfile::tempdir().unwrap();
+    let mut source = Source::open(&url, state.path(), Credentials::default()).unwrap();
+    let failure = Failure::new("GateFailed", "pod-restarts observed 4 > threshold 3");
+    let key = StatusSigner::generate("fleetgate/cluster-a").unwrap();
+    let outcome = write_back(&mut source, &Credentials::default(), &key, "cluster-a", "rel-2", "rel-1", &failure);
+    assert_eq!(outcome.unwrap(), WriteBackOutcome::MovedOn);
+    let remote = Command::new("git").args(["ls-remote", &url, "refs/heads/main"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&remote.stdout).starts_with(tip.trim()), "nothing pushed");
 }

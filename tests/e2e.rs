@@ -10,6 +10,10 @@
 //! tells the truth: the canary's agent (write-back is on by default) pinned the canary to rel-1 in
 //! a commit on `main` whose trailers name the failed gate and its figure, which the demo shows with
 //! `git log --oneline -3` and which `fleetgate rollback` recognises.
+//!
+//! When Gitea is built (`make testenv` builds it), the demo — and so this test — runs on it: the
+//! fleet repo lives in Gitea, promotions are pull requests merged through Gitea's API, Gitea's
+//! signed push webhook wakes the agents, and the canary's `failure` shows on rel-2's promotion PR.
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -132,4 +136,26 @@ fn three_releases_through_three_waves_with_the_canary_agent_killed_twice() {
     assert!(stdout.contains("Fleetgate-Rolled-Back-To: rel-1"), "the demo shows the trailers");
     assert!(stdout.contains("Good \"git\" signature for cluster-a"), "signed with the canary's status key");
     assert!(stdout.contains("already rolled rel-2 back to rel-1"), "fleetgate rollback recognises the write-back");
+
+    // On a real forge when there is one: promotions as Gitea PRs, the verdict on the PR.
+    if fleetgate_testenv::Gitea::binary().is_some() {
+        assert!(stdout.contains("forge: Gitea at http://"), "the demo runs on Gitea when it is built:\n{stdout}");
+        let merged = stdout.matches("merged through Gitea's API; its push webhook wakes the agents").count();
+        assert_eq!(merged, 3, "rel-1, rel-2 and rel-3 promoted through Gitea PRs");
+        assert!(
+            stdout.contains("forge: Gitea shows on rel-2's promotion PR")
+                && stdout.contains("fleetgate/cluster-a failure rolled back to rel-1: pod-restarts"),
+            "the canary's failure and its gate on the PR:\n{stdout}"
+        );
+        for c in ["cluster-a", "cluster-b", "cluster-c"] {
+            let line = stdout
+                .lines()
+                .find(|l| l.contains(&format!("push webhook woke {c}'s agent")))
+                .unwrap_or_else(|| panic!("the demo counts {c}'s webhook wakes:\n{stdout}"));
+            let wakes: u64 = line.split_whitespace().rev().nth(1).and_then(|n| n.parse().ok()).unwrap_or(0);
+            assert!(wakes > 0, "Gitea's webhook woke {c}'s agent: {line}");
+        }
+    } else {
+        assert!(stdout.contains("forge: none (git daemon)"), "{stdout}");
+    }
 }

@@ -231,9 +231,13 @@ async fn promotion_prs_merged_in_gitea_wake_the_agent_and_carry_its_statuses() {
         );
         let on_head = status_on(&gitea, &pr_head, "failure", "promotion PR head").await;
         assert_eq!(on_head["description"], failure["description"]);
-        fleet.git(&["pull", "-q", "--ff-only", "origin", "main"]);
-        let message = fleet.git(&["log", "-1", "--format=%s"]);
-        assert_eq!(message, "fleetgate: roll cluster-a back to rel-2", "the agent's write-back is the tip");
+        // The agent posts the failure before it pushes the write-back (`step`: status, then
+        // notification, then write-back), so the tip may still be the merge for a moment.
+        eventually("the agent's write-back is the tip", 60, || async {
+            fleet.git(&["pull", "-q", "--ff-only", "origin", "main"]);
+            (fleet.git(&["log", "-1", "--format=%s"]) == "fleetgate: roll cluster-a back to rel-2").then_some(())
+        })
+        .await;
         let write_back = fleet.tip();
         let on_write_back = status_on(&gitea, &write_back, "failure", "write-back commit").await;
         assert_eq!(on_write_back["description"], failure["description"]);

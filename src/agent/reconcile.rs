@@ -324,6 +324,9 @@ impl Agent {
         }
         // Boxed: inline, its future would grow every pass's (a debug build's test thread overflows).
         Box::pin(self.deliver_unreported(&checkout)).await;
+        if sync.is_some() {
+            Box::pin(self.deliver_write_back()).await;
+        }
         let state = self.services.store.load().await?;
         let tip = self.judge_tip(&checkout, &state);
         if let Next::Resume(progress) = state.next() {
@@ -1027,11 +1030,8 @@ impl Agent {
         if let Some(n) = &report.notification {
             self.notify(config, n).await;
         }
-        if let Some(wb) = &report.write_back
-            && let Some(commit) = self.write_back(&wb.failed, &wb.target, &wb.failure).await
-            && let Some(status) = &report.status
-        {
-            self.mirror_on_write_back(config, status, commit).await;
+        if let Some(wb) = &report.write_back {
+            self.write_back(wb, report.status.as_ref().map(|s| (config, s))).await;
         }
         Ok(report)
     }

@@ -23,7 +23,7 @@
 //! which of them reach an endpoint is the notifier's filter ([`super::notifier`]).
 
 use super::notifier::{About, Notification, NotificationKind};
-use super::state::{AgentState, Failure, Operation, Progress, Transition, TransitionError};
+use super::state::{AgentState, Failure, Operation, Progress, Transition, TransitionError, WriteBack};
 use crate::gates::PreapplyBlock;
 use crate::model::ApprovalRecord;
 use crate::status::{GateFigure, State, Status};
@@ -127,14 +127,6 @@ pub struct Context<'a> {
     /// The release in progress, as the notifications describe it (empty when the loop could not
     /// read it).
     pub about: &'a About,
-}
-
-/// A pin of the cluster to the release it was rolled back to, to push to the tracked branch.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WriteBack {
-    pub failed: String,
-    pub target: String,
-    pub failure: Failure,
 }
 
 /// Everything one step tells: the loop writes each part that is there.
@@ -306,6 +298,9 @@ pub fn conclude(state: &mut AgentState, step: &Step, ctx: &Context<'_>) -> Resul
     // Persisted with the step: a kill before the status reaches Git must not lose it.
     if let Some(status) = &report.status {
         state.record_unreported(status.clone());
+    }
+    if let Some(wb) = &report.write_back {
+        state.record_write_back(wb.clone());
     }
     Ok(report)
 }
@@ -501,6 +496,7 @@ mod tests {
                 failure: Failure::new("GateFailed", "error-rate 9 % > 5 %")
             })
         );
+        assert_eq!(state.pending_write_back(), report.write_back.as_ref(), "persisted with the verdict");
     }
 
     #[test]

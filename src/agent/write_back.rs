@@ -12,14 +12,21 @@
 //! The commit is built in the agent's bare mirror on top of the freshly fetched tip and pushed from
 //! a private ref; a non-fast-forward (someone pushed meanwhile) fetches and tries again, bounded.
 //! The edit is the same line edit `fleetgate rollback` makes ([`crate::releng::FleetState`]).
+//!
+//! The pin is owed until Git no longer needs it: the rollback's verdict persists it in the state
+//! ([`AgentState::pending_write_back`](super::state::AgentState::pending_write_back)), and a push
+//! that fails (Git away, the agent killed before it) is tried again at the start of each pass that
+//! reaches Git. Trying again is safe because each attempt re-reads the fresh tip: a pin already
+//! there is not written twice, and a tip that no longer asks for the failed release (someone
+//! promoted a fix, or reverted by hand) is left alone.
 
 use super::reconcile::Agent;
-use super::state::Failure;
-use crate::model::error_chain;
-use crate::release::WriteBack;
+use super::state::{Failure, WriteBack};
+use crate::model::{FleetConfig, error_chain, stop_point};
+use crate::release::WriteBack as Trailers;
 use crate::releng::{FleetState, SignError, Signer, sign};
 use crate::source::{Credentials, Source, explain_refusal};
-use crate::status::StatusSigner;
+use crate::status::{Status, StatusSigner};
 use git2::{Oid, Repository};
 use std::collections::BTreeMap;
 
@@ -43,36 +50,86 @@ pub enum WriteBackError {
     KeptMoving,
 }
 
+/// What became of a write-back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteBackOutcome {
+    /// The pin was pushed in this commit.
+    Pushed(Oid),
+    /// The tip already asks for the rolled-back-to release (an earlier attempt, or a person).
+    AlreadyAsked,
+    /// The tip asks for neither the failed release nor the target: Git has moved on, and a pin
+    /// now would undo someone's later promotion.
+    MovedOn,
+}
+
 impl Agent {
-    /// Pushes the write-back commit and returns it; failures are logged (the rollback itself
-    /// already happened).
-    pub(super) async fn write_back(&mut self, failed: &str, target: &str, failure: &Failure) -> Option<Oid> {
+    /// Pushes the write-back `wb` and takes it out of the state once Git no longer needs it; the
+    /// rollback's status, when given with its configuration, is mirrored to the forge on the new
+    /// commit. A failure is logged and leaves it in the state for the next pass (the rollback
+    /// itself happened).
+    pub(super) async fn write_back(&mut self, wb: &WriteBack, mirror: Option<(&FleetConfig, &Status)>) {
+        stop_point::reached("write-back.before-push").await;
         let cluster = self.services.config.cluster.clone();
         let credentials = self.services.config.git_credentials.to_source().unwrap_or_default();
         let signer = &self.services.status_signer;
         let result = tokio::task::block_in_place(|| {
-            write_back(&mut self.source, &credentials, signer, &cluster, failed, target, failure)
+            write_back(&mut self.source, &credentials, signer, &cluster, &wb.failed, &wb.target, &wb.failure)
         });
         match result {
-            Ok(Some(commit)) => {
-                tracing::info!(%commit, release = target, "wrote the rollback back to Git");
-                Some(commit)
+            Ok(outcome) => {
+                match outcome {
+                    WriteBackOutcome::Pushed(commit) => {
+                        tracing::info!(%commit, release = %wb.target, "wrote the rollback back to Git");
+                        if let Some((config, status)) = mirror {
+                            self.mirror_on_write_back(config, status, commit).await;
+                        }
+                    }
+                    WriteBackOutcome::AlreadyAsked => {
+                        tracing::info!(release = %wb.target, "Git already asks for the rolled-back-to release");
+                    }
+                    WriteBackOutcome::MovedOn => tracing::info!(
+                        failed = %wb.failed,
+                        release = %wb.target,
+                        "Git no longer asks for the failed release: the write-back is dropped"
+                    ),
+                }
+                if let Err(e) = self
+                    .update(|s| {
+                        s.written_back(wb);
+                        Ok(())
+                    })
+                    .await
+                {
+                    // Still in the state: the next pass tries again and finds Git already asks.
+                    tracing::warn!(error = %error_chain(&e), "could not mark the write-back done in the state");
+                }
             }
-            Ok(None) => {
-                tracing::info!(release = target, "Git already asks for the rolled-back-to release");
-                None
-            }
-            Err(e) => {
-                tracing::error!(error = %error_chain(&e), "write-back failed; Git still asks for {failed}");
-                None
-            }
+            Err(e) => tracing::error!(
+                error = %error_chain(&e),
+                "write-back failed; Git still asks for {}; trying again next pass", wb.failed
+            ),
         }
+    }
+
+    /// At the start of a pass that reached Git: pushes the write-back a rollback still owes
+    /// (its push failed, or the agent was killed before it).
+    pub(super) async fn deliver_write_back(&mut self) {
+        let pending = match self.services.store.load().await {
+            Ok(state) => state.pending_write_back().cloned(),
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "could not read the write-back owed to Git");
+                return;
+            }
+        };
+        let Some(wb) = pending else { return };
+        tracing::info!(failed = %wb.failed, release = %wb.target, "writing back a rollback decided before");
+        self.write_back(&wb, None).await;
     }
 }
 
 /// Pins `cluster` to `target` on the source's tracked branch, on top of its freshly fetched tip,
-/// in a commit signed with `signer` (the cluster's status key); returns the pushed commit, or None
-/// when Git already asks for `target`.
+/// in a commit signed with `signer` (the cluster's status key), while that tip still asks for
+/// `failed`; says what it did.
 ///
 /// # Errors
 /// [`WriteBackError::KeptMoving`] after [`ATTEMPTS`] non-fast-forward refusals; the others as named.
@@ -84,10 +141,10 @@ pub fn write_back(
     failed: &str,
     target: &str,
     failure: &Failure,
-) -> Result<Option<Oid>, WriteBackError> {
+) -> Result<WriteBackOutcome, WriteBackError> {
     let branch = source.branch().to_string();
     let mut signer = Signer::ssh(signer.private_key().clone(), &format!("status key of {cluster}"))?;
-    let trailers = WriteBack {
+    let trailers = Trailers {
         release: failed.to_string(),
         reason: failure.reason.clone(),
         failure: Some(failure.message.clone()),
@@ -99,9 +156,14 @@ pub fn write_back(
         let checkout = source.checkout()?;
         let tree = checkout.tip_tree()?;
         let state = FleetState::load(&tree)?;
+        match state.effective(cluster) {
+            Some(asked) if asked == target => return Ok(WriteBackOutcome::AlreadyAsked),
+            Some(asked) if asked == failed => {}
+            _ => return Ok(WriteBackOutcome::MovedOn),
+        }
         let change = state.plan(&BTreeMap::from([(cluster.to_string(), target.to_string())]), None);
         if change.is_empty() {
-            return Ok(None);
+            return Ok(WriteBackOutcome::AlreadyAsked);
         }
         let files = state.render(&change)?;
         let repo = checkout.repo();
@@ -112,7 +174,7 @@ pub fn write_back(
         );
         let commit = commit_files(repo, &mut signer, checkout.tip(), &files, &message)?;
         match push(repo, source.url(), credentials, commit, &branch) {
-            Ok(()) => return Ok(Some(commit)),
+            Ok(()) => return Ok(WriteBackOutcome::Pushed(commit)),
             Err(PushOutcome::NotFastForward) => continue,
             Err(PushOutcome::Failed(e)) => return Err(e),
         }

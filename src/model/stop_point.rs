@@ -20,6 +20,7 @@
 //! | `bake.started` | the bake's first gate round about to run |
 //! | `rollback.after-apply` | the rollback target applied, not pruned, snapshot not restored |
 //! | `restore.after-first-phase` | the first phase of a snapshot's objects restored, the rest not |
+//! | `write-back.before-push` | a rollback's verdict persisted and its status pushed, the write-back not pushed |
 //!
 //! `<step>` names a step of `agent::report` (`Step::name`): `begin`, `start-apply`, `applied`,
 //! `passed`, `failed`, `rolled-back`, and the others.

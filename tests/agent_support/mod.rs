@@ -279,8 +279,8 @@ impl Fleet {
     /// The state store the agents use, for setting up a state "left by a killed agent".
     /// `fleetgate agent` for [`CLUSTER`] as a process named `name` (its Lease identity starts with
     /// it), as the two-replica and kill -9 tests run it: its own Git cache, a 1 s poll, HTTP on
-    /// `port`, a Lease of `lease_seconds`, no write-back.
-    pub fn agent_command(&self, name: &str, port: u16, lease_seconds: u64) -> Command {
+    /// `port`, a Lease of `lease_seconds`, write-back as `write_back` says.
+    pub fn agent_command(&self, name: &str, port: u16, lease_seconds: u64, write_back: bool) -> Command {
         let mut cmd = Command::new(BIN);
         cmd.env("POD_NAME", name).args(["--log=info", "agent", "--repo", &self.url, "--cluster", CLUSTER]);
         cmd.arg("--status-key").arg(self.status_key(CLUSTER));
@@ -288,7 +288,7 @@ impl Fleet {
         cmd.arg("--trusted-keys").arg(&self.trusted);
         cmd.arg("--state-dir").arg(self.dir.path().join(format!("cache-{name}")));
         cmd.args(["--listen", &format!("127.0.0.1:{port}"), "--interval", "1s"]);
-        cmd.args(["--lease-duration", &format!("{lease_seconds}s"), "--write-back=false"]);
+        cmd.args(["--lease-duration", &format!("{lease_seconds}s"), &format!("--write-back={write_back}")]);
         cmd
     }
 

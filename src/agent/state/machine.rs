@@ -92,6 +92,18 @@ impl Failure {
     }
 }
 
+/// A pin of the cluster to the release it was rolled back to, to push to the tracked branch
+/// (`--write-back`). Persisted with the rollback's verdict and kept until Git asks for `target`
+/// (or has moved on from `failed`): an agent killed before the push, or a Git server away at the
+/// time, still gets Git to say what runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WriteBack {
+    pub failed: String,
+    pub target: String,
+    pub failure: Failure,
+}
+
 /// The release being rolled out, from `begin` until the operation ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Operation {
@@ -190,6 +202,8 @@ pub struct AgentState {
     /// the outbox yet: an agent killed between the two writes delivers them after its restart,
     /// so a verdict is never lost, and (being the same entry) never written twice.
     pub(super) unreported: Vec<Status>,
+    /// The write-back a rollback decided, persisted with it, until Git no longer needs it.
+    pub(super) write_back: Option<WriteBack>,
 }
 
 /// What the agent remembers to judge the branch tip and moves back in time (docs/SECURITY.md).
@@ -302,6 +316,26 @@ impl AgentState {
     /// `status` is in Git or in the outbox now.
     pub fn reported(&mut self, status: &Status) {
         self.unreported.retain(|s| s != status);
+    }
+
+    /// The write-back still owed to Git ([`record_write_back`](Self::record_write_back)).
+    pub fn pending_write_back(&self) -> Option<&WriteBack> {
+        self.write_back.as_ref()
+    }
+
+    /// Keeps `write_back` until [`written_back`](Self::written_back): called in the same state
+    /// write as the rollback's verdict. A newer one replaces an older one (only the last
+    /// rollback's pin says what runs).
+    pub fn record_write_back(&mut self, write_back: WriteBack) {
+        self.write_back = Some(write_back);
+    }
+
+    /// Git no longer needs `write_back`: it was pushed, Git already asks for its target, or Git
+    /// has moved on from the failed release. A newer pending one is kept.
+    pub fn written_back(&mut self, write_back: &WriteBack) {
+        if self.write_back.as_ref() == Some(write_back) {
+            self.write_back = None;
+        }
     }
 
     /// Pins to hand to verification (clone, verify, then [`record_tag_pins`](Self::record_tag_pins)).

@@ -6,7 +6,8 @@
 //! `operation` (JSON, one flat object whatever the phase), `desired`, `current`, `lastKnownGood`,
 //! `rejected`, `tagPins` (and, since fleetgate tracked promotions, `trust`, and since rollback
 //! targets are checked against this cluster's history, `succeeded`; both absent in older states;
-//! `unreported`, the statuses decided but not yet delivered, only while there are any) — so an
+//! `unreported`, the statuses decided but not yet delivered, and `writeBack`, the pin a rollback
+//! owes Git, each only while there is one) — so an
 //! agent upgraded mid-operation resumes what the previous one left.
 //! Decoding checks that the operation carries what its phase needs.
 
@@ -35,6 +36,7 @@ mod key {
     pub const TRUST: &str = "trust";
     pub const SUCCEEDED: &str = "succeeded";
     pub const UNREPORTED: &str = "unreported";
+    pub const WRITE_BACK: &str = "writeBack";
 }
 const SCHEMA: &str = "fleetgate.io/agent-state/v1";
 
@@ -137,6 +139,9 @@ pub(super) fn to_data(state: &AgentState) -> BTreeMap<String, String> {
     if !state.unreported.is_empty() {
         d.insert(key::UNREPORTED.into(), serde_json::to_string_pretty(&state.unreported).expect("statuses serialize"));
     }
+    if let Some(wb) = &state.write_back {
+        d.insert(key::WRITE_BACK.into(), serde_json::to_string_pretty(wb).expect("write-back serializes"));
+    }
     d
 }
 
@@ -169,6 +174,7 @@ pub(super) fn from_data(data: &BTreeMap<String, String>) -> Result<AgentState, S
         tag_pins: json(data, key::TAG_PINS)?,
         trust: json(data, key::TRUST)?,
         unreported: json(data, key::UNREPORTED)?,
+        write_back: json(data, key::WRITE_BACK)?,
     })
 }
 
@@ -459,7 +465,15 @@ mod tests {
         // A status decided with the step and not delivered yet survives the restart with it.
         s.record_unreported(crate::status::Status::new("c", "rel-2", "c2", crate::status::State::Pending, "applying"));
         assert_eq!(from_data(&to_data(&s)).unwrap(), s);
+        // So does the write-back a rollback owes Git.
+        s.record_write_back(super::super::machine::WriteBack {
+            failed: "rel-2".into(),
+            target: "rel-1".into(),
+            failure: Failure::new("GateFailed", "7 > 5"),
+        });
+        assert_eq!(from_data(&to_data(&s)).unwrap(), s);
         let d = to_data(&s);
+        assert!(d["writeBack"].contains(r#""target": "rel-1""#), "{}", d["writeBack"]);
         assert_eq!(d["phase"], "RollingBack");
         assert_eq!(d["current"], "rel-2");
         assert_eq!(from_data(&BTreeMap::new()).unwrap(), AgentState::default());
