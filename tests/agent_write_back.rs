@@ -26,13 +26,20 @@ fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-#[test]
-fn a_rollback_is_written_back_as_a_pin_of_this_cluster_only() {
+/// A git daemon serving an empty `fleet.git`, and a work dir whose `fleet` is the template repo
+/// (not pushed yet).
+fn served_template() -> (GitDaemon, String, tempfile::TempDir) {
     let daemon = GitDaemon::start().unwrap();
     let url = daemon.create_bare("fleet.git").unwrap();
     let work = tempfile::tempdir().unwrap();
+    init_fleet_repo(&work.path().join("fleet")).unwrap();
+    (daemon, url, work)
+}
+
+#[test]
+fn a_rollback_is_written_back_as_a_pin_of_this_cluster_only() {
+    let (_daemon, url, work) = served_template();
     let repo = work.path().join("fleet");
-    init_fleet_repo(&repo).unwrap();
     // Git asks for rel-2 fleet-wide (as after `fleetgate promote rel-2 --fleet`).
     let fleet = std::fs::read_to_string(repo.join("fleet.yaml")).unwrap();
     let fleet = fleet.replace("  # release: rel-20250315-001", "  release: rel-2");
@@ -112,11 +119,8 @@ fn a_rollback_is_written_back_as_a_pin_of_this_cluster_only() {
 /// one, the owed pin is dropped, and nothing is pushed.
 #[test]
 fn a_late_write_back_leaves_a_later_promotion_alone() {
-    let daemon = GitDaemon::start().unwrap();
-    let url = daemon.create_bare("fleet.git").unwrap();
-    let work = tempfile::tempdir().unwrap();
+    let (_daemon, url, work) = served_template();
     let repo = work.path().join("fleet");
-    init_fleet_repo(&repo).unwrap();
     // After the rollback someone promoted the fix, rel-3, to the canary.
     let pin = repo.join("clusters/cluster-a.yaml");
     let text = std::fs::read_to_string(&pin).unwrap();
