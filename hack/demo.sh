@@ -54,6 +54,11 @@ die()  { bad "$*"; echo "    logs are in $DIR (agent-*.log, clusters/)"; DEMO_KE
 pids=()
 cleanup() {
   local rc=$?
+  # Gitea's files go with it: keep a copy of the fleet repo where git daemon's would be.
+  if [[ -L "$DIR/git/fleet.git" ]] && [[ -n "${DEMO_KEEP:-}${DEMO_DIR:-}" ]]; then
+    git clone -q --mirror "$DIR/git/fleet.git" "$DIR/git/fleet.git.copy" 2>/dev/null &&
+      rm "$DIR/git/fleet.git" && mv "$DIR/git/fleet.git.copy" "$DIR/git/fleet.git" || true
+  fi
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   [[ -d "$DIR/gnupg" ]] && GNUPGHOME=$DIR/gnupg gpgconf --kill all 2>/dev/null || true
@@ -105,7 +110,8 @@ gpg --batch --armor --export "$APPROVER" >"$DIR/approvers.asc"
 ok "repo $REPO_URL, signing key $FPR, approver's key $APPROVER"
 
 # A real forge when one is built: the fleet repo moves to Gitea, and $DIR/git/fleet.git points at
-# Gitea's bare repo so whoever inspects the repo afterwards finds it where git daemon's would be.
+# Gitea's bare repo (a copy of it once the demo ends) so whoever inspects the repo afterwards
+# finds it where git daemon's would be.
 FORGE_FLAGS=() AGENT_FORGE_FLAGS=()
 if [[ "${DEMO_FORGE:-auto}" != git ]] && "$TESTENV" gitea --check >/dev/null 2>&1; then
   "$TESTENV" gitea --dir "$DIR/gitea" >"$DIR/gitea.log" 2>&1 &
