@@ -97,10 +97,31 @@ async fn handle(
         headers,
         body: serde_json::from_slice(&body).unwrap_or(Value::Null),
     };
-    forge.requests.lock().unwrap().push(rec.clone());
+    let earlier = {
+        let mut requests = forge.requests.lock().unwrap();
+        requests.push(rec.clone());
+        requests.iter().filter(|r| r.path == rec.path && r.method == rec.method).count() - 1
+    };
+    // The repositories Gitea knows: acme/indexing's branch becomes known after three PR attempts.
+    if method == Method::GET {
+        return match rec.path.as_str() {
+            "/api/v1/repos/acme/fleet" | "/api/v1/repos/acme/indexing"
+                if header(&rec.headers, "authorization") == format!("token {TOKEN}") =>
+            {
+                (StatusCode::OK, axum::Json(json!({"full_name": rec.path.trim_start_matches("/api/v1/repos/")})))
+            }
+            other => (StatusCode::NOT_FOUND, axum::Json(json!({"message": format!("Not Found: {other}")}))),
+        };
+    }
+    if rec.path == "/api/v1/repos/acme/indexing/pulls" && earlier < 3 {
+        return (
+            StatusCode::NOT_FOUND,
+            axum::Json(json!({"errors": null, "message": "The target couldn't be found."})),
+        );
+    }
     let kind = match rec.path.as_str() {
         "/repos/acme/fleet/pulls" | "/repos/acme/taken/pulls" => ForgeKind::Github,
-        "/api/v1/repos/acme/fleet/pulls" => ForgeKind::Gitea,
+        "/api/v1/repos/acme/fleet/pulls" | "/api/v1/repos/acme/indexing/pulls" => ForgeKind::Gitea,
         "/api/v4/projects/platform%2Fredis%2Ffleet/merge_requests"
         | "/api/v4/projects/platform%2Ftaken/merge_requests" => ForgeKind::Gitlab,
         other => return (StatusCode::NOT_FOUND, axum::Json(json!({"message": format!("Not Found: {other}")}))),
@@ -194,7 +215,7 @@ async fn each_forge_gets_the_request_its_api_documents() {
 
 #[tokio::test]
 async fn forge_errors_are_shown_with_status_message_and_what_to_do() {
-    let (url, _forge) = start_forge().await;
+    let (url, forge) = start_forge().await;
     let err = forge_pr::open(&settings(ForgeKind::Github, &url, "acme/taken"), TOKEN, &spec()).await.unwrap_err();
     assert!(matches!(err, ForgeError::Rejected { status: 422, .. }), "{err:?}");
     assert_eq!(
@@ -215,6 +236,9 @@ async fn forge_errors_are_shown_with_status_message_and_what_to_do() {
         err.to_string().contains("(HTTP 404): Not Found: /api/v1/repos/acme/missing/pulls; check --forge-url"),
         "{err}"
     );
+    // A repository that does not answer is not waited for: one attempt.
+    let attempts = forge.requests.lock().unwrap().iter().filter(|r| r.path.contains("acme/missing/pulls")).count();
+    assert_eq!(attempts, 1);
     let err = forge_pr::open(&settings(ForgeKind::Gitea, "http://127.0.0.1:9", "acme/fleet"), TOKEN, &spec())
         .await
         .unwrap_err();
@@ -224,6 +248,19 @@ async fn forge_errors_are_shown_with_status_message_and_what_to_do() {
     );
     let chain = fleetgate::model::error_chain(&err);
     assert_eq!(chain.matches("127.0.0.1:9").count(), 1, "the URL once, not again in reqwest's text: {chain}");
+}
+
+/// Gitea indexes a pushed branch in the background; until it has, a pull request from it is a
+/// 404 though the repository answers. `open` tries again while the repository answers.
+#[tokio::test]
+async fn a_branch_the_forge_has_not_indexed_yet_is_waited_for() {
+    let (url, forge) = start_forge().await;
+    let pr = forge_pr::open(&settings(ForgeKind::Gitea, &url, "acme/indexing"), TOKEN, &spec()).await.unwrap();
+    assert_eq!(pr.number, 7);
+    let requests = forge.requests.lock().unwrap().clone();
+    let posts = requests.iter().filter(|r| r.method == "POST").count();
+    let looks = requests.iter().filter(|r| r.method == "GET" && r.path == "/api/v1/repos/acme/indexing").count();
+    assert_eq!((posts, looks), (4, 3), "three 404s, each followed by a look at the repository, then the PR");
 }
 
 /// A fixture with a `git daemon` remote as origin.

@@ -117,6 +117,12 @@ pub fn request_body(kind: ForgeKind, pr: &PullRequestSpec) -> Value {
     }
 }
 
+/// How long a 404 is taken for a branch the forge has not indexed yet (Gitea indexes a pushed
+/// branch in the background, and until it has, a pull request from it is a 404), as long as the
+/// repository itself answers.
+const BRANCH_WAIT: Duration = Duration::from_secs(20);
+const BRANCH_POLL: Duration = Duration::from_millis(500);
+
 /// Opens the pull/merge request `pr` on `forge` with API token `token`.
 ///
 /// Errors: [`ForgeError::Rejected`] when the forge answers with an error status (its message and
@@ -137,18 +143,20 @@ pub async fn open(forge: &ForgeConfig, token: &str, pr: &PullRequestSpec) -> Res
         .user_agent(format!("fleetgate/{}", crate::VERSION))
         .build()
         .map_err(transport)?;
-    let mut req = client.post(url.clone()).json(&request_body(forge.kind, pr));
-    req = match forge.kind {
-        ForgeKind::Github => req
-            .header("Accept", "application/vnd.github+json")
-            .header("X-GitHub-Api-Version", GITHUB_API_VERSION)
-            .bearer_auth(token),
-        ForgeKind::Gitea => req.header("Accept", "application/json").header("Authorization", format!("token {token}")),
-        ForgeKind::Gitlab => req.header("Accept", "application/json").header("PRIVATE-TOKEN", token),
+    let started = std::time::Instant::now();
+    let (status, text) = loop {
+        let req = authorized(client.post(url.clone()).json(&request_body(forge.kind, pr)), forge.kind, token);
+        let resp = req.send().await.map_err(transport)?;
+        let status = resp.status();
+        let text = resp.text().await.map_err(transport)?;
+        let unindexed = status == reqwest::StatusCode::NOT_FOUND
+            && started.elapsed() < BRANCH_WAIT
+            && repository_answers(&client, forge.kind, token, &url).await;
+        if !unindexed {
+            break (status, text);
+        }
+        tokio::time::sleep(BRANCH_POLL).await;
     };
-    let resp = req.send().await.map_err(transport)?;
-    let status = resp.status();
-    let text = resp.text().await.map_err(transport)?;
     if !status.is_success() {
         return Err(ForgeError::Rejected {
             forge: name,
@@ -168,6 +176,29 @@ pub async fn open(forge: &ForgeConfig, token: &str, pr: &PullRequestSpec) -> Res
         (Some(number), Some(url)) => Ok(OpenedPullRequest { forge: forge.kind, number, url: url.to_string() }),
         _ => Err(bad()),
     }
+}
+
+/// `req` with the forge's API headers and `token`.
+fn authorized(req: reqwest::RequestBuilder, kind: ForgeKind, token: &str) -> reqwest::RequestBuilder {
+    match kind {
+        ForgeKind::Github => req
+            .header("Accept", "application/vnd.github+json")
+            .header("X-GitHub-Api-Version", GITHUB_API_VERSION)
+            .bearer_auth(token),
+        ForgeKind::Gitea => req.header("Accept", "application/json").header("Authorization", format!("token {token}")),
+        ForgeKind::Gitlab => req.header("Accept", "application/json").header("PRIVATE-TOKEN", token),
+    }
+}
+
+/// Whether the repository of the pull-request endpoint `pulls` (its URL less the last segment)
+/// answers: then a 404 from that endpoint is about the branch, not the repository.
+async fn repository_answers(client: &reqwest::Client, kind: ForgeKind, token: &str, pulls: &reqwest::Url) -> bool {
+    let mut repository = pulls.clone();
+    let Ok(mut segments) = repository.path_segments_mut() else { return false };
+    segments.pop();
+    drop(segments);
+    let answer = authorized(client.get(repository), kind, token).send().await;
+    answer.is_ok_and(|r| r.status().is_success())
 }
 
 fn hint(forge: &ForgeConfig, status: u16, pr: &PullRequestSpec) -> String {
