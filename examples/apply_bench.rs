@@ -242,8 +242,10 @@ async fn main() -> anyhow::Result<()> {
     let rounds: usize = std::env::args().nth(1).map(|a| a.parse()).transpose()?.unwrap_or(3);
     let cluster = TestCluster::start(ClusterOptions::new("apply-bench")).await?;
     let admin = cluster.client();
-    let agent_ns =
-        Namespace { metadata: ObjectMeta { name: Some("fleetgate-system".into()), ..Default::default() }, ..Default::default() };
+    let agent_ns = Namespace {
+        metadata: ObjectMeta { name: Some("fleetgate-system".into()), ..Default::default() },
+        ..Default::default()
+    };
     Api::<Namespace>::all(admin.clone()).create(&PostParams::default(), &agent_ns).await?;
     let fg = Fleetgate::new(cluster.kubeconfig_path()).await?;
     let mut flux = Flux::start(cluster.kubeconfig_path())?;

@@ -22,7 +22,9 @@
 
 use fleetgate::model::FleetConfig;
 use fleetgate::source::{Credentials, NotesSchedule, Source};
-use fleetgate::status::{GitRemote, State, Status, StatusIdentity, StatusKeys, StatusSigner, may_start, members, notes, Move};
+use fleetgate::status::{
+    GitRemote, Move, State, Status, StatusIdentity, StatusKeys, StatusSigner, may_start, members, notes,
+};
 use std::path::Path;
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -118,7 +120,20 @@ fn run(run: &Run) {
     git(&work, &["add", "."]);
     git(&work, &["-c", "user.name=sim", "-c", "user.email=sim@example.com", "commit", "-qm", "rel-1"]);
     git(&work, &["tag", "rel-1"]);
-    git(&work, &["-c", "user.name=sim", "-c", "user.email=sim@example.com", "commit", "-q", "--allow-empty", "-m", "build rel-2"]);
+    git(
+        &work,
+        &[
+            "-c",
+            "user.name=sim",
+            "-c",
+            "user.email=sim@example.com",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "build rel-2",
+        ],
+    );
     git(&work, &["tag", "rel-2"]);
     let bare = base.join("fleet.git");
     git(&work, &["push", "-q", bare.to_str().unwrap(), "main", "--tags"]);
@@ -200,8 +215,17 @@ fn run(run: &Run) {
                             if desired == "rel-2" {
                                 let tag = checkout.tag("rel-2").unwrap().unwrap();
                                 let keys = StatusKeys::registered(&config);
-                                let statuses = fleetgate::status::read_all(checkout.repo(), &[tag.commit], &keys).unwrap();
-                                let decision = may_start(&config.fleet, &members(&config), &statuses, &name, "rel-2", chrono::Utc::now(), Move::Forward);
+                                let statuses =
+                                    fleetgate::status::read_all(checkout.repo(), &[tag.commit], &keys).unwrap();
+                                let decision = may_start(
+                                    &config.fleet,
+                                    &members(&config),
+                                    &statuses,
+                                    &name,
+                                    "rel-2",
+                                    chrono::Utc::now(),
+                                    Move::Forward,
+                                );
                                 if decision.allowed {
                                     waiting = None;
                                     let at = promoted_at.lock().unwrap().elapsed();
@@ -216,7 +240,8 @@ fn run(run: &Run) {
                                     .into();
                                     started = true;
                                 } else {
-                                    let on: std::collections::BTreeSet<String> = decision.waits_for.into_iter().collect();
+                                    let on: std::collections::BTreeSet<String> =
+                                        decision.waits_for.into_iter().collect();
                                     source.notes_schedule().wait_on(on.clone(), Instant::now());
                                     waiting = Some(on);
                                 }
@@ -285,7 +310,8 @@ fn run(run: &Run) {
     let last_wave = last_of(WAVES.len() - 1);
     let mut lat = totals.ls_remote_micros.lock().unwrap().clone();
     lat.sort_unstable();
-    let pct = |p: f64| lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1))).copied().unwrap_or(0);
+    let pct =
+        |p: f64| lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1))).copied().unwrap_or(0);
     let ls = totals.ls_remotes.load(Ordering::Relaxed) as f64;
     let fetches = totals.fetches.load(Ordering::Relaxed) as f64;
     let notes_fetches = totals.notes_fetches.load(Ordering::Relaxed) as f64;
@@ -314,13 +340,16 @@ fn run(run: &Run) {
 }
 
 fn main() {
-    let args: Vec<u64> = std::env::args().skip(1).map(|a| a.parse().expect("numbers: AGENTS POLL_SECONDS ...")).collect();
+    let args: Vec<u64> =
+        std::env::args().skip(1).map(|a| a.parse().expect("numbers: AGENTS POLL_SECONDS ...")).collect();
     let pairs: Vec<(u64, u64)> = if args.is_empty() {
         vec![(100, 2), (250, 2), (500, 2), (1000, 5), (1000, 2)]
     } else {
         args.chunks(2).map(|c| (c[0], *c.get(1).unwrap_or(&2))).collect()
     };
-    println!("| agents | poll | started rel-2 | ls-remotes/agent | fetches/agent (notes alone) | notes pushes | merged pushes | git daemon CPU (% of wall) | ls-remote p50 / p99 | promotion → last canary | last canary → last agent of last wave | errors | load avg |");
+    println!(
+        "| agents | poll | started rel-2 | ls-remotes/agent | fetches/agent (notes alone) | notes pushes | merged pushes | git daemon CPU (% of wall) | ls-remote p50 / p99 | promotion → last canary | last canary → last agent of last wave | errors | load avg |"
+    );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (agents, poll) in pairs {
         run(&Run { agents: agents as usize, poll: Duration::from_secs(poll) });

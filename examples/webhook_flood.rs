@@ -19,8 +19,8 @@
 //! Figures go to docs/BENCHMARKS.md ("Webhook flood").
 
 use anyhow::{Context, bail, ensure};
-use fleetgate_testenv::{ClusterOptions, DeployManifests, GitDaemon, GpgHome, TestCluster, git_in, ssh_keygen};
 use fleetgate_testenv::process::memory_kib;
+use fleetgate_testenv::{ClusterOptions, DeployManifests, GitDaemon, GpgHome, TestCluster, git_in, ssh_keygen};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -25,8 +25,8 @@ use fleetgate::model::ForgeKind;
 use fleetgate::status::{ForgeSettings, State, Status};
 use serde_json::{Value, json};
 use std::process::Command;
-use std::time::Duration;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_fleetgate");
 const WAVES: &str = "  waves:\n    - canary\n    - name: wave-1\n      approval: required\n    - wave-2\n";

@@ -22,7 +22,8 @@ async fn two_releases_and_a_rollback_as_the_service_account_with_deploys_rbac() 
     let review = within(
         "self-subject review",
         30,
-        Api::<SelfSubjectReview>::all(fleet.agent_identity.client()).create(&PostParams::default(), &Default::default()),
+        Api::<SelfSubjectReview>::all(fleet.agent_identity.client())
+            .create(&PostParams::default(), &Default::default()),
     )
     .await
     .unwrap();

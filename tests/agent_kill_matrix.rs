@@ -28,7 +28,7 @@ use agent_support::*;
 use fleetgate::agent::Outcome;
 use fleetgate::model::stop_point::{STOP_AT_VAR, STOP_DIR_VAR};
 use fleetgate::status::{State, Status};
-use fleetgate_testenv::process::{free_port, Guarded};
+use fleetgate_testenv::process::{Guarded, free_port};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};

@@ -102,5 +102,11 @@ async fn a_snapshot_of_another_release_is_not_restored_over_the_target() {
         .arg(fleet.cluster.kubeconfig_path())
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

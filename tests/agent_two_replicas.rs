@@ -32,7 +32,10 @@ async fn holder(fleet: &Fleet) -> Option<String> {
 
 async fn leader_metric(port: u16) -> Option<String> {
     let text = reqwest::get(format!("http://127.0.0.1:{port}/metrics")).await.ok()?.text().await.ok()?;
-    text.lines().find(|l| l.starts_with("fleetgate_leader{")).and_then(|l| l.split_whitespace().last()).map(str::to_string)
+    text.lines()
+        .find(|l| l.starts_with("fleetgate_leader{"))
+        .and_then(|l| l.split_whitespace().last())
+        .map(str::to_string)
 }
 
 /// Waits for `probe` at a 50 ms resolution (the hand-over time is reported).
@@ -57,7 +60,9 @@ async fn only_the_leader_acts_and_a_killed_leader_hands_its_bake_over() {
     let (leader, standby) = if lead.starts_with("agent-a_") { (0, 1) } else { (1, 0) };
     assert!(lead.starts_with(["agent-a_", "agent-b_"][leader]), "{lead}");
 
-    wait_for("the leader baking rel-1", 120, || async { (fleet.phase().await.as_deref() == Some("Baking")).then_some(()) })
+    wait_for("the leader baking rel-1", 120, || async {
+        (fleet.phase().await.as_deref() == Some("Baking")).then_some(())
+    })
     .await;
     assert_eq!(leader_metric(ports[standby]).await.as_deref(), Some("0"), "the standby does not lead");
     let applied_by: Vec<String> = fleet

@@ -79,8 +79,7 @@ async fn a_percentage_wave_takes_its_share_and_waits_out_the_canary_soak() {
     let mut canary = fleet.agent().await;
     let (_half_spoke, half_settings) = fleet.spoke("waves-soak-half", chosen).await;
     // Its poll is an hour away: only the timer a waiting pass sets can wake it when the soak ends.
-    let mut half =
-        fleet.agent_with(AgentSettings { interval: Some(Duration::from_secs(3600)), ..half_settings }).await;
+    let mut half = fleet.agent_with(AgentSettings { interval: Some(Duration::from_secs(3600)), ..half_settings }).await;
     assert_eq!(pass(&mut canary, "canary rel-1").await, Outcome::Succeeded("rel-1".into()));
     let canary_done = fleet.statuses(&commit).pop().unwrap();
     assert_eq!(canary_done.state, State::Success);

@@ -117,11 +117,17 @@ async fn grant_secret_reads(fleet: &Fleet) {
     use kube::api::{DynamicObject, Patch, PatchParams};
     use kube::discovery::ApiResource;
     for (kind, body) in [
-        ("Role", serde_json::json!({"rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}]})),
-        ("RoleBinding", serde_json::json!({
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "read-secrets"},
-            "subjects": [{"kind": "ServiceAccount", "name": "fleetgate-agent", "namespace": AGENT_NS}],
-        })),
+        (
+            "Role",
+            serde_json::json!({"rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}]}),
+        ),
+        (
+            "RoleBinding",
+            serde_json::json!({
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "read-secrets"},
+                "subjects": [{"kind": "ServiceAccount", "name": "fleetgate-agent", "namespace": AGENT_NS}],
+            }),
+        ),
     ] {
         let mut obj = body;
         obj["apiVersion"] = "rbac.authorization.k8s.io/v1".into();

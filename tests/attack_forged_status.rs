@@ -61,7 +61,10 @@ async fn forged_successes_are_shown_unverified_and_never_open_a_wave() {
     assert_eq!(cell.state, None, "a forged entry gives no state");
     let forged = &cell.unverified[0];
     assert!(!forged.verified);
-    assert_eq!((forged.status.state, forged.status.reported_at.to_rfc3339()), (State::Success, "2099-01-01T00:00:00+00:00".into()));
+    assert_eq!(
+        (forged.status.state, forged.status.reported_at.to_rfc3339()),
+        (State::Success, "2099-01-01T00:00:00+00:00".into())
+    );
     assert!(forged.reason.starts_with("unsigned"), "{}", forged.reason);
     let raw = String::from_utf8(
         Command::new(env!("CARGO_BIN_EXE_fleetgate"))
@@ -126,7 +129,9 @@ async fn a_status_dated_2099_never_hides_a_later_real_failure() {
     assert_eq!(cell.state, Some(State::Failure), "the later failure is the canary's word: {cell:?}");
     let mut wave_1 = fleet.agent_with(fleet.settings_for(WAVE_1)).await;
     match wave_1_decision(&mut wave_1).await {
-        Outcome::Waiting { reason, .. } => assert!(reason.contains("cluster-a") && reason.contains("failed"), "{reason}"),
+        Outcome::Waiting { reason, .. } => {
+            assert!(reason.contains("cluster-a") && reason.contains("failed"), "{reason}")
+        }
         other => panic!("wave-1 must not start rel-2, got {other:?}"),
     }
 }

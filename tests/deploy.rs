@@ -262,10 +262,27 @@ fn agent_rbac_of_the_template_release_is_what_deploy_grants() {
     let key = gpg.write_public_key(&fpr, &dir.path().join("key.asc")).unwrap();
     let manifests = repo().join("fleet-repo-template/operator");
     run(&[
-        "release", "create", "--repo", w, "--id", "rel-1", "--manifests", manifests.to_str().unwrap(),
-        "--image", "registry.example.com/redis-operator:v1.2.3-build.456", "--chart-version", "1.0.0",
-        "--crd-version", "v1alpha2", "--git-commit", "a1b2c3d4e5f6", "--all", "--sign-key", &fpr,
-        "--gpg-home", gpg.path().to_str().unwrap(),
+        "release",
+        "create",
+        "--repo",
+        w,
+        "--id",
+        "rel-1",
+        "--manifests",
+        manifests.to_str().unwrap(),
+        "--image",
+        "registry.example.com/redis-operator:v1.2.3-build.456",
+        "--chart-version",
+        "1.0.0",
+        "--crd-version",
+        "v1alpha2",
+        "--git-commit",
+        "a1b2c3d4e5f6",
+        "--all",
+        "--sign-key",
+        &fpr,
+        "--gpg-home",
+        gpg.path().to_str().unwrap(),
     ]);
     let printed = run(&["agent", "rbac", "--repo", w, "--release", "rel-1", "--trusted-keys", key.to_str().unwrap()]);
 

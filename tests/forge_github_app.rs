@@ -62,8 +62,7 @@ impl GitHub {
         if claims["iss"] != APP_ID.to_string() || iat > now + 5 || exp <= now || exp - iat > 600 {
             return Err(format!("claims {claims} refused at {now}"));
         }
-        let mut verifier =
-            openssl::sign::Verifier::new(openssl::hash::MessageDigest::sha256(), &self.public).unwrap();
+        let mut verifier = openssl::sign::Verifier::new(openssl::hash::MessageDigest::sha256(), &self.public).unwrap();
         verifier.update(format!("{header}.{}", parts[1]).as_bytes()).unwrap();
         let sig = URL_SAFE_NO_PAD.decode(signature).map_err(|e| e.to_string())?;
         verifier.verify(&sig).unwrap_or(false).then_some(()).ok_or_else(|| "bad signature".to_string())
@@ -224,7 +223,10 @@ async fn what_github_refuses_is_named_with_what_to_check() {
 
     // Not installed on the repository.
     let e = send_status(&app_settings(&url, "octo/elsewhere", &key, None)).await.unwrap_err().to_string();
-    assert!(e.contains("GitHub App 4242 has no installation on octo/elsewhere (404: Not Found); install the app"), "{e}");
+    assert!(
+        e.contains("GitHub App 4242 has no installation on octo/elsewhere (404: Not Found); install the app"),
+        "{e}"
+    );
     let e = send_status(&app_settings(&url, REPOSITORY, &key, Some(7))).await.unwrap_err().to_string();
     assert!(e.contains("no installation 7") && e.contains("check --forge-app-installation-id"), "{e}");
 
@@ -268,9 +270,26 @@ async fn promote_open_pr_opens_the_pull_request_as_the_app() {
         let key = key.to_str().unwrap().to_string();
         let app_id = APP_ID.to_string();
         f.fleetgate(&[
-            "promote", "rel-1", "--wave", "canary", "--open-pr", "--offline", "--repo", "fleet", "--trusted-keys", &keys,
-            "--forge-kind", "github", "--forge-url", &url, "--forge-repository", REPOSITORY, "--forge-app-id", &app_id,
-            "--forge-app-key-file", &key,
+            "promote",
+            "rel-1",
+            "--wave",
+            "canary",
+            "--open-pr",
+            "--offline",
+            "--repo",
+            "fleet",
+            "--trusted-keys",
+            &keys,
+            "--forge-kind",
+            "github",
+            "--forge-url",
+            &url,
+            "--forge-repository",
+            REPOSITORY,
+            "--forge-app-id",
+            &app_id,
+            "--forge-app-key-file",
+            &key,
         ])
     })
     .await

@@ -22,7 +22,11 @@ fn an_unchanged_remote_costs_one_ls_remote_and_no_fetch() {
     let second = source.sync().unwrap();
     assert!(!second.fetched);
     assert_eq!(second.tip, first.tip);
-    assert_eq!(source.stats(), SourceStats { ls_remotes: 2, fetches: 1, notes_fetches: 0 }, "an unchanged remote was fetched");
+    assert_eq!(
+        source.stats(),
+        SourceStats { ls_remotes: 2, fetches: 1, notes_fetches: 0 },
+        "an unchanged remote was fetched"
+    );
 
     // A new tag is a change; so is a new commit.
     remote.signed_tag(RELEASE);

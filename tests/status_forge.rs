@@ -323,7 +323,8 @@ async fn serve_answers(header: &'static str, auth: &'static str, answers: Vec<(S
 #[tokio::test]
 async fn gitea_and_gitlab_approvals_count_only_at_the_head() {
     let review = |login: &str, state: &str, commit: &str, extra: Value| {
-        let mut r = json!({"user": {"login": login}, "state": state, "commit_id": commit, "body": format!("by {login}")});
+        let mut r =
+            json!({"user": {"login": login}, "state": state, "commit_id": commit, "body": format!("by {login}")});
         r.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
         r
     };

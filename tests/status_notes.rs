@@ -5,9 +5,9 @@
 mod status_support;
 
 use fleetgate::status::{self, GateFigure, GitRemote, State, Status, StatusNote};
-use status_support::{identity, keys};
 use fleetgate_testenv::{GitDaemon, git_in};
 use git2::{Oid, Repository};
+use status_support::{identity, keys};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
@@ -102,8 +102,13 @@ fn a_reinstalled_agent_merges_its_history_instead_of_overwriting_it() {
     let (url, commit) = seeded(&daemon);
     let remote = GitRemote::new(&url);
     let (_a, old_install) = agent_clone(&url);
-    status::write(&old_install, &remote, &status_of("cluster-a", commit, State::Pending, "baking"), &identity("cluster-a"))
-        .unwrap();
+    status::write(
+        &old_install,
+        &remote,
+        &status_of("cluster-a", commit, State::Pending, "baking"),
+        &identity("cluster-a"),
+    )
+    .unwrap();
 
     // A fresh clone that never saw the ref: its push is refused, it fetches, merges, pushes again.
     let (_b, new_install) = agent_clone(&url);
@@ -179,9 +184,13 @@ fn a_refusal_reported_only_by_the_server_is_merged_and_retried() {
     std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
 
     let (_a, repo) = agent_clone(&url);
-    let written =
-        status::write(&repo, &GitRemote::new(&url), &status_of("cluster-a", commit, State::Success, "ok"), &identity("cluster-a"))
-            .unwrap();
+    let written = status::write(
+        &repo,
+        &GitRemote::new(&url),
+        &status_of("cluster-a", commit, State::Success, "ok"),
+        &identity("cluster-a"),
+    )
+    .unwrap();
     assert_eq!(written.attempts, 2);
     assert!(!marker.exists());
     let (_r, reader) = reader(&url);
@@ -201,9 +210,13 @@ fn a_remote_that_always_refuses_ends_in_a_bounded_contended_error() {
     std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
     let (_a, repo) = agent_clone(&url);
     let started = std::time::Instant::now();
-    let err =
-        status::write(&repo, &GitRemote::new(&url), &status_of("cluster-a", commit, State::Success, "ok"), &identity("cluster-a"))
-            .unwrap_err();
+    let err = status::write(
+        &repo,
+        &GitRemote::new(&url),
+        &status_of("cluster-a", commit, State::Success, "ok"),
+        &identity("cluster-a"),
+    )
+    .unwrap_err();
     assert!(matches!(err, status::NotesError::Contended { attempts: status::notes::MAX_PUSH_ATTEMPTS, .. }), "{err}");
     assert!(err.to_string().contains("refs/notes/fleetgate/cluster-a"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(30));

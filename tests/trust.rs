@@ -7,8 +7,8 @@ mod fleet_support;
 use fleet_support::{FleetRemote, RELEASE};
 use fleetgate::model::{ErrorClass, PromotionMode};
 use fleetgate::release::{
-    Keyring, PromotionError, SignatureProblem, TagPins, TipTrust, TrustConfig, VerifyError, resolve,
-    resolve_release, verify,
+    Keyring, PromotionError, SignatureProblem, TagPins, TipTrust, TrustConfig, VerifyError, resolve, resolve_release,
+    verify,
 };
 use fleetgate::status::{StatusKeys, check_tip};
 use fleetgate_testenv::GpgHome;

@@ -251,8 +251,8 @@ fn an_untrustworthy_ssh_tag_is_refused_with_its_own_error(#[case] bad: Bad) {
 fn an_ssh_signed_promotion_commit_is_a_signed_tip_and_an_untrusted_one_is_refused() {
     use fleetgate::model::PromotionMode;
     use fleetgate::release::PromotionError;
-    use fleetgate::status::check_tip;
     use fleetgate::status::StatusKeys;
+    use fleetgate::status::check_tip;
     let remote = FleetRemote::new();
     let key = ssh_key(remote.dir.path(), "promoter");
     let other = ssh_key(remote.dir.path(), "someone-else");
@@ -280,8 +280,8 @@ fn an_ssh_signed_promotion_commit_is_a_signed_tip_and_an_untrusted_one_is_refuse
 #[test]
 fn a_commit_fleetgate_signs_with_ssh_is_a_signed_promotion_tip_and_verifies_with_git() {
     use fleetgate::model::PromotionMode;
-    use fleetgate::status::check_tip;
     use fleetgate::status::StatusKeys;
+    use fleetgate::status::check_tip;
     let remote = FleetRemote::new();
     let key = ssh_key(remote.dir.path(), "promoter");
     let signers = allowed_signers(remote.dir.path(), &key);

@@ -132,8 +132,11 @@ impl GitCredentials {
         let read = |what: &'static str, path: &Option<PathBuf>| {
             path.as_ref()
                 .map(|path| {
-                    std::fs::read_to_string(path)
-                        .map_err(|source| ConfigError::Unreadable { what, path: path.clone(), source })
+                    std::fs::read_to_string(path).map_err(|source| ConfigError::Unreadable {
+                        what,
+                        path: path.clone(),
+                        source,
+                    })
                 })
                 .transpose()
         };
@@ -887,7 +890,9 @@ mod tests {
         assert_eq!(err(both), "prometheusSources.prod-mimir: give bearerTokenFile or basicAuth, not both");
         let missing = err("    url: https://m\n    bearerTokenFile: /nonexistent/token\n".into());
         assert!(missing.starts_with("Prometheus bearer token file /nonexistent/token"), "{missing}");
-        assert!(err("    url: https://user:pw@m/x\n    caFile: /nonexistent/ca\n".into()).starts_with("Prometheus CA file"));
+        assert!(
+            err("    url: https://user:pw@m/x\n    caFile: /nonexistent/ca\n".into()).starts_with("Prometheus CA file")
+        );
         let scheme = err("    url: ftp://user:s3cret@m/\n".into());
         assert!(scheme.contains("not an http(s) URL") && !scheme.contains("s3cret"), "{scheme}");
     }
@@ -955,7 +960,11 @@ mod tests {
         assert_eq!(c.prometheus.names().collect::<Vec<_>>(), ["default", "thanos"]);
         let policy: crate::model::GatePolicySpec =
             serde_yaml_ng::from_str("bakeTime: 1m\ngates: [{name: e, prometheus: {query: x, max: 1}}]\n").unwrap();
-        assert_eq!(c.prometheus.for_policy(&policy).unwrap().map(|s| host(&s.url)).as_deref(), Some("prom-2"), "the flag wins");
+        assert_eq!(
+            c.prometheus.for_policy(&policy).unwrap().map(|s| host(&s.url)).as_deref(),
+            Some("prom-2"),
+            "the flag wins"
+        );
         let notify: Vec<(&str, String)> = c.notify.iter().map(|(n, e)| (n.as_str(), host(&e.url))).collect();
         assert_eq!(notify, [("default", "hooks.slack.com".into()), ("oncall", "hooks.example.com".into())]);
         assert_eq!(c.allowed_gate_kinds, ["Certificate.cert-manager.io"]);

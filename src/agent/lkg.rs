@@ -279,7 +279,8 @@ impl Agent {
                 l
             };
             // Content-addressed: a chunk left by an interrupted store is the same bytes.
-            let chunks = write_chunks(&api, &name, DATA_KEY, &bytes, &labels(&[]), Existing::Keep).await.map_err(stored)?;
+            let chunks =
+                write_chunks(&api, &name, DATA_KEY, &bytes, &labels(&[]), Existing::Keep).await.map_err(stored)?;
             let created = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
             let index = Secret {
                 metadata: ObjectMeta {

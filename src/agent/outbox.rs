@@ -156,7 +156,9 @@ impl Agent {
         let publisher = self.publisher(&config).await;
         for status in unreported {
             match self.deliver(&publisher, &status).await {
-                Ok(_) => tracing::info!(release = %status.release, state = status.state.as_str(), "status decided before a restart delivered: {}", status.description),
+                Ok(_) => {
+                    tracing::info!(release = %status.release, state = status.state.as_str(), "status decided before a restart delivered: {}", status.description)
+                }
                 Err(e) => {
                     tracing::warn!(release = %status.release, error = %error_chain(&e), "a status decided before a restart is still undelivered");
                     break;

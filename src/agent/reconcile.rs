@@ -38,10 +38,10 @@ use super::state::{AgentState, Failure, Next, Progress, Transition, TransitionEr
 use crate::apply::{AdmittedSet, ApplyError, ApplyOptions, Engine};
 use crate::gates::{self, BakeVerdict, GateError, GateEvaluation, GateRunner, OperatorTarget, Verdict};
 use crate::manifests::AdmissionPolicy;
-use crate::model::{error_chain, stop_point};
 use crate::model::{
     ApprovalRecord, ApprovalSetting, ErrorClass, FleetConfig, GatePolicySpec, PromotionMode, ReleaseAdmissionPolicySpec,
 };
+use crate::model::{error_chain, stop_point};
 use crate::release::{self, DesiredRelease, Keyring, TipTrust, TrustConfig, VerifiedRelease, VerifyError};
 use crate::source::{Checkout, NotesSchedule, Source, SourceError};
 use crate::status::{self, GateFigure, GitNotesBackend, GitRemote, Publisher, Status};
@@ -607,7 +607,8 @@ impl Agent {
         let newest = self.services.store.load().await?.trust().newest.as_ref().map(|n| n.sequence);
         let back = newest.is_some_and(|n| verified.release().spec.sequence.is_none_or(|s| s < n));
         let movement = if back { status::Move::Back } else { status::Move::Forward };
-        let decision = status::may_start(&config.fleet, &members, &statuses, &cluster, &id, chrono::Utc::now(), movement);
+        let decision =
+            status::may_start(&config.fleet, &members, &statuses, &cluster, &id, chrono::Utc::now(), movement);
         if !decision.allowed {
             // Renewed every waiting pass: the next syncs fetch sibling statuses only once the gate could open.
             let waits_for = decision.waits_for.iter().cloned().collect();
@@ -644,7 +645,9 @@ impl Agent {
         };
         self.last_wait = None;
         match &approval {
-            Some(a) => tracing::info!(release = %id, reason = %decision.reason, approval = %a.summary(), "starting release"),
+            Some(a) => {
+                tracing::info!(release = %id, reason = %decision.reason, approval = %a.summary(), "starting release")
+            }
             None => tracing::info!(release = %id, reason = %decision.reason, "starting release"),
         }
         let config = &config;
@@ -816,7 +819,8 @@ impl Agent {
             let failure = Failure::new(e.reason(), error_chain(&e));
             return self.roll_back(checkout, config, failure, Vec::new()).await;
         }
-        self.step(config, Step::Applied { bake_time: gate_policy(config, &self.services.config.cluster).bake_time }).await?;
+        self.step(config, Step::Applied { bake_time: gate_policy(config, &self.services.config.cluster).bake_time })
+            .await?;
         self.bake(checkout, config, baseline).await
     }
 
@@ -965,7 +969,9 @@ impl Agent {
         };
         // Gates read with the agent's permissions: only the release's own kinds, or the spoke's.
         let allowed = &self.services.config.allowed_gate_kinds;
-        if let Err(e) = gates::check_gate_kinds(&gate_policy(config, &self.services.config.cluster), admitted.crds(), allowed) {
+        if let Err(e) =
+            gates::check_gate_kinds(&gate_policy(config, &self.services.config.cluster), admitted.crds(), allowed)
+        {
             return Ok(Err(Blocker::GatePolicy(e.to_string())));
         }
         let accept = match gates::crd_compat::Acceptance::parse_all(&verified.release().spec.accept_crd_changes) {
@@ -1092,13 +1098,15 @@ impl Agent {
         let identity = status::StatusIdentity::new(self.fleet_name(config), self.services.status_signer.clone());
         let git = GitNotesBackend::new(self.source.state_dir().join("mirror.git"), remote, identity);
         let forge = match &self.services.config.forge {
-            Some(forge) if config.fleet.spec.status.forge_enabled() => match status::ForgeBackend::from_config(forge).await {
-                Ok(b) => Some(b),
-                Err(e) => {
-                    tracing::warn!(error = %error_chain(&e), "forge statuses disabled");
-                    None
+            Some(forge) if config.fleet.spec.status.forge_enabled() => {
+                match status::ForgeBackend::from_config(forge).await {
+                    Ok(b) => Some(b),
+                    Err(e) => {
+                        tracing::warn!(error = %error_chain(&e), "forge statuses disabled");
+                        None
+                    }
                 }
-            },
+            }
             _ => None,
         };
         Publisher::new(git, forge)

@@ -314,7 +314,6 @@ fn verifying(before: &Progress) -> &Operation {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -454,7 +453,12 @@ mod tests {
             (Phase::RollingBack, Step::RolledBack),
         ] {
             let mut state = state_in(phase);
-            conclude(&mut state, &step, &Context { cluster: "c", now: t(100), write_back: false, about: &About::default() }).unwrap();
+            conclude(
+                &mut state,
+                &step,
+                &Context { cluster: "c", now: t(100), write_back: false, about: &About::default() },
+            )
+            .unwrap();
             assert!(state.rejected().contains_key("rel-2"), "{step:?}");
         }
         let mut state = state_in(Phase::Verifying);
@@ -550,7 +554,12 @@ mod tests {
     fn a_step_out_of_order_changes_and_reports_nothing(#[case] phase: Phase, #[case] step: Step) {
         let mut state = state_in(phase);
         let before = state.clone();
-        let err = conclude(&mut state, &step, &Context { cluster: "c", now: t(100), write_back: true, about: &About::default() }).unwrap_err();
+        let err = conclude(
+            &mut state,
+            &step,
+            &Context { cluster: "c", now: t(100), write_back: true, about: &About::default() },
+        )
+        .unwrap_err();
         assert!(matches!(err, TransitionError::WrongPhase { .. }), "{err}");
         assert_eq!(state, before);
     }

@@ -136,10 +136,12 @@ impl Agent {
         let Some(snapshot) = &operation.snapshot else { return Ok(()) };
         // A snapshot holds the objects of the release that ran when it was taken; restored on
         // top of another release it would leave the cluster part one, part the other.
-        let taken_of = self.rollback_engine.snapshots().await?.into_iter().find(|s| &s.id == snapshot).map(|s| s.release);
+        let taken_of =
+            self.rollback_engine.snapshots().await?.into_iter().find(|s| &s.id == snapshot).map(|s| s.release);
         if taken_of.as_deref() != Some(target.as_str()) {
             let of = taken_of.map_or_else(|| "no longer exists".to_string(), |r| format!("holds {r}'s objects"));
-            let note = format!("snapshot {snapshot} {of}, not {target}'s: {target} applied, custom resources not restored");
+            let note =
+                format!("snapshot {snapshot} {of}, not {target}'s: {target} applied, custom resources not restored");
             tracing::warn!(snapshot = %snapshot, target = %target, "{note}");
             self.services.record_warning("SnapshotSkipped", "RollingBack", &note).await;
             return Ok(());

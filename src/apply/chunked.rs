@@ -34,7 +34,11 @@ pub(crate) async fn write_chunks(
     let chunks: Vec<&[u8]> = bytes.chunks(CHUNK_BYTES).collect();
     for (i, chunk) in chunks.iter().enumerate() {
         let secret = Secret {
-            metadata: ObjectMeta { name: Some(format!("{name}-{}", i + 1)), labels: Some(labels.clone()), ..Default::default() },
+            metadata: ObjectMeta {
+                name: Some(format!("{name}-{}", i + 1)),
+                labels: Some(labels.clone()),
+                ..Default::default()
+            },
             data: Some(BTreeMap::from([(key.to_string(), ByteString(chunk.to_vec()))])),
             ..Default::default()
         };

@@ -147,10 +147,8 @@ impl AgentRbac {
             .map(|crd| ((crd.spec.group.clone(), crd.spec.names.kind.clone()), crd.spec.names.plural.clone()))
             .collect();
         for m in set.iter() {
-            let plural = plurals
-                .get(&(m.gvk.group.clone(), m.gvk.kind.clone()))
-                .cloned()
-                .unwrap_or_else(|| plural_of(&m.gvk));
+            let plural =
+                plurals.get(&(m.gvk.group.clone(), m.gvk.kind.clone())).cloned().unwrap_or_else(|| plural_of(&m.gvk));
             let resource = (m.gvk.group.clone(), plural);
             match (&m.scope, &m.key) {
                 (Scope::Namespaced, ObjectKey { namespace: Some(ns), name, .. }) => {
@@ -186,7 +184,12 @@ impl AgentRbac {
         }
         for (group, plurals) in custom {
             let plurals: Vec<&str> = plurals.into_iter().collect();
-            cluster_rules.push(rule(group, &plurals, &["get", "list", "watch", "create", "update", "patch"], Vec::new()));
+            cluster_rules.push(rule(
+                group,
+                &plurals,
+                &["get", "list", "watch", "create", "update", "patch"],
+                Vec::new(),
+            ));
         }
 
         let namespaces = namespaced
@@ -234,8 +237,10 @@ impl AgentRbac {
     /// [`AGENT_ROLE`] and bound to ServiceAccount `agent_namespace/`[`AGENT_ROLE`], as YAML
     /// documents (`deploy/rbac-operator.yaml`'s shape).
     pub fn to_yaml(&self, agent_namespace: &str) -> String {
-        let labels = serde_json::json!({"app.kubernetes.io/name": AGENT_ROLE, "app.kubernetes.io/part-of": "fleetgate"});
-        let subjects = serde_json::json!([{"kind": "ServiceAccount", "name": AGENT_ROLE, "namespace": agent_namespace}]);
+        let labels =
+            serde_json::json!({"app.kubernetes.io/name": AGENT_ROLE, "app.kubernetes.io/part-of": "fleetgate"});
+        let subjects =
+            serde_json::json!([{"kind": "ServiceAccount", "name": AGENT_ROLE, "namespace": agent_namespace}]);
         let meta = |ns: Option<&str>| {
             let mut m = serde_json::json!({"name": AGENT_ROLE, "labels": labels});
             if let Some(ns) = ns {

@@ -4,10 +4,10 @@
 //! the optional `--config` file) into an [`AgentConfig`], then the agent until SIGTERM or Ctrl-C.
 
 use super::args::{ForgeArgs, GitAccess, KubeArgs};
-use anyhow::Context as _;
 use crate::agent::config::NamedUrls;
 use crate::agent::{Agent, AgentConfig, AgentServices, AgentSettings};
 use crate::model::PromotionMode;
+use anyhow::Context as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -194,9 +194,9 @@ impl GitAccess {
             None => std::env::var(DEFAULT_TOKEN_ENV).ok(),
         };
         let known_hosts = match &self.known_hosts {
-            Some(path) => Some(
-                std::fs::read_to_string(path).with_context(|| format!("--known-hosts {}", path.display()))?,
-            ),
+            Some(path) => {
+                Some(std::fs::read_to_string(path).with_context(|| format!("--known-hosts {}", path.display()))?)
+            }
             None => std::env::var_os("HOME")
                 .map(|home| PathBuf::from(home).join(".ssh/known_hosts"))
                 .and_then(|p| std::fs::read_to_string(p).ok()),

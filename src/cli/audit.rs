@@ -140,8 +140,9 @@ mod tests {
             wave: "prod".into(),
             via: "tag approve/rel-2/prod".into(),
         };
-        let status = crate::status::Status::new("c", "rel-2", "0".repeat(40), crate::status::State::Pending, "applying")
-            .approved(approval);
+        let status =
+            crate::status::Status::new("c", "rel-2", "0".repeat(40), crate::status::State::Pending, "applying")
+                .approved(approval);
         let record = Record { cluster: "c".into(), notes_commit: "n".into(), verified: true, unverified: None, status };
         let text = table(&[record]);
         assert!(

@@ -70,7 +70,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     })
     .await??;
 
-    let client = args.kube.access().client().await.context("connecting to the cluster (check --kubeconfig and --context)")?;
+    let client =
+        args.kube.access().client().await.context("connecting to the cluster (check --kubeconfig and --context)")?;
     let mut options = ApplyOptions::for_cluster(&args.namespace, &args.cluster);
     options.default_namespace = Some(desired.operator_namespace.clone());
     let engine = Engine::new(client, options);

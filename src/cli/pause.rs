@@ -80,11 +80,18 @@ fn print_report(
     println!("  commit     {} sets spec.paused in {}", &commit[..10], r.files.join(", "));
     println!("  reason     {}", r.reason.as_deref().unwrap_or("(none given; pass --reason)"));
     print_still_paused(r);
-    print_published_tail(done, repo, &args.repo, &args.publish.remote, (&r.branch, &r.base), &PublishHints {
-        after_pr: "merge the PR; the agents follow once it lands, and `fleetgate status` marks paused clusters",
-        after_push: "the agents pick the change up from the remote; `fleetgate status` marks paused clusters",
-        on_local_base: |status| format!("{status} marks paused clusters"),
-    });
+    print_published_tail(
+        done,
+        repo,
+        &args.repo,
+        &args.publish.remote,
+        (&r.branch, &r.base),
+        &PublishHints {
+            after_pr: "merge the PR; the agents follow once it lands, and `fleetgate status` marks paused clusters",
+            after_push: "the agents pick the change up from the remote; `fleetgate status` marks paused clusters",
+            on_local_base: |status| format!("{status} marks paused clusters"),
+        },
+    );
     Ok(())
 }
 

@@ -60,8 +60,7 @@ async fn promote(args: &Args, opts: &PublishOptions) -> Result<(FleetRepo, Publi
         branch: args.branch.clone(),
         force: args.force,
     };
-    let done = promote_and_publish(&repo, &req, trust.as_ref(), signer.as_mut(), opts, args.offline)
-        .await?;
+    let done = promote_and_publish(&repo, &req, trust.as_ref(), signer.as_mut(), opts, args.offline).await?;
     Ok((repo, done))
 }
 
@@ -104,7 +103,8 @@ fn print_report(
     }
     for w in &r.waves {
         let settings = w.settings.as_deref().map(|s| format!(" ({s})")).unwrap_or_default();
-        let waits = w.waits.as_deref().map_or("may start once merged".to_string(), |why| format!("waits once merged: {why}"));
+        let waits =
+            w.waits.as_deref().map_or("may start once merged".to_string(), |why| format!("waits once merged: {why}"));
         println!("  wave       {}{settings}: {} — {waits}", w.wave, w.clusters.join(", "));
     }
     if r.earlier_waves.is_empty() {

@@ -178,8 +178,10 @@ fn create_and_push(args: &CreateArgs, access: &Credentials) -> Result<Created, R
         None
     };
     let tip = repo.branch_tip(&report.branch)?;
-    let first_wave =
-        repo.fleet_state(&tip.tree()?, &report.branch).ok().and_then(|s| s.config.fleet.spec.waves.first().map(|w| w.name.clone()));
+    let first_wave = repo
+        .fleet_state(&tip.tree()?, &report.branch)
+        .ok()
+        .and_then(|s| s.config.fleet.spec.waves.first().map(|w| w.name.clone()));
     Ok(Created { report, pushed, first_wave, has_remote: repo.has_remote(&args.remote) })
 }
 

@@ -76,10 +76,17 @@ fn print_report(
     }
     print_moves(&r.clusters);
     println!("  reason     {}", r.reason.as_deref().unwrap_or("(none given; pass --reason)"));
-    print_published_tail(done, repo, &args.repo, &args.publish.remote, (&r.branch, &r.base), &PublishHints {
-        after_pr: "merge the PR now; the agents follow once it lands, and `fleetgate status` shows them",
-        after_push: "the agents pick the change up from the remote; watch with `fleetgate status`",
-        on_local_base: |status| format!("watch them go back with {status}"),
-    });
+    print_published_tail(
+        done,
+        repo,
+        &args.repo,
+        &args.publish.remote,
+        (&r.branch, &r.base),
+        &PublishHints {
+            after_pr: "merge the PR now; the agents follow once it lands, and `fleetgate status` shows them",
+            after_push: "the agents pick the change up from the remote; watch with `fleetgate status`",
+            on_local_base: |status| format!("watch them go back with {status}"),
+        },
+    );
     Ok(())
 }

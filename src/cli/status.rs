@@ -140,7 +140,11 @@ fn show(args: &Args, matrix: Matrix) -> anyhow::Result<ExitCode> {
                 Some(path) => {
                     std::fs::write(path, page).with_context(|| format!("writing {}", path.display()))?;
                     if args.watch {
-                        eprintln!("wrote {} · refreshing every {}", path.display(), humantime::format_duration(args.interval));
+                        eprintln!(
+                            "wrote {} · refreshing every {}",
+                            path.display(),
+                            humantime::format_duration(args.interval)
+                        );
                     }
                 }
                 None => print!("{page}"),

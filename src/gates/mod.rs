@@ -31,7 +31,9 @@ mod workload;
 pub use cel_health::{CelGateError, ForeignGateKind, GateKindError, check_gate_kinds};
 pub use evaluation::*;
 pub use preapply::*;
-pub use prometheus::{PrometheusAuth, PrometheusClient, PrometheusEndpoints, PrometheusError, PrometheusSource, Sample};
+pub use prometheus::{
+    PrometheusAuth, PrometheusClient, PrometheusEndpoints, PrometheusError, PrometheusSource, Sample,
+};
 pub use requires::*;
 pub use runner::*;
 pub use workload::restart_counts;

@@ -52,7 +52,13 @@ pub struct PrometheusSource {
 impl PrometheusSource {
     /// A source without credentials beyond what `url` carries (`--prometheus NAME=URL`).
     pub fn plain(name: &str, url: reqwest::Url) -> PrometheusSource {
-        PrometheusSource { name: name.to_string(), url, auth: PrometheusAuth::None, headers: BTreeMap::new(), ca_file: None }
+        PrometheusSource {
+            name: name.to_string(),
+            url,
+            auth: PrometheusAuth::None,
+            headers: BTreeMap::new(),
+            ca_file: None,
+        }
     }
 }
 
@@ -215,8 +221,10 @@ fn source_headers(source: &PrometheusSource) -> Result<reqwest::header::HeaderMa
     };
     let mut headers = HeaderMap::new();
     for (name, value) in &source.headers {
-        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| setup(format!("header name {name:?} is not valid")))?;
-        let value = HeaderValue::from_str(value).map_err(|_| setup(format!("header {name} has a value HTTP cannot carry")))?;
+        let name =
+            HeaderName::from_bytes(name.as_bytes()).map_err(|_| setup(format!("header name {name:?} is not valid")))?;
+        let value =
+            HeaderValue::from_str(value).map_err(|_| setup(format!("header {name} has a value HTTP cannot carry")))?;
         headers.insert(name, value);
     }
     let authorization = match &source.auth {
@@ -229,8 +237,8 @@ fn source_headers(source: &PrometheusSource) -> Result<reqwest::header::HeaderMa
         }
     };
     if let Some(text) = authorization {
-        let mut value =
-            HeaderValue::from_str(&text).map_err(|_| setup("the credential holds characters HTTP cannot carry".into()))?;
+        let mut value = HeaderValue::from_str(&text)
+            .map_err(|_| setup("the credential holds characters HTTP cannot carry".into()))?;
         value.set_sensitive(true);
         headers.insert(AUTHORIZATION, value);
     }

@@ -296,7 +296,8 @@ pub fn check_release(release: &Release, file: &str, text: &str) -> Vec<Finding> 
         None => bad(
             Rule::Fleet,
             "spec",
-            "release.yaml names no fleet; add `fleet: <fleet.yaml metadata.name>` (release create writes it)".to_string(),
+            "release.yaml names no fleet; add `fleet: <fleet.yaml metadata.name>` (release create writes it)"
+                .to_string(),
         ),
         Some(f) if !is_dns_label(f) => bad(Rule::Naming, "fleet", format!("fleet {f:?} is not a DNS-1123 label")),
         Some(_) => {}
@@ -492,19 +493,17 @@ spec:
     #[test]
     fn release_order_findings() {
         let text = |id: &str, sequence: u64, extra: &str| {
-            BASE.replace("rel-20250315-001", id).replace("sequence: 3", &format!("sequence: {sequence}")).replace(
-                "  revokes: [rel-20250310-001]\n",
-                extra,
-            )
+            BASE.replace("rel-20250315-001", id)
+                .replace("sequence: 3", &format!("sequence: {sequence}"))
+                .replace("  revokes: [rel-20250310-001]\n", extra)
         };
         let parse = |t: String| parse_release("release.yaml", &t, None).unwrap();
         let r1 = parse(text("rel-1", 1, ""));
         let r2 = parse(text("rel-2", 2, "  rollbackTo: rel-3\n"));
         let r3 = parse(text("rel-3", 2, "  revokes: [rel-1]\n"));
         let all = BTreeMap::from([("rel-1", &r1), ("rel-2", &r2), ("rel-3", &r3)]);
-        let messages = |r: &Release| -> Vec<String> {
-            ordering_findings(r, &all, "x").into_iter().map(|f| f.message).collect()
-        };
+        let messages =
+            |r: &Release| -> Vec<String> { ordering_findings(r, &all, "x").into_iter().map(|f| f.message).collect() };
         assert_eq!(messages(&r1), Vec::<String>::new());
         assert_eq!(
             messages(&r2),

@@ -4,9 +4,10 @@
 //! Loading reports every finding at once; a config with any finding is not returned.
 
 use super::{
-    Cluster, ClusterIdentity, ClusterSpec, DEFAULT_ENDPOINT, DocumentHead, Finding, Fleet, FleetSpec, GatePolicy, GatePolicySpec,
-    Location, MAX_YAML_BYTES, Placed, Placement, RELEASE_ADMISSION_POLICY_KIND, ReleaseAdmissionPolicy, ReleaseAdmissionPolicySpec, Rule,
-    SpokeRef, assign, check_cluster, check_fleet, join_findings, parse_document, parse_yaml,
+    Cluster, ClusterIdentity, ClusterSpec, DEFAULT_ENDPOINT, DocumentHead, Finding, Fleet, FleetSpec, GatePolicy,
+    GatePolicySpec, Location, MAX_YAML_BYTES, Placed, Placement, RELEASE_ADMISSION_POLICY_KIND, ReleaseAdmissionPolicy,
+    ReleaseAdmissionPolicySpec, Rule, SpokeRef, assign, check_cluster, check_fleet, join_findings, parse_document,
+    parse_yaml,
 };
 use super::{EntryKind, RepoTree, TreeError};
 use serde::Serialize;
@@ -509,7 +510,11 @@ mod tests {
             )
         };
         std::fs::remove_file(dir.path().join("policies/gates.yaml")).unwrap();
-        std::fs::write(dir.path().join("policies/a-canary.yaml"), policy("canary", "  select: {waves: [canary]}\n", "1m")).unwrap();
+        std::fs::write(
+            dir.path().join("policies/a-canary.yaml"),
+            policy("canary", "  select: {waves: [canary]}\n", "1m"),
+        )
+        .unwrap();
         std::fs::write(dir.path().join("policies/b-rest.yaml"), policy("rest", "", "30m")).unwrap();
         let config = FleetConfig::load(&DirTree::new(dir.path())).unwrap();
         let got = |c: &str| {
@@ -648,7 +653,11 @@ mod tests {
         for c in ["cluster-b", "cluster-c"] {
             let path = dir.path().join(format!("{CLUSTERS_DIR}/{c}.yaml"));
             let text = std::fs::read_to_string(&path).unwrap();
-            std::fs::write(&path, text.replace("spec:\n  wave: wave-1\n", "spec: {}\n").replace("spec:\n  wave: wave-2\n", "spec: {}\n")).unwrap();
+            std::fs::write(
+                &path,
+                text.replace("spec:\n  wave: wave-1\n", "spec: {}\n").replace("spec:\n  wave: wave-2\n", "spec: {}\n"),
+            )
+            .unwrap();
         }
         dir
     }
@@ -660,10 +669,20 @@ mod tests {
         );
         let config = FleetConfig::load(&DirTree::new(dir.path())).unwrap();
         let half = &config.fleet.spec.waves[1];
-        assert_eq!(half.summary().unwrap(), "env=production, 50 %; maxUnavailable 1; soak 10m; Mon-Fri 09:00-17:00 UTC");
-        let waves: Vec<Option<&str>> = ["cluster-a", "cluster-b", "cluster-c"].iter().map(|c| config.wave_of(c)).collect();
+        assert_eq!(
+            half.summary().unwrap(),
+            "env=production, 50 %; maxUnavailable 1; soak 10m; Mon-Fri 09:00-17:00 UTC"
+        );
+        let waves: Vec<Option<&str>> =
+            ["cluster-a", "cluster-b", "cluster-c"].iter().map(|c| config.wave_of(c)).collect();
         // Of the two production clusters one is chosen; the other matches nothing else: the last wave.
-        let chosen = if rendezvous("redis-fleet", "prod-half", "cluster-b") > rendezvous("redis-fleet", "prod-half", "cluster-c") { 1 } else { 2 };
+        let chosen = if rendezvous("redis-fleet", "prod-half", "cluster-b")
+            > rendezvous("redis-fleet", "prod-half", "cluster-c")
+        {
+            1
+        } else {
+            2
+        };
         let mut expected = vec![Some("canary"), Some("prod-rest"), Some("prod-rest")];
         expected[chosen] = Some("prod-half");
         assert_eq!(waves, expected);
@@ -672,12 +691,18 @@ mod tests {
         let findings = config.membership_findings();
         assert_eq!(findings.len(), 1, "{findings:?}");
         assert_eq!(findings[0].rule, Rule::Wave);
-        assert!(findings[0].message.contains("is in no wave") && findings[0].message.contains("the last wave, prod-rest"), "{}", findings[0]);
+        assert!(
+            findings[0].message.contains("is in no wave") && findings[0].message.contains("the last wave, prod-rest"),
+            "{}",
+            findings[0]
+        );
     }
 
     #[test]
     fn a_cluster_naming_one_wave_and_selected_by_another_is_reported() {
-        let dir = selector_waves("  waves:\n    - name: canary\n      selector: {matchLabels: {env: staging}}\n    - name: prod\n      selector: {matchLabels: {env: production}}\n");
+        let dir = selector_waves(
+            "  waves:\n    - name: canary\n      selector: {matchLabels: {env: staging}}\n    - name: prod\n      selector: {matchLabels: {env: production}}\n",
+        );
         let path = dir.path().join("clusters/cluster-b.yaml");
         let text = std::fs::read_to_string(&path).unwrap().replace("spec: {}", "spec: {wave: canary}");
         std::fs::write(&path, text).unwrap();
@@ -685,13 +710,20 @@ mod tests {
         assert_eq!(config.wave_of("cluster-b"), Some("canary"), "spec.wave wins");
         let messages: Vec<String> = config.membership_findings().into_iter().map(|f| f.message).collect();
         assert_eq!(messages.len(), 1, "{messages:?}");
-        assert!(messages[0].contains("names wave canary (spec.wave), but the selector of wave prod matches it too"), "{}", messages[0]);
+        assert!(
+            messages[0].contains("names wave canary (spec.wave), but the selector of wave prod matches it too"),
+            "{}",
+            messages[0]
+        );
     }
 
     #[rstest]
     #[case::percent_zero("percent: 0", "percent must be 1 to 100, not 0")]
     #[case::max_unavailable_zero("maxUnavailable: 0", "maxUnavailable must be at least 1")]
-    #[case::waves_in_selector("selector: {waves: [canary]}", "a wave's selector takes labels or cluster names, not waves")]
+    #[case::waves_in_selector(
+        "selector: {waves: [canary]}",
+        "a wave's selector takes labels or cluster names, not waves"
+    )]
     #[case::typo("soke: 1m", "spec.waves[1]: unknown field `soke`")]
     #[case::bad_window("windows: [{start: '25:00', end: '17:00'}]", "\"25:00\" is not a time of day")]
     fn bad_wave_definitions_are_findings(#[case] field: &str, #[case] expected: &str) {

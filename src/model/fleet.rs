@@ -218,13 +218,19 @@ mod tests {
     #[case::absent("{}", true, "default", false)]
     #[case::names("{forge: true, notify: oncall}", true, "oncall", false)]
     #[case::forge_off("{forge: false}", false, "default", false)]
-    #[case::old_forge_map("{forge: {kind: github, url: 'http://x', repository: a/b, tokenFile: /t}}", true, "default", true)]
+    #[case::old_forge_map(
+        "{forge: {kind: github, url: 'http://x', repository: a/b, tokenFile: /t}}",
+        true,
+        "default",
+        true
+    )]
     #[case::url_as_notify_name("{notify: 'https://hooks.slack.com/services/T/B/X'}", true, "default", false)]
     #[case::old_notify_map("{notify: {url: 'https://hooks.slack.com/x'}}", true, "default", true)]
     fn only_names_are_used(#[case] yaml: &str, #[case] forge: bool, #[case] notify: &str, #[case] legacy: bool) {
         let s = status(yaml);
         assert_eq!((s.forge_enabled(), s.notify_endpoint()), (forge, notify));
-        let any_legacy = s.forge.as_ref().is_some_and(SpokeRef::is_legacy) || s.notify.as_ref().is_some_and(SpokeRef::is_legacy);
+        let any_legacy =
+            s.forge.as_ref().is_some_and(SpokeRef::is_legacy) || s.notify.as_ref().is_some_and(SpokeRef::is_legacy);
         assert_eq!(any_legacy, legacy);
     }
 

@@ -675,9 +675,8 @@ gates:
         let prod = BTreeMap::from([("tier".to_string(), "prod".to_string()), ("cloud".to_string(), "aws".to_string())]);
         let canary = BTreeMap::from([("tier".to_string(), "canary".to_string())]);
         let id = |name, wave, labels| ClusterIdentity { name, wave, labels };
-        let names = |c: ClusterIdentity<'_>| -> Vec<String> {
-            p.for_cluster(&c).gates.into_iter().map(|g| g.name).collect()
-        };
+        let names =
+            |c: ClusterIdentity<'_>| -> Vec<String> { p.for_cluster(&c).gates.into_iter().map(|g| g.name).collect() };
         assert_eq!(names(id("a", Some("prod"), Some(&prod))), ["restarts", "prod-errors"]);
         assert_eq!(names(id("b", Some("canary"), Some(&canary))), ["restarts", "only-b"]);
         // matchLabels needs every label; a cluster the tree does not describe has none.

@@ -21,8 +21,8 @@ mod gate_policy;
 mod release;
 pub mod stop_point;
 mod template;
-mod wave;
 mod tree;
+mod wave;
 mod yaml;
 
 pub use admission::*;

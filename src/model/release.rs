@@ -285,7 +285,9 @@ fn from_seed(
     let requires =
         (kubernetes.is_some() || !architectures.is_empty()).then_some(Requirements { kubernetes, architectures });
     let sequence = match take(SEQUENCE) {
-        Some(v) => Some(v.parse::<u64>().map_err(|e| invalid(SEQUENCE, format!("{SEQUENCE} {v:?} is not a whole number: {e}")))?),
+        Some(v) => Some(
+            v.parse::<u64>().map_err(|e| invalid(SEQUENCE, format!("{SEQUENCE} {v:?} is not a whole number: {e}")))?,
+        ),
         None => None,
     };
     let spec = ReleaseSpec {

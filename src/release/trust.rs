@@ -107,7 +107,9 @@ struct AllowedSigner {
 fn is_allowed_signers(bytes: &[u8]) -> bool {
     let Ok(text) = std::str::from_utf8(bytes) else { return false };
     let first = text.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('#'));
-    first.is_some_and(|l| l.split_whitespace().skip(1).any(|t| t.starts_with("ssh-") || t.starts_with("ecdsa-") || t.starts_with("sk-")))
+    first.is_some_and(|l| {
+        l.split_whitespace().skip(1).any(|t| t.starts_with("ssh-") || t.starts_with("ecdsa-") || t.starts_with("sk-"))
+    })
 }
 
 /// Parses `principals [options] keytype base64 [comment]` lines.
@@ -396,7 +398,8 @@ mod tests {
     #[test]
     fn allowed_signers_lines_are_read_with_their_namespaces() {
         let key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAILM+rvN+ot98qgEN796jTiQfZfG1KaT0PtFDJ/XFSqti";
-        let text = format!("# release signers\nrelease@example.com {key} laptop\nci@example.com namespaces=\"file\" {key}\n");
+        let text =
+            format!("# release signers\nrelease@example.com {key} laptop\nci@example.com namespaces=\"file\" {key}\n");
         assert!(is_allowed_signers(text.as_bytes()));
         assert!(!is_allowed_signers(b"-----BEGIN PGP PUBLIC KEY BLOCK-----\n"));
         let signers = parse_allowed_signers("f", &text).unwrap();

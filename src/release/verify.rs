@@ -18,8 +18,8 @@ use super::pins::{PinError, TagPins};
 use super::resolve::DesiredRelease;
 use super::trust::{Keyring, SignatureProblem, TrustConfig, split_signed_tag};
 use crate::model::{
-    ErrorClass, FLEET_FILE, Finding, FleetConfig, FleetSpec, MAX_YAML_BYTES, RELEASE_FILE, Release, check_release, join_findings,
-    parse_document, parse_release,
+    ErrorClass, FLEET_FILE, Finding, FleetConfig, FleetSpec, MAX_YAML_BYTES, RELEASE_FILE, Release, check_release,
+    join_findings, parse_document, parse_release,
 };
 use crate::model::{RepoTree, TreeError};
 use crate::source::{Checkout, SourceError, short};
@@ -160,7 +160,10 @@ pub fn read_release(
             RELEASE_FILE,
             &text,
             "fleet",
-            format!("release.yaml names fleet {named:?}, but fleet.yaml of the same commit is fleet {:?}", fleet.name()),
+            format!(
+                "release.yaml names fleet {named:?}, but fleet.yaml of the same commit is fleet {:?}",
+                fleet.name()
+            ),
         ));
     }
     let (files, read_findings) = read_manifests(tree, &release.spec.manifests)?;

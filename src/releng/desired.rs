@@ -158,7 +158,10 @@ fix these (`fleetgate validate` shows them) and run again"
             let mut doc = self.config.fleet.clone();
             doc.spec.release = r.clone();
             let value = r.as_deref().map(scalar);
-            out.insert(FLEET_FILE.to_string(), edit_spec(&self.fleet_text, &doc, "release", value.as_deref(), FLEET_FILE)?);
+            out.insert(
+                FLEET_FILE.to_string(),
+                edit_spec(&self.fleet_text, &doc, "release", value.as_deref(), FLEET_FILE)?,
+            );
         }
         for (n, pin) in &change.pins {
             let (path, text) = self

@@ -120,7 +120,8 @@ fn wave_plans(state: &FleetState, moves: &[ClusterMove], statuses: &StatusSet) -
         .iter()
         .filter_map(|w| {
             let first = moves.iter().find(|m| m.wave == w.name)?;
-            let decision = status::may_start(fleet, &members, statuses, &first.cluster, &first.to, now, status::Move::Forward);
+            let decision =
+                status::may_start(fleet, &members, statuses, &first.cluster, &first.to, now, status::Move::Forward);
             Some(WavePlan {
                 wave: w.name.clone(),
                 settings: w.summary(),

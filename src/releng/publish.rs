@@ -6,9 +6,9 @@
 //! the report can still show the pushed branch.
 
 use super::forge_pr::{self, OpenedPullRequest, PullRequestSpec};
+use super::pause::{self, PauseReport, PauseRequest};
 use super::promote::{self, PromoteOutcome, PromoteReport, PromoteRequest};
 use super::push::{self, Pushed};
-use super::pause::{self, PauseReport, PauseRequest};
 use super::rollback::{self, RollbackReport, RollbackRequest};
 use super::{FleetRepo, RelengError, Signer};
 use crate::release::TrustConfig;

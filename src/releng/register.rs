@@ -3,9 +3,9 @@
 //! signed statuses. Signed with a promotion key, the commit is also what lets an agent that
 //! pinned an earlier key accept the new one (docs/SECURITY.md).
 
+use super::RelengError;
 use super::repo::{FleetRepo, TreeEdit};
 use super::sign::Signer;
-use super::RelengError;
 use crate::model::{self, CLUSTERS_DIR, Cluster};
 use crate::status::StatusKey;
 use git2::Oid;
@@ -42,22 +42,27 @@ pub fn register(
         .file_at(&tree, &path)?
         .ok_or_else(|| RelengError::Usage(format!("no {path} on {base}; add the cluster first")))?;
     let text = String::from_utf8_lossy(&text).into_owned();
-    let mut doc: Cluster = model::parse_document(&path, &text, "Cluster")
-        .map_err(|e| RelengError::Usage(format!("{path}: {e}")))?;
+    let mut doc: Cluster =
+        model::parse_document(&path, &text, "Cluster").map_err(|e| RelengError::Usage(format!("{path}: {e}")))?;
     let value = key.to_openssh();
     if doc.spec.status_key.as_deref().and_then(|k| StatusKey::parse(k).ok()).as_ref() == Some(&key) {
         return Ok(Registered::Unchanged);
     }
     doc.spec.status_key = Some(value.clone());
     let edited = match line_edit(&text, &value) {
-        Some(edited) if model::parse_document::<model::ClusterSpec>(&path, &edited, "Cluster").ok() == Some(doc.clone()) => edited,
+        Some(edited)
+            if model::parse_document::<model::ClusterSpec>(&path, &edited, "Cluster").ok() == Some(doc.clone()) =>
+        {
+            edited
+        }
         _ => serde_yaml_ng::to_string(&doc).map_err(|e| RelengError::Usage(format!("{path}: cannot write: {e}")))?,
     };
     let mut edit = TreeEdit::new(repo.git(), Some(&tree))?;
     edit.put(&path, edited.as_bytes(), false)?;
     let new_tree = edit.write()?;
     let who = repo.identity(signer.as_deref())?;
-    let message = format!("cluster {cluster}: register status key {}\n\nFleetgate-Status-Key: {value}\n", key.fingerprint());
+    let message =
+        format!("cluster {cluster}: register status key {}\n\nFleetgate-Status-Key: {value}\n", key.fingerprint());
     let commit = repo.commit(signer, &who, &message, new_tree, &[&tip])?;
     repo.set_branch(base, commit, Some(tip.id()), &format!("fleetgate cluster register {cluster}"))?;
     Ok(Registered::Committed(commit))

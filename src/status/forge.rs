@@ -108,7 +108,9 @@ impl ForgeSettings {
             (None, None, None) => TokenSource::Env(FORGE_TOKEN_ENV.to_string()),
             (Some(path), None, None) if self.app_installation_id.is_none() => TokenSource::File(path),
             (Some(_), _, _) => {
-                return Err(app("give either --forge-token-file or a GitHub App (--forge-app-id, --forge-app-key-file), not both"));
+                return Err(app(
+                    "give either --forge-token-file or a GitHub App (--forge-app-id, --forge-app-key-file), not both",
+                ));
             }
             (None, Some(_), Some(_)) if kind != ForgeKind::Github => {
                 return Err(app("--forge-app-id is for --forge-kind github; Gitea and GitLab take --forge-token-file"));
@@ -119,7 +121,9 @@ impl ForgeSettings {
                 private_key_file,
             }),
             (None, None, Some(_)) => return Err(app("--forge-app-key-file needs --forge-app-id")),
-            (None, Some(_), None) => return Err(app("--forge-app-id needs --forge-app-key-file, the app's private key")),
+            (None, Some(_), None) => {
+                return Err(app("--forge-app-id needs --forge-app-key-file, the app's private key"));
+            }
         };
         Ok(Some(ForgeConfig {
             kind,
@@ -388,10 +392,8 @@ impl ForgeBackend {
         let mut out = Vec::new();
         let reviews = |v: &Value, pull: u64, out: &mut Vec<ForgeApproval>| {
             for r in v.as_array().into_iter().flatten() {
-                let counts = r["state"] == "APPROVED"
-                    && r["commit_id"] == head
-                    && r["dismissed"] != true
-                    && r["stale"] != true;
+                let counts =
+                    r["state"] == "APPROVED" && r["commit_id"] == head && r["dismissed"] != true && r["stale"] != true;
                 if let (true, Some(login)) = (counts, r["user"]["login"].as_str()) {
                     let body = r["body"].as_str().unwrap_or_default().to_string();
                     out.push(ForgeApproval { login: login.to_string(), pull, body });
@@ -458,8 +460,11 @@ impl ForgeBackend {
         sha: &str,
     ) -> Result<(StatusCode, String), ForgeError> {
         let forge = forge_name(self.kind);
-        let transport =
-            |source: reqwest::Error| ForgeError::Transport { forge, url: url.to_string(), source: source.without_url() };
+        let transport = |source: reqwest::Error| ForgeError::Transport {
+            forge,
+            url: url.to_string(),
+            source: source.without_url(),
+        };
         let response = builder.send().await.map_err(transport)?;
         let code = response.status();
         let headers = response.headers().clone();
@@ -503,9 +508,7 @@ impl ForgeBackend {
             }
             401 => ForgeError::Unauthorized { forge, token: self.token.source.clone(), message },
             403 => ForgeError::Forbidden { forge, repository: self.repository.clone(), message },
-            404 => {
-                ForgeError::NotFound { forge, repository: self.repository.clone(), sha: sha.to_string(), message }
-            }
+            404 => ForgeError::NotFound { forge, repository: self.repository.clone(), sha: sha.to_string(), message },
             400 | 422 => ForgeError::Rejected { forge, status: code.as_u16(), message },
             other => ForgeError::Unexpected { forge, status: other, message },
         }
@@ -530,10 +533,7 @@ fn user_agent() -> String {
 
 /// The headers GitHub's REST API asks of every request, besides its authorization.
 pub(crate) fn github_headers() -> [(&'static str, String); 2] {
-    [
-        ("accept", "application/vnd.github+json".to_string()),
-        ("x-github-api-version", GITHUB_API_VERSION.to_string()),
-    ]
+    [("accept", "application/vnd.github+json".to_string()), ("x-github-api-version", GITHUB_API_VERSION.to_string())]
 }
 
 /// GitLab has no `error` or `failure`: both are `failed`. An agent at work (applying or baking) is

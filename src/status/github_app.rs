@@ -103,8 +103,11 @@ async fn call(
     for (name, value) in github_headers() {
         req = req.header(name, value);
     }
-    let transport =
-        |source: reqwest::Error| ForgeError::Transport { forge: "GitHub", url: url.to_string(), source: source.without_url() };
+    let transport = |source: reqwest::Error| ForgeError::Transport {
+        forge: "GitHub",
+        url: url.to_string(),
+        source: source.without_url(),
+    };
     let response = req.send().await.map_err(transport)?;
     let code = response.status().as_u16();
     let text = response.text().await.map_err(transport)?;
@@ -137,7 +140,8 @@ pub fn app_jwt(app: &GithubApp, now: DateTime<Utc>) -> Result<String, ForgeError
         "exp": (now + JWT_LIFETIME).timestamp(),
         "iss": app.app_id.to_string(),
     });
-    let signing_input = format!("{}.{}", URL_SAFE_NO_PAD.encode(header.to_string()), URL_SAFE_NO_PAD.encode(claims.to_string()));
+    let signing_input =
+        format!("{}.{}", URL_SAFE_NO_PAD.encode(header.to_string()), URL_SAFE_NO_PAD.encode(claims.to_string()));
     let key_error = |e: openssl::error::ErrorStack| ForgeError::AppKey {
         file: app.private_key_file.clone(),
         reason: format!("signing failed: {e}"),

@@ -351,7 +351,14 @@ mod tests {
         let mut set = StatusSet::new();
         set.insert(Status::new(cluster, "rel-2", "ab".repeat(20), State::Failure, description));
         let members = vec![Member::new(cluster, "canary", Some("rel-2"))];
-        Matrix::build(&fleet, &members, &rels, &set, &Origin { branch: "main".into(), revision: "0".repeat(40) }, chrono::Utc::now())
+        Matrix::build(
+            &fleet,
+            &members,
+            &rels,
+            &set,
+            &Origin { branch: "main".into(), revision: "0".repeat(40) },
+            chrono::Utc::now(),
+        )
     }
 
     #[test]
@@ -369,7 +376,10 @@ mod tests {
         assert!(!render_html(&m, &HtmlOptions::default()).contains("class=\"settings\""), "a plain wave has none");
         m.waves[0].settings = Some("env=production, 25 %, soak 15s".into());
         let page = render_html(&m, &HtmlOptions::default());
-        assert!(page.contains(">canary <span class=\"settings\">· env=production, 25 %, soak 15s</span></th>"), "{page}");
+        assert!(
+            page.contains(">canary <span class=\"settings\">· env=production, 25 %, soak 15s</span></th>"),
+            "{page}"
+        );
     }
 
     #[test]

@@ -395,9 +395,17 @@ mod tests {
             ("sequence", Box::new(|s| s.sequence = Some(99))),
             ("reportedAt", Box::new(|s| s.reported_at = "2099-01-01T00:00:00Z".parse().unwrap())),
             ("rollbackTo", Box::new(|s| s.rollback_to = Some("rel-1".into()))),
-            ("gates", Box::new(|s| s.gates.push(crate::status::GateFigure {
-                name: "g".into(), observed: "1".into(), threshold: "2".into(), verdict: "pass".into(),
-            }))),
+            (
+                "gates",
+                Box::new(|s| {
+                    s.gates.push(crate::status::GateFigure {
+                        name: "g".into(),
+                        observed: "1".into(),
+                        threshold: "2".into(),
+                        verdict: "pass".into(),
+                    })
+                }),
+            ),
         ];
         for (field, change) in changes {
             let mut entry = signed(&signer, 1);
@@ -419,12 +427,18 @@ mod tests {
         assert_eq!(keys.verify("cluster-a", COMMIT, &unsigned), Err(Unverified::Malformed));
         assert_eq!(keys.verify("cluster-a", COMMIT, &signed(&b, 1)), Err(Unverified::OtherKey("cluster-a".into())));
         assert!(matches!(keys.verify("cluster-b", COMMIT, &signed(&a, 1)), Err(Unverified::WrongCluster { .. })));
-        assert!(matches!(keys.verify("cluster-a", &"0".repeat(40), &signed(&a, 1)), Err(Unverified::WrongCommit { .. })));
+        assert!(matches!(
+            keys.verify("cluster-a", &"0".repeat(40), &signed(&a, 1)),
+            Err(Unverified::WrongCommit { .. })
+        ));
         assert!(matches!(
             StatusKeys::new("other-fleet").verify("cluster-a", COMMIT, &signed(&a, 1)),
             Err(Unverified::WrongFleet { .. })
         ));
-        assert_eq!(StatusKeys::new("redis-fleet").verify("cluster-a", COMMIT, &signed(&a, 1)), Err(Unverified::NoKey("cluster-a".into())));
+        assert_eq!(
+            StatusKeys::new("redis-fleet").verify("cluster-a", COMMIT, &signed(&a, 1)),
+            Err(Unverified::NoKey("cluster-a".into()))
+        );
         let mut other_ns = signed(&a, 1);
         other_ns.signature = Some(a.sign_ssh("git", &canonical_form(&other_ns)).unwrap());
         assert_eq!(keys.verify("cluster-a", COMMIT, &other_ns), Err(Unverified::Namespace("git".into())));

@@ -234,7 +234,9 @@ impl Matrix {
                         let seated = fleet.spec.wave(&m.wave).is_some_and(|(_, w)| w.max_unavailable.is_some());
                         gate_cache
                             .entry((m.wave.clone(), col.id.clone(), seated.then(|| m.name.clone())))
-                            .or_insert_with(|| may_start(fleet, members, statuses, &m.name, &col.id, now, Move::Forward))
+                            .or_insert_with(|| {
+                                may_start(fleet, members, statuses, &m.name, &col.id, now, Move::Forward)
+                            })
                             .clone()
                     });
                     let unverified = statuses.unverified(&m.name, &col.id).iter().map(UnverifiedEntry::from).collect();
@@ -603,8 +605,13 @@ pub fn render_table(m: &Matrix, opts: RenderOptions) -> String {
     }
     let hidden = m.releases.len() - shown;
     let mut notes = vec!["* desired release".to_string(), "`fleetgate status RELEASE` for details".to_string()];
-    let unverified: usize =
-        m.waves.iter().flat_map(|w| &w.clusters).flat_map(|c| &c.cells[..shown.min(c.cells.len())]).map(|c| c.unverified.len()).sum();
+    let unverified: usize = m
+        .waves
+        .iter()
+        .flat_map(|w| &w.clusters)
+        .flat_map(|c| &c.cells[..shown.min(c.cells.len())])
+        .map(|c| c.unverified.len())
+        .sum();
     // By reason, so a paused fleet of a thousand clusters is one short note.
     let mut paused: Vec<(&str, Vec<&str>)> = Vec::new();
     for c in m.waves.iter().flat_map(|w| &w.clusters) {
@@ -627,7 +634,10 @@ pub fn render_table(m: &Matrix, opts: RenderOptions) -> String {
         notes.push(format!("paused: {}", groups.join(", ")));
     }
     if unverified > 0 {
-        notes.push(format!("{unverified} unverified status entr{} (not counted)", if unverified == 1 { "y" } else { "ies" }));
+        notes.push(format!(
+            "{unverified} unverified status entr{} (not counted)",
+            if unverified == 1 { "y" } else { "ies" }
+        ));
     }
     if hidden > 0 {
         notes.push(format!("{hidden} older release{} not shown (-o json has all)", if hidden == 1 { "" } else { "s" }));
@@ -673,7 +683,10 @@ pub fn render_release(m: &Matrix, release: &str, opts: RenderOptions) -> Option<
             for u in &cell.unverified {
                 let claim = format!(
                     "unverified {} \"{}\" (reportedAt {}): {}",
-                    u.status.state, u.status.description, u.status.reported_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true), u.reason
+                    u.status.state,
+                    u.status.description,
+                    u.status.reported_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                    u.reason
                 );
                 lines.extend(wrap(&claim, desc_w, 2));
             }
@@ -765,7 +778,8 @@ mod tests {
             Member::new("c", "canary", Some(&rels[0].id)),
         ];
         let mut set = StatusSet::new();
-        let held = format!("{PAUSED_PREFIX}the agent's --paused flag: INC-7; holding {} here, running rel-0", rels[0].id);
+        let held =
+            format!("{PAUSED_PREFIX}the agent's --paused flag: INC-7; holding {} here, running rel-0", rels[0].id);
         set.insert(Status::new("b", &rels[0].id, &rels[0].commit, State::Pending, &held));
         set.insert(Status::new("c", &rels[0].id, &rels[0].commit, State::Pending, "applying"));
         let origin = Origin { branch: "main".into(), revision: "0123456789abcdef".into() };
@@ -859,11 +873,22 @@ mod tests {
         let row = &mut m.waves[0].clusters[0];
         row.paused = Some("INC-7".into());
         let cell = &mut row.cells[0];
-        cell.gate = Some(Decision { allowed: false, reason: "r".into(), waits_for: vec!["w".into()], retry_at: Some(Utc::now()) });
+        cell.gate = Some(Decision {
+            allowed: false,
+            reason: "r".into(),
+            waits_for: vec!["w".into()],
+            retry_at: Some(Utc::now()),
+        });
         let status = cell.status.as_mut().unwrap();
-        status.gates.push(GateFigure { name: "g".into(), observed: "o".into(), threshold: "t".into(), verdict: "v".into() });
+        status.gates.push(GateFigure {
+            name: "g".into(),
+            observed: "o".into(),
+            threshold: "t".into(),
+            verdict: "v".into(),
+        });
         (status.rollback_to, status.target_url, status.fleet) = (Some("r".into()), Some("u".into()), Some("f".into()));
-        (status.started_at, status.applied_at, status.decided_at) = (Some(Utc::now()), Some(Utc::now()), Some(Utc::now()));
+        (status.started_at, status.applied_at, status.decided_at) =
+            (Some(Utc::now()), Some(Utc::now()), Some(Utc::now()));
         (status.sequence, status.signature) = (Some(1), Some("s".into()));
         status.approval =
             Some(ApprovalRecord { by: "b".into(), why: "\u{1b}[2J".into(), wave: "w".into(), via: "v".into() });

@@ -369,9 +369,8 @@ fn decode(bytes: &[u8], note: &NoteContext<'_>) -> Option<Vec<Status>> {
         let applied_at = r.optional(Reader::time)?;
         let decided_at = r.optional(Reader::time)?;
         let rollback_to = r.optional(Reader::text)?;
-        let approval = r.optional(|r| {
-            Some(ApprovalRecord { by: r.text()?, why: r.text()?, wave: r.text()?, via: r.text()? })
-        })?;
+        let approval =
+            r.optional(|r| Some(ApprovalRecord { by: r.text()?, why: r.text()?, wave: r.text()?, via: r.text()? }))?;
         let target_url = r.optional(Reader::text)?;
         let agent_version = r.text()?;
         let reported_at = r.time()?;

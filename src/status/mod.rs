@@ -35,15 +35,15 @@ pub mod waves;
 mod write_back_tip;
 
 pub use backend::{GitNotesBackend, Publisher, StatusBackend, StatusError};
-pub use identity::{KeyError, STATUS_NAMESPACE, StatusIdentity, StatusKey, StatusKeys, StatusSigner, Unverified};
 pub use forge::{
     FORGE_TOKEN_ENV, ForgeApproval, ForgeBackend, ForgeConfig, ForgeError, ForgeSettings, Token, TokenSource,
 };
 pub use github_app::GithubApp;
 pub use html::{CommitUrl, CommitUrlError, HtmlOptions, render_html};
+pub use identity::{KeyError, STATUS_NAMESPACE, StatusIdentity, StatusKey, StatusKeys, StatusSigner, Unverified};
 pub use matrix::{Matrix, Origin, ReleaseRef, RenderOptions, render_release, render_table};
-pub use model::*;
 pub use memo::{MemoError, VerifiedNotes};
+pub use model::*;
 pub use notes::{GitRemote, NotesError, Written, notes_ref, read_all, read_all_remembering, sync, write};
 pub use view::{FleetView, ViewError};
 pub use waves::{Decision, Member, Move, awaiting_approval, may_start, members, members_placed_by};

@@ -297,7 +297,6 @@ impl StatusNote {
         sort_history(&mut self.entries);
         self
     }
-
 }
 
 /// Signed entries by sequence, after the unsigned ones (schema 1, kept in their written order);

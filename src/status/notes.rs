@@ -21,10 +21,10 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::source::{Credentials, explain_refusal, fast_forward_notes_ref, tracked_notes};
 /// Prefix of every cluster's notes ref; the remote's copies are kept under
 /// [`NOTES_TRACKING_PREFIX`] (the same layout the source mirror uses).
 pub use crate::source::{NOTES_PREFIX, NOTES_TRACKING_PREFIX};
-use crate::source::{Credentials, explain_refusal, fast_forward_notes_ref, tracked_notes};
 /// Pushes of one write before giving up on a ref someone else keeps rewriting.
 pub const MAX_PUSH_ATTEMPTS: u32 = 6;
 
@@ -489,7 +489,9 @@ fn read_refs(
         let fanned_out = tree.iter().any(|e| e.kind() == Some(git2::ObjectType::Tree));
         for (commit, commit_hex) in commits {
             if fanned_out {
-                if let Some(note) = read_note(repo, refname, *commit)?.and_then(|text| parse_or_warn(&text, refname, *commit)) {
+                if let Some(note) =
+                    read_note(repo, refname, *commit)?.and_then(|text| parse_or_warn(&text, refname, *commit))
+                {
                     out.check(keys, refname, cluster, commit_hex, note);
                 }
                 continue;

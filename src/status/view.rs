@@ -63,6 +63,13 @@ impl FleetView {
 
     /// The cluster × release matrix of this view.
     pub fn matrix(&self) -> Matrix {
-        Matrix::build(&self.config.fleet, &members(&self.config), &self.releases, &self.statuses, &self.origin, chrono::Utc::now())
+        Matrix::build(
+            &self.config.fleet,
+            &members(&self.config),
+            &self.releases,
+            &self.statuses,
+            &self.origin,
+            chrono::Utc::now(),
+        )
     }
 }

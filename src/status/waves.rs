@@ -228,11 +228,20 @@ pub fn may_start(
     // 4. Soak: every earlier wave's last success must be old enough.
     for w in &waves[..my_wave] {
         let Some(soak) = w.soak.and_then(|s| chrono::Duration::from_std(s).ok()) else { continue };
-        let last_success = members.iter().filter(|m| m.wave == w.name).filter(desires).filter_map(|m| latest(m)).map(|s| s.reported_at).max();
+        let last_success = members
+            .iter()
+            .filter(|m| m.wave == w.name)
+            .filter(desires)
+            .filter_map(|m| latest(m))
+            .map(|s| s.reported_at)
+            .max();
         if let Some(done) = last_success
             && now < done + soak
         {
-            return Decision::until(format!("wave {} soaks until {}", w.name, until(done + soak, now)), Some(done + soak));
+            return Decision::until(
+                format!("wave {} soaks until {}", w.name, until(done + soak, now)),
+                Some(done + soak),
+            );
         }
     }
 
@@ -240,7 +249,10 @@ pub fn may_start(
     if let Err(next) = wave.window_at(now) {
         let windows: Vec<String> = wave.windows.iter().map(ToString::to_string).collect();
         let opens = next.map(|at| format!("; next opens {}", until(at, now))).unwrap_or_default();
-        return Decision::until(format!("wave {} is outside its windows ({}){opens}", wave.name, windows.join(", ")), next);
+        return Decision::until(
+            format!("wave {} is outside its windows ({}){opens}", wave.name, windows.join(", ")),
+            next,
+        );
     }
 
     // 6. maxUnavailable: seats go to those mid-release, then to those not started, in rendezvous order.
@@ -249,8 +261,11 @@ pub fn may_start(
         let in_flight = |s: &Status| s.state == State::Pending && !held(s);
         let score = |m: &Member| rendezvous(fleet.name(), &wave.name, &m.name);
         let mine = score(me);
-        let mates: Vec<&Member> =
-            members.iter().filter(|m| m.wave == me.wave && m.name != me.name && m.paused.is_none()).filter(desires).collect();
+        let mates: Vec<&Member> = members
+            .iter()
+            .filter(|m| m.wave == me.wave && m.name != me.name && m.paused.is_none())
+            .filter(desires)
+            .collect();
         let mut ahead: Vec<&&Member> = mates.iter().filter(|m| latest(m).is_none() && score(m) > mine).collect();
         ahead.sort_by_key(|m| std::cmp::Reverse(score(m)));
         let seats: Vec<(&str, &str)> = mates
@@ -283,8 +298,8 @@ pub fn awaiting_approval(release: &str, wave: &str, ignored: Option<&str>) -> St
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Document, FleetSpec, OperatorIdentity, RolloutSettings};
     use crate::model::Wave;
+    use crate::model::{Document, FleetSpec, OperatorIdentity, RolloutSettings};
     use rstest::rstest;
 
     const R: &str = "rel-9";
@@ -410,9 +425,16 @@ mod tests {
     #[test]
     fn members_take_the_pin_else_the_fleet_release() {
         use crate::model::ClusterSpec;
-        let pinned =
-            Document::new("Cluster", "a", ClusterSpec { wave: Some("canary".into()), release: Some("rel-8".into()), status_key: None, paused: false });
-        let free = Document::new("Cluster", "b", ClusterSpec { wave: Some("prod".into()), release: None, status_key: None, paused: false });
+        let pinned = Document::new(
+            "Cluster",
+            "a",
+            ClusterSpec { wave: Some("canary".into()), release: Some("rel-8".into()), status_key: None, paused: false },
+        );
+        let free = Document::new(
+            "Cluster",
+            "b",
+            ClusterSpec { wave: Some("prod".into()), release: None, status_key: None, paused: false },
+        );
         let config = FleetConfig {
             fleet: fleet(1),
             clusters: [("a".to_string(), pinned), ("b".to_string(), free)].into_iter().collect(),
@@ -441,7 +463,12 @@ mod tests {
     }
 
     #[rstest]
-    #[case::soaking("2026-12-07T10:39:00Z", false, "wave canary soaks until 2026-12-07T10:42:00Z (3m00s left)", Some("2026-12-07T10:42:00Z"))]
+    #[case::soaking(
+        "2026-12-07T10:39:00Z",
+        false,
+        "wave canary soaks until 2026-12-07T10:42:00Z (3m00s left)",
+        Some("2026-12-07T10:42:00Z")
+    )]
     #[case::soaked("2026-12-07T10:42:00Z", true, "every earlier wave (canary)", None)]
     fn soak_counts_from_the_last_success(
         #[case] now: &str,
@@ -451,7 +478,9 @@ mod tests {
     ) {
         let soak = Wave { soak: Some(std::time::Duration::from_secs(600)), ..Wave::from("canary") };
         let set: StatusSet =
-            [reported("a", Success, "2026-12-07T10:30:00Z"), reported("b", Success, "2026-12-07T10:32:00Z")].into_iter().collect();
+            [reported("a", Success, "2026-12-07T10:30:00Z"), reported("b", Success, "2026-12-07T10:32:00Z")]
+                .into_iter()
+                .collect();
         let d = may_start(&paced(soak, "early".into()), &fleet_members(), &set, "c", R, at(now), Move::Forward);
         assert_eq!((d.allowed, d.retry_at), (allowed, retry.map(at)), "{d:?}");
         assert!(d.reason.contains(reason), "{}", d.reason);
@@ -472,7 +501,10 @@ mod tests {
         );
         assert_eq!(d.retry_at, Some(at("2026-12-07T09:00:00Z")));
         assert!(may_start(&f, &fleet_members(), &StatusSet::new(), "a", R, saturday, Move::Back).allowed);
-        assert!(may_start(&f, &fleet_members(), &StatusSet::new(), "a", R, at("2026-12-07T09:00:00Z"), Move::Forward).allowed);
+        assert!(
+            may_start(&f, &fleet_members(), &StatusSet::new(), "a", R, at("2026-12-07T09:00:00Z"), Move::Forward)
+                .allowed
+        );
     }
 
     /// prod holds e and f; with maxUnavailable 1 the one first in rendezvous order goes first.
@@ -491,7 +523,10 @@ mod tests {
         // Nobody started: exactly one of the two may, and both agree which.
         assert!(decide(&[], first).allowed);
         let d = decide(&[], second);
-        assert_eq!((d.allowed, d.reason.as_str(), d.waits_for.as_slice()), (false, &*format!("wave prod has maxUnavailable 1: {first} goes first"), &[first.to_string()][..]));
+        assert_eq!(
+            (d.allowed, d.reason.as_str(), d.waits_for.as_slice()),
+            (false, &*format!("wave prod has maxUnavailable 1: {first} goes first"), &[first.to_string()][..])
+        );
         // The first is mid-release: the second still waits, now for it to finish.
         let d = decide(&[status(first, Pending)], second);
         assert_eq!((d.allowed, d.reason), (false, format!("wave prod has maxUnavailable 1: {first} mid-release")));
@@ -512,7 +547,11 @@ mod tests {
     fn trusted_waves_place_members_and_unknown_clusters_go_last() {
         use crate::model::ClusterSpec;
         let cluster = |name: &str, wave: &str| {
-            Document::new("Cluster", name, ClusterSpec { wave: Some(wave.into()), release: None, status_key: None, paused: false })
+            Document::new(
+                "Cluster",
+                name,
+                ClusterSpec { wave: Some(wave.into()), release: None, status_key: None, paused: false },
+            )
         };
         let config = |clusters: Vec<(&str, &str)>| FleetConfig {
             fleet: fleet(1),

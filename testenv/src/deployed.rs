@@ -161,7 +161,9 @@ impl TestCluster {
                 (Scope::Namespaced, None) => anyhow::bail!("{} {name}: namespaced but has no namespace", gvk.kind),
                 (Scope::Cluster, _) => Api::all_with(admin.clone(), &resource),
             };
-            api.patch(name, &params, &Patch::Apply(obj)).await.with_context(|| format!("applying {} {name}", gvk.kind))?;
+            api.patch(name, &params, &Patch::Apply(obj))
+                .await
+                .with_context(|| format!("applying {} {name}", gvk.kind))?;
         }
         let token = self.service_account_token(AGENT_SERVICE_ACCOUNT.0, AGENT_SERVICE_ACCOUNT.1).await?;
         let kubeconfig = self.dir().join("agent.kubeconfig");

@@ -104,7 +104,8 @@ pub fn wait_for_port(addr: &str, timeout: std::time::Duration) -> anyhow::Result
 /// `VmRSS` (resident now) or `VmHWM` (the peak so far).
 pub fn memory_kib(pid: &str, field: &str) -> anyhow::Result<u64> {
     use anyhow::Context as _;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).with_context(|| format!("/proc/{pid}/status"))?;
+    let status =
+        std::fs::read_to_string(format!("/proc/{pid}/status")).with_context(|| format!("/proc/{pid}/status"))?;
     let line = status
         .lines()
         .find(|l| l.strip_prefix(field).is_some_and(|rest| rest.starts_with(':')))

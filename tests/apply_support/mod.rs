@@ -151,7 +151,8 @@ pub async fn cluster_state(client: &kube::Client) -> BTreeMap<String, String> {
             continue;
         }
         for (ar, caps) in group.recommended_resources() {
-            if !caps.supports_operation(verbs::LIST) || matches!(ar.kind.as_str(), "Event" | "Endpoints" | "IPAddress") {
+            if !caps.supports_operation(verbs::LIST) || matches!(ar.kind.as_str(), "Event" | "Endpoints" | "IPAddress")
+            {
                 continue;
             }
             let list = Api::<DynamicObject>::all_with(client.clone(), &ar).list(&ListParams::default()).await;

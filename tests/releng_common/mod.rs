@@ -7,8 +7,8 @@ use fleetgate::model::ImageRef;
 use fleetgate::release::{Keyring, TrustConfig};
 use fleetgate::releng::create::{self, CreateReport, CreateRequest, Targets};
 use fleetgate::releng::{FleetRepo, RelengError, Signer};
-use fleetgate_testenv::{GitDaemon, GpgHome};
 pub use fleetgate_testenv::git_in;
+use fleetgate_testenv::{GitDaemon, GpgHome};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -10,5 +10,6 @@ pub mod store;
 pub use machine::*;
 pub use outbox::Outbox;
 pub use store::{
-    CLUSTER_LABEL, PAUSED_ANNOTATION, Peeked, RECONCILE_HANDLED_ANNOTATION, RECONCILE_REQUEST_ANNOTATION, StateError, StateStore,
+    CLUSTER_LABEL, PAUSED_ANNOTATION, Peeked, RECONCILE_HANDLED_ANNOTATION, RECONCILE_REQUEST_ANNOTATION, StateError,
+    StateStore,
 };

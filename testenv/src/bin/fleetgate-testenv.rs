@@ -119,7 +119,8 @@ async fn up(names: Vec<String>, workloads: bool, dir: &Path, deploy: Option<&Pat
         println!("cluster {} ready: server {} kubeconfig {}", c.name(), c.server_url(), path.display());
         written.push(path);
         if let Some(manifests) = &manifests {
-            let agent = c.deploy_agent(manifests).await.with_context(|| format!("deploying the agent to {}", c.name()))?;
+            let agent =
+                c.deploy_agent(manifests).await.with_context(|| format!("deploying the agent to {}", c.name()))?;
             let path = dir.join(format!("{}.agent.kubeconfig", c.name()));
             std::fs::copy(agent.kubeconfig_path(), &path).with_context(|| format!("writing {}", path.display()))?;
             println!("cluster {}: agent as its ServiceAccount: kubeconfig {}", c.name(), path.display());
