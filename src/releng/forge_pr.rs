@@ -19,7 +19,7 @@
 //! [`crate::status::forge`]'s, shared with the commit-status mirror.
 
 use crate::model::ForgeKind;
-use crate::status::forge::{ForgeConfig, GITHUB_API_VERSION, TokenSource, error_message, forge_name};
+use crate::status::forge::{ForgeConfig, TokenSource, auth_headers, error_message, forge_name};
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -180,14 +180,7 @@ pub async fn open(forge: &ForgeConfig, token: &str, pr: &PullRequestSpec) -> Res
 
 /// `req` with the forge's API headers and `token`.
 fn authorized(req: reqwest::RequestBuilder, kind: ForgeKind, token: &str) -> reqwest::RequestBuilder {
-    match kind {
-        ForgeKind::Github => req
-            .header("Accept", "application/vnd.github+json")
-            .header("X-GitHub-Api-Version", GITHUB_API_VERSION)
-            .bearer_auth(token),
-        ForgeKind::Gitea => req.header("Accept", "application/json").header("Authorization", format!("token {token}")),
-        ForgeKind::Gitlab => req.header("Accept", "application/json").header("PRIVATE-TOKEN", token),
-    }
+    auth_headers(kind, token).into_iter().fold(req, |req, (name, value)| req.header(name, value))
 }
 
 /// Whether the repository of the pull-request endpoint `pulls` (its URL less the last segment)

@@ -474,19 +474,7 @@ impl ForgeBackend {
 
     /// The authorization (and content type) headers every request to this forge carries.
     fn auth_headers(&self) -> Vec<(&'static str, String)> {
-        match self.kind {
-            ForgeKind::Github => [("authorization", format!("Bearer {}", self.token.secret))]
-                .into_iter()
-                .chain(github_headers())
-                .collect(),
-            ForgeKind::Gitea => vec![
-                ("authorization", format!("token {}", self.token.secret)),
-                ("accept", "application/json".to_string()),
-            ],
-            ForgeKind::Gitlab => {
-                vec![("private-token", self.token.secret.clone()), ("accept", "application/json".to_string())]
-            }
-        }
+        auth_headers(self.kind, &self.token.secret)
     }
 
     fn classify(&self, code: StatusCode, headers: &HeaderMap, body: &str, sha: &str) -> ForgeError {
@@ -525,6 +513,20 @@ pub(crate) fn api_client(forge: &'static str, api: &str) -> Result<reqwest::Clie
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .map_err(|source| ForgeError::Transport { forge, url: api.to_string(), source: source.without_url() })
+}
+
+/// The authorization (and content type) headers of a request with `token` to a forge of `kind`:
+/// the commit-status mirror's and the pull requests' (`releng::forge_pr`).
+pub(crate) fn auth_headers(kind: ForgeKind, token: &str) -> Vec<(&'static str, String)> {
+    match kind {
+        ForgeKind::Github => {
+            [("authorization", format!("Bearer {token}"))].into_iter().chain(github_headers()).collect()
+        }
+        ForgeKind::Gitea => {
+            vec![("authorization", format!("token {token}")), ("accept", "application/json".to_string())]
+        }
+        ForgeKind::Gitlab => vec![("private-token", token.to_string()), ("accept", "application/json".to_string())],
+    }
 }
 
 fn user_agent() -> String {
