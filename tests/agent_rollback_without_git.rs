@@ -223,7 +223,14 @@ async fn a_snapshot_whose_mac_fails_is_not_restored_and_the_rollback_completes()
         eventually("Baking", 120, || async { (fleet.phase().await.as_deref() == Some("Baking")).then_some(()) }).await;
         let (api, chunks) = secrets_named(&fleet, &format!("fleetgate-{CLUSTER}-snapshot-s")).await;
         let mut chunk = chunks.into_iter().find(|s| s.data.is_some()).expect("a snapshot chunk");
-        chunk.data.as_mut().unwrap().get_mut("objects.json").unwrap().0.push(b' ');
+        // A valid gzip stream of other JSON (a space more): only the MAC can tell.
+        let data = &mut chunk.data.as_mut().unwrap().get_mut("objects.json").unwrap().0;
+        let mut json = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(data.as_slice()), &mut json).unwrap();
+        json.push(b' ');
+        let mut edited = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        std::io::Write::write_all(&mut edited, &json).unwrap();
+        *data = edited.finish().unwrap();
         api.replace(&chunk.metadata.name.clone().unwrap(), &PostParams::default(), &chunk).await.unwrap();
     };
     let (outcome, ()) = within("rel-2", 240, async { tokio::join!(agent.reconcile(), tamper) }).await;

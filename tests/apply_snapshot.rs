@@ -26,10 +26,12 @@ async fn restore_brings_back_custom_resources_and_release_objects() {
     tokio::time::timeout(TIMEOUT, async {
         let (cluster, engine) = start("snapshot-restore").await;
         let client = cluster.client();
-        // A ConfigMap of ~700 KB makes the snapshot span two Secrets.
+        // A ConfigMap of ~900 KB of random base64 (which gzip shrinks only to ~680 KB) makes the
+        // snapshot span two Secrets.
+        let noise: Vec<u8> = (0..675_000).map(|_| rand::random::<u8>()).collect();
         let big = format!(
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: big, namespace: redis-system}}\ndata: {{blob: {}}}\n",
-            "x".repeat(700 * 1024)
+            base64::Engine::encode(&base64::engine::general_purpose::STANDARD, noise)
         );
         let extra = [("operator/big.yaml", big.as_str())];
         apply(&engine, &release("v1", "rel-v1", &extra), &policy()).await.expect("v1 applies");
@@ -121,10 +123,11 @@ async fn an_edited_snapshot_is_refused_by_its_mac() {
         // Edit the chunk: sample's replicas 1 → 7.
         let (secrets, index, mut chunk) = snapshot_secrets(&client, &snap.id).await;
         let data = chunk.data.as_mut().unwrap().get_mut("objects.json").unwrap();
-        let text = String::from_utf8(data.0.clone()).unwrap();
+        let stored = data.0.clone();
+        let text = gunzip(&stored);
         let edited = text.replacen("\"replicas\":1", "\"replicas\":7", 1);
         assert_ne!(text, edited, "the snapshot holds sample's replicas");
-        data.0 = edited.into_bytes();
+        data.0 = gzip(&edited);
         let name = chunk.metadata.name.clone().unwrap();
         secrets.replace(&name, &PostParams::default(), &chunk).await.expect("edit the chunk");
         let err = engine.restore(&snap.id, &policy()).await.expect_err("an edited snapshot is refused");
@@ -136,7 +139,7 @@ async fn an_edited_snapshot_is_refused_by_its_mac() {
         assert_eq!(replicas(&client, "sample").await, 3, "nothing restored");
 
         // Put the content back but label it as another release's: refused too (the MAC covers it).
-        data_back(&secrets, &name, text).await;
+        data_back(&secrets, &name, stored).await;
         let mut relabelled = index.clone();
         relabelled.metadata.labels.as_mut().unwrap().insert("fleetgate.io/release".into(), "rel-v2".into());
         secrets.replace(index.metadata.name.as_deref().unwrap(), &PostParams::default(), &relabelled).await.unwrap();
@@ -158,10 +161,26 @@ async fn an_edited_snapshot_is_refused_by_its_mac() {
     .expect("test finishes in time");
 }
 
-async fn data_back(secrets: &Api<Secret>, name: &str, text: String) {
+async fn data_back(secrets: &Api<Secret>, name: &str, stored: Vec<u8>) {
     let mut chunk = secrets.get(name).await.unwrap();
-    chunk.data.as_mut().unwrap().insert("objects.json".into(), k8s_openapi::ByteString(text.into_bytes()));
+    chunk.data.as_mut().unwrap().insert("objects.json".into(), k8s_openapi::ByteString(stored));
     secrets.replace(name, &PostParams::default(), &chunk).await.unwrap();
+}
+
+/// A snapshot chunk's JSON, as an editor reads it (snapshots are stored gzipped).
+fn gunzip(stored: &[u8]) -> String {
+    use std::io::Read;
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(stored).read_to_string(&mut text).expect("a gzipped snapshot chunk");
+    text
+}
+
+/// `text` gzipped, as an editor writes it back: a valid stream, so only the MAC can tell.
+fn gzip(text: &str) -> Vec<u8> {
+    use std::io::Write;
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    enc.write_all(text.as_bytes()).unwrap();
+    enc.finish().unwrap()
 }
 
 /// Restore runs the admission policy like an apply: a snapshot holding a ClusterRoleBinding to

@@ -5,8 +5,10 @@
 //! ([`Engine::snapshot_before`]), it leaves out the objects of N that N+1 leaves alone (see
 //! `unchanged`): N+1 does not change them, so there is nothing of them to bring back.
 //!
-//! Storage: Secrets (a snapshot can hold Secrets of the release), the JSON split into chunks
-//! `<inventory>-snapshot-<id>-<n>` of at most [`CHUNK_BYTES`] ([`super::chunked`]), then an index Secret
+//! Storage: Secrets (a snapshot can hold Secrets of the release), the JSON gzipped and split into
+//! chunks `<inventory>-snapshot-<id>-<n>` of at most [`CHUNK_BYTES`] ([`super::chunked`]; the
+//! CRDs of a big operator are megabytes of schema, which gzip shrinks about tenfold, and every
+//! byte is base64 in the API server's JSON and then in etcd), then an index Secret
 //! `<inventory>-snapshot-<id>` with the chunk count and an HMAC-SHA256 of the id, the release and
 //! the whole JSON, written last so a snapshot interrupted half way is never listed (its chunks
 //! are deleted when the next snapshot is stored). Only the newest `snapshot_history` snapshots
@@ -255,13 +257,23 @@ impl Engine {
             }
             out.push(fields::managed_fields(&value, crate::FIELD_MANAGER));
         }
-        for crd in crds {
-            let Some((ar, _)) = resolver.discovery().get(&crd.group).and_then(|g| g.recommended_kind(&crd.kind)) else {
-                continue;
-            };
-            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
-            let list = api.list(&ListParams::default()).await.map_err(kube_err(format!("listing {}", crd.name)))?;
-            for cr in list.items {
+        // Listed `concurrency` at a time, like the objects above: an operator has tens of CRDs.
+        let lists: Vec<(CrdNames, Vec<DynamicObject>)> = stream::iter(crds)
+            .map(|crd| async move {
+                let Some((ar, _)) = resolver.discovery().get(&crd.group).and_then(|g| g.recommended_kind(&crd.kind))
+                else {
+                    return Ok(None);
+                };
+                let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
+                let list = api.list(&ListParams::default()).await.map_err(kube_err(format!("listing {}", crd.name)))?;
+                Ok::<_, ApplyError>(Some((crd, list.items)))
+            })
+            .buffered(self.options.concurrency.max(1))
+            .try_filter_map(|found| async move { Ok(found) })
+            .try_collect()
+            .await?;
+        for (crd, items) in lists {
+            for cr in items {
                 let key = (cr.metadata.namespace.clone(), cr.metadata.name.clone());
                 // A CR that is also a release object is stored whole (not only fleetgate's fields).
                 out.retain(|o| {
@@ -284,10 +296,11 @@ impl Engine {
     ) -> Result<SnapshotInfo, ApplyError> {
         let json = serde_json::to_vec(objects).expect("objects serialize");
         let mac = key.mac(SNAPSHOT_DOMAIN, &[id.as_bytes(), release.as_bytes(), &json]);
+        let stored = gzip(&json);
         let created = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
         let api = self.secrets();
         let chunk_labels = self.options.own_labels(&[(LABEL_SNAPSHOT, id)]);
-        let chunks = write_chunks(&api, &self.index_name(id), DATA_KEY, &json, &chunk_labels, Existing::Fail)
+        let chunks = write_chunks(&api, &self.index_name(id), DATA_KEY, &stored, &chunk_labels, Existing::Fail)
             .await
             .map_err(kube_err(format!("storing snapshot {id}")))?;
         crate::model::stop_point::reached("snapshot.after-chunks").await;
@@ -403,10 +416,11 @@ impl Engine {
         let ann = index.metadata.annotations.unwrap_or_default();
         let chunks: usize =
             ann.get(ANN_CHUNKS).and_then(|c| c.parse().ok()).ok_or_else(|| bad("index has no chunk count".into()))?;
-        let json = read_chunks(&api, &self.index_name(id), DATA_KEY, chunks).await.map_err(|e| match e {
+        let stored = read_chunks(&api, &self.index_name(id), DATA_KEY, chunks).await.map_err(|e| match e {
             ChunkError::Missing(name) => bad(format!("chunk {name} is missing or empty")),
             ChunkError::Api { name, source } => bad(format!("chunk {name}: {}", api_message(&source))),
         })?;
+        let json = gunzip(stored, MAX_SNAPSHOT_BYTES).map_err(bad)?;
         let mac = ann.get(ANN_MAC).map(String::as_str).unwrap_or_default();
         if !self.agent_key().await?.verify(SNAPSHOT_DOMAIN, &[id.as_bytes(), release.as_bytes(), &json], mac) {
             return Err(ApplyError::SnapshotUnauthenticated { id: id.to_string(), release });
@@ -482,6 +496,43 @@ fn custom_resource_state(mut cr: Value) -> Value {
     cr
 }
 
+/// Largest snapshot [`gunzip`] gives back: a chunk Secret edited into a decompression bomb is
+/// refused before it takes the agent's memory (real snapshots are tens of MB at most).
+const MAX_SNAPSHOT_BYTES: u64 = 512 << 20;
+
+/// A snapshot's JSON as it is stored: gzipped (level 1: most of the gain for little CPU). The MAC
+/// stays over the JSON itself, so how it is stored is not something an editor can exploit.
+fn gzip(json: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut enc = flate2::write::GzEncoder::new(Vec::with_capacity(json.len() / 8), flate2::Compression::fast());
+    enc.write_all(json).expect("writing to memory");
+    enc.finish().expect("writing to memory")
+}
+
+/// The JSON of stored snapshot bytes: gunzipped (refused past `limit` bytes), or as they are for
+/// a snapshot written before they were gzipped (JSON never starts with gzip's magic bytes).
+fn gunzip(stored: Vec<u8>, limit: u64) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    if !stored.starts_with(&[0x1f, 0x8b]) {
+        return Ok(stored);
+    }
+    let mut json = Vec::with_capacity(stored.len() * 8);
+    let mut decoder = flate2::bufread::GzDecoder::new(stored.as_slice());
+    (&mut decoder)
+        .take(limit + 1)
+        .read_to_end(&mut json)
+        .map_err(|e| format!("its gzipped content does not decompress: {e}"))?;
+    if json.len() as u64 > limit {
+        return Err(format!("it decompresses to more than {limit} bytes"));
+    }
+    // Nothing the agent wrote follows the stream: bytes there were added by someone else.
+    let trailing = decoder.into_inner().len();
+    if trailing > 0 {
+        return Err(format!("{trailing} bytes follow its gzipped content"));
+    }
+    Ok(json)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -505,6 +556,30 @@ mod tests {
                 "spec": {"replicas": 3}
             })
         );
+    }
+
+    #[test]
+    fn stored_snapshots_are_gzipped_and_older_plain_ones_still_read() {
+        let json = serde_json::to_vec(&json!([{"kind": "CustomResourceDefinition", "spec": "x".repeat(100_000)}])).unwrap();
+        let stored = gzip(&json);
+        assert!(stored.len() * 20 < json.len(), "{} bytes stored for {}", stored.len(), json.len());
+        assert_eq!(gunzip(stored, MAX_SNAPSHOT_BYTES).unwrap(), json);
+        assert_eq!(gunzip(json.clone(), MAX_SNAPSHOT_BYTES).unwrap(), json, "written before gzip");
+    }
+
+    #[test]
+    fn a_snapshot_that_decompresses_past_the_limit_or_not_at_all_or_with_bytes_after_it_is_refused() {
+        let bomb = gzip(&vec![b' '; 1 << 20]);
+        let why = gunzip(bomb, 1 << 16).unwrap_err();
+        assert!(why.contains("more than 65536 bytes"), "{why}");
+        let mut torn = gzip(b"[1,2,3]");
+        torn.truncate(torn.len() - 6);
+        let why = gunzip(torn, MAX_SNAPSHOT_BYTES).unwrap_err();
+        assert!(why.contains("does not decompress"), "{why}");
+        let mut appended = gzip(b"[1,2,3]");
+        appended.push(b' ');
+        let why = gunzip(appended, MAX_SNAPSHOT_BYTES).unwrap_err();
+        assert!(why.contains("1 bytes follow its gzipped content"), "{why}");
     }
 
     #[test]
