@@ -12,9 +12,10 @@
 //! read and checked in full. Only notes whose every entry verified are remembered: anything
 //! unverified is checked, and reported, each time.
 //!
-//! With each record the memory keeps the note's entries, decoded, in a compact binary form (see
-//! [`encode`]): every field, unknown ones as their JSON text, so a hit gives back exactly the
-//! entries the blob held when it was verified.
+//! With each record the memory keeps what a view keeps of the note (each release's latest entry,
+//! without its signature: [`super::notes::read_all_remembering`]), decoded, in a compact binary
+//! form (see [`encode`]): every field, unknown ones as their JSON text, so a hit gives back
+//! exactly what a read of the blob gives the view.
 //!
 //! `fleetgate status` keeps the memory in `$XDG_CACHE_HOME/fleetgate/status/verified-notes`: a
 //! header, a SHA-256 of the rest, then the records. It is written (mode 0600, in a 0700
@@ -40,7 +41,7 @@ use std::path::{Path, PathBuf};
 pub(crate) type Record = [u8; 32];
 
 /// First bytes of the file; changed with the layout or the encoding.
-const MAGIC: &[u8] = b"fleetgate verified notes v3\n";
+const MAGIC: &[u8] = b"fleetgate verified notes v4\n";
 /// The magic and the SHA-256 of everything after it.
 const HEADER_LEN: usize = MAGIC.len() + 32;
 
@@ -631,7 +632,7 @@ mod tests {
         let damaged: Vec<(&str, Vec<u8>)> = vec![
             ("torn", good[..good.len() - 3].to_vec()),
             ("a flipped byte", flipped),
-            ("another format", [b"fleetgate verified notes v2\n", &good[MAGIC.len()..]].concat()),
+            ("another format", [b"fleetgate verified notes v3\n", &good[MAGIC.len()..]].concat()),
             ("empty", Vec::new()),
             ("a record past the end", {
                 let mut bad = good[..HEADER_LEN].to_vec();

@@ -306,6 +306,21 @@ fn sort_history(entries: &mut [Status]) {
     entries.sort_by_key(|s| (s.sequence, s.sequence.map(|_| s.reported_at)));
 }
 
+/// What a view keeps of one note whose entries all verified: each release's last entry (in
+/// history order), without its signature (checked; the note keeps it). `fleetgate status` shows
+/// nothing more, and a fleet's notes hold ten times that (every entry's history, every armored
+/// signature).
+pub(crate) fn latest_per_release(mut entries: Vec<Status>) -> Vec<Status> {
+    sort_history(&mut entries);
+    let mut latest: Vec<Status> = Vec::with_capacity(1);
+    for entry in entries.into_iter().rev() {
+        if !latest.iter().any(|l| l.release == entry.release) {
+            latest.push(Status { signature: None, ..entry });
+        }
+    }
+    latest
+}
+
 /// An entry a reader found but does not believe, with the reason.
 #[derive(Debug, Clone, PartialEq)]
 pub struct UnverifiedStatus {
@@ -490,5 +505,24 @@ mod tests {
     fn truncation_marks_the_cut() {
         assert_eq!(truncate("abcdef", 4), "abc…");
         assert_eq!(truncate("abc", 4), "abc");
+    }
+    /// Two tags on one commit share its note: each release keeps its own latest entry, and the
+    /// order is the history's (sequence), not the note's or the clock's.
+    #[test]
+    fn a_view_keeps_each_releases_latest_entry_without_its_signature() {
+        let entry = |release: &str, state, sequence, secs| {
+            let mut s = Status::new("a", release, "c0ffee", state, "x");
+            (s.sequence, s.reported_at, s.signature) = (Some(sequence), at(secs), Some("sig".into()));
+            s
+        };
+        let note = vec![
+            entry("rel-2", State::Success, 4, 0),
+            entry("rel-1", State::Pending, 1, 30),
+            entry("rel-2", State::Pending, 3, 50),
+            entry("rel-1", State::Failure, 2, 10),
+        ];
+        let latest = latest_per_release(note);
+        let shown: Vec<_> = latest.iter().map(|s| (s.release.as_str(), s.state, s.signature.is_none())).collect();
+        assert_eq!(shown, [("rel-2", State::Success, true), ("rel-1", State::Failure, true)]);
     }
 }

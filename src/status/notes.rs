@@ -14,7 +14,7 @@
 
 use super::identity::{KeyError, StatusIdentity, StatusKeys, Unverified};
 use super::memo::{self, NoteContext, Remembered, VerifiedNotes};
-use super::model::{NoteParseError, Status, StatusNote, StatusSet};
+use super::model::{NoteParseError, Status, StatusNote, StatusSet, latest_per_release};
 use crate::model::error_chain;
 use git2::{ErrorCode, Oid, RemoteCallbacks, Repository, Signature};
 use std::cell::RefCell;
@@ -370,19 +370,20 @@ fn merge_notes(
 /// Call [`sync`] first to see what the remote has. Notes that cannot be read are skipped with a
 /// warning. Each entry is verified with `keys` ([`StatusKeys::verify`]: that cluster's key, this
 /// fleet, the commit the note is attached to); the rest are kept apart as unverified, with why.
+/// Every verified entry is kept, signature included: the whole history, which decisions read.
 ///
 /// # Errors
 /// A local repository failure.
 pub fn read_all(repo: &Repository, commits: &[Oid], keys: &StatusKeys) -> Result<StatusSet, NotesError> {
-    read_all_remembering(repo, commits, keys, &mut VerifiedNotes::new())
+    read(repo, commits, keys, None)
 }
 
-/// [`read_all`], taking the entries of notes `memo` saw fully verified before from `memo` (see
-/// [`VerifiedNotes`]: their blobs are neither read nor parsed, their signatures not checked
-/// again); `memo` then holds what this read found verified.
-///
-/// A big fleet's refs are read on two threads (each with its own handle on the repository):
-/// parsing and signature checks are most of the work and every ref is independent.
+/// The view's read (`fleetgate status`): like [`read_all`], except that of the verified entries
+/// only each cluster's latest per release is kept, without its signature (see
+/// [`super::model::latest_per_release`]) — all a view shows — and that notes `memo` saw fully
+/// verified before are taken from it (see [`VerifiedNotes`]: their blobs are neither read nor
+/// parsed, their signatures not checked again). `memo` then holds what this read found verified.
+/// Unverified entries are all kept, as [`read_all`] keeps them.
 ///
 /// # Errors
 /// A local repository failure.
@@ -391,6 +392,19 @@ pub fn read_all_remembering(
     commits: &[Oid],
     keys: &StatusKeys,
     memo: &mut VerifiedNotes,
+) -> Result<StatusSet, NotesError> {
+    read(repo, commits, keys, Some(memo))
+}
+
+/// [`read_all`] without `memo`, [`read_all_remembering`] with it.
+///
+/// A big fleet's refs are read on two threads (each with its own handle on the repository):
+/// parsing and signature checks are most of the work and every ref is independent.
+fn read(
+    repo: &Repository,
+    commits: &[Oid],
+    keys: &StatusKeys,
+    memo: Option<&mut VerifiedNotes>,
 ) -> Result<StatusSet, NotesError> {
     let refs: Vec<String> = repo
         .references_glob(&format!("{NOTES_PREFIX}*"))?
@@ -406,15 +420,16 @@ pub fn read_all_remembering(
     } else {
         std::thread::available_parallelism().map_or(1, |n| n.get().min(READ_THREADS))
     };
+    let recall = memo.as_deref();
     let parts: Vec<Found> = if workers == 1 {
-        vec![read_refs(repo, &refs, &commits, keys, memo)?]
+        vec![read_refs(repo, &refs, &commits, keys, recall)?]
     } else {
         let path = repo.path();
-        let (commits, memo) = (&commits, &*memo);
+        let commits = &commits;
         std::thread::scope(|s| {
             let handles: Vec<_> = refs
                 .chunks(refs.len().div_ceil(workers))
-                .map(|part| s.spawn(move || read_refs(&Repository::open(path)?, part, commits, keys, memo)))
+                .map(|part| s.spawn(move || read_refs(&Repository::open(path)?, part, commits, keys, recall)))
                 .collect();
             handles
                 .into_iter()
@@ -433,7 +448,9 @@ pub fn read_all_remembering(
         }
         verified_notes.extend(part.verified_notes);
     }
-    memo.replace(verified_notes);
+    if let Some(memo) = memo {
+        memo.replace(verified_notes);
+    }
     Ok(set)
 }
 
@@ -442,10 +459,11 @@ const PARALLEL_REFS: usize = 64;
 /// The machines fleetgate is measured on have two cores; more threads than that only contend.
 const READ_THREADS: usize = 2;
 
-/// What [`read_refs`] found: the verified entries, the others with the cluster whose notes hold
-/// them and why they are not believed, and the notes whose every entry verified.
-#[derive(Default)]
+/// What [`read_refs`] found: the verified entries (each note's latest per release only, for a
+/// view), the others with the cluster whose notes hold them and why they are not believed, and
+/// the notes whose every entry verified.
 struct Found {
+    view: bool,
     verified: Vec<Status>,
     unverified: Vec<(String, Status, Unverified)>,
     verified_notes: Vec<Remembered>,
@@ -455,9 +473,10 @@ impl Found {
     /// Checks every entry of `note`, found in `cluster`'s notes on `commit`; true when all verified.
     fn check(&mut self, keys: &StatusKeys, refname: &str, cluster: &str, commit: &str, note: StatusNote) -> bool {
         let mut all_verified = !note.entries.is_empty();
+        let mut verified = Vec::with_capacity(note.entries.len());
         for entry in note.entries {
             match keys.verify(cluster, commit, &entry) {
-                Ok(()) => self.verified.push(entry),
+                Ok(()) => verified.push(entry),
                 Err(reason) => {
                     tracing::debug!(%refname, %commit, %reason, "status entry not verified");
                     all_verified = false;
@@ -465,19 +484,25 @@ impl Found {
                 }
             }
         }
+        match self.view {
+            true => self.verified.extend(latest_per_release(verified)),
+            false => self.verified.extend(verified),
+        }
         all_verified
     }
 }
 
-/// Reads and verifies the notes of `refs` on `commits` (each with its hex name).
+/// Reads and verifies the notes of `refs` on `commits` (each with its hex name); a view's read
+/// when `memo` is given, remembering nothing otherwise.
 fn read_refs(
     repo: &Repository,
     refs: &[String],
     commits: &[(Oid, String)],
     keys: &StatusKeys,
-    memo: &VerifiedNotes,
+    memo: Option<&VerifiedNotes>,
 ) -> Result<Found, NotesError> {
-    let mut out = Found::default();
+    let mut out =
+        Found { view: memo.is_some(), verified: Vec::new(), unverified: Vec::new(), verified_notes: Vec::new() };
     for refname in refs {
         let cluster = &refname[NOTES_PREFIX.len()..];
         let key = keys.get(cluster);
@@ -498,8 +523,8 @@ fn read_refs(
             }
             let Some(entry) = tree.get_name(commit_hex) else { continue };
             let context = NoteContext { cluster, commit: commit_hex, fleet: keys.fleet() };
-            let record = key.map(|key| memo::record(keys, cluster, commit_hex, entry.id(), key));
-            if let Some((entries, remembered)) = record.as_ref().and_then(|r| memo.recall(r, &context)) {
+            let record = memo.zip(key).map(|(_, key)| memo::record(keys, cluster, commit_hex, entry.id(), key));
+            if let Some((entries, remembered)) = memo.zip(record.as_ref()).and_then(|(m, r)| m.recall(r, &context)) {
                 out.verified.extend(entries);
                 out.verified_notes.push(remembered);
                 continue;
@@ -666,8 +691,9 @@ mod tests {
         assert_eq!(unverified[0].reason, Unverified::BadSignature);
     }
 
-    /// A remembered note gives back what its blob holds: every entry, unknown fields and states
-    /// of a newer writer included, as a read of the blob itself does.
+    /// A remembered note gives the view what a read of its blob gives it: the latest entry, its
+    /// unknown fields and a newer writer's state included, without the signature it verified
+    /// with; [`read_all`] keeps the whole history, signatures included.
     #[test]
     fn a_remembered_note_gives_back_what_its_blob_holds() {
         let (_d, repo) = repo();
@@ -685,8 +711,10 @@ mod tests {
         let mut memo = VerifiedNotes::new();
         let read = read_all_remembering(&repo, &[commit], &me.keys_for("a"), &mut memo).unwrap();
         let recalled = read_all_remembering(&repo, &[commit], &me.keys_for("a"), &mut memo).unwrap();
-        assert_eq!(read.history("a", "rel-1"), note.entries);
-        assert_eq!(recalled.history("a", "rel-1"), note.entries);
+        let latest = Status { signature: None, ..note.entries[1].clone() };
+        assert_eq!(read.history("a", "rel-1"), [latest.clone()]);
+        assert_eq!(recalled.history("a", "rel-1"), [latest]);
+        assert_eq!(read_all(&repo, &[commit], &me.keys_for("a")).unwrap().history("a", "rel-1"), note.entries);
     }
 
     /// A note with one entry that does not verify (a forgery appended by a pusher) is never
