@@ -8,7 +8,7 @@
 //! the next runs.
 //!
 //! Then, phase by phase: `read_all` with every signature checked (a first run), the pure steps
-//! over its statuses (`Matrix::build`, the renderers, `-o json`), where a read's time goes, and
+//! over the view's statuses (`Matrix::build`, the renderers, `-o json`), where a read's time goes, and
 //! what `fleetgate status` does after its fetch, end to end — open the verified-notes memory,
 //! read the notes, save the memory, build the matrix, make its text terminal-safe, render the
 //! 80-column table — on a first run (no memory) and on the runs after it.
@@ -264,6 +264,9 @@ fn main() {
     assert_eq!(set.latest("cluster-0000", &rels[1].id).map(|s| s.state), Some(State::Success));
     assert!(set.unverified("cluster-0000", &rels[1].id).is_empty(), "every entry verifies");
 
+    // The pure steps run over what the view reads: each cluster's latest entry per release.
+    let set = fleetgate::status::read_all_remembering(&repo, &commits, &keys, &mut VerifiedNotes::new())
+        .expect("notes read");
     println!("pure steps, {runs} runs each");
     let (build, matrix) = time(runs, || view.build(&set));
     let wide = RenderOptions { width: releases * 12 + 40, colours: false };
