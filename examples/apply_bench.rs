@@ -10,7 +10,8 @@
 //! Cases: 200 ConfigMaps (and their Namespace) created, applied again unchanged, 10 % of them
 //! changed, then 50 of them dropped and pruned; the real-shaped operator of
 //! `testenv/src/operator_fixture.rs` (ten CRDs of 0.3–1 MB, rendered by the real helm) installed
-//! and upgraded to its next chart. Each engine gets its own namespaces and inventory; the
+//! and upgraded to its next chart ([`SETTLE_SECS`] after the install, as a bake would separate
+//! them). Each engine gets its own namespaces and inventory; the
 //! operator's CRDs are cluster-wide, so they are deleted between the two engines' operator runs.
 //!
 //! fleetgate's figure is what the agent does for a release: `admit` (discovery, parse, admission
@@ -237,6 +238,12 @@ fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() { f64::NAN } else { v[v.len() / 2] }
 }
 
+/// Between a release and the next one an agent bakes for minutes; the bench waits this long
+/// between the operator's install and its upgrade, for both engines, so the upgrade does not
+/// measure the API server still starting to serve ten new CRDs (fleetgate's snapshot LISTs their
+/// custom resources, and a first LIST of a just-created kind can wait about a second there).
+const SETTLE_SECS: u64 = 10;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let rounds: usize = std::env::args().nth(1).map(|a| a.parse()).transpose()?.unwrap_or(3);
@@ -297,6 +304,9 @@ async fn main() -> anyhow::Result<()> {
             let (name, ns) = (format!("fx-{who}-{r}"), format!("bench-fx-{who}-{r}"));
             let engine = fg.engine(&format!("bench-op-{r}"));
             for (step, chart) in charts.iter().enumerate() {
+                if step == 1 {
+                    tokio::time::sleep(std::time::Duration::from_secs(SETTLE_SECS)).await;
+                }
                 let files = render(chart, &name, &ns)?;
                 let run = if is_fg {
                     let rel = release(&format!("rel-op-{step}"), &files);
