@@ -265,8 +265,8 @@ fn main() {
     assert!(set.unverified("cluster-0000", &rels[1].id).is_empty(), "every entry verifies");
 
     // The pure steps run over what the view reads: each cluster's latest entry per release.
-    let set = fleetgate::status::read_all_remembering(&repo, &commits, &keys, &mut VerifiedNotes::new())
-        .expect("notes read");
+    let set =
+        fleetgate::status::read_all_remembering(&repo, &commits, &keys, &mut VerifiedNotes::new()).expect("notes read");
     println!("pure steps, {runs} runs each");
     let (build, matrix) = time(runs, || view.build(&set));
     let wide = RenderOptions { width: releases * 12 + 40, colours: false };

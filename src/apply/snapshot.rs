@@ -560,7 +560,8 @@ mod tests {
 
     #[test]
     fn stored_snapshots_are_gzipped_and_older_plain_ones_still_read() {
-        let json = serde_json::to_vec(&json!([{"kind": "CustomResourceDefinition", "spec": "x".repeat(100_000)}])).unwrap();
+        let json =
+            serde_json::to_vec(&json!([{"kind": "CustomResourceDefinition", "spec": "x".repeat(100_000)}])).unwrap();
         let stored = gzip(&json);
         assert!(stored.len() * 20 < json.len(), "{} bytes stored for {}", stored.len(), json.len());
         assert_eq!(gunzip(stored, MAX_SNAPSHOT_BYTES).unwrap(), json);
