@@ -513,7 +513,9 @@ async fn kube_apiserver_stopped_and_restarted_during_a_bake() {
 /// kube-apiserver is stopped the moment the apply's first phase (the Operator's namespace) is in
 /// the cluster, and started again 5 s later. The rest of the apply cannot reach the server: the
 /// pass fails and the release stays in `Applying` — no rollback — and once the server is back a
-/// pass applies again and bakes: `applying`, `baking`, `success`, each once.
+/// pass applies again and bakes: `applying`, `baking`, `success`, each once. (A server stopped
+/// between accepting a new CRD's names and establishing it leaves the CRD unestablished after the
+/// restart; the engine updates it so the server establishes it: see `crds_established`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_apiserver_stopped_during_the_apply() {
     short_git_timeouts();

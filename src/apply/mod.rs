@@ -240,6 +240,16 @@ pub(crate) fn api_message(e: &kube::Error) -> String {
     }
 }
 
+/// Errors that say nothing about the object sent: the connection, throttling, the server. An
+/// apply step that meets one reports [`ApplyError::Kube`] (the agent retries the release; it
+/// neither rolls back nor can it while the server is away), never a failure of the release.
+pub(crate) fn is_transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+        _ => true,
+    }
+}
+
 pub(crate) fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }

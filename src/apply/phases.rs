@@ -3,14 +3,18 @@
 //! and waiting for CRDs to be Established.
 
 use super::unchanged::{Records, object_hash};
-use super::{AppliedRecord, ApplyError, ApplyOptions, ChangeSet, ObjectChange, ObjectFailure, api_message, kube_err};
+use super::{
+    AppliedRecord, ApplyError, ApplyOptions, ChangeSet, ObjectChange, ObjectFailure, api_message, is_transient,
+    kube_err,
+};
 use crate::apply::Action;
 use crate::manifests::{Manifest, ManifestSet, ObjectKey, api_version};
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::{Discovery, Scope};
-use kube::runtime::wait::{await_condition, conditions};
+use kube::runtime::wait::{self, await_condition, conditions};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
@@ -137,14 +141,6 @@ pub(crate) async fn dry_run(
     Ok(out)
 }
 
-/// Errors that say nothing about the object sent: the connection, throttling, the server.
-fn is_transient(e: &kube::Error) -> bool {
-    match e {
-        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
-        _ => true,
-    }
-}
-
 /// Server-side applies every object of one phase but those in `leave` (unchanged, see
 /// `unchanged`), `options.concurrency` at a time, records each outcome in `changes` (in the
 /// phase's order) and what the server stored for each written object in `applied`. Any failure
@@ -159,7 +155,7 @@ pub(crate) async fn apply_phase(
     applied: &mut Vec<AppliedRecord>,
 ) -> Result<(), ApplyError> {
     let pp = params();
-    type Outcome = Result<(Action, Option<AppliedRecord>), ObjectFailure>;
+    type Outcome = Result<(Action, Option<AppliedRecord>), (ObjectFailure, Option<kube::Error>)>;
     let results: Vec<(usize, Outcome)> = stream::iter(objects.iter().copied().enumerate())
         .map(|(i, m)| {
             let pp = pp.clone();
@@ -169,11 +165,11 @@ pub(crate) async fn apply_phase(
                 }
                 let fail = |message: String| ObjectFailure { object: m.key.clone(), source: m.source.clone(), message };
                 let result = async {
-                    let api = resolver.api(m).map_err(fail)?;
-                    let out = api
-                        .patch(&m.key.name, &pp, &Patch::Apply(&m.object))
-                        .await
-                        .map_err(|e| fail(api_message(&e)))?;
+                    let api = resolver.api(m).map_err(|message| (fail(message), None))?;
+                    let out = api.patch(&m.key.name, &pp, &Patch::Apply(&m.object)).await.map_err(|e| {
+                        let transient = is_transient(&e).then_some(());
+                        (fail(api_message(&e)), transient.map(|()| e))
+                    })?;
                     let rv_before = before.get(&m.key).and_then(|d| d.resource_version()).filter(|rv| !rv.is_empty());
                     let action = match rv_before {
                         None => Action::Created,
@@ -198,23 +194,42 @@ pub(crate) async fn apply_phase(
     let mut results = results;
     results.sort_by_key(|(i, _)| *i);
     let mut failures = Vec::new();
+    let mut unavailable = None;
     for (i, r) in results {
         match r {
             Ok((action, record)) => {
                 applied.extend(record);
                 changes.changes.push(ObjectChange { object: objects[i].key.clone(), phase: objects[i].phase, action })
             }
-            Err(f) => failures.push(f),
+            Err((failure, Some(source))) => unavailable = unavailable.or(Some((failure, source))),
+            Err((failure, None)) => failures.push(failure),
         }
     }
-    if failures.is_empty() {
+    if let Some((failure, source)) = unavailable {
+        // The server, not the release: applying it again once the server answers is the
+        // remedy, not a rollback (which could not reach the server either).
+        Err(ApplyError::Kube { action: format!("applying {}", failure.object), source })
+    } else if failures.is_empty() {
         Ok(())
     } else {
         Err(ApplyError::Apply { phase: objects[0].phase, failures, applied: Box::new(changes.clone()) })
     }
 }
 
+/// How long a CRD whose names are accepted may stay not Established before it is nudged (below).
+/// An API server of an HA control plane waits 5 s on purpose before establishing a CRD.
+const NUDGE_AFTER: Duration = Duration::from_secs(10);
+
+/// Marks the CRD written by a nudge; removed right away, so the CRD ends as the release wrote it.
+const NUDGE_ANNOTATION: &str = "fleetgate.io/establish-nudge";
+
 /// Waits until every CRD among `objects` is Established, each within `options.crd_timeout`.
+///
+/// kube-apiserver establishes a CRD when it sees an *update* whose names are accepted and which is
+/// not yet Established. An API server stopped between writing `NamesAccepted` and `Established`
+/// finds, once restarted, only that CRD's *add* event: the CRD stays unestablished until the next
+/// informer resync, minutes later. So a CRD in that state after [`NUDGE_AFTER`] gets an update
+/// (an annotation set and removed again), and the wait goes on for the rest of the timeout.
 pub(crate) async fn crds_established(
     client: &Client,
     objects: &[&Manifest],
@@ -226,19 +241,71 @@ pub(crate) async fn crds_established(
         .map(|name| {
             let api = api.clone();
             async move {
-                match tokio::time::timeout(timeout, await_condition(api, &name, conditions::is_crd_established())).await
-                {
-                    Ok(Ok(_)) => Ok(()),
-                    Ok(Err(e)) => Err(ApplyError::Wait {
-                        what: format!("CustomResourceDefinition {name}"),
-                        reason: e.to_string(),
-                    }),
-                    Err(_) => Err(ApplyError::CrdNotEstablished { name, timeout }),
+                let first = NUDGE_AFTER.min(timeout);
+                if established_within(&api, &name, first).await? {
+                    return Ok(());
+                }
+                match nudge(&api, &name).await {
+                    Ok(()) => {}
+                    Err(source) if is_transient(&source) => return Err(unreachable_waiting(&name, source)),
+                    // Not allowed, say: the wait goes on and its timeout tells.
+                    Err(e) => {
+                        tracing::warn!(crd = %name, error = %api_message(&e), "could not update a CRD not Established")
+                    }
+                }
+                match established_within(&api, &name, timeout - first).await? {
+                    true => Ok(()),
+                    false => Err(ApplyError::CrdNotEstablished { name, timeout }),
                 }
             }
         })
         .buffer_unordered(options.concurrency.max(1))
         .try_collect::<Vec<()>>()
         .await?;
+    Ok(())
+}
+
+/// Whether CRD `name` is Established within `timeout`. An unreachable server is
+/// [`ApplyError::Kube`] (not the release's failure).
+async fn established_within(
+    api: &Api<CustomResourceDefinition>,
+    name: &str,
+    timeout: Duration,
+) -> Result<bool, ApplyError> {
+    match tokio::time::timeout(timeout, await_condition(api.clone(), name, conditions::is_crd_established())).await {
+        Ok(Ok(_)) => Ok(true),
+        Ok(Err(wait::Error::ProbeFailed(
+            watcher::Error::InitialListFailed(source)
+            | watcher::Error::WatchStartFailed(source)
+            | watcher::Error::WatchFailed(source),
+        ))) if is_transient(&source) => Err(unreachable_waiting(name, source)),
+        Ok(Err(e)) => Err(ApplyError::Wait { what: format!("CustomResourceDefinition {name}"), reason: e.to_string() }),
+        Err(_) => Ok(false),
+    }
+}
+
+fn unreachable_waiting(name: &str, source: kube::Error) -> ApplyError {
+    ApplyError::Kube { action: format!("waiting for CustomResourceDefinition {name} to be Established"), source }
+}
+
+/// Updates CRD `name` (sets [`NUDGE_ANNOTATION`], then removes it) when its names are accepted and
+/// it is not Established: the update the API server establishes a CRD on (see
+/// [`crds_established`]). A CRD in any other state is left alone.
+async fn nudge(api: &Api<CustomResourceDefinition>, name: &str) -> Result<(), kube::Error> {
+    let crd = api.get(name).await?;
+    let condition = |kind: &str| {
+        crd.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == kind && c.status == "True"))
+    };
+    if !condition("NamesAccepted") || condition("Established") {
+        return Ok(());
+    }
+    tracing::warn!(crd = name, "names accepted but not Established: updating it so the API server establishes it");
+    for value in [serde_json::json!(chrono::Utc::now().to_rfc3339()), serde_json::Value::Null] {
+        let patch = serde_json::json!({"metadata": {"annotations": {NUDGE_ANNOTATION: value}}});
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    }
     Ok(())
 }

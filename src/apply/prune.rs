@@ -8,6 +8,7 @@
 use super::phases::Resolver;
 use super::{
     Action, ApplyError, Engine, InventoryEntry, LABEL_INVENTORY, ObjectChange, api_message, inventory, is_not_found,
+    is_transient,
 };
 use crate::manifests::{CRD_GROUP, ObjectKey};
 use kube::ResourceExt;
@@ -71,8 +72,13 @@ impl Engine {
                 Plan::Retain(why) => Some(Action::Retained(why)),
                 Plan::Delete => match self.delete(&resolver, &entry).await {
                     Ok(action) => action,
-                    Err(message) => {
-                        failed.push((key.clone(), message));
+                    // The server, not the object: everything stays pending and a later prune
+                    // (once the server answers) deletes it; deleted ones are gone by then.
+                    Err(source) if is_transient(&source) => {
+                        return Err(ApplyError::Kube { action: format!("pruning {key}"), source });
+                    }
+                    Err(e) => {
+                        failed.push((key.clone(), api_message(&e)));
                         continue;
                     }
                 },
@@ -87,15 +93,13 @@ impl Engine {
     }
 
     /// Deletes one object if it is still ours. None: it is gone already.
-    async fn delete(&self, resolver: &Resolver, entry: &InventoryEntry) -> Result<Option<Action>, String> {
+    async fn delete(&self, resolver: &Resolver, entry: &InventoryEntry) -> Result<Option<Action>, kube::Error> {
         let Some(api) = api_for(resolver, entry) else {
             // The kind is not served any more (its CRD is gone): so is the object.
             return Ok(None);
         };
-        let live = match api.get_opt(&entry.name).await {
-            Ok(Some(o)) => o,
-            Ok(None) => return Ok(None),
-            Err(e) => return Err(api_message(&e)),
+        let Some(live) = api.get_opt(&entry.name).await? else {
+            return Ok(None);
         };
         if live.labels().get(LABEL_INVENTORY) != Some(&self.options.inventory) {
             return Ok(Some(Action::Retained(format!(
@@ -106,7 +110,7 @@ impl Engine {
         match api.delete(&entry.name, &DeleteParams::background()).await {
             Ok(_) => Ok(Some(Action::Pruned)),
             Err(e) if is_not_found(&e) => Ok(None),
-            Err(e) => Err(api_message(&e)),
+            Err(e) => Err(e),
         }
     }
 }

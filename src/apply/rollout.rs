@@ -3,7 +3,7 @@
 
 use super::ApplyError;
 use super::phases::Resolver;
-use crate::apply::api_message;
+use crate::apply::{api_message, is_transient};
 use crate::manifests::Manifest;
 use futures::future::try_join_all;
 use serde_json::Value;
@@ -53,7 +53,13 @@ async fn wait_one(resolver: &Resolver, m: &Manifest, timeout: Duration) -> Resul
     let api = resolver.api(m).map_err(wait_err)?;
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
-        let obj = api.get(&m.key.name).await.map_err(|e| wait_err(api_message(&e)))?;
+        let obj = match api.get(&m.key.name).await {
+            Ok(obj) => obj,
+            Err(source) if is_transient(&source) => {
+                return Err(ApplyError::Kube { action: format!("waiting for the rollout of {}", m.key), source });
+            }
+            Err(e) => return Err(wait_err(api_message(&e))),
+        };
         let generation = obj.metadata.generation;
         match rollout_state(&m.key.kind, generation, &obj.data) {
             Ok(()) => return Ok(()),
