@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The agent's footprint through the demo story (docs/BENCHMARKS.md "Agent footprint"): runs
-# hack/demo.sh with the release-build agent, each agent polling every 10 s with the default lease
+# hack/demo.sh with the agent as the image ships it (the `agent` profile), each agent polling every 10 s with the default lease
 # (15 s), then, while the agents still run, reports for each agent
 #
 #   * VmHWM (peak RSS over the whole story: rel-1, the bad rel-2 rolled back, rel-3) and VmRSS;
@@ -14,8 +14,9 @@
 #   hack/agent-footprint.sh            # FOOTPRINT_IDLE=60 (seconds), DEMO_DIR=… to keep the files
 #   hack/agent-footprint.sh --measure DIR   # only the measurement, on a demo that still runs
 #
-# Binaries: FLEETGATE_BIN (default target/release/fleetgate), TESTENV_BIN (default the release
-# build if there is one, else target/debug/fleetgate-testenv).
+# Binaries: FLEETGATE_BIN (default target/agent/fleetgate, the image's build; target/release/fleetgate
+# is the CLI's), TESTENV_BIN (default the release build if there is one, else
+# target/debug/fleetgate-testenv).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -122,13 +123,13 @@ if [[ "${1:-}" == --measure ]]; then
   exit
 fi
 
-export FLEETGATE_BIN=${FLEETGATE_BIN:-$ROOT/target/release/fleetgate}
+export FLEETGATE_BIN=${FLEETGATE_BIN:-$ROOT/target/agent/fleetgate}
 if [[ -z "${TESTENV_BIN:-}" ]]; then
   TESTENV_BIN=$ROOT/target/release/fleetgate-testenv
   [[ -x "$TESTENV_BIN" ]] || TESTENV_BIN=$ROOT/target/debug/fleetgate-testenv
   export TESTENV_BIN
 fi
-[[ -x "$FLEETGATE_BIN" ]] || { echo "build first: cargo build --release --bin fleetgate"; exit 2; }
+[[ -x "$FLEETGATE_BIN" ]] || { echo "build first: cargo build --profile agent --bin fleetgate"; exit 2; }
 echo "agent: $FLEETGATE_BIN"
 uptime | sed 's/^/load at the start: /'
 DEMO_INTERVAL=10s DEMO_LEASE_DURATION=15s DEMO_AFTER="bash $0 --measure" exec bash "$ROOT/hack/demo.sh"

@@ -11,13 +11,14 @@
 # * Debian's rustc is too old for the `build` stage, so the binary is built outside (on this
 #   Debian release, so its libraries match) and copied in: `--build-arg BINARY_FROM=prebuilt`.
 #
-# Environment: FLEETGATE_BINARY (default target/release/fleetgate, built when missing),
+# Environment: FLEETGATE_BINARY (default target/agent/fleetgate, the size-optimised `agent` profile
+# the image ships, built when missing),
 # IMAGE (default localhost/fleetgate:dev).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 IMAGE=${IMAGE:-localhost/fleetgate:dev}
-BINARY=${FLEETGATE_BINARY:-target/release/fleetgate}
+BINARY=${FLEETGATE_BINARY:-target/agent/fleetgate}
 B=(buildah --storage-driver vfs)
 
 for tool in buildah mmdebstrap; do
@@ -42,8 +43,8 @@ if ! has_image gcr.io/distroless/cc-debian12:nonroot; then
 fi
 
 if [[ ! -x "$BINARY" ]]; then
-  [[ "$BINARY" == target/release/fleetgate ]] || { echo "$BINARY is missing" >&2; exit 2; }
-  cargo build --release --locked --bin fleetgate >&2
+  [[ "$BINARY" == target/agent/fleetgate ]] || { echo "$BINARY is missing" >&2; exit 2; }
+  cargo build --profile agent --locked --bin fleetgate >&2
 fi
 "${B[@]}" bud --isolation chroot --pull=never --layers=false \
   --build-arg BINARY_FROM=prebuilt --build-arg FLEETGATE_BINARY="$BINARY" -t "$IMAGE" . >&2
