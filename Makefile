@@ -37,14 +37,19 @@ demo: testenv
 	$(CARGO) build --workspace --bins
 	@bash hack/demo.sh
 
-# The figures in docs/BENCHMARKS.md, release profile: the apply engine vs Flux's fluxcd/pkg/ssa
-# (bench/ssa, built by hack/flux-ssa-bench.sh), the 1,000 × 20 status matrix; `uptime` notes the load.
+# The figures in docs/BENCHMARKS.md: the apply engine vs Flux's fluxcd/pkg/ssa (bench/ssa, built by
+# hack/flux-ssa-bench.sh) and the status matrix at 1,000 and 10,000 clusters × 20 releases, release
+# profile; then the agent's peak RSS and idle CPU through the demo story, built as the image ships
+# it (`agent` profile, hack/agent-footprint.sh). `uptime` notes the load.
 bench: testenv
 	@uptime
 	bash hack/flux-ssa-bench.sh
 	$(CARGO) run --release --example apply_bench
 	$(CARGO) run --release --example status_matrix
 	$(CARGO) run --release --example status_matrix 10000 20
+	$(CARGO) build --profile agent --bin fleetgate
+	$(CARGO) build -p fleetgate-testenv --bin fleetgate-testenv
+	bash hack/agent-footprint.sh
 	@uptime
 
 # The parser properties of tests/fuzz_parsers.rs at 20,000 cases each (make test runs 256).
