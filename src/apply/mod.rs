@@ -240,14 +240,21 @@ pub(crate) fn api_message(e: &kube::Error) -> String {
     }
 }
 
-/// Errors that say nothing about the object sent: the connection, throttling, the server. An
-/// apply step that meets one reports [`ApplyError::Kube`] (the agent retries the release; it
-/// neither rolls back nor can it while the server is away), never a failure of the release.
-pub(crate) fn is_transient(e: &kube::Error) -> bool {
+/// The API server is away or overloaded: no connection, no answer in time, 429, 503, 504. A step
+/// after the dry run that meets one reports [`ApplyError::Kube`]: the agent applies the release
+/// again later and does not roll back (which could not reach the server either). A 500 is an
+/// answer about the object (a webhook that failed on it, say) and fails the release as before.
+pub(crate) fn is_unreachable(e: &kube::Error) -> bool {
     match e {
-        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+        kube::Error::Api(s) => matches!(s.code, 429 | 503 | 504),
         _ => true,
     }
+}
+
+/// Errors that say nothing certain about the object sent: [`is_unreachable`] or any 5xx. A dry
+/// run that meets one has applied nothing and may pass on a retry.
+pub(crate) fn is_transient(e: &kube::Error) -> bool {
+    is_unreachable(e) || matches!(e, kube::Error::Api(s) if s.code >= 500)
 }
 
 pub(crate) fn is_not_found(e: &kube::Error) -> bool {
@@ -583,5 +590,28 @@ mod tests {
         assert!(!is_label_value("rel/1"));
         assert!(!is_label_value("-rel"));
         assert!(!is_label_value(&"a".repeat(64)));
+    }
+
+    fn api_error(code: u16) -> kube::Error {
+        kube::Error::Api(Box::new(kube::core::Status { code, ..Default::default() }))
+    }
+
+    /// After the dry run only an away or overloaded server is a retry without rollback; a 500
+    /// (a webhook that failed on the object) still fails the release. A dry run retries any 5xx.
+    #[test]
+    fn which_api_errors_are_the_servers_and_not_the_objects() {
+        let refused = kube::Error::Service("tcp connect error: Connection refused".into());
+        for (e, unreachable, transient) in [
+            (refused, true, true),
+            (api_error(429), true, true),
+            (api_error(503), true, true),
+            (api_error(504), true, true),
+            (api_error(500), false, true),
+            (api_error(422), false, false),
+            (api_error(403), false, false),
+            (api_error(404), false, false),
+        ] {
+            assert_eq!((is_unreachable(&e), is_transient(&e)), (unreachable, transient), "{e:?}");
+        }
     }
 }

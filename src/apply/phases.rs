@@ -5,7 +5,7 @@
 use super::unchanged::{Records, object_hash};
 use super::{
     AppliedRecord, ApplyError, ApplyOptions, ChangeSet, ObjectChange, ObjectFailure, api_message, is_transient,
-    kube_err,
+    is_unreachable, kube_err,
 };
 use crate::apply::Action;
 use crate::manifests::{Manifest, ManifestSet, ObjectKey, api_version};
@@ -167,8 +167,8 @@ pub(crate) async fn apply_phase(
                 let result = async {
                     let api = resolver.api(m).map_err(|message| (fail(message), None))?;
                     let out = api.patch(&m.key.name, &pp, &Patch::Apply(&m.object)).await.map_err(|e| {
-                        let transient = is_transient(&e).then_some(());
-                        (fail(api_message(&e)), transient.map(|()| e))
+                        let unreachable = is_unreachable(&e).then_some(());
+                        (fail(api_message(&e)), unreachable.map(|()| e))
                     })?;
                     let rv_before = before.get(&m.key).and_then(|d| d.resource_version()).filter(|rv| !rv.is_empty());
                     let action = match rv_before {
@@ -247,7 +247,7 @@ pub(crate) async fn crds_established(
                 }
                 match nudge(&api, &name).await {
                     Ok(()) => {}
-                    Err(source) if is_transient(&source) => return Err(unreachable_waiting(&name, source)),
+                    Err(source) if is_unreachable(&source) => return Err(unreachable_waiting(&name, source)),
                     // Not allowed, say: the wait goes on and its timeout tells.
                     Err(e) => {
                         tracing::warn!(crd = %name, error = %api_message(&e), "could not update a CRD not Established")
@@ -278,7 +278,7 @@ async fn established_within(
             watcher::Error::InitialListFailed(source)
             | watcher::Error::WatchStartFailed(source)
             | watcher::Error::WatchFailed(source),
-        ))) if is_transient(&source) => Err(unreachable_waiting(name, source)),
+        ))) if is_unreachable(&source) => Err(unreachable_waiting(name, source)),
         Ok(Err(e)) => Err(ApplyError::Wait { what: format!("CustomResourceDefinition {name}"), reason: e.to_string() }),
         Err(_) => Ok(false),
     }

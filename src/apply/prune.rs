@@ -8,7 +8,7 @@
 use super::phases::Resolver;
 use super::{
     Action, ApplyError, Engine, InventoryEntry, LABEL_INVENTORY, ObjectChange, api_message, inventory, is_not_found,
-    is_transient,
+    is_unreachable,
 };
 use crate::manifests::{CRD_GROUP, ObjectKey};
 use kube::ResourceExt;
@@ -74,7 +74,7 @@ impl Engine {
                     Ok(action) => action,
                     // The server, not the object: everything stays pending and a later prune
                     // (once the server answers) deletes it; deleted ones are gone by then.
-                    Err(source) if is_transient(&source) => {
+                    Err(source) if is_unreachable(&source) => {
                         return Err(ApplyError::Kube { action: format!("pruning {key}"), source });
                     }
                     Err(e) => {

@@ -3,7 +3,7 @@
 
 use super::ApplyError;
 use super::phases::Resolver;
-use crate::apply::{api_message, is_transient};
+use crate::apply::{api_message, is_unreachable};
 use crate::manifests::Manifest;
 use futures::future::try_join_all;
 use serde_json::Value;
@@ -55,7 +55,7 @@ async fn wait_one(resolver: &Resolver, m: &Manifest, timeout: Duration) -> Resul
     loop {
         let obj = match api.get(&m.key.name).await {
             Ok(obj) => obj,
-            Err(source) if is_transient(&source) => {
+            Err(source) if is_unreachable(&source) => {
                 return Err(ApplyError::Kube { action: format!("waiting for the rollout of {}", m.key), source });
             }
             Err(e) => return Err(wait_err(api_message(&e))),

@@ -25,6 +25,13 @@ pub async fn start(name: &str) -> (TestCluster, Engine) {
     let cluster = TestCluster::start(ClusterOptions::new(name)).await.expect("test cluster starts");
     let client = cluster.client();
     cluster.create_namespace(AGENT_NS).await.expect("agent namespace");
+    // The API server creates Service default/kubernetes a moment after it serves: tests that
+    // compare `cluster_state` before and after must not see it appear in between.
+    let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client.clone(), "default");
+    fleetgate_testenv::wait::eventually("Service default/kubernetes", 60, || async {
+        services.get_opt("kubernetes").await.ok().flatten().map(drop)
+    })
+    .await;
     let mut options = ApplyOptions::for_cluster(AGENT_NS, CLUSTER);
     options.default_namespace = Some(OPERATOR_NS.to_string());
     (cluster, Engine::new(client, options))
