@@ -91,6 +91,10 @@ fn params() -> PatchParams {
     PatchParams::apply(crate::FIELD_MANAGER).force()
 }
 
+/// One object's request: its failure carries the error when that was the server's, not the
+/// object's (see `dry_run` and `apply_phase` for which errors count).
+type PerObject<T> = Result<T, (ObjectFailure, Option<kube::Error>)>;
+
 /// Server-side dry run of `objects`; every refusal is reported at once. The results tell
 /// created, configured and unchanged apart after the real apply.
 ///
@@ -103,24 +107,22 @@ pub(crate) async fn dry_run(
     options: &ApplyOptions,
 ) -> Result<DryRuns, ApplyError> {
     let pp = params().dry_run();
-    let results: Vec<Result<(ObjectKey, DynamicObject), (ObjectFailure, Option<kube::Error>)>> =
-        stream::iter(objects.iter().copied())
-            .map(|m| {
-                let pp = pp.clone();
-                async move {
-                    let fail =
-                        |message: String| ObjectFailure { object: m.key.clone(), source: m.source.clone(), message };
-                    let api = resolver.api(m).map_err(|message| (fail(message), None))?;
-                    match api.patch(&m.key.name, &pp, &Patch::Apply(&m.object)).await {
-                        Ok(out) => Ok((m.key.clone(), out)),
-                        Err(e) if is_transient(&e) => Err((fail(api_message(&e)), Some(e))),
-                        Err(e) => Err((fail(api_message(&e)), None)),
-                    }
+    let results: Vec<PerObject<(ObjectKey, DynamicObject)>> = stream::iter(objects.iter().copied())
+        .map(|m| {
+            let pp = pp.clone();
+            async move {
+                let fail = |message: String| ObjectFailure { object: m.key.clone(), source: m.source.clone(), message };
+                let api = resolver.api(m).map_err(|message| (fail(message), None))?;
+                match api.patch(&m.key.name, &pp, &Patch::Apply(&m.object)).await {
+                    Ok(out) => Ok((m.key.clone(), out)),
+                    Err(e) if is_transient(&e) => Err((fail(api_message(&e)), Some(e))),
+                    Err(e) => Err((fail(api_message(&e)), None)),
                 }
-            })
-            .buffer_unordered(options.concurrency.max(1))
-            .collect()
-            .await;
+            }
+        })
+        .buffer_unordered(options.concurrency.max(1))
+        .collect()
+        .await;
     let mut out = DryRuns::new();
     let mut failures = Vec::new();
     for r in results {
@@ -155,7 +157,7 @@ pub(crate) async fn apply_phase(
     applied: &mut Vec<AppliedRecord>,
 ) -> Result<(), ApplyError> {
     let pp = params();
-    type Outcome = Result<(Action, Option<AppliedRecord>), (ObjectFailure, Option<kube::Error>)>;
+    type Outcome = PerObject<(Action, Option<AppliedRecord>)>;
     let results: Vec<(usize, Outcome)> = stream::iter(objects.iter().copied().enumerate())
         .map(|(i, m)| {
             let pp = pp.clone();
