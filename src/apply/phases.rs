@@ -169,8 +169,8 @@ pub(crate) async fn apply_phase(
                 let result = async {
                     let api = resolver.api(m).map_err(|message| (fail(message), None))?;
                     let out = api.patch(&m.key.name, &pp, &Patch::Apply(&m.object)).await.map_err(|e| {
-                        let unreachable = is_unreachable(&e).then_some(());
-                        (fail(api_message(&e)), unreachable.map(|()| e))
+                        let failure = fail(api_message(&e));
+                        (failure, is_unreachable(&e).then_some(e))
                     })?;
                     let rv_before = before.get(&m.key).and_then(|d| d.resource_version()).filter(|rv| !rv.is_empty());
                     let action = match rv_before {
