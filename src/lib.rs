@@ -18,6 +18,7 @@ pub mod agent;
 pub mod apply;
 pub mod cli;
 pub mod gates;
+pub mod http;
 pub mod manifests;
 pub mod model;
 pub mod release;

@@ -562,7 +562,7 @@ impl Notifier {
     ) -> Result<Notifier, NotifyError> {
         // The URL is a secret (a Slack webhook's path is its credential); a redirect would hand
         // the payload to wherever the answer points: follow none.
-        let http = reqwest::Client::builder()
+        let http = crate::http::client_builder()
             .timeout(timeout)
             .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("fleetgate/", env!("CARGO_PKG_VERSION")))

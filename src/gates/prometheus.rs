@@ -160,7 +160,7 @@ impl PrometheusClient {
             base.set_path(&p);
         }
         let setup = |what: String| PrometheusError::Setup { source_name: source.name.clone(), what };
-        let mut builder = reqwest::Client::builder().timeout(timeout).default_headers(source_headers(source)?);
+        let mut builder = crate::http::client_builder().timeout(timeout).default_headers(source_headers(source)?);
         if source.auth != PrometheusAuth::None {
             // A redirect would carry the credentials to wherever the answer points.
             builder = builder.redirect(reqwest::redirect::Policy::none());

@@ -137,7 +137,7 @@ pub async fn open(forge: &ForgeConfig, token: &str, pr: &PullRequestSpec) -> Res
         source: source.without_url(),
     };
     // A redirect would carry the token to wherever the answer points: follow none.
-    let client = reqwest::Client::builder()
+    let client = crate::http::client_builder()
         .timeout(TIMEOUT)
         .redirect(reqwest::redirect::Policy::none())
         .user_agent(format!("fleetgate/{}", crate::VERSION))

@@ -7,57 +7,48 @@
 //!   credentials (in a pod `HOME` has no `~/.ssh`). A host missing from it, a key that differs and
 //!   no `known_hosts` at all are refused ([`HostKeyError`], naming the host and the key type and
 //!   SHA-256 fingerprint the server offered); libgit2's own checks are never consulted.
-//! * **HTTPS with a private CA**: `caFile` (PEM, one or more certificates) is checked per
-//!   connection in the certificate callback — the server's certificate must chain to it and name
-//!   the host — rather than with `git2::opts::set_ssl_cert_file`, which is process-global: it would
-//!   make a CA given for one repo trusted for every HTTPS connection libgit2 makes, and could not be
-//!   changed (a rotated Secret) without a restart. A certificate that does not chain to `caFile` is
-//!   left to libgit2's own verdict against the system roots, so `caFile` adds trust, never removes
-//!   it. libgit2 hands the callback only the server's leaf certificate: intermediates must be in
-//!   `caFile`.
-//! * **Refusals say why, and are not retried.** libgit2 loses both: its SSH transport replaces the
-//!   reason a host key was refused with "invalid or unknown remote ssh hostkey", and its HTTPS
-//!   transport reports a certificate it found invalid with a generic error code. Whoever reports a
-//!   failed connection passes its error through [`explain_refusal`], which gives both back
-//!   (`ErrorCode::Certificate`, the [`HostKeyError`]).
+//! * **HTTPS** is fleetgate's own transport ([`super::https`], rustls): `caFile` (PEM, one or
+//!   more certificates) adds to the platform's roots for that connection only, rather than with
+//!   `git2::opts::set_ssl_cert_file`, which is process-global: it would make a CA given for one
+//!   repo trusted for every HTTPS connection, and could not be changed (a rotated Secret) without
+//!   a restart.
+//! * **Refusals say why, and are not retried.** libgit2's SSH transport replaces the reason a host
+//!   key was refused with "invalid or unknown remote ssh hostkey", and a transport's errors reach
+//!   the caller as generic network errors. Whoever reports a failed connection passes its error
+//!   through [`explain_refusal`], which gives back the refusal this thread recorded
+//!   (`ErrorCode::Certificate`, with the [`HostKeyError`] or the TLS verdict).
 //! * **Proxies**: `HTTPS_PROXY` (either case) is honoured for `https://` URLs unless `NO_PROXY`
-//!   covers the host, as reqwest does for the agent's HTTP. libgit2 proxies nothing else: it
-//!   tunnels only HTTPS through a proxy (`CONNECT`), and for an `http://` URL it would connect to
-//!   the server itself whatever it is told (libgit2 issue #5650), so an `HTTP_PROXY` that covers
-//!   an `http://` repo is not passed on and a warning says the connection goes direct. `ssh://`
-//!   and `git://` connect directly.
+//!   covers the host, as reqwest does for the agent's HTTP. Nothing else is proxied: libgit2, which
+//!   serves `http://`, would connect to the server itself whatever it is told (libgit2 issue
+//!   #5650), so an `HTTP_PROXY` that covers an `http://` repo is not passed on and a warning says
+//!   the connection goes direct. `ssh://` and `git://` connect directly.
 
 use super::Credentials;
 use git2::cert::Cert;
 use git2::{CertificateCheckStatus, FetchOptions, ProxyOptions, PushOptions, RemoteCallbacks};
 use std::cell::RefCell;
 use std::fmt::Write as _;
-use std::path::Path;
 
 thread_local! {
-    /// Why this thread's latest SSH connection refused its host key, for [`explain_refusal`]:
-    /// libgit2 calls the certificate callback on the thread that connects, and then overwrites
-    /// the message the callback set.
-    static HOST_KEY_REFUSAL: RefCell<Option<String>> = const { RefCell::new(None) };
+    /// Why this thread's latest connection refused the server's identity, for
+    /// [`explain_refusal`]: libgit2 calls the certificate callback and the transport on the thread
+    /// that connects, and then replaces the reason with a message of its own.
+    static REFUSAL: RefCell<Option<String>> = const { RefCell::new(None) };
 }
 
-/// `e` as a refusal of the server's identity (`ErrorCode::Certificate`) when it is one: an SSH
-/// host key refused here, with its [`HostKeyError`] instead of libgit2's generic message, or a
-/// TLS certificate libgit2 found invalid (class `Ssl`, which it reports with code `GenericError`:
-/// "the SSL certificate is invalid", "hostname does not match certificate"). Any other error
-/// unchanged.
+/// Records why this thread's connection refuses the server (an SSH host key, a TLS certificate).
+pub(super) fn record_refusal(reason: String) {
+    REFUSAL.with(|r| *r.borrow_mut() = Some(reason));
+}
+
+/// `e` as a refusal of the server's identity (`ErrorCode::Certificate`, with the reason recorded
+/// instead of libgit2's generic message) when this thread's connection recorded one; any other
+/// error unchanged.
 pub fn explain_refusal(e: git2::Error) -> git2::Error {
-    use git2::{ErrorClass, ErrorCode};
-    if e.code() == ErrorCode::Certificate {
-        return match HOST_KEY_REFUSAL.with(|r| r.borrow_mut().take()) {
-            Some(reason) => git2::Error::new(e.code(), e.class(), reason),
-            None => e,
-        };
+    match REFUSAL.with(|r| r.borrow_mut().take()) {
+        Some(reason) => git2::Error::new(git2::ErrorCode::Certificate, e.class(), reason),
+        None => e,
     }
-    if e.class() == ErrorClass::Ssl && e.message().contains("certificate") {
-        return git2::Error::new(ErrorCode::Certificate, e.class(), e.message());
-    }
-    e
 }
 
 /// The proxy settings of the environment, read once ([`ProxyEnv::from_env`]) so a test or a
@@ -261,35 +252,6 @@ pub fn check_host_key(
     Err(HostKeyError::Mismatch { host: name, key_type, fingerprint, listed: seen })
 }
 
-/// Whether the DER certificate `leaf` chains to a certificate in the PEM file `ca_file` and names
-/// `host` (a DNS name or an IP address). `Err` says why not.
-fn verify_with_ca(ca_file: &Path, leaf: &[u8], host: &str) -> Result<(), String> {
-    use openssl::x509::store::X509StoreBuilder;
-    use openssl::x509::verify::X509VerifyParam;
-    use openssl::x509::{X509, X509StoreContext};
-    let pem = std::fs::read(ca_file).map_err(|e| format!("reading caFile {}: {e}", ca_file.display()))?;
-    let cas =
-        X509::stack_from_pem(&pem).map_err(|e| format!("caFile {} is not PEM certificates: {e}", ca_file.display()))?;
-    let openssl = |e: openssl::error::ErrorStack| e.to_string();
-    let mut store = X509StoreBuilder::new().map_err(openssl)?;
-    for ca in cas {
-        store.add_cert(ca).map_err(openssl)?;
-    }
-    let mut param = X509VerifyParam::new().map_err(openssl)?;
-    match host.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>() {
-        Ok(ip) => param.set_ip(ip).map_err(openssl)?,
-        Err(_) => param.set_host(host).map_err(openssl)?,
-    }
-    store.set_param(&param).map_err(openssl)?;
-    let store = store.build();
-    let leaf = X509::from_der(leaf).map_err(openssl)?;
-    let chain = openssl::stack::Stack::new().map_err(openssl)?;
-    let mut ctx = X509StoreContext::new().map_err(openssl)?;
-    // The outer error is OpenSSL failing to run the check, the inner one the check's verdict.
-    ctx.init(&store, &leaf, &chain, |c| Ok(if c.verify_cert()? { Ok(()) } else { Err(c.error().to_string()) }))
-        .map_err(openssl)?
-}
-
 /// What a certificate callback decides for `url`.
 fn check_certificate(
     creds: &Credentials,
@@ -307,17 +269,8 @@ fn check_certificate(
         return match check_host_key(creds.known_hosts.as_deref(), host, port, blob) {
             Ok(()) => Ok(CertificateCheckStatus::CertificateOk),
             Err(e) => {
-                HOST_KEY_REFUSAL.with(|r| *r.borrow_mut() = Some(e.to_string()));
+                record_refusal(e.to_string());
                 refuse(e.to_string())
-            }
-        };
-    }
-    if let (Some(x509), Some(ca_file)) = (cert.as_x509(), &creds.ca_file) {
-        return match verify_with_ca(ca_file, x509.data(), host) {
-            Ok(()) => Ok(CertificateCheckStatus::CertificateOk),
-            Err(why) => {
-                tracing::debug!(host, ca_file = %ca_file.display(), "{why}; left to the system roots");
-                Ok(CertificateCheckStatus::CertificatePassthrough)
             }
         };
     }
@@ -331,10 +284,12 @@ pub const CA_HINT: &str = "if the server's certificate is issued by a private CA
 impl Credentials {
     /// The callbacks of a connection to `url`: credentials (given up after the remote refuses
     /// what was offered, instead of offering it forever) and the host checks above. Add a
-    /// command's own callbacks (progress, push answers) to the value returned.
+    /// command's own callbacks (progress, push answers) to the value returned. An `https://`
+    /// connection this thread makes next uses these credentials ([`super::https`]).
     pub fn callbacks<'a>(&self, url: &str) -> RemoteCallbacks<'a> {
         // A new connection: a refusal an earlier one left unexplained is not this one's.
-        HOST_KEY_REFUSAL.with(|r| r.borrow_mut().take());
+        REFUSAL.with(|r| r.borrow_mut().take());
+        super::https::use_for_this_thread(self);
         let mut cb = RemoteCallbacks::new();
         let creds = self.clone();
         let mut offered = false;
@@ -353,25 +308,21 @@ impl Credentials {
         cb
     }
 
-    /// The proxy of a connection to `url` ([`ProxyEnv::for_url`]), none when not covered, and
-    /// none for `http://` (see the module's doc: libgit2 would not use it).
+    /// libgit2's proxy options for `url`: none. `https://` goes through the proxy in fleetgate's
+    /// own transport; an `http://` URL an `HTTP_PROXY` covers is reached directly, with a warning
+    /// (see the module's doc: libgit2 would not use it).
     pub fn proxy_options<'a>(&self, url: &str) -> ProxyOptions<'a> {
         static DIRECT_HTTP: std::sync::Once = std::sync::Once::new();
-        let mut proxy = ProxyOptions::new();
-        match self.proxy.for_url(url) {
-            Some(p) if reqwest::Url::parse(url).is_ok_and(|u| u.scheme() == "http") => DIRECT_HTTP.call_once(|| {
+        if let Some(p) = self.proxy.for_url(url).filter(|_| url.starts_with("http://")) {
+            DIRECT_HTTP.call_once(|| {
                 tracing::warn!(
                     url,
                     proxy = p,
                     "HTTP_PROXY is not used for http:// Git URLs (libgit2 proxies only https://); connecting directly"
                 );
-            }),
-            Some(p) => {
-                proxy.url(p);
-            }
-            None => {}
+            });
         }
-        proxy
+        ProxyOptions::new()
     }
 
     /// Fetch options for `url` with `callbacks` (from [`Credentials::callbacks`]) and the proxy.
@@ -445,12 +396,24 @@ mod tests {
     }
 
     #[test]
-    fn certificates_libgit2_found_invalid_are_refusals() {
+    fn a_refusal_recorded_on_this_thread_explains_the_next_error_only() {
         use git2::{ErrorClass, ErrorCode};
-        let invalid = git2::Error::new(ErrorCode::GenericError, ErrorClass::Ssl, "the SSL certificate is invalid");
-        assert_eq!(explain_refusal(invalid).code(), ErrorCode::Certificate);
-        let reset = git2::Error::new(ErrorCode::GenericError, ErrorClass::Ssl, "SSL error: connection failure");
-        assert_eq!(explain_refusal(reset).code(), ErrorCode::GenericError, "a network failure stays one");
+        let network = || git2::Error::new(ErrorCode::GenericError, ErrorClass::Net, "https://h/r: connection reset");
+        assert_eq!(explain_refusal(network()).code(), ErrorCode::GenericError, "a network failure stays one");
+        record_refusal("the server's TLS certificate was refused: UnknownIssuer".into());
+        let explained = explain_refusal(network());
+        assert_eq!(
+            (explained.code(), explained.message()),
+            (ErrorCode::Certificate, "the server's TLS certificate was refused: UnknownIssuer")
+        );
+        assert_eq!(explain_refusal(network()).code(), ErrorCode::GenericError, "taken once");
+        record_refusal("stale".into());
+        drop(Credentials::default().callbacks("https://h/r"));
+        assert_eq!(
+            explain_refusal(network()).code(),
+            ErrorCode::GenericError,
+            "a new connection forgets the old refusal"
+        );
     }
 
     #[test]

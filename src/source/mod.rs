@@ -34,6 +34,7 @@
 //! flight without Git.
 
 mod access;
+mod https;
 pub mod notes_schedule;
 mod template;
 mod tree;

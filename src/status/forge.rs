@@ -507,7 +507,7 @@ impl ForgeBackend {
 /// without a `User-Agent`), and following no redirect, which would carry the token to wherever
 /// the answer points.
 pub(crate) fn api_client(forge: &'static str, api: &str) -> Result<reqwest::Client, ForgeError> {
-    reqwest::Client::builder()
+    crate::http::client_builder()
         .timeout(TIMEOUT)
         .user_agent(user_agent())
         .redirect(reqwest::redirect::Policy::none())
