@@ -268,8 +268,8 @@ fn failed(url: &str, e: reqwest::Error) -> io::Error {
 }
 
 /// Whether `e` is rustls refusing the server's certificate (rather than a network failure).
-fn refused_certificate(e: &reqwest::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+fn refused_certificate(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(e);
     while let Some(mut s) = source {
         // An `io::Error`'s `source()` skips the error it wraps (itself an `io::Error` at times).
         while let Some(inner) = s.downcast_ref::<io::Error>().and_then(io::Error::get_ref) {
@@ -328,4 +328,20 @@ fn runtime() -> io::Result<tokio::runtime::Handle> {
         .spawn(move || runtime.block_on(std::future::pending::<()>()))?;
     *handle = Some(started.clone());
     Ok(started)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_certificate_refused_is_found_inside_the_io_errors_that_carry_it() {
+        use rustls::{CertificateError, Error as Tls};
+        // As hyper-rustls hands it up: rustls's error in an io::Error, at times in another one.
+        let wrapped = |tls: Tls| io::Error::other(io::Error::new(io::ErrorKind::InvalidData, tls));
+        assert!(refused_certificate(&wrapped(Tls::InvalidCertificate(CertificateError::UnknownIssuer))));
+        assert!(refused_certificate(&wrapped(Tls::InvalidCertificate(CertificateError::NotValidForName))));
+        assert!(!refused_certificate(&wrapped(Tls::DecryptError)), "a broken handshake is no refusal");
+        assert!(!refused_certificate(&io::Error::from(io::ErrorKind::ConnectionReset)));
+    }
 }
