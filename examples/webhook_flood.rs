@@ -155,7 +155,7 @@ async fn main() -> anyhow::Result<()> {
     let pid = child.id();
     let _agent = Agent(child);
     let base = format!("http://{addr}");
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
+    let http = fleetgate::http::client_builder().timeout(Duration::from_secs(10)).build()?;
 
     let started = Instant::now();
     while reconciles(&http, &base).await.unwrap_or(0) < 2 {

@@ -92,7 +92,7 @@ async fn the_agent_process_runs_its_services_and_hands_over_on_sigterm() {
             panic!("{e}\n{}", std::fs::read_to_string(&log).unwrap_or_default());
         },
     );
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
+    let http = fleetgate::http::client_builder().timeout(Duration::from_secs(5)).build().unwrap();
     assert_eq!(http.get(format!("{base}/healthz")).send().await.unwrap().status(), 200);
 
     // It leads (the Lease names it), created its state, woke once at start-up and, its first sync

@@ -45,7 +45,7 @@ async fn start(secret: Option<&[u8]>) -> Fixture {
         webhook: WebhookConfig::new("main", secret.map(<[u8]>::to_vec)),
     };
     let server = HttpServer::start("127.0.0.1:0".parse().unwrap(), state).await.expect("server starts");
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
+    let http = fleetgate::http::client_builder().timeout(Duration::from_secs(5)).build().unwrap();
     Fixture { server, leadership, health, metrics, triggers, http }
 }
 

@@ -123,7 +123,7 @@ async fn promotion_prs_merged_in_gitea_wake_the_agent_and_carry_its_statuses() {
         let _ = stopped.await;
     });
     let story = async {
-        let http = reqwest::Client::new();
+        let http = fleetgate::http::client_builder().build().unwrap();
         eventually("rel-1 runs", 120, || async { (fleet.state().await.current() == Some("rel-1")).then_some(()) })
             .await;
         gitea.add_push_webhook(REPO, &format!("http://{addr}/hooks/git"), Some(WEBHOOK_SECRET)).await.unwrap();

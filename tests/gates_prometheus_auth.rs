@@ -55,7 +55,7 @@ async fn proxy(upstream: String, ca_file: &Path, authorized: Arc<AtomicUsize>) -
         )
         .unwrap();
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-    let http = reqwest::Client::new();
+    let http = fleetgate::http::client_builder().build().unwrap();
     let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
         let (http, upstream, authorized) = (http.clone(), upstream.clone(), authorized.clone());
         // Read what is needed before any await: the request's body is not Sync.

@@ -132,11 +132,13 @@ impl Gitea {
         let mut cmd = Command::new(&bin);
         cmd.args(["web", "--config"]).arg(&config).env("GITEA_WORK_DIR", dir.path()).env("HOME", dir.path());
         let proc = Guarded::spawn("gitea", cmd, &dir.path().join("gitea.log"))?;
-        let mut client = reqwest::Client::builder().timeout(Duration::from_secs(30));
+        // rustls on ring, as fleetgate's own clients (`Err`: a provider is installed already).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut client = reqwest::Client::builder().tls_backend_rustls().timeout(Duration::from_secs(30));
         if let Some((cert, _)) = &options.tls {
             let pem = std::fs::read(cert).with_context(|| cert.display().to_string())?;
             // The test's own chain, trusted as roots so the harness talks to its server: the
-            // issuer must be among them (a leaf alone is no trust anchor for OpenSSL).
+            // issuer must be among them (a leaf alone is no trust anchor).
             for cert in reqwest::Certificate::from_pem_bundle(&pem)? {
                 client = client.add_root_certificate(cert);
             }
