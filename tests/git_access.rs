@@ -11,7 +11,8 @@
 //! * HTTPS (fleetgate's own transport) against Gitea served over TLS with a CA made here: `caFile`
 //!   makes it work, no `caFile` or the wrong CA is `SourceError::Certificate`, not retried; a
 //!   private repo is fetched and pushed to with a token, and refused without one or with a wrong
-//!   one (`SourceError::Auth`, not retried).
+//!   one (`SourceError::Auth`, not retried); the CLI asks Git's credential helpers when it has no
+//!   token.
 //! * Proxies: Git over HTTPS through Debian's tinyproxy (its log shows the `CONNECT`s), and
 //!   `NO_PROXY` bypassing it, also from the environment of `fleetgate validate`; `http://` repos
 //!   are reached directly (libgit2 cannot proxy plain HTTP).
@@ -560,6 +561,29 @@ async fn https_with_a_token_fetches_and_pushes_a_private_repo() {
             other => panic!("{what}: expected SourceError::Auth, got {other:?}"),
         }
     }
+}
+
+/// The CLI on a person's machine, with no token: Git's credential helpers (from `~/.gitconfig`)
+/// answer the server's 401 over HTTPS, as `git` would ask them; without a helper the refusal says
+/// that credentials are missing.
+#[tokio::test]
+async fn the_cli_asks_git_credential_helpers_for_a_private_https_repo() {
+    let Some(f) = https_fleet().await else { return };
+    let private = serde_json::json!({"private": true});
+    f.gitea.api(reqwest::Method::PATCH, &format!("/repos/{}", f.gitea.repository("fleet")), Some(private)).await.unwrap();
+    let home = f.dir.path().join("home-with-helper");
+    std::fs::create_dir(&home).unwrap();
+    let (ca, trusted) = (f.ca().display().to_string(), f.remote.trusted.display().to_string());
+    let args = ["validate", "--repo", &f.url, "--trusted-keys", &trusted, "--ca-file", &ca];
+
+    let out = fleetgate(&args, &[], &home);
+    assert!(!out.status.success(), "a private repo without credentials was read: {}", stderr(&out));
+    assert!(stderr(&out).contains("asks for credentials and none are configured"), "{}", stderr(&out));
+
+    let helper = format!("!f() {{ echo username=fleetgate; echo password={}; }}; f", f.gitea.token());
+    std::fs::write(home.join(".gitconfig"), format!("[credential]\n\thelper = \"{helper}\"\n")).unwrap();
+    let out = fleetgate(&args, &[], &home);
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
 }
 
 #[tokio::test]
