@@ -4,6 +4,8 @@
 //! `401 from source prod-mimir`, never a pass. A policy that names a URL of its own gets no
 //! credentials: the proxy never sees the token.
 
+mod tls_support;
+
 use fleetgate::gates::{PrometheusAuth, PrometheusClient, PrometheusEndpoints, PrometheusSource};
 use fleetgate::model::GatePolicySpec;
 use fleetgate_testenv::Prometheus;
@@ -13,7 +15,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-use tokio_rustls::rustls;
 
 const TOKEN: &str = "good-token";
 const TENANT: &str = "team-a";
@@ -32,29 +33,6 @@ async fn target() -> SocketAddr {
 /// `X-Scope-OrgID: TENANT` or 401; forwards the request to `upstream`. Counts requests that
 /// carried the right token.
 async fn proxy(upstream: String, ca_file: &Path, authorized: Arc<AtomicUsize>) -> SocketAddr {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.distinguished_name.push(DnType::CommonName, "proxy-test-ca");
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    std::fs::write(ca_file, ca_cert.pem()).unwrap();
-    let leaf_key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec!["127.0.0.1".to_string()])
-        .unwrap()
-        .signed_by(&leaf_key, &Issuer::from_params(&ca, &ca_key))
-        .unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![leaf.der().clone()],
-            rustls::pki_types::PrivatePkcs8KeyDer::from(leaf_key.serialize_der()).into(),
-        )
-        .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
     let http = fleetgate::http::client_builder().build().unwrap();
     let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
         let (http, upstream, authorized) = (http.clone(), upstream.clone(), authorized.clone());
@@ -73,21 +51,7 @@ async fn proxy(upstream: String, ca_file: &Path, authorized: Arc<AtomicUsize>) -
             (status, resp.text().await.unwrap())
         }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let (tcp, _) = listener.accept().await.unwrap();
-            let (acceptor, app) = (acceptor.clone(), app.clone());
-            tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(tcp).await else { return };
-                let io = hyper_util::rt::TokioIo::new(tls);
-                let svc = hyper_util::service::TowerToHyperService::new(app);
-                let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, svc).await;
-            });
-        }
-    });
-    addr
+    tls_support::serve(app, ca_file).await
 }
 
 fn policy(prometheus: &str) -> GatePolicySpec {

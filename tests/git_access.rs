@@ -570,7 +570,10 @@ async fn https_with_a_token_fetches_and_pushes_a_private_repo() {
 async fn the_cli_asks_git_credential_helpers_for_a_private_https_repo() {
     let Some(f) = https_fleet().await else { return };
     let private = serde_json::json!({"private": true});
-    f.gitea.api(reqwest::Method::PATCH, &format!("/repos/{}", f.gitea.repository("fleet")), Some(private)).await.unwrap();
+    f.gitea
+        .api(reqwest::Method::PATCH, &format!("/repos/{}", f.gitea.repository("fleet")), Some(private))
+        .await
+        .unwrap();
     let home = f.dir.path().join("home-with-helper");
     std::fs::create_dir(&home).unwrap();
     let (ca, trusted) = (f.ca().display().to_string(), f.remote.trusted.display().to_string());

@@ -153,8 +153,8 @@ struct Body {
     unread: Bytes,
 }
 
-/// What the runtime thread tells the reader first.
-type Head = Result<(reqwest::StatusCode, Option<String>), reqwest::Error>;
+/// What the runtime thread tells the reader first: the answer's status and headers.
+type Head = Result<(reqwest::StatusCode, reqwest::header::HeaderMap), reqwest::Error>;
 
 impl Exchange {
     fn send(&mut self) -> io::Result<Body> {
@@ -167,7 +167,8 @@ impl Exchange {
         let mut asked_helpers = false;
         loop {
             let (head, chunks) = self.request(body.clone(), auth.clone())?;
-            let (status, content_type) = head.map_err(|e| failed(&self.url, e))?;
+            let (status, headers) = head.map_err(|e| failed(&self.url, e))?;
+            let header = |name| headers.get(name).and_then(|v: &reqwest::header::HeaderValue| v.to_str().ok());
             if status == reqwest::StatusCode::UNAUTHORIZED {
                 if auth.is_none() && self.credentials.git_helpers && !asked_helpers {
                     asked_helpers = true;
@@ -182,6 +183,14 @@ impl Exchange {
                     format!("{}: the remote asks for credentials and none are configured (HTTP 401)", self.url)
                 }));
             }
+            if status.is_redirection() {
+                return Err(io::Error::other(format!(
+                    "{}: the server redirects (HTTP {status}) to {}; fleetgate follows no redirect, which would take \
+                     the token along: give the repo's URL as the redirect names it",
+                    self.url,
+                    header(reqwest::header::LOCATION).unwrap_or("nowhere"),
+                )));
+            }
             if !status.is_success() {
                 return Err(io::Error::other(format!("{}: the server answered HTTP {status}", self.url)));
             }
@@ -190,11 +199,12 @@ impl Exchange {
             } else {
                 format!("application/x-{}-result", self.service)
             };
-            if content_type.as_deref() != Some(expected.as_str()) {
+            let content_type = header(reqwest::header::CONTENT_TYPE);
+            if content_type != Some(expected.as_str()) {
                 return Err(io::Error::other(format!(
                     "{}: not a Git smart HTTP server (answered {} instead of {expected}); check the repo URL",
                     self.url,
-                    content_type.as_deref().unwrap_or("no content type"),
+                    content_type.unwrap_or("no content type"),
                 )));
             }
             return Ok(Body { chunks, unread: Bytes::new() });
@@ -229,8 +239,7 @@ impl Exchange {
                 Ok(response) => response,
                 Err(e) => return drop(head_tx.send(Err(e))),
             };
-            let content_type = response.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_string);
-            if head_tx.send(Ok((response.status(), content_type))).is_err() {
+            if head_tx.send(Ok((response.status(), response.headers().clone()))).is_err() {
                 return;
             }
             loop {
