@@ -480,11 +480,35 @@ impl GiteaFleet {
         self.pki.as_ref().expect("gitea is served over https").ca.clone()
     }
 
+    /// Makes the fleet repo private: reading it needs credentials.
+    async fn make_private(&self) {
+        let path = format!("/repos/{}", self.gitea.repository("fleet"));
+        self.gitea.api(reqwest::Method::PATCH, &path, Some(serde_json::json!({"private": true}))).await.unwrap();
+    }
+
     fn sync(&self, credentials: Credentials) -> Result<Source, SourceError> {
         let state = self.dir.path().join(format!("state-{}", next_state()));
         let mut source = Source::open(&self.url, &state, credentials)?.with_retry(quick_retry());
         source.sync()?;
         Ok(source)
+    }
+}
+
+/// `result` is the refusal `is` accepts, not retried, naming `url` and saying `says`.
+fn assert_refused(
+    what: &str,
+    result: Result<Source, SourceError>,
+    is: fn(&SourceError) -> bool,
+    url: &str,
+    says: &str,
+) {
+    match result {
+        Err(e) if is(&e) => {
+            println!("{what}: {e}");
+            assert_eq!(e.class(), ErrorClass::Stalling, "{what}: retried");
+            assert!(e.to_string().contains(says) && e.to_string().contains(url), "{what}: {e}");
+        }
+        other => panic!("{what}: got {other:?}"),
     }
 }
 
@@ -507,15 +531,8 @@ async fn https_with_a_private_ca_works_with_ca_file_and_is_refused_without() {
         ("no caFile", Credentials::default()),
         ("another CA", Credentials { ca_file: Some(other.ca.clone()), ..Credentials::default() }),
     ] {
-        match f.sync(creds) {
-            Err(e @ SourceError::Certificate { .. }) => {
-                println!("{what}: {e}");
-                assert_eq!(e.class(), ErrorClass::Stalling);
-                assert!(e.to_string().contains(CA_HINT), "{what}: {e}");
-                assert!(e.to_string().contains(&f.url), "{what}: {e}");
-            }
-            other => panic!("{what}: expected SourceError::Certificate, got {other:?}"),
-        }
+        let certificate = |e: &SourceError| matches!(e, SourceError::Certificate { .. });
+        assert_refused(what, f.sync(creds), certificate, &f.url, CA_HINT);
     }
 }
 
@@ -525,11 +542,7 @@ async fn https_with_a_private_ca_works_with_ca_file_and_is_refused_without() {
 #[tokio::test]
 async fn https_with_a_token_fetches_and_pushes_a_private_repo() {
     let Some(f) = https_fleet().await else { return };
-    let private = serde_json::json!({"private": true});
-    f.gitea
-        .api(reqwest::Method::PATCH, &format!("/repos/{}", f.gitea.repository("fleet")), Some(private))
-        .await
-        .unwrap();
+    f.make_private().await;
     let with_token = |token: Option<&str>| Credentials {
         ca_file: Some(f.ca()),
         token: token.map(str::to_string),
@@ -552,14 +565,8 @@ async fn https_with_a_token_fetches_and_pushes_a_private_repo() {
         ("no token", None, "asks for credentials and none are configured"),
         ("a wrong token", Some("0123456789abcdef0123456789abcdef01234567"), "rejected the configured credentials"),
     ] {
-        match f.sync(with_token(token)) {
-            Err(e @ SourceError::Auth { .. }) => {
-                println!("{what}: {e}");
-                assert_eq!(e.class(), ErrorClass::Stalling, "{what}");
-                assert!(e.to_string().contains(says) && e.to_string().contains(&f.url), "{what}: {e}");
-            }
-            other => panic!("{what}: expected SourceError::Auth, got {other:?}"),
-        }
+        let auth = |e: &SourceError| matches!(e, SourceError::Auth { .. });
+        assert_refused(what, f.sync(with_token(token)), auth, &f.url, says);
     }
 }
 
@@ -569,11 +576,7 @@ async fn https_with_a_token_fetches_and_pushes_a_private_repo() {
 #[tokio::test]
 async fn the_cli_asks_git_credential_helpers_for_a_private_https_repo() {
     let Some(f) = https_fleet().await else { return };
-    let private = serde_json::json!({"private": true});
-    f.gitea
-        .api(reqwest::Method::PATCH, &format!("/repos/{}", f.gitea.repository("fleet")), Some(private))
-        .await
-        .unwrap();
+    f.make_private().await;
     let home = f.dir.path().join("home-with-helper");
     std::fs::create_dir(&home).unwrap();
     let (ca, trusted) = (f.ca().display().to_string(), f.remote.trusted.display().to_string());
