@@ -13,7 +13,8 @@
 #   all of them and fleetgate load (libgpgme, libassuan, libgpg-error, libgcrypt, libnpth, zlib,
 #   libbz2, libsqlite3, libreadline …), collected with ldd from the same Debian release (bookworm)
 #   the binary is built on, so every library matches what it was linked against.
-# * git2 links libssl (https) and a vendored libssh2 (ssh); reqwest uses the system TLS (libssl).
+# * git2 links a vendored libssh2 (ssh), whose crypto is the system's libcrypto (libssl3); HTTPS,
+#   Git's included, is rustls inside the binary, checked against the image's CA certificates.
 # * No shell and no package manager at run time: the base is distroless "cc" (glibc, libgcc, libssl,
 #   CA certificates), running as its non-root user 65532. gpg needs a writable GNUPGHOME; the
 #   Deployment mounts an emptyDir there (deploy/deployment.yaml), as it does for the Git cache and

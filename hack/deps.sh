@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages fleetgate builds and tests against, idempotently:
-# gpgme (signature verification), OpenSSL + pkg-config (git2's https/ssh), gnupg (test keys),
+# gpgme (signature verification), OpenSSL + pkg-config (libssh2's crypto for git2's ssh), gnupg (test keys),
 # git (git daemon in tests), prometheus (metric-gate tests), openssh-client (ssh-keygen: SSH
 # signatures and status keys in tests), buildah + mmdebstrap (`make image` and tests/image.rs build
 # and run the container image without a Docker engine). Skips packages already present.
