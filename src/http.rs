@@ -13,8 +13,8 @@ use std::sync::Once;
 
 /// A reqwest client builder on rustls (ring as the process's crypto provider).
 ///
-/// The backend is chosen explicitly: a build that also enables reqwest's native-tls (the test
-/// harness's Gitea client does) must not move fleetgate's own clients to OpenSSL.
+/// The backend is chosen explicitly, so a build that also enabled reqwest's native-tls could not
+/// move fleetgate's clients to OpenSSL.
 pub fn client_builder() -> reqwest::ClientBuilder {
     static PROVIDER: Once = Once::new();
     // `Err` only when some other code of the process installed a provider first, which then serves.

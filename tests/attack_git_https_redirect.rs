@@ -37,10 +37,10 @@ async fn a_redirect_gets_neither_the_token_nor_a_connection() {
         async move { (axum::http::StatusCode::FOUND, [(axum::http::header::LOCATION, to)]) }
     });
     let dir = tempfile::tempdir().unwrap();
-    let ca = dir.path().join("ca.pem");
-    let server = tls_support::serve(app, &ca).await;
+    let pki = tls_support::pki(dir.path(), "repo");
+    let server = tls_support::serve(app, &pki).await;
     let url = format!("https://{server}/fleet.git");
-    let creds = Credentials { token: Some(TOKEN.into()), ca_file: Some(ca), ..Credentials::default() };
+    let creds = Credentials { token: Some(TOKEN.into()), ca_file: Some(pki.ca.clone()), ..Credentials::default() };
     let retry = RetryPolicy { attempts: 2, initial: Duration::from_millis(50), max: Duration::from_millis(100) };
 
     let state = dir.path().join("state");

@@ -29,10 +29,10 @@ async fn target() -> SocketAddr {
     addr
 }
 
-/// The proxy: TLS (its CA written to `ca_file`), then `Authorization: Bearer TOKEN` and
+/// The proxy: TLS (with `pki`'s certificate), then `Authorization: Bearer TOKEN` and
 /// `X-Scope-OrgID: TENANT` or 401; forwards the request to `upstream`. Counts requests that
 /// carried the right token.
-async fn proxy(upstream: String, ca_file: &Path, authorized: Arc<AtomicUsize>) -> SocketAddr {
+async fn proxy(upstream: String, pki: &tls_support::Pki, authorized: Arc<AtomicUsize>) -> SocketAddr {
     let http = fleetgate::http::client_builder().build().unwrap();
     let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
         let (http, upstream, authorized) = (http.clone(), upstream.clone(), authorized.clone());
@@ -51,7 +51,7 @@ async fn proxy(upstream: String, ca_file: &Path, authorized: Arc<AtomicUsize>) -
             (status, resp.text().await.unwrap())
         }
     });
-    tls_support::serve(app, ca_file).await
+    tls_support::serve(app, pki).await
 }
 
 fn policy(prometheus: &str) -> GatePolicySpec {
@@ -66,11 +66,12 @@ async fn credentials_go_only_to_the_agents_named_source() {
     let prom = Prometheus::start(target().await).await.unwrap();
     prom.wait_for_scrape(Duration::from_secs(60)).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let (ca, token, wrong) = (dir.path().join("ca.crt"), dir.path().join("token"), dir.path().join("wrong"));
+    let pki = tls_support::pki(dir.path(), "proxy");
+    let (ca, token, wrong) = (pki.ca.clone(), dir.path().join("token"), dir.path().join("wrong"));
     std::fs::write(&token, format!("{TOKEN}\n")).unwrap();
     std::fs::write(&wrong, "stolen-guess").unwrap();
     let authorized = Arc::new(AtomicUsize::new(0));
-    let addr = proxy(prom.url().trim_end_matches('/').to_string(), &ca, authorized.clone()).await;
+    let addr = proxy(prom.url().trim_end_matches('/').to_string(), &pki, authorized.clone()).await;
     let source = |token_file: &Path| PrometheusSource {
         name: "prod-mimir".into(),
         url: format!("https://127.0.0.1:{}/", addr.port()).parse().unwrap(),

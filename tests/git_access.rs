@@ -23,6 +23,7 @@
 mod agent_support;
 mod fleet_support;
 mod status_support;
+mod tls_support;
 
 use fleet_support::{FleetRemote, RELEASE};
 use fleetgate::agent::config::AgentSettings;
@@ -33,6 +34,7 @@ use fleetgate_testenv::{Gitea, GiteaOptions, Sshd, Tinyproxy, git_in, ssh_keygen
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
+use tls_support::{Pki, pki};
 
 /// The fleet repo (the template with a signed release) served by sshd, and the agent's deploy key.
 struct SshFleet {
@@ -395,38 +397,6 @@ fn every_command_that_reaches_a_repo_takes_known_hosts_and_ca_file() {
             assert!(help.contains(flag), "fleetgate {} lacks {flag}:\n{help}", command.join(" "));
         }
     }
-}
-
-/// A CA, and a server certificate for 127.0.0.1 it issued.
-struct Pki {
-    /// The CA's certificate (what `caFile` holds).
-    ca: PathBuf,
-    /// The server's certificate, then the CA's (what Gitea serves).
-    chain: PathBuf,
-    key: PathBuf,
-}
-
-fn pki(dir: &Path, name: &str) -> Pki {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.distinguished_name.push(DnType::CommonName, format!("{name} test CA"));
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    let leaf_key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec!["127.0.0.1".to_string()])
-        .unwrap()
-        .signed_by(&leaf_key, &Issuer::from_params(&ca, &ca_key))
-        .unwrap();
-    let paths = Pki {
-        ca: dir.join(format!("{name}-ca.pem")),
-        chain: dir.join(format!("{name}-chain.pem")),
-        key: dir.join(format!("{name}-key.pem")),
-    };
-    std::fs::write(&paths.ca, ca_cert.pem()).unwrap();
-    std::fs::write(&paths.chain, format!("{}{}", leaf.pem(), ca_cert.pem())).unwrap();
-    std::fs::write(&paths.key, leaf_key.serialize_pem()).unwrap();
-    paths
 }
 
 /// The fleet repo (with a signed release) on Gitea, over HTTPS with a CA made here or over HTTP.

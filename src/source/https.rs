@@ -159,11 +159,7 @@ type Head = Result<(reqwest::StatusCode, reqwest::header::HeaderMap), reqwest::E
 impl Exchange {
     fn send(&mut self) -> io::Result<Body> {
         let body = Bytes::from(std::mem::take(&mut self.request));
-        let mut auth = self
-            .credentials
-            .token
-            .as_ref()
-            .map(|token| (self.credentials.username.clone().unwrap_or_else(|| "git".to_string()), token.clone()));
+        let mut auth = self.credentials.token_auth().map(|(user, token)| (user.to_string(), token.to_string()));
         let mut asked_helpers = false;
         loop {
             let (head, chunks) = self.request(body.clone(), auth.clone())?;

@@ -128,6 +128,12 @@ impl std::fmt::Debug for Credentials {
 }
 
 impl Credentials {
+    /// The user and token an `https://` request authenticates with (user `username`, default
+    /// `git`), when a token is configured.
+    pub fn token_auth(&self) -> Option<(&str, &str)> {
+        self.token.as_deref().map(|token| (self.username.as_deref().unwrap_or("git"), token))
+    }
+
     /// The credential libgit2 asks for (`allowed`) for `url`, from what is configured: SSH key,
     /// token, the SSH agent or a credential helper when [`Credentials::git_helpers`], or just a
     /// user name. Used by [`Credentials::callbacks`].
@@ -147,8 +153,8 @@ impl Credentials {
             }
         }
         if allowed.contains(git2::CredentialType::USER_PASS_PLAINTEXT) {
-            if let Some(token) = &self.token {
-                return git2::Cred::userpass_plaintext(self.username.as_deref().unwrap_or("git"), token);
+            if let Some((user, token)) = self.token_auth() {
+                return git2::Cred::userpass_plaintext(user, token);
             }
             if self.git_helpers {
                 return git2::Cred::credential_helper(&git2::Config::open_default()?, url, user_from_url);
