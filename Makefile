@@ -7,7 +7,7 @@ CARGO ?= cargo
 # Tests start real control planes; two cores fit two at a time.
 TEST_THREADS ?= 2
 
-.PHONY: all deps testenv build test demo bench fuzz image clean-testenv
+.PHONY: all deps testenv build test demo bench agent-order fuzz image clean-testenv
 
 all: build
 
@@ -51,6 +51,12 @@ bench: testenv
 	$(CARGO) build -p fleetgate-testenv --bin fleetgate-testenv
 	bash hack/agent-footprint.sh
 	@uptime
+
+# link/agent.order, the functions the agent runs, which the `agent` profile links first (build.rs):
+# a profiling build of the agent through the demo story (hack/agent-order.sh). Re-run after
+# large changes to the agent, then `make bench` shows what it did.
+agent-order: testenv
+	bash hack/agent-order.sh
 
 # The parser properties of tests/fuzz_parsers.rs at 20,000 cases each (make test runs 256).
 fuzz: deps

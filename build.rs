@@ -12,4 +12,19 @@ fn main() {
         // (GLIBC_ABI_DT_RELR), rather than misloading it. The image's base is Debian 12's 2.36.
         println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
     }
+    let size_optimised = matches!(std::env::var("OPT_LEVEL").as_deref(), Ok("s" | "z"));
+    if std::env::var("TARGET").as_deref() == Ok("x86_64-unknown-linux-gnu") && size_optimised {
+        // The functions the agent runs first in `.text`, together (link/agent.order, made by
+        // hack/agent-order.sh, for the `agent` profile the image ships): the kernel keeps 64 KiB
+        // of code resident around each page it faults in, so the same functions spread over the
+        // binary kept nearly all of it resident (docs/BENCHMARKS.md "Agent footprint"). The list
+        // names functions without their symbols' crate hashes; link/cc, the linker
+        // .cargo/config.toml sets, finds their symbols for lld, which rustc links this target
+        // with since 1.90 (the crate's rust-version). Names the build lacks (inlined, renamed
+        // since) are skipped: a stale list costs memory, not a failed link.
+        let order = concat!(env!("CARGO_MANIFEST_DIR"), "/link/agent.order");
+        println!("cargo:rerun-if-changed=link/agent.order");
+        println!("cargo:rustc-link-arg-bin=fleetgate=-Wl,--symbol-ordering-file={order}");
+        println!("cargo:rustc-link-arg-bin=fleetgate=-Wl,--no-warn-symbol-ordering");
+    }
 }

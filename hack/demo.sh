@@ -30,7 +30,8 @@
 # with the demo's directory as its argument once the story is told, while clusters and agents still
 # run; hack/agent-footprint.sh measures the agents there), DEMO_CHAOS=1 (kill -9 the canary's agent in the middle of
 # applying rel-1 and again in the middle of rolling back rel-2, and start it again: the story must
-# end the same). tests/e2e.rs runs this script with DEMO_CHAOS=1 and checks what it leaves behind.
+# end the same), DEMO_AGENT_ENV (NAME=VALUE … for the agents only; hack/agent-order.sh collects
+# their profiling counters with it). tests/e2e.rs runs this script with DEMO_CHAOS=1 and checks what it leaves behind.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -301,7 +302,8 @@ promote rel-1
 
 start_agent() { # start_agent CLUSTER: one agent process; its pid in $DIR/agent-CLUSTER.pid
   local c=$1
-  "$FG" agent --repo "$REPO_URL" --cluster "$c" --kubeconfig "$DIR/clusters/$c.agent.kubeconfig" \
+  # shellcheck disable=SC2086 # DEMO_AGENT_ENV is a list of NAME=VALUE
+  env ${DEMO_AGENT_ENV:-} "$FG" agent --repo "$REPO_URL" --cluster "$c" --kubeconfig "$DIR/clusters/$c.agent.kubeconfig" \
     --trusted-keys "$DIR/trusted.asc" --approver-keys "$DIR/approvers.asc" --state-dir "$DIR/agents/$c" --interval "${DEMO_INTERVAL:-5s}" --lease-duration "${DEMO_LEASE_DURATION:-5s}" \
     --listen "127.0.0.1:${AGENT_PORT[$c]}" --log-format json "${AGENT_FORGE_FLAGS[@]}" >>"$DIR/agent-$c.log" 2>&1 &
   echo $! >"$DIR/agent-$c.pid"

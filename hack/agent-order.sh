@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Regenerates link/agent.order: the functions the agent runs, hottest first, which build.rs hands
+# the linker so that they sit together at the start of `.text` (docs/BENCHMARKS.md, "Agent
+# footprint": the kernel keeps 64 KiB of code resident around every page it faults in, so code
+# the agent runs, scattered over the binary, kept nearly all of `.text` resident).
+#
+#   1. builds the `agent` profile with LLVM's profiling counters in every function the build
+#      compiles, the standard library's generic functions included (`-C profile-generate`, with
+#      the pre-inliner off so that small functions keep counters of their own) into target/agent-order;
+#   2. runs the demo story with that binary as hack/agent-footprint.sh does (10 s poll, 15 s
+#      lease); each agent writes its counters when it stops (SIGTERM, at the end of the demo);
+#   3. keeps the functions with a count in any agent, most executed first, by name without the
+#      crate hashes of their symbols (link/cc finds the symbols at link time);
+#   4. builds the `agent` profile as it ships and keeps, of those, the ones it has as functions of
+#      their own (most ran inlined into others).
+#
+# What is not listed still links, after the listed ones: the standard library's precompiled
+# (non-generic) functions and the C of libgit2/libssh2, which have no counters, code paths the story does not take,
+# functions added since the file was made. A stale file costs memory, never correctness; re-run
+# this after large changes to the agent (`make agent-order`) and compare with hack/agent-footprint.sh.
+#
+# Needs llvm-profdata of the toolchain (`rustup component add llvm-tools`) and `make testenv`.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+OUT=$ROOT/target/agent-order
+HOST=$(rustc -vV | sed -n 's/^host: //p')
+PROFDATA=$(rustc --print sysroot)/lib/rustlib/$HOST/bin/llvm-profdata
+[[ -x "$PROFDATA" ]] || { echo "llvm-profdata is missing: rustup component add llvm-tools" >&2; exit 2; }
+
+# Proc macros and build scripts get the counters too (RUSTFLAGS without --target, which would
+# change the build's crate hashes): what they write while compiling goes to the bin.
+mkdir -p "$OUT/build-profraw"
+LLVM_PROFILE_FILE="$OUT/build-profraw/%p.profraw" \
+  RUSTFLAGS="-C profile-generate -C llvm-args=-disable-preinline -C symbol-mangling-version=v0" \
+  cargo build --profile agent --locked --bin fleetgate --target-dir "$OUT"
+rm -rf "$OUT/build-profraw" "$OUT/profraw"
+mkdir -p "$OUT/profraw"
+
+DEMO=$(mktemp -d /tmp/fg-order.XXXXXX)
+TESTENV_BIN=${TESTENV_BIN:-$ROOT/target/release/fleetgate-testenv}
+[[ -x "$TESTENV_BIN" ]] || TESTENV_BIN=$ROOT/target/debug/fleetgate-testenv
+# The CLI commands of the story run the same binary: their counters (25 MB a process) go nowhere.
+LLVM_PROFILE_FILE=/dev/null DEMO_AGENT_ENV="LLVM_PROFILE_FILE=$OUT/profraw/%p.profraw" \
+  FLEETGATE_BIN=$OUT/agent/fleetgate TESTENV_BIN=$TESTENV_BIN \
+  DEMO_DIR=$DEMO DEMO_INTERVAL=10s DEMO_LEASE_DURATION=15s bash hack/demo.sh
+
+raws=()
+for f in "$DEMO"/agent-*.pid; do
+  raw=$OUT/profraw/$(cat "$f").profraw
+  [[ -s "$raw" ]] || { echo "no counters from the agent of $f ($raw): did it stop on SIGTERM?" >&2; exit 1; }
+  raws+=("$raw")
+done
+"$PROFDATA" merge --sparse -o "$OUT/agent.profdata" "${raws[@]}"
+"$PROFDATA" show --all-functions --counts "$OUT/agent.profdata" | python3 -c '
+import re, sys
+# `show` prints, per function, "  NAME:" then indented fields, among them "Block counts: [..]" and
+# "Function count: N". A local function is named "FILE;SYMBOL": the linker knows it as SYMBOL.
+funcs, name = {}, None
+for line in sys.stdin:
+    m = re.match(r"^  (\S.*):$", line)
+    if m:
+        name = m[1].rsplit(";", 1)[-1]
+        continue
+    m = re.match(r"^\s+(Function count|Block counts): \[?([^\]]*)\]?$", line.rstrip())
+    if m and name:
+        counts = [int(c) for c in m[2].replace(",", " ").split()]
+        funcs[name] = max(funcs.get(name, 0), max(counts, default=0))
+hot = sorted((n for n, c in funcs.items() if c > 0), key=lambda n: (-funcs[n], n))
+sys.stdout.write("".join(n + "\n" for n in hot))
+print(f"{len(hot)} functions ran in the agents", file=sys.stderr)
+' | c++filt | sed 's/\[[0-9a-f]*\]//g' | awk '!seen[$0]++' >"$OUT/ran.txt"
+rm -rf "$DEMO"
+
+# 4. Most of them were inlined into others: keep the names the real build has, then every
+#    function of the standard library the build has (`core::ptr::drop_in_place::<…>`,
+#    `<alloc::raw_vec::RawVec<…>>::grow_one`, `std::io::…`). Those run without a name of their
+#    own: the precompiled ones have no counters, and LLVM merges generic instances whose code is
+#    the same (a `drop` of one `Vec` for another's) into one that keeps a single, arbitrary name.
+#    Spread among the code that never runs they kept most of it resident (a page-fault trace of
+#    the agents, `perf record -e page-faults -d`, showed them as two-thirds of the faults there).
+#    The real build links with the whole list first; link/cc leaves every function it saw next to
+#    the binary.
+cp "$OUT/ran.txt" link/agent.order
+cargo build --profile agent --locked --bin fleetgate
+functions=$(ls -t target/agent/deps/fleetgate-*.functions | head -1)
+python3 - "$OUT/ran.txt" "$functions" >link/agent.order <<'PY'
+import re, sys
+ran, functions = sys.argv[1], sys.argv[2]
+have = [line.rstrip("\n").split("\t", 1)[1] for line in open(functions) if "\t" in line]
+# A function of the standard library: its name's first path is in one of its crates
+# (`<alloc::string::String as core::fmt::Write>::write_str`, `core::ptr::drop_in_place::<…>`).
+STD = {"std", "core", "alloc", "std_detect", "panic_unwind", "unwind", "compiler_builtins",
+       "rustc_demangle", "addr2line", "gimli", "object", "miniz_oxide", "adler2"}
+first = re.compile(r"^[<&*\s]*([A-Za-z_][A-Za-z0-9_]*)::")
+found = set(have)
+listed = [n for n in open(ran).read().splitlines() if n in found]
+seen = set(listed)
+std = sorted({n for n in have if n not in seen and (m := first.match(n)) and m[1] in STD})
+sys.stdout.write("".join(n + "\n" for n in listed + std))
+print(f"{len(listed)} functions that ran and the build has, {len(std)} of the standard library's", file=sys.stderr)
+PY
+echo "wrote link/agent.order ($(wc -l <link/agent.order) functions); cargo build --profile agent --bin fleetgate links with it"
