@@ -12,12 +12,13 @@
 #   3. keeps the functions with a count in any agent, most executed first, by name without the
 #      crate hashes of their symbols (link/cc finds the symbols at link time);
 #   4. builds the `agent` profile as it ships and keeps, of those, the ones it has as functions of
-#      their own (most ran inlined into others).
+#      their own (most ran inlined into others). link/cc puts the standard library's functions
+#      after them, with no list.
 #
-# What is not listed still links, after the listed ones: the standard library's precompiled
-# (non-generic) functions and the C of libgit2/libssh2, which have no counters, code paths the story does not take,
-# functions added since the file was made. A stale file costs memory, never correctness; re-run
-# this after large changes to the agent (`make agent-order`) and compare with hack/agent-footprint.sh.
+# What is not listed still links, after: the C of libgit2 and libssh2 (no counters), code paths
+# the story does not take, functions added since the list was made. A stale list costs memory,
+# never correctness; re-run this after large changes to the agent (`make agent-order`) and
+# compare with hack/agent-footprint.sh.
 #
 # Needs llvm-profdata of the toolchain (`rustup component add llvm-tools`) and `make testenv`.
 set -euo pipefail
@@ -73,32 +74,12 @@ print(f"{len(hot)} functions ran in the agents", file=sys.stderr)
 ' | c++filt | sed 's/\[[0-9a-f]*\]//g' | awk '!seen[$0]++' >"$OUT/ran.txt"
 rm -rf "$DEMO"
 
-# 4. Most of them were inlined into others: keep the names the real build has, then every
-#    function of the standard library the build has (`core::ptr::drop_in_place::<…>`,
-#    `<alloc::raw_vec::RawVec<…>>::grow_one`, `std::io::…`). Those run without a name of their
-#    own: the precompiled ones have no counters, and LLVM merges generic instances whose code is
-#    the same (a `drop` of one `Vec` for another's) into one that keeps a single, arbitrary name.
-#    Spread among the code that never runs they kept most of it resident (a page-fault trace of
-#    the agents, `perf record -e page-faults -d`, showed them as two-thirds of the faults there).
-#    The real build links with the whole list first; link/cc leaves every function it saw next to
-#    the binary.
+# 4. Most of them ran inlined into others: keep the names the real build has. (What link/cc puts
+#    after them, the standard library's functions, needs no list.) The real build links with the
+#    whole list first; link/cc leaves every function it saw next to the binary.
 cp "$OUT/ran.txt" link/agent.order
 cargo build --profile agent --locked --bin fleetgate
 functions=$(ls -t target/agent/deps/fleetgate-*.functions | head -1)
-python3 - "$OUT/ran.txt" "$functions" >link/agent.order <<'PY'
-import re, sys
-ran, functions = sys.argv[1], sys.argv[2]
-have = [line.rstrip("\n").split("\t", 1)[1] for line in open(functions) if "\t" in line]
-# A function of the standard library: its name's first path is in one of its crates
-# (`<alloc::string::String as core::fmt::Write>::write_str`, `core::ptr::drop_in_place::<…>`).
-STD = {"std", "core", "alloc", "std_detect", "panic_unwind", "unwind", "compiler_builtins",
-       "rustc_demangle", "addr2line", "gimli", "object", "miniz_oxide", "adler2"}
-first = re.compile(r"^[<&*\s]*([A-Za-z_][A-Za-z0-9_]*)::")
-found = set(have)
-listed = [n for n in open(ran).read().splitlines() if n in found]
-seen = set(listed)
-std = sorted({n for n in have if n not in seen and (m := first.match(n)) and m[1] in STD})
-sys.stdout.write("".join(n + "\n" for n in listed + std))
-print(f"{len(listed)} functions that ran and the build has, {len(std)} of the standard library's", file=sys.stderr)
-PY
-echo "wrote link/agent.order ($(wc -l <link/agent.order) functions); cargo build --profile agent --bin fleetgate links with it"
+cut -f2 "$functions" | awk 'NR == FNR { found[$0]; next } $0 in found' - "$OUT/ran.txt" >link/agent.order
+echo "wrote link/agent.order: $(wc -l <link/agent.order) functions of the $(wc -l <"$OUT/ran.txt") that ran;" \
+  "cargo build --profile agent --bin fleetgate links with it"
