@@ -56,6 +56,7 @@ bench: testenv
 # a profiling build of the agent through the demo story (hack/agent-order.sh). Re-run after
 # large changes to the agent, then `make bench` shows what it did.
 agent-order: testenv
+	$(CARGO) build -p fleetgate-testenv --bin fleetgate-testenv
 	bash hack/agent-order.sh
 
 # The parser properties of tests/fuzz_parsers.rs at 20,000 cases each (make test runs 256).

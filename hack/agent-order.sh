@@ -20,7 +20,8 @@
 # never correctness; re-run this after large changes to the agent (`make agent-order`) and
 # compare with hack/agent-footprint.sh.
 #
-# Needs llvm-profdata of the toolchain (`rustup component add llvm-tools`) and `make testenv`.
+# Needs llvm-profdata of the toolchain (`rustup component add llvm-tools`) and what `make demo`
+# needs (`make agent-order` builds it).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -40,11 +41,9 @@ rm -rf "$OUT/build-profraw" "$OUT/profraw"
 mkdir -p "$OUT/profraw"
 
 DEMO=$(mktemp -d /tmp/fg-order.XXXXXX)
-TESTENV_BIN=${TESTENV_BIN:-$ROOT/target/release/fleetgate-testenv}
-[[ -x "$TESTENV_BIN" ]] || TESTENV_BIN=$ROOT/target/debug/fleetgate-testenv
 # The CLI commands of the story run the same binary: their counters (25 MB a process) go nowhere.
 LLVM_PROFILE_FILE=/dev/null DEMO_AGENT_ENV="LLVM_PROFILE_FILE=$OUT/profraw/%p.profraw" \
-  FLEETGATE_BIN=$OUT/agent/fleetgate TESTENV_BIN=$TESTENV_BIN \
+  FLEETGATE_BIN=$OUT/agent/fleetgate \
   DEMO_DIR=$DEMO DEMO_INTERVAL=10s DEMO_LEASE_DURATION=15s bash hack/demo.sh
 
 raws=()
@@ -56,17 +55,17 @@ done
 "$PROFDATA" merge --sparse -o "$OUT/agent.profdata" "${raws[@]}"
 "$PROFDATA" show --all-functions --counts "$OUT/agent.profdata" | python3 -c '
 import re, sys
-# `show` prints, per function, "  NAME:" then indented fields, among them "Block counts: [..]" and
-# "Function count: N". A local function is named "FILE;SYMBOL": the linker knows it as SYMBOL.
+# `show --counts` prints, per function, "  NAME:" then indented fields, among them
+# "Block counts: [..]". A local function is named "FILE;SYMBOL": the linker knows it as SYMBOL.
 funcs, name = {}, None
 for line in sys.stdin:
     m = re.match(r"^  (\S.*):$", line)
     if m:
         name = m[1].rsplit(";", 1)[-1]
         continue
-    m = re.match(r"^\s+(Function count|Block counts): \[?([^\]]*)\]?$", line.rstrip())
+    m = re.match(r"^\s+Block counts: \[([^\]]*)\]$", line.rstrip())
     if m and name:
-        counts = [int(c) for c in m[2].replace(",", " ").split()]
+        counts = [int(c) for c in m[1].replace(",", " ").split()]
         funcs[name] = max(funcs.get(name, 0), max(counts, default=0))
 hot = sorted((n for n, c in funcs.items() if c > 0), key=lambda n: (-funcs[n], n))
 sys.stdout.write("".join(n + "\n" for n in hot))
