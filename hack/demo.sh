@@ -14,7 +14,10 @@
 #                 rel-1, reports failure, and writes the rollback back to Git: `main` pins the
 #                 canary to rel-1 in a commit signed with its status key, whose trailers name the
 #                 failed gate and its figure; wave-1 and wave-2 never apply rel-2
-#   rel-3 (good)  rolls through all waves
+#   rel-3 (good)  rolls through all waves; it adds an optional field to the RedisCluster CRD
+#   rollback      `fleetgate rollback --fleet --push` reverts rel-3's promotion: every cluster goes
+#                 back to rel-1 as a rollback (the CRD rel-3 widened is kept), reports rel-1 success
+#                 again, and the demo prints how long that took from the push
 #
 #   forge: when Gitea is built (`make testenv` builds it, hack/gitea-binary.sh), the fleet repo is
 #   served by a real Gitea: promotions are pull requests opened with `fleetgate promote --open-pr`
@@ -187,6 +190,17 @@ render() {
   local out=$DIR/render/$1; rm -rf "$out"; mkdir -p "$out"
   cp -r "$ROOT/fleet-repo-template/operator/." "$out/"
   sed -i "s#image: registry.example.com/redis-operator:.*#image: registry.example.com/redis-operator:$2#" "$out/deployment.yaml"
+  if [[ "${3:-}" == wide ]]; then
+    python3 - "$out/crds/redisclusters.cache.example.com.yaml" <<'PY'
+import sys
+p = sys.argv[1]; s = open(p).read()
+# an optional spec.paused in v1alpha2 (the last version): what nearly every upgrade adds
+spec = s.rindex("            spec:\n")
+i = s.index("              properties:\n", spec) + len("              properties:\n")
+s = s[:i] + "                paused: {type: boolean, description: Stop reconciling.}\n" + s[i:]
+open(p, "w").write(s)
+PY
+  fi
   if [[ "${3:-}" == bad ]]; then
     python3 - "$out/deployment.yaml" <<'PY'
 import sys, re
@@ -205,10 +219,10 @@ PY
 # inventory says which release applied them), for `running`.
 declare -A RELEASE_OF_IMAGE=()
 
-release() { # release ID TAG [bad] [release-create flags...]
+release() { # release ID TAG [bad|wide] [release-create flags...]
   RELEASE_OF_IMAGE["registry.example.com/redis-operator:$2"]=$1
   local dir; dir=$(render "$1" "$2" "${3:-}")
-  local -a extra=("${@:3}"); [[ "${extra[0]:-}" == bad ]] && extra=("${extra[@]:1}")
+  local -a extra=("${@:3}"); [[ "${extra[0]:-}" == bad || "${extra[0]:-}" == wide ]] && extra=("${extra[@]:1}")
   "$FG" release create "${extra[@]}" --repo "$WORK" --id "$1" --manifests "$dir" \
     --image "registry.example.com/redis-operator:$2" --chart-version "${2#v}" --crd-version v1alpha2 \
     --git-commit "$(printf '%s' "$1" | sha1sum | cut -c1-12)" --all --sign-key "$FPR" --push | sed 's/^/    /'
@@ -405,9 +419,9 @@ ok "main pins cluster-a to rel-1 (clusters/cluster-a.yaml), so Git again says wh
 info "fleetgate rollback --cluster cluster-a reads that commit as the rollback it is:"
 { "$FG" rollback --cluster cluster-a --repo "$WORK" 2>&1 || true; } | sed 's/^/      /'
 
-say "Cutting rel-3 (good) and promoting it fleet-wide"
+say "Cutting rel-3 (good; its CRD gains an optional field) and promoting it fleet-wide"
 # rel-2's tag is the newest, but it failed: name the release to fall back to explicitly.
-release rel-3 v1.2.0 --rollback-to rel-1
+release rel-3 v1.2.0 wide --rollback-to rel-1
 promote rel-3
 
 # cluster-c waits for the canary and wave-1 to pass rel-3 (a bake each): time to pull the brake.
@@ -434,6 +448,19 @@ if [[ -n "${GITEA_URL:-}" ]]; then
     ok "forge: Gitea's signed push webhook woke $c's agent $wakes times"
   done
 fi
+
+say "Rolling back through Git: fleetgate rollback --fleet --push (rel-3 → rel-1)"
+"$FG" rollback --fleet --repo "$WORK" --reason "INC-42: rel-3 slows the reconcile loop" --push | sed 's/^/    /'
+pushed=$SECONDS
+poke
+returned() { # returned CLUSTER: it runs rel-1 again and its newest rel-1 status is that rollback's success
+  runs "$1" rel-1 && [[ "$(state_of "$1" rel-1)" == success && "$(cell "$1" rel-1 description)" == "rolled back from rel-3"* ]]
+}
+for c in "${CLUSTERS[@]}"; do
+  wait_for "$STEP_TIMEOUT" "$c to be back on rel-1 with status success" returned "$c"
+done
+ok "every cluster runs rel-1 again, status success, $((SECONDS - pushed)) s after the push:"
+info "$(cell cluster-a rel-1 description)"
 
 say "fleetgate status --repo $REPO_URL"
 "$FG" status --repo "$REPO_URL" | sed 's/^/    /'

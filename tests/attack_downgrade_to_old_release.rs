@@ -67,3 +67,56 @@ async fn a_revoked_release_never_runs_again_even_when_signed() {
     fleet.promote("rel-3");
     assert_eq!(within("rel-3", 120, agent.reconcile()).await.unwrap(), Outcome::Succeeded("rel-3".into()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_signed_commit_pushed_again_is_no_signed_decision() {
+    let fleet = Fleet::start("atk-replay", false).await;
+    let mut agent = fleet.agent().await;
+    let mut commits = Vec::new();
+    for id in ["rel-1", "rel-2", "rel-3"] {
+        commits.push(fleet.release(id, |_| {}));
+        fleet.promote(id);
+        assert_eq!(within(id, 120, agent.reconcile()).await.unwrap(), Outcome::Succeeded(id.into()));
+    }
+    let tip = fleet.tip();
+
+    // rel-2's release commit is signed by the release key, and its fleet.yaml still asks for
+    // rel-1. Force-pushed back as main, it is an old decision replayed: unsigned, so the move
+    // two releases back is refused and rel-3 keeps running.
+    fleet.force_push(&commits[1]);
+    let outcome = within("replay", 60, agent.reconcile()).await.unwrap();
+    let Outcome::Refused { release, reason } = outcome else { panic!("the replayed commit was obeyed: {outcome:?}") };
+    assert_eq!(release, "rel-1");
+    assert!(reason.contains("needs a signed decision"), "{reason}");
+    assert_eq!(fleet.operator_image().await, Some(image_of("rel-3")));
+    assert_eq!(fleet.state().await.trust().accepted_tip.as_deref(), Some(tip.as_str()), "the mark never moves back");
+
+    // A new signed decision on top of the real history still counts, and clears the refusal.
+    fleet.force_push(&tip);
+    fleet.promote_signed("rel-1");
+    assert_eq!(within("signed", 120, agent.reconcile()).await.unwrap(), Outcome::Succeeded("rel-1".into()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_once_seen_survives_the_deletion_of_the_revoking_tag() {
+    let fleet = Fleet::start("atk-revocation-erased", false).await;
+    let mut agent = fleet.agent().await;
+    fleet.release("rel-1", |_| {});
+    fleet.promote("rel-1");
+    assert_eq!(within("rel-1", 120, agent.reconcile()).await.unwrap(), Outcome::Succeeded("rel-1".into()));
+    fleet.release("rel-2", |_| {});
+    fleet.release_with(&["--revokes", "rel-2"], "rel-3", |_| {});
+    fleet.promote("rel-3");
+    assert_eq!(within("rel-3", 120, agent.reconcile()).await.unwrap(), Outcome::Succeeded("rel-3".into()));
+
+    // The pusher deletes the revoking tag, then asks for rel-2 (even with a signed decision).
+    fleet.git(&["push", "-q", "origin", ":refs/tags/rel-3"]);
+    fleet.git(&["tag", "-d", "rel-3"]);
+    fleet.promote_signed("rel-2");
+    let outcome = within("rel-2", 60, agent.reconcile()).await.unwrap();
+    let Outcome::Refused { release, reason } = outcome else { panic!("the revoked release ran: {outcome:?}") };
+    assert_eq!(release, "rel-2");
+    assert!(reason.contains("revoked by the signed release rel-3"), "{reason}");
+    assert_eq!(fleet.operator_image().await, Some(image_of("rel-3")));
+    assert_eq!(fleet.state().await.trust().revoked.get("rel-2").map(String::as_str), Some("rel-3"));
+}

@@ -3,8 +3,10 @@
 //! as the tip only as a write-back: it changes nothing but that cluster's own pin, to a release the
 //! cluster reported running. A commit signed with cluster-a's key that also edits another file,
 //! pins cluster-b, pins cluster-a to a release it never ran, or changes more than the pin, is
-//! refused, each with its own error, and the cluster stays where it is. The well-formed pin, signed
-//! the same way, is accepted — so the refusals come from the rules, not from the signature.
+//! refused, each with its own error, and the cluster stays where it is. So is a well-formed pin on
+//! top of an unsigned commit (which it would otherwise launder). The well-formed pin on the
+//! accepted tip, signed the same way, is accepted — so the refusals come from the rules, not from
+//! the signature.
 
 mod agent_support;
 
@@ -67,6 +69,26 @@ async fn commits_signed_with_a_cluster_key_are_only_accepted_as_its_own_pin_to_a
     }
     let events = fleet.events_json().await;
     assert!(events.contains("PromotionRefused"), "no Event says why: {events}");
+
+    // A well-formed pin, but on top of an unsigned commit that registers the pusher's own key
+    // for a new cluster: the write-back would launder it. Refused, naming the parent.
+    std::fs::write(
+        fleet.work.join("clusters/cluster-x.yaml"),
+        format!(
+            "apiVersion: fleetgate.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: cluster-x\nspec:\n  wave: canary\n  statusKey: {}\n",
+            fleet.status_public_key("cluster-x")
+        ),
+    )
+    .unwrap();
+    fleet.commit_and_push("unsigned: a new cluster with the pusher's status key");
+    let unsigned = fleet.tip();
+    pin_a("rel-1");
+    fleet.commit_signed_by_cluster_and_push(CLUSTER, "fleetgate: roll cluster-a back to rel-1");
+    let err = within("laundering write-back", 60, agent.pass()).await.unwrap_err();
+    let message = error_chain(&err);
+    assert!(message.contains(&format!("its parent {} was never acceptable", &unsigned[..12])), "{message}");
+    assert!(!fleet.state().await.trust().status_keys.contains_key("cluster-x"), "the pusher's key was pinned");
+    fleet.force_push(&accepted);
 
     // The same key, a well-formed write-back: the cluster's own pin, to the release it ran.
     pin_a("rel-1");

@@ -100,6 +100,16 @@ fn three_releases_through_three_waves_with_the_canary_agent_killed_twice() {
     for c in ["cluster-b", "cluster-c"] {
         assert_eq!(state(&status, c, "rel-2"), None, "{c} must never start rel-2");
     }
+    // Then people rolled the fleet back through Git: each cluster went back to rel-1 as a
+    // rollback, keeping the CRD rel-3 widened, and said so in its rel-1 status.
+    assert!(stdout.contains("every cluster runs rel-1 again, status success"), "the Git rollback:\n{stdout}");
+    for c in ["cluster-a", "cluster-b", "cluster-c"] {
+        let back = cell(&status, c, "rel-1").and_then(|v| v["status"]["description"].as_str()).unwrap_or_default();
+        assert!(
+            back.starts_with("rolled back from rel-3") && back.contains("redisclusters.cache.example.com"),
+            "{c}: {back}"
+        );
+    }
     // The brake held cluster-c on rel-1 while the others took rel-3, until it was lifted.
     assert!(stdout.contains("paused cluster-c stays on rel-1"), "the demo shows the pause:\n{stdout}");
     assert!(stdout.contains("Lifting the brake"), "and the resume");

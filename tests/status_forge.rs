@@ -318,8 +318,9 @@ async fn serve_answers(header: &'static str, auth: &'static str, answers: Vec<(S
     base
 }
 
-/// Approvals of the promotion PR as Gitea and GitLab report them: only approvals at the head
-/// count (Gitea: not dismissed, not stale; GitLab: a merge request whose head is still it).
+/// Approvals of the promotion PR as Gitea and GitLab report them: only approvals at the head of a
+/// request into the tracked branch count (Gitea: not dismissed, not stale; GitLab: a merge request
+/// whose head is still it).
 #[tokio::test]
 async fn gitea_and_gitlab_approvals_count_only_at_the_head() {
     let review = |login: &str, state: &str, commit: &str, extra: Value| {
@@ -341,13 +342,19 @@ async fn gitea_and_gitlab_approvals_count_only_at_the_head() {
         vec![
             (
                 "/api/v1/repos/octo/fleet/pulls".to_string(),
-                json!([{"number": 4, "head": {"sha": "0".repeat(40)}}, {"number": 3, "head": {"sha": SHA}}]),
+                json!([
+                    {"number": 4, "head": {"sha": "0".repeat(40)}, "base": {"ref": "main"}},
+                    {"number": 3, "head": {"sha": SHA}, "base": {"ref": "main"}},
+                    // The same head approved in a PR into another branch approves nothing on main.
+                    {"number": 2, "head": {"sha": SHA}, "base": {"ref": "staging"}},
+                ]),
             ),
-            ("/api/v1/repos/octo/fleet/pulls/3/reviews".to_string(), reviews),
+            ("/api/v1/repos/octo/fleet/pulls/3/reviews".to_string(), reviews.clone()),
+            ("/api/v1/repos/octo/fleet/pulls/2/reviews".to_string(), json!([review("zed", "APPROVED", SHA, json!({}))])),
         ],
     )
     .await;
-    let found = backend(ForgeKind::Gitea, &gitea, "octo/fleet", "gitea-t").approvals(SHA).await.unwrap();
+    let found = backend(ForgeKind::Gitea, &gitea, "octo/fleet", "gitea-t").approvals(SHA, "main").await.unwrap();
     let found: Vec<(&str, u64, &str)> = found.iter().map(|a| (a.login.as_str(), a.pull, a.body.as_str())).collect();
     assert_eq!(found, [("ana", 3, "by ana")]);
 
@@ -357,7 +364,11 @@ async fn gitea_and_gitlab_approvals_count_only_at_the_head() {
         vec![
             (
                 format!("/api/v4/projects/platform%2Ffleet/repository/commits/{SHA}/merge_requests"),
-                json!([{"iid": 5, "sha": SHA}, {"iid": 4, "sha": "0".repeat(40)}]),
+                json!([
+                    {"iid": 5, "sha": SHA, "target_branch": "main"},
+                    {"iid": 4, "sha": "0".repeat(40), "target_branch": "main"},
+                    {"iid": 6, "sha": SHA, "target_branch": "staging"},
+                ]),
             ),
             (
                 "/api/v4/projects/platform%2Ffleet/merge_requests/5/approvals".to_string(),
@@ -367,10 +378,14 @@ async fn gitea_and_gitlab_approvals_count_only_at_the_head() {
                 "/api/v4/projects/platform%2Ffleet/merge_requests/4/approvals".to_string(),
                 json!({"approved_by": [{"user": {"username": "bob"}}]}),
             ),
+            (
+                "/api/v4/projects/platform%2Ffleet/merge_requests/6/approvals".to_string(),
+                json!({"approved_by": [{"user": {"username": "zed"}}]}),
+            ),
         ],
     )
     .await;
-    let found = backend(ForgeKind::Gitlab, &gitlab, "platform/fleet", "glpat-t").approvals(SHA).await.unwrap();
+    let found = backend(ForgeKind::Gitlab, &gitlab, "platform/fleet", "glpat-t").approvals(SHA, "main").await.unwrap();
     let found: Vec<(&str, u64)> = found.iter().map(|a| (a.login.as_str(), a.pull)).collect();
     assert_eq!(found, [("ana", 5)]);
 }

@@ -4,7 +4,8 @@
 //! corrected object. Drift is what `fleetgate diff` shows: both use `Engine::drift`.
 //!
 //! CustomResourceDefinitions are left out: a CRD goes back only through a release apply or a
-//! rollback, which know when an older CRD cannot replace a live one (its stored versions).
+//! rollback, which know when an older CRD cannot replace a live one (its stored versions); a
+//! re-apply keeps every live CRD the release would narrow, as a rollback does.
 
 use super::reconcile::{Agent, Outcome, ReconcileError};
 use crate::manifests::{CRD_GROUP, CRD_KIND};
@@ -40,7 +41,9 @@ impl Agent {
             return Ok(Outcome::UpToDate);
         }
         let config = self.policy_config(checkout, tip, &desired.id, &desired.tag.commit.to_string())?;
-        let admitted = self.engine.admit(&verified, &self.admission_policy(&config)).await?;
+        let mut admitted = self.engine.admit(&verified, &self.admission_policy(&config)).await?;
+        // A release returned to (a rollback) may run under wider CRDs it kept: never narrowed.
+        self.keep_wider_crds(&mut admitted, "Drift").await?;
         self.engine.apply(admitted).await?;
         let mut named = drifted.iter().take(NAMED).cloned().collect::<Vec<_>>().join(", ");
         if drifted.len() > NAMED {

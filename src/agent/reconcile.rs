@@ -34,9 +34,9 @@ use super::AgentServices;
 use super::metrics::ReconcileResult;
 use super::notifier::{About, Notification, NotificationKind};
 use super::report::{Blocker, Context, Report, Step, conclude};
-use super::state::{AgentState, Failure, Next, Progress, Transition, TransitionError};
+use super::state::{AgentState, Failure, Next, Progress, Return, Transition, TransitionError};
 use crate::apply::{AdmittedSet, ApplyError, ApplyOptions, Engine};
-use crate::gates::{self, BakeVerdict, GateError, GateEvaluation, GateRunner, OperatorTarget, Verdict};
+use crate::gates::{self, BakeVerdict, GateError, GateEvaluation, GateRunner, OperatorTarget, Verdict, crd_compat};
 use crate::manifests::AdmissionPolicy;
 use crate::model::{
     ApprovalRecord, ApprovalSetting, ErrorClass, FleetConfig, GatePolicySpec, PromotionMode, ReleaseAdmissionPolicySpec,
@@ -345,6 +345,10 @@ impl Agent {
         };
         let signed_mode = self.promotion_mode(&state, &desired.config) == PromotionMode::Signed;
         let tip_commit = checkout.tip().to_string();
+        // In unsigned mode too the mark moves only forward: a force-push back to an old commit
+        // is used as it is, but leaves the mark where it was, so an old signed commit pushed
+        // again later never counts as a fresh decision.
+        let fresh = release::is_fresh(&checkout, state.trust().accepted_tip.as_deref());
         let registered = status::StatusKeys::registrations(&desired.config);
         let mut refused_keys = Vec::new();
         let state = self
@@ -352,6 +356,8 @@ impl Agent {
                 s.observe_desired(Some(&desired.id), tip.is_signed());
                 if signed_mode {
                     s.accept_signed_tip(&tip_commit);
+                } else if fresh {
+                    s.accept_tip(&tip_commit);
                 }
                 refused_keys = s.pin_status_keys(&registered, tip.is_signed());
                 Ok(())
@@ -500,7 +506,7 @@ impl Agent {
             }
         };
         let found = match status::ForgeBackend::from_config(forge).await {
-            Ok(backend) => backend.approvals(&head.to_string()).await,
+            Ok(backend) => backend.approvals(&head.to_string(), &config.branch).await,
             Err(e) => Err(e),
         };
         let found = match found {
@@ -604,9 +610,14 @@ impl Agent {
         // What each cluster runs is the tip's to choose; waves, their membership and pacing, and how
         // many failures halt a release come from the trusted configuration, like the policies.
         let members = status::members_placed_by(&desired.config, &config);
-        let newest = self.services.store.load().await?.trust().newest.as_ref().map(|n| n.sequence);
+        let state = self.services.store.load().await?;
+        let newest = state.trust().newest.as_ref().map(|n| n.sequence);
         let back = newest.is_some_and(|n| verified.release().spec.sequence.is_none_or(|s| s < n));
         let movement = if back { status::Move::Back } else { status::Move::Forward };
+        // Back to a release that passed its bake here: a rollback, whoever asked for it. Back to
+        // one this cluster never ran is a promotion like any other, judged as one.
+        let returning_from =
+            state.current().filter(|c| back && *c != id && state.succeeded_here(&id)).map(str::to_string);
         let decision =
             status::may_start(&config.fleet, &members, &statuses, &cluster, &id, chrono::Utc::now(), movement);
         if !decision.allowed {
@@ -654,7 +665,7 @@ impl Agent {
         self.step(config, Step::Begin { release: id.clone(), commit }).await?;
 
         // Pre-apply gates: requirements, CRD compatibility, live CRs, admission, dry run.
-        let admitted = match self.preapply(&verified, config).await {
+        let (admitted, kept) = match self.preapply(&verified, config, returning_from.is_some()).await {
             Ok(Ok(admitted)) => admitted,
             Ok(Err(blocker)) => {
                 let reason = format!("{}: {}", blocker.gate(), blocker.problems());
@@ -668,7 +679,8 @@ impl Agent {
             Ok(prepared) => prepared,
             Err(e) => return self.defer(config, e).await,
         };
-        self.step(config, Step::StartApply { rollback_target, snapshot, approval }).await?;
+        let returning = returning_from.map(|from| Return { from, kept_crds: kept.iter().map(ToString::to_string).collect() });
+        self.step(config, Step::StartApply { rollback_target, snapshot, approval, returning }).await?;
         self.apply_and_bake(checkout, config, &verified, Some(admitted), baseline).await
     }
 
@@ -714,9 +726,17 @@ impl Agent {
         self.trust.fleet = self.services.config.fleet.clone().or_else(|| state.trust().fleet.clone());
         let fleet = self.trust.fleet.clone().unwrap_or_else(|| desired.config.fleet.name().to_string());
         let (trust, signed) = (&self.trust, &mut self.signed_releases);
+        // Revocations are remembered once seen (state), so deleting the tag that revoked a
+        // release never makes it runnable again.
+        let mut remembered = state.trust().revoked.clone();
         let judged = tokio::task::block_in_place(|| {
             let verified = release::verify(checkout, desired, trust, &mut pins)?;
-            let revoked = signed.revocations(checkout, &trust.keyring, &pins, &fleet)?;
+            let seen = signed.revocations(checkout, &trust.keyring, &pins, &fleet)?;
+            let unseen = seen.iter().any(|(r, _)| !remembered.contains_key(r));
+            for (release, by) in seen {
+                remembered.entry(release).or_insert(by);
+            }
+            let revoked = &remembered;
             let newest = state.trust().newest.as_ref();
             let undo = match newest {
                 Some(n) => signed
@@ -727,15 +747,26 @@ impl Agent {
             let standing = release::Standing {
                 newest,
                 undo: undo.as_deref(),
-                revoked: &revoked,
+                revoked,
                 signed_decision: tip.is_signed(),
             };
-            release::check_move(&verified, &standing).map(|()| verified)
+            Ok::<_, VerifyError>((release::check_move(&verified, &standing).map(|()| verified), unseen))
         });
+        let (judged, unseen) = match judged {
+            Ok(judged) => judged,
+            // Reading the repo, verifying or storing a pin failed: nothing was decided.
+            Err(e) if e.class() == ErrorClass::Retryable => return Err(ReconcileError::Verify(e)),
+            Err(e) => return Ok(Err(e)),
+        };
+        if unseen {
+            self.update(|s| {
+                s.remember_revocations(&remembered);
+                Ok(())
+            })
+            .await?;
+        }
         let verified = match judged {
             Ok(v) => v,
-            // Reading the repo or storing a pin failed: nothing was decided.
-            Err(e) if e.class() == ErrorClass::Retryable => return Err(ReconcileError::Verify(e)),
             Err(e) => return Ok(Err(e)),
         };
         self.update(|s| {
@@ -782,21 +813,49 @@ impl Agent {
     }
 
     /// The apply proper: `admitted` (admitting `verified` again when this pass has no set), then
-    /// prune what the previous release had and this one dropped.
+    /// prune what the previous release had and this one dropped. A return ([`Return`]) keeps
+    /// the CRDs its target would narrow and then restores the custom resources from the snapshot
+    /// taken before the newer release replaced the target, as an automatic rollback does.
     async fn apply_and_prune(
         &self,
         verified: &VerifiedRelease,
         config: &FleetConfig,
         admitted: Option<AdmittedSet<'_>>,
-    ) -> Result<(), ApplyError> {
+        returning: bool,
+    ) -> Result<(), ReconcileError> {
         let admitted = match admitted {
             Some(admitted) => admitted,
-            None => self.engine.admit(verified, &self.admission_policy(config)).await?,
+            None => {
+                let mut admitted = self.engine.admit(verified, &self.admission_policy(config)).await?;
+                if returning {
+                    self.keep_wider_crds(&mut admitted, "Apply").await?;
+                }
+                admitted
+            }
         };
         let changes = self.engine.apply(admitted).await?;
         tracing::info!(release = verified.id(), changes = %changes.summary(), "applied");
         stop_point::reached("apply.after-all").await;
-        self.engine.prune().await.map(drop)
+        self.engine.prune().await?;
+        if returning {
+            self.restore_from_before(verified.id(), config).await?;
+        }
+        Ok(())
+    }
+
+    /// The custom resources of `target` as they were before a newer release replaced it (the
+    /// newest snapshot that holds `target`'s objects), when the agent still keeps one.
+    async fn restore_from_before(&self, target: &str, config: &FleetConfig) -> Result<(), ReconcileError> {
+        let snapshots = self.engine.snapshots().await?;
+        match snapshots.iter().filter(|s| s.release == target).max_by_key(|s| s.created.clone()) {
+            Some(snapshot) => self.restore_snapshot(&self.engine, &snapshot.id, target, config).await,
+            None => {
+                let note = format!("{target} applied; no snapshot of {target} is kept, custom resources stay as they are");
+                tracing::info!(target = %target, "{note}");
+                self.services.record_normal("SnapshotNotFound", "Apply", &note).await;
+                Ok(())
+            }
+        }
     }
 
     /// Applying → Baking → Idle, or a rollback. Also the path an agent restarted mid-apply takes:
@@ -809,18 +868,19 @@ impl Agent {
         admitted: Option<AdmittedSet<'_>>,
         baseline: gates::Baseline,
     ) -> Result<Outcome, ReconcileError> {
-        let applied = self.apply_and_prune(verified, config, admitted).await;
+        let returning = self.services.store.load().await?.operation().is_some_and(|op| op.returning.is_some());
+        let applied = self.apply_and_prune(verified, config, admitted, returning).await;
         if let Err(e) = applied {
-            if e.class() == ErrorClass::Retryable && matches!(e, ApplyError::Kube { .. }) {
+            if e.class() == ErrorClass::Retryable && matches!(e, ReconcileError::Apply(ApplyError::Kube { .. })) {
                 // The API server is unreachable: nothing can be rolled back either. Stay in
                 // Applying; the next pass applies again.
-                return Err(e.into());
+                return Err(e);
             }
             let failure = Failure::new(e.reason(), error_chain(&e));
             return self.roll_back(checkout, config, failure, Vec::new()).await;
         }
-        self.step(config, Step::Applied { bake_time: gate_policy(config, &self.services.config.cluster).bake_time })
-            .await?;
+        let bake_time = bake_policy(config, &self.services.config.cluster, returning).bake_time;
+        self.step(config, Step::Applied { bake_time }).await?;
         self.bake(checkout, config, baseline).await
     }
 
@@ -835,7 +895,7 @@ impl Agent {
         let Progress::Baking { operation, applied_at } = state.progress() else {
             return Err(TransitionError::WrongPhase { action: "bake", phase: state.phase(), needs: "Baking" }.into());
         };
-        let policy = gate_policy(config, &self.services.config.cluster);
+        let policy = bake_policy(config, &self.services.config.cluster, operation.returning.is_some());
         let bake_time = policy.bake_time;
         let prometheus = self.services.config.prometheus.for_policy(&policy)?;
         let runner = GateRunner::new(
@@ -957,16 +1017,20 @@ impl Agent {
 
     /// The manifests stage and the pre-apply gates: `Ok(admitted)` may be applied, `Err(blocker)`
     /// refuses the release, naming the check that did.
+    /// A return (`returning`) first keeps the live CRDs the target would narrow, so the CRD gate
+    /// judges what will really be applied; they are returned with the set.
     async fn preapply<'r>(
         &self,
         verified: &'r VerifiedRelease,
         config: &FleetConfig,
-    ) -> Result<Result<AdmittedSet<'r>, Blocker>, ReconcileError> {
-        let admitted = match self.engine.admit(verified, &self.admission_policy(config)).await {
+        returning: bool,
+    ) -> Result<Result<(AdmittedSet<'r>, Vec<crd_compat::KeptCrd>), Blocker>, ReconcileError> {
+        let mut admitted = match self.engine.admit(verified, &self.admission_policy(config)).await {
             Ok(admitted) => admitted,
             Err(e) if e.class() == ErrorClass::Stalling => return Ok(Err(Blocker::Admission(error_chain(&e)))),
             Err(e) => return Err(e.into()),
         };
+        let kept = if returning { self.keep_wider_crds(&mut admitted, "Verify").await? } else { Vec::new() };
         // Gates read with the agent's permissions: only the release's own kinds, or the spoke's.
         let allowed = &self.services.config.allowed_gate_kinds;
         if let Err(e) =
@@ -990,7 +1054,7 @@ impl Agent {
             return Ok(Err(Blocker::Gate(block)));
         }
         match self.engine.dry_run(&admitted).await {
-            Ok(_) => Ok(Ok(admitted)),
+            Ok(_) => Ok(Ok((admitted, kept))),
             // Taking over a live object fleetgate did not apply: refused like any admission rule.
             Err(e @ ApplyError::Admission(_)) => Ok(Err(Blocker::Admission(error_chain(&e)))),
             Err(e) if e.class() == ErrorClass::Stalling => Ok(Err(Blocker::DryRun(error_chain(&e)))),
@@ -1183,6 +1247,16 @@ pub(super) fn gate_policy(config: &FleetConfig, cluster: &str) -> GatePolicySpec
     match config.gate_policy_for(cluster) {
         Some(p) => p,
         None => serde_yaml_ng::from_str(DEFAULT_GATE_POLICY).expect("the built-in gate policy parses"),
+    }
+}
+
+/// The gate policy a bake runs with: [`gate_policy`], baked for its `rollbackBakeTime` when the
+/// operation returns to a release that passed here before.
+fn bake_policy(config: &FleetConfig, cluster: &str, returning: bool) -> GatePolicySpec {
+    let policy = gate_policy(config, cluster);
+    match returning {
+        true => GatePolicySpec { bake_time: policy.rollback_bake(), ..policy },
+        false => policy,
     }
 }
 

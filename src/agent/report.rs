@@ -23,7 +23,7 @@
 //! which of them reach an endpoint is the notifier's filter ([`super::notifier`]).
 
 use super::notifier::{About, Notification, NotificationKind};
-use super::state::{AgentState, Failure, Operation, Progress, Transition, TransitionError, WriteBack};
+use super::state::{AgentState, Failure, Operation, Progress, Return, Transition, TransitionError, WriteBack};
 use crate::gates::PreapplyBlock;
 use crate::model::ApprovalRecord;
 use crate::status::{GateFigure, State, Status};
@@ -86,7 +86,13 @@ pub enum Step {
     Blocked(Blocker),
     /// Verified and through the pre-apply gates, snapshot taken: apply. `approval`: who approved
     /// the release for the cluster's wave, when the wave requires it (recorded in the status).
-    StartApply { rollback_target: Option<String>, snapshot: Option<String>, approval: Option<ApprovalRecord> },
+    /// `returning`: the move goes back to a release that passed here before ([`Return`]).
+    StartApply {
+        rollback_target: Option<String>,
+        snapshot: Option<String>,
+        approval: Option<ApprovalRecord>,
+        returning: Option<Return>,
+    },
     /// Applied; the bake of `bake_time` begins.
     Applied { bake_time: Duration },
     /// Every gate held for `bake_time`.
@@ -191,11 +197,18 @@ pub fn conclude(state: &mut AgentState, step: &Step, ctx: &Context<'_>) -> Resul
             });
             report.transition = Some(t);
         }
-        Step::StartApply { rollback_target, snapshot, approval } => {
+        Step::StartApply { rollback_target, snapshot, approval, returning } => {
             let from = state.current().unwrap_or("nothing").to_string();
-            let t = state.start_apply(rollback_target.as_deref(), snapshot.as_deref())?;
+            let (rollback_target, snapshot) = (rollback_target.as_deref(), snapshot.as_deref());
+            let t = match returning {
+                Some(r) => state.start_return(rollback_target, snapshot, r.clone())?,
+                None => state.start_apply(rollback_target, snapshot)?,
+            };
             let op = verifying(&before);
-            let mut description = format!("applying {} (from {from})", op.release);
+            let mut description = match returning {
+                Some(r) => format!("rolling back to {} from {from}, as Git asks{}", op.release, r.kept_summary(&op.release)),
+                None => format!("applying {} (from {from})", op.release),
+            };
             if let Some(a) = approval {
                 description = format!("{description}, {}", a.summary());
             }
@@ -211,7 +224,10 @@ pub fn conclude(state: &mut AgentState, step: &Step, ctx: &Context<'_>) -> Resul
             let t = state.applied(ctx.now)?;
             let Progress::Applying(op) = &before else { unreachable!("applied succeeds only from Applying") };
             let bake = humantime::format_duration(*bake_time);
-            let description = format!("baking for {bake}");
+            let description = match &op.returning {
+                Some(_) => format!("baking for {bake} (the rollback's bake)"),
+                None => format!("baking for {bake}"),
+            };
             report.notification = Some(notification(NotificationKind::Applied, op, t.reason, &description));
             report.status = Some(status(op, State::Pending, description).applied(ctx.now));
             report.transition = Some(t);
@@ -222,7 +238,14 @@ pub fn conclude(state: &mut AgentState, step: &Step, ctx: &Context<'_>) -> Resul
                 unreachable!("bake_passed succeeds only from Baking")
             };
             let bake = humantime::format_duration(*bake_time);
-            let description = format!("all gates passed for {bake}");
+            let description = match &operation.returning {
+                Some(r) => format!(
+                    "rolled back from {} as Git asks: all gates passed for {bake}{}",
+                    r.from,
+                    r.kept_summary(&operation.release)
+                ),
+                None => format!("all gates passed for {bake}"),
+            };
             report.notification =
                 Some(notification(NotificationKind::Passed, operation, t.reason, &description).with_gates(figures));
             report.status = Some(
@@ -389,7 +412,7 @@ mod tests {
         (Some("ReleaseBlocked"), Phase::Idle, Some("rel-1"),
          Some((State::Failure, "blocked before apply by dry-run: Deployment x: field is immutable")),
          Some((NotificationKind::Refused, "fleetgate c: rel-2 refused before apply: gate dry-run: Deployment x: field is immutable"))))]
-    #[case::start_apply(Phase::Verifying, Step::StartApply { rollback_target: None, snapshot: Some("snap-1".into()), approval: None },
+    #[case::start_apply(Phase::Verifying, Step::StartApply { rollback_target: None, snapshot: Some("snap-1".into()), approval: None, returning: None },
         (Some("ApplyStarted"), Phase::Applying, Some("rel-1"), Some((State::Pending, "applying rel-2 (from rel-1)")),
          Some((NotificationKind::Started, "fleetgate c: rel-2 apply started: ApplyStarted: applying rel-2 (from rel-1)"))))]
     #[case::applied(Phase::Applying, Step::Applied { bake_time: Duration::from_secs(90) },
@@ -508,7 +531,7 @@ mod tests {
         let about = About { wave: Some("canary".into()), target_clusters: vec!["c".into()], ..About::default() };
         let mut state = state_in(Phase::Verifying);
         for step in [
-            Step::StartApply { rollback_target: None, snapshot: None, approval: None },
+            Step::StartApply { rollback_target: None, snapshot: None, approval: None, returning: None },
             Step::Applied { bake_time: Duration::from_secs(5) },
             Step::Passed { bake_time: Duration::from_secs(5), figures: vec![figure("restarts", "0", "3", "pass")] },
         ] {
@@ -527,7 +550,7 @@ mod tests {
             wave: "prod".into(),
             via: "tag approve/rel-2/prod".into(),
         };
-        let step = Step::StartApply { rollback_target: None, snapshot: None, approval: Some(approval.clone()) };
+        let step = Step::StartApply { rollback_target: None, snapshot: None, approval: Some(approval.clone()), returning: None };
         let ctx = Context { cluster: "c", now: t(100), write_back: false, about: &About::default() };
         let s = conclude(&mut state, &step, &ctx).unwrap().status.unwrap();
         assert_eq!(s.description, "applying rel-2 (from rel-1), approved by Ana <ana@example.com> (key ABC): CAB-1234");

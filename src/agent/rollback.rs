@@ -19,9 +19,8 @@
 
 use super::reconcile::{Agent, Outcome, ReconcileError};
 use super::report::Step;
-use super::state::Severity;
 use super::state::{Failure, Progress, Rollback, TransitionError};
-use crate::apply::{AdmittedSet, ApplyError};
+use crate::apply::{AdmittedSet, ApplyError, Engine};
 use crate::gates::crd_compat;
 use crate::model::FleetConfig;
 use crate::model::{error_chain, stop_point};
@@ -73,14 +72,16 @@ impl Agent {
         Ok(Outcome::RolledBack { release: operation.release.clone(), to: operation.rollback_target.clone() })
     }
 
-    /// Before a rollback applies its target's CRDs: a live CRD whose objects are stored in a
-    /// version the target's CRD lacks cannot be replaced (the API server refuses it, and the
-    /// rollback would fail at every pass), so it stays as it is — with a Warning Event that says
-    /// so — while everything else goes back.
-    async fn keep_crds_the_target_cannot_take_back(
+    /// Before a rollback (or a return, [`super::state::Return`]) applies its target's CRDs: a
+    /// live CRD the target's would narrow ([`crd_compat::crds_to_keep`]: a stored version it
+    /// lacks — the API server would refuse it, and the rollback fail at every pass — or a field,
+    /// version or looser bound objects may rely on) stays as it is, with a Warning Event
+    /// `CrdKept` that says why, while everything else goes back. Returns what was kept.
+    pub(super) async fn keep_wider_crds(
         &self,
         admitted: &mut AdmittedSet<'_>,
-    ) -> Result<(), ReconcileError> {
+        action: &str,
+    ) -> Result<Vec<crd_compat::KeptCrd>, ReconcileError> {
         let api: Api<CustomResourceDefinition> = Api::all(self.services.client.clone());
         let mut live = Vec::new();
         for crd in admitted.crds() {
@@ -91,23 +92,16 @@ impl Agent {
             })?;
             live.extend(found);
         }
-        for kept in crd_compat::crds_to_keep(&live, admitted.crds()) {
-            let Some(crd) = live.iter().find(|l| l.metadata.name.as_deref() == Some(kept.name.as_str())) else {
+        let kept = crd_compat::crds_to_keep(&live, admitted.crds());
+        for k in &kept {
+            let Some(crd) = live.iter().find(|l| l.metadata.name.as_deref() == Some(k.name.as_str())) else {
                 continue;
             };
             admitted.keep_live_crd(crd);
-            tracing::warn!(crd = %kept.name, "{kept}");
-            if let Ok(regarding) = self.services.store.object_ref().await
-                && let Err(e) = self
-                    .services
-                    .events
-                    .publish(&regarding, Severity::Warning, "CrdKept", "RollingBack", &kept.to_string())
-                    .await
-            {
-                tracing::warn!(error = %error_chain(&e), "could not record an Event");
-            }
+            tracing::warn!(crd = %k.name, "{k}");
+            self.services.record_warning("CrdKept", action, &k.to_string()).await;
         }
-        Ok(())
+        Ok(kept)
     }
 
     /// Applies the rollback target, prunes what the failed release added, restores the snapshot.
@@ -126,19 +120,32 @@ impl Agent {
             return Ok(());
         };
         let verified = self.rollback_release(checkout, target).await?;
-        let policy = self.admission_policy(config);
-        let mut admitted = self.rollback_engine.admit(&verified, &policy).await?;
-        self.keep_crds_the_target_cannot_take_back(&mut admitted).await?;
+        let mut admitted = self.rollback_engine.admit(&verified, &self.admission_policy(config)).await?;
+        self.keep_wider_crds(&mut admitted, "RollingBack").await?;
         let changes = self.rollback_engine.apply(admitted).await?;
         stop_point::reached("rollback.after-apply").await;
         let pruned = self.rollback_engine.prune().await?;
         tracing::info!(release = %target, changes = %changes.summary(), pruned = pruned.len(), "rollback applied");
         let Some(snapshot) = &operation.snapshot else { return Ok(()) };
+        self.restore_snapshot(&self.rollback_engine, snapshot, target, config).await
+    }
+
+    /// Restores `snapshot` after `target` was applied, when it holds `target`'s own objects. A
+    /// snapshot of another release, one whose MAC does not verify, or one holding what no
+    /// release may apply is not restored: `target` is applied, so the rollback still completes,
+    /// with a Warning Event that says why.
+    pub(super) async fn restore_snapshot(
+        &self,
+        engine: &Engine,
+        snapshot: &str,
+        target: &str,
+        config: &FleetConfig,
+    ) -> Result<(), ReconcileError> {
+        let policy = self.admission_policy(config);
         // A snapshot holds the objects of the release that ran when it was taken; restored on
         // top of another release it would leave the cluster part one, part the other.
-        let taken_of =
-            self.rollback_engine.snapshots().await?.into_iter().find(|s| &s.id == snapshot).map(|s| s.release);
-        if taken_of.as_deref() != Some(target.as_str()) {
+        let taken_of = engine.snapshots().await?.into_iter().find(|s| s.id == snapshot).map(|s| s.release);
+        if taken_of.as_deref() != Some(target) {
             let of = taken_of.map_or_else(|| "no longer exists".to_string(), |r| format!("holds {r}'s objects"));
             let note =
                 format!("snapshot {snapshot} {of}, not {target}'s: {target} applied, custom resources not restored");
@@ -146,7 +153,7 @@ impl Agent {
             self.services.record_warning("SnapshotSkipped", "RollingBack", &note).await;
             return Ok(());
         }
-        match self.rollback_engine.restore(snapshot, &policy).await {
+        match engine.restore(snapshot, &policy).await {
             Ok(restored) => {
                 tracing::info!(snapshot = %snapshot, changes = %restored.summary(), "custom resources restored");
                 Ok(())

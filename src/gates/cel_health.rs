@@ -384,6 +384,7 @@ mod tests {
         });
         GatePolicySpec {
             bake_time: std::time::Duration::from_secs(60),
+            rollback_bake_time: None,
             interval: std::time::Duration::from_secs(5),
             call_timeout: std::time::Duration::from_secs(5),
             on_unknown: Default::default(),

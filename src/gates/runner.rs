@@ -385,6 +385,7 @@ mod tests {
         };
         GatePolicySpec {
             bake_time: Duration::from_secs(60),
+            rollback_bake_time: None,
             interval: Duration::from_secs(5),
             call_timeout: Duration::from_secs(5),
             on_unknown,

@@ -21,6 +21,12 @@ pub struct GatePolicySpec {
     /// How long after the apply the gates are watched before the release counts as good.
     #[serde(with = "humantime_serde")]
     pub bake_time: Duration,
+    /// How long a move back to a release that passed its bake here (a revert in Git, `fleetgate
+    /// rollback`) bakes: that release already proved itself on this cluster, so it is watched
+    /// only long enough to see it serve. Default: `bakeTime`, at most one minute
+    /// ([`Self::rollback_bake`]).
+    #[serde(with = "humantime_serde::option", default, skip_serializing_if = "Option::is_none")]
+    pub rollback_bake_time: Option<Duration>,
     /// Time between two evaluation rounds.
     #[serde(with = "humantime_serde", default = "default_interval")]
     pub interval: Duration,
@@ -327,7 +333,15 @@ pub enum GatePolicyProblem {
     BadSample { gate: String },
 }
 
+/// The longest default [`GatePolicySpec::rollback_bake`].
+const DEFAULT_ROLLBACK_BAKE: Duration = Duration::from_secs(60);
+
 impl GatePolicySpec {
+    /// The bake of a move back to a release that passed here before (`rollbackBakeTime`).
+    pub fn rollback_bake(&self) -> Duration {
+        self.rollback_bake_time.unwrap_or(self.bake_time.min(DEFAULT_ROLLBACK_BAKE))
+    }
+
     /// Everything that parses but could not be evaluated: empty or duplicate names, a Prometheus
     /// gate with no (or several) bounds, a CEL expression that does not
     /// compile, ratios outside 0–100 %, an interval longer than the bake time.

@@ -5,8 +5,12 @@
 //! The walk follows the tracked branch's first-parent history from the tip back to the newest
 //! commit whose first parent asked this cluster for another release (or none). That commit is the
 //! PR's head when the forge fast-forwarded or rebased the PR onto the branch; when it merged with a
-//! merge commit, the PR's head is that merge's second parent. Git history is only read here: what
-//! is read chooses a commit of this repo to post on, never where a status (or a token) goes.
+//! merge commit, the PR's head is that merge's second parent — provided that head itself asks the
+//! cluster for the release. A merge whose own tree makes the promotion while its second parent is
+//! some other PR's head (a docs fix a person approved) has no promotion head: approvals of that
+//! PR are bound to what it changes, never to what a merge adds around it. Git history is only read
+//! here: what is read chooses a commit of this repo to post on, never where a status (or a token)
+//! goes.
 
 use crate::model::{CLUSTERS_DIR, FLEET_FILE, FleetConfig};
 use crate::source::{Checkout, SourceError};
@@ -36,7 +40,12 @@ pub fn promotion_head(checkout: &Checkout, cluster: &str, release: &str) -> Resu
         if decision_files(&commit)? != decision_files(&parent)?
             && desired_at(checkout, &parent, cluster)?.as_deref() != Some(release)
         {
-            return Ok(Some(if commit.parent_count() > 1 { commit.parent_id(1)? } else { commit.id() }));
+            if commit.parent_count() == 1 {
+                return Ok(Some(commit.id()));
+            }
+            let head = repo.find_commit(commit.parent_id(1)?)?;
+            let promotes = desired_at(checkout, &head, cluster)?.as_deref() == Some(release);
+            return Ok(promotes.then_some(head.id()));
         }
         commit = parent;
     }
@@ -136,6 +145,21 @@ mod tests {
         git(dir.path(), &["add", "LATER.md"]);
         git(dir.path(), &["commit", "-qm", "later"]);
         assert_eq!(head(dir.path()), Some(pr_head));
+    }
+
+    #[test]
+    fn a_merge_that_promotes_on_its_own_over_another_prs_head_has_no_promotion_head() {
+        let dir = repo();
+        // An approved docs fix, merged by a commit whose own tree also promotes rel-1.
+        git(dir.path(), &["checkout", "-qb", "docs"]);
+        std::fs::write(dir.path().join("NOTES.md"), "typo fixed\n").unwrap();
+        git(dir.path(), &["add", "NOTES.md"]);
+        git(dir.path(), &["commit", "-qm", "docs: fix a typo"]);
+        git(dir.path(), &["checkout", "-q", "main"]);
+        git(dir.path(), &["merge", "-q", "--no-ff", "--no-commit", "docs"]);
+        set_fleet(dir.path(), "rel-1");
+        git(dir.path(), &["commit", "-qam", "Merge docs"]);
+        assert_eq!(head(dir.path()), None, "the docs PR's approvals must not approve rel-1");
     }
 
     #[test]

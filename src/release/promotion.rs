@@ -1,8 +1,12 @@
 //! The branch tip as a decision. With `promotions: signed` the tip must be a commit signed by a
 //! trusted promotion key that descends from the last tip the agent accepted: a force-push to an
 //! older (signed) commit would otherwise replay an old configuration. With `promotions: unsigned`
-//! the tip is anyone's push, and a signature on it still counts as a *signed decision* (it may
-//! move a cluster back to an older release, or clear a rejection).
+//! the tip is anyone's push, and a signature on it counts as a *signed decision* (it may move a
+//! cluster back to an older release, clear a rejection, re-pin a status key) only when it is
+//! fresh: the tip is, or descends from, the newest tip the agent accepted ([`is_fresh`]; that mark
+//! moves only forward, by fast-forward). An old signed commit force-pushed back as the tip — a
+//! release commit `release create` signed, a promotion from last month — is an unsigned tip, so
+//! a pusher without a key cannot replay yesterday's decision.
 //!
 //! One more commit is accepted as a signed-mode tip without a promotion key: an agent's
 //! **write-back** ([`WriteBack`]'s trailers), SSH-signed in namespace `git` by the status key of
@@ -65,6 +69,10 @@ pub enum PromotionError {
         "the branch tip {commit} is signed by the status key of cluster {cluster} and pins it to {release}, a release {cluster} never reported running (no verified success, and no verified rollback to it); a write-back pins only a release the cluster runs"
     )]
     WriteBackUnrunRelease { commit: String, cluster: String, release: String },
+    #[error(
+        "the branch tip {commit} is signed by the status key of cluster {cluster} as a write-back, but its parent {parent} was never acceptable (not the last accepted tip, nor signed by a promotion key and descending from it, nor such a write-back): a write-back cannot carry unsigned changes beneath it; push a signed promotion commit on top of the accepted tip"
+    )]
+    WriteBackOnUnacceptedParent { commit: String, cluster: String, parent: String },
     #[error("reading the statuses a write-back is checked against")]
     Statuses(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error(transparent)]
@@ -138,8 +146,8 @@ pub fn effective_mode(agent: Option<PromotionMode>, was_signed: bool, tip_says: 
     }
 }
 
-/// Judges the checkout's tip under `mode` by promotion keys alone; `accepted` is the last tip
-/// accepted in signed mode. A signed-mode tip no promotion key signed is [`PromotionError::UnsignedTip`]:
+/// Judges the checkout's tip under `mode` by promotion keys alone; `accepted` is the newest tip
+/// the agent accepted (module docs). A signed-mode tip no promotion key signed is [`PromotionError::UnsignedTip`]:
 /// [`crate::status::check_tip`] then judges it as a write-back (the status layer holds the keys and
 /// statuses that takes).
 pub fn check_tip(
@@ -159,7 +167,28 @@ pub fn check_tip(
         Err(other) => unreachable!("verify_commit returns signature or source errors only: {other}"),
     };
     check_descends(checkout, mode, accepted)?;
+    if trust.is_signed() && !is_fresh(checkout, accepted) {
+        // Only reachable in unsigned mode (signed mode refused it above).
+        tracing::warn!(
+            tip = %short(tip),
+            accepted = accepted.unwrap_or_default(),
+            "the branch tip is signed but does not descend from the newest tip accepted: an old signed commit pushed again is no decision; judged as unsigned"
+        );
+        return Ok(TipTrust::Unsigned);
+    }
     Ok(trust)
+}
+
+/// The checkout's tip is `accepted` (the newest tip the agent accepted) or descends from it, or
+/// the agent accepted none yet: a signature on it may count as a new decision, and the tip may
+/// become the new mark.
+pub fn is_fresh(checkout: &Checkout, accepted: Option<&str>) -> bool {
+    descends_from(checkout, checkout.tip(), accepted)
+}
+
+/// `commit` is `accepted` or descends from it, or nothing was accepted yet.
+pub fn descends_from(checkout: &Checkout, commit: git2::Oid, accepted: Option<&str>) -> bool {
+    accepted.is_none_or(|accepted| descends(checkout, commit, accepted))
 }
 
 /// In signed mode, the tip must be `accepted` or descend from it (module docs).

@@ -381,13 +381,14 @@ impl ForgeBackend {
         self.exchange(builder, &req.url, &status.commit).await.map(drop)
     }
 
-    /// The approvals given on the pull (merge) requests whose head is `head`, each by a login the
-    /// forge authenticated and given at that very head: an approval of an earlier head (content
-    /// pushed since), a dismissed or stale one does not count.
+    /// The approvals given on the pull (merge) requests whose head is `head` and whose target is
+    /// `base` (the branch the agent tracks: an approval of a PR into another branch approves
+    /// nothing here), each by a login the forge authenticated and given at that very head: an
+    /// approval of an earlier head (content pushed since), a dismissed or stale one does not count.
     ///
     /// # Errors
     /// As [`send`](Self::send): the forge refused or could not be reached.
-    pub async fn approvals(&self, head: &str) -> Result<Vec<ForgeApproval>, ForgeError> {
+    pub async fn approvals(&self, head: &str, base: &str) -> Result<Vec<ForgeApproval>, ForgeError> {
         let (api, repo) = (&self.api, &self.repository);
         let mut out = Vec::new();
         let reviews = |v: &Value, pull: u64, out: &mut Vec<ForgeApproval>| {
@@ -403,7 +404,8 @@ impl ForgeBackend {
         match self.kind {
             ForgeKind::Github => {
                 let pulls = self.get(&format!("{api}/repos/{repo}/commits/{head}/pulls"), head).await?;
-                for number in pulls.as_array().into_iter().flatten().filter_map(|p| p["number"].as_u64()) {
+                let into_base = pulls.as_array().into_iter().flatten().filter(|p| p["base"]["ref"] == base);
+                for number in into_base.filter_map(|p| p["number"].as_u64()) {
                     let found = self.get(&format!("{api}/repos/{repo}/pulls/{number}/reviews"), head).await?;
                     reviews(&found, number, &mut out);
                 }
@@ -413,7 +415,11 @@ impl ForgeBackend {
                 // among the recently updated ones, merged or not.
                 let recent = format!("{api}/repos/{repo}/pulls?state=all&sort=recentupdate&limit={RECENT_PULLS}");
                 let pulls = self.get(&recent, head).await?;
-                let heads = pulls.as_array().into_iter().flatten().filter(|p| p["head"]["sha"] == head);
+                let heads = pulls
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|p| p["head"]["sha"] == head && p["base"]["ref"] == base);
                 for number in heads.filter_map(|p| p["number"].as_u64()) {
                     let found = self.get(&format!("{api}/repos/{repo}/pulls/{number}/reviews"), head).await?;
                     reviews(&found, number, &mut out);
@@ -424,7 +430,7 @@ impl ForgeBackend {
                 let project = format!("{api}/projects/{project}");
                 let mrs = self.get(&format!("{project}/repository/commits/{head}/merge_requests"), head).await?;
                 // GitLab's approvals belong to the request; only one whose head is still `head` counts.
-                for mr in mrs.as_array().into_iter().flatten().filter(|m| m["sha"] == head) {
+                for mr in mrs.as_array().into_iter().flatten().filter(|m| m["sha"] == head && m["target_branch"] == base) {
                     let Some(iid) = mr["iid"].as_u64() else { continue };
                     let found = self.get(&format!("{project}/merge_requests/{iid}/approvals"), head).await?;
                     let logins = found["approved_by"].as_array().into_iter().flatten();

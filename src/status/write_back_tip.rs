@@ -27,10 +27,53 @@ pub fn check_tip(
             };
             let trust = check_write_back(checkout, tip, &cluster, &keys)?;
             check_descends(checkout, mode, accepted)?;
+            check_beneath(checkout, tip, &cluster, keyring, accepted, clusters)?;
             Ok(trust)
         }
         judged => judged,
     }
+}
+
+/// How many write-backs in a row (several clusters rolling back at once) are followed down to
+/// the commit they were written on.
+const MAX_WRITE_BACK_CHAIN: usize = 32;
+
+/// A write-back is accepted only on top of a commit that was itself acceptable: the accepted tip,
+/// a commit a promotion key signed that descends from it, or another write-back on such a commit.
+/// Otherwise an unsigned commit (a new cluster with the pusher's own status key, weaker settings)
+/// could be laundered by a write-back signed on top of it.
+fn check_beneath(
+    checkout: &Checkout,
+    commit: git2::Oid,
+    cluster: &str,
+    keyring: &Keyring,
+    accepted: Option<&str>,
+    clusters: &StatusKeys,
+) -> Result<(), PromotionError> {
+    let parent_of = |c: git2::Oid| -> Result<git2::Oid, PromotionError> {
+        let found = checkout.repo().find_commit(c).map_err(SourceError::from)?;
+        Ok(found.parent_id(0).map_err(SourceError::from)?)
+    };
+    let mut parent = parent_of(commit)?;
+    for _ in 0..MAX_WRITE_BACK_CHAIN {
+        if accepted.is_some_and(|a| parent.to_string() == a) {
+            return Ok(());
+        }
+        let signed = crate::release::verify_commit(checkout, parent, keyring).is_ok();
+        if signed && crate::release::descends_from(checkout, parent, accepted) {
+            return Ok(());
+        }
+        let Some((by, keys)) = write_back_signer(checkout, parent, clusters)? else { break };
+        if check_write_back(checkout, parent, &by, &keys).is_err() {
+            break;
+        }
+        parent = parent_of(parent)?;
+    }
+    Err(PromotionError::WriteBackOnUnacceptedParent {
+        commit: short(commit),
+        cluster: cluster.to_string(),
+        parent: short(parent),
+    })
 }
 
 /// The cluster whose status key made `commit`'s SSH signature (valid, namespace `git`), with the

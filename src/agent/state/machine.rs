@@ -123,6 +123,38 @@ pub struct Operation {
     pub baseline: Option<serde_json::Value>,
     /// The release's signed `sequence`: passing the bake makes it the newest this cluster ran.
     pub sequence: Option<u64>,
+    /// Set when this operation moves the cluster back to a release that passed its bake here
+    /// before ([`AgentState::start_return`]).
+    pub returning: Option<Return>,
+}
+
+/// A move back, asked for in Git (a revert, `fleetgate rollback`), to a release that passed its
+/// bake on this cluster before. It is applied the way an automatic rollback is: CRDs the target
+/// would narrow are kept, custom resources come back from the snapshot taken before the newer
+/// release replaced the target, and it bakes for the policy's `rollbackBakeTime`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Return {
+    /// The release the cluster ran when Git asked to go back.
+    pub from: String,
+    /// The live CRDs kept as they are, each with why (`KeptCrd`'s text).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kept_crds: Vec<String>,
+}
+
+impl Return {
+    /// `; kept 2 CRDs wider than rel-1's: a.example.com, b.example.com`, or nothing.
+    pub fn kept_summary(&self, target: &str) -> String {
+        if self.kept_crds.is_empty() {
+            return String::new();
+        }
+        let names: Vec<&str> = self
+            .kept_crds
+            .iter()
+            .map(|k| k.trim_start_matches("kept CRD ").split_once(' ').map_or(k.as_str(), |(name, _)| name))
+            .collect();
+        format!("; kept {} CRD(s) wider than {target}'s: {}", names.len(), names.join(", "))
+    }
 }
 
 /// A rollback in progress: what failed, with the figures that failed it.
@@ -213,12 +245,18 @@ pub struct TrustMemory {
     /// The fleet name of the first accepted release, when the agent is not given `--fleet`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet: Option<String>,
-    /// The last branch tip accepted in signed mode; the next one must descend from it.
+    /// The newest branch tip accepted, moved only forward (to a tip that descends from it): in
+    /// signed mode the next tip must descend from it, in unsigned mode a signed tip that does not
+    /// is no decision ([`crate::release::is_fresh`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accepted_tip: Option<String>,
     /// Signed promotions were in force once: a push writing `promotions: unsigned` cannot leave.
     #[serde(default)]
     pub signed_promotions: bool,
+    /// Revoked release → the signed release that revokes it, as first seen: deleting the
+    /// revoking tag, or rewriting history, never makes a revoked release runnable again.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub revoked: BTreeMap<String, String>,
     /// The newest release (by signed sequence) that passed its bake here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub newest: Option<Ran>,
@@ -267,6 +305,8 @@ pub enum TransitionError {
         "release {release} was rejected ({reason}: {message}); it is not started again until Git desires a different release"
     )]
     Rejected { release: String, reason: String, message: String },
+    #[error("{release} never passed its bake here: moving to it is a promotion, not a return")]
+    NotReturn { release: String },
 }
 
 impl AgentState {
@@ -400,8 +440,23 @@ impl AgentState {
 
     /// Remembers a branch tip accepted in signed mode.
     pub fn accept_signed_tip(&mut self, commit: &str) {
-        self.trust.accepted_tip = Some(commit.to_string());
+        self.accept_tip(commit);
         self.trust.signed_promotions = true;
+    }
+
+    /// Moves the mark of the newest accepted tip to `commit`: called only with a tip that
+    /// descends from the mark ([`crate::release::is_fresh`]), so it never moves back.
+    pub fn accept_tip(&mut self, commit: &str) {
+        self.trust.accepted_tip = Some(commit.to_string());
+    }
+
+    /// Adds revocations seen in signed releases (revoked → revoker) to the ones remembered, and
+    /// returns all of them. The first revoker seen is kept.
+    pub fn remember_revocations(&mut self, seen: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+        for (release, by) in seen {
+            self.trust.revoked.entry(release.clone()).or_insert_with(|| by.clone());
+        }
+        self.trust.revoked.clone()
     }
 
     /// Keeps the release's signed sequence with the operation (recorded while verifying).
@@ -447,6 +502,7 @@ impl AgentState {
             snapshot: None,
             baseline: None,
             sequence: None,
+            returning: None,
         };
         let from = self.current.as_deref().unwrap_or("nothing");
         let message = format!("verifying {release} (from {from})");
@@ -482,6 +538,32 @@ impl AgentState {
         rollback_to: Option<&str>,
         snapshot: Option<&str>,
     ) -> Result<Transition, TransitionError> {
+        self.enter_apply(rollback_to, snapshot, None)
+    }
+
+    /// Verifying → Applying for a move back to a release that passed its bake here ([`Return`]):
+    /// like [`start_apply`](Self::start_apply), with the return recorded in the operation so the
+    /// apply, a resumed apply and the bake treat it as a rollback. Refused for a release that did
+    /// not succeed here: that move is an ordinary promotion.
+    pub fn start_return(
+        &mut self,
+        rollback_to: Option<&str>,
+        snapshot: Option<&str>,
+        returning: Return,
+    ) -> Result<Transition, TransitionError> {
+        let release = self.progress.operation().map(|op| op.release.clone()).unwrap_or_default();
+        if !self.succeeded_here(&release) {
+            return Err(TransitionError::NotReturn { release });
+        }
+        self.enter_apply(rollback_to, snapshot, Some(returning))
+    }
+
+    fn enter_apply(
+        &mut self,
+        rollback_to: Option<&str>,
+        snapshot: Option<&str>,
+        returning: Option<Return>,
+    ) -> Result<Transition, TransitionError> {
         let Progress::Verifying(op) = &self.progress else {
             return Err(self.wrong_phase("start applying", "Verifying"));
         };
@@ -489,13 +571,17 @@ impl AgentState {
         let usable = rollback_to.filter(|r| self.succeeded_here(r));
         op.rollback_target = usable.map(str::to_string).or_else(|| self.last_known_good.clone());
         op.snapshot = snapshot.map(str::to_string);
-        let mut message = format!("applying {}", op.release);
+        let mut message = match &returning {
+            Some(r) => format!("rolling back to {} from {}, as Git asks{}", op.release, r.from, r.kept_summary(&op.release)),
+            None => format!("applying {}", op.release),
+        };
         if let Some(asked) = rollback_to.filter(|_| usable.is_none()) {
             let instead = op.rollback_target.as_deref().unwrap_or("none");
             message.push_str(&format!(
                 " (its rollbackTo {asked} never succeeded here; rollback target: {instead}, the last-known-good)"
             ));
         }
+        op.returning = returning;
         Ok(self.go(Progress::Applying(op), "ApplyStarted", Severity::Normal, message))
     }
 
@@ -846,5 +932,38 @@ mod tests {
         assert_eq!(s.trust().status_keys["cluster-a"], "ssh-ed25519 AAAA1");
         assert!(s.pin_status_keys(&keys("ssh-ed25519 AAAA2"), true).is_empty());
         assert_eq!(s.trust().status_keys["cluster-a"], "ssh-ed25519 AAAA2");
+    }
+
+    #[test]
+    fn a_return_is_only_to_a_release_that_passed_here_and_is_kept_with_the_operation() {
+        let mut s = on_rel1();
+        succeed(&mut s, "rel-2", 10);
+        let back = Return { from: "rel-2".into(), kept_crds: vec!["kept CRD w.example.com as it is: …".into()] };
+        s.observe_desired(Some("rel-1"), false);
+        s.begin("rel-1", "c1", t(20)).unwrap();
+        let tr = s.start_return(None, Some("snap"), back.clone()).unwrap();
+        assert_eq!(s.operation().unwrap().returning, Some(back));
+        assert_eq!(s.operation().unwrap().rollback_target.as_deref(), Some("rel-2"));
+        assert_eq!(tr.message, "rolling back to rel-1 from rel-2, as Git asks; kept 1 CRD(s) wider than rel-1's: w.example.com");
+        s.applied(t(21)).unwrap();
+        s.bake_passed().unwrap();
+        assert_eq!(s.current(), Some("rel-1"));
+
+        // rel-3 never passed here: going to it is a promotion, whatever the caller says.
+        s.observe_desired(Some("rel-3"), false);
+        s.begin("rel-3", "c3", t(30)).unwrap();
+        let not = s.start_return(None, None, Return { from: "rel-1".into(), kept_crds: Vec::new() });
+        assert!(matches!(not, Err(TransitionError::NotReturn { release }) if release == "rel-3"));
+    }
+
+    #[test]
+    fn revocations_are_remembered_with_their_first_revoker() {
+        let mut s = AgentState::default();
+        let seen = |pairs: &[(&str, &str)]| pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+        s.remember_revocations(&seen(&[("rel-2", "rel-3")]));
+        let all = s.remember_revocations(&seen(&[("rel-2", "rel-4"), ("rel-5", "rel-6")]));
+        assert_eq!(all, seen(&[("rel-2", "rel-3"), ("rel-5", "rel-6")]));
+        // Nothing seen this time (the revoking tags were deleted): still remembered.
+        assert_eq!(s.remember_revocations(&BTreeMap::new()).len(), 2);
     }
 }

@@ -11,7 +11,7 @@
 //! agent upgraded mid-operation resumes what the previous one left.
 //! Decoding checks that the operation carries what its phase needs.
 
-use super::machine::{AgentState, Failure, Operation, Phase, Progress, Rollback, TransitionError};
+use super::machine::{AgentState, Failure, Operation, Phase, Progress, Return, Rollback, TransitionError};
 use crate::status::GateFigure;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
@@ -62,6 +62,8 @@ struct WireOperation {
     evidence: Vec<GateFigure>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     sequence: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    returning: Option<Return>,
 }
 
 impl WireOperation {
@@ -83,6 +85,7 @@ impl WireOperation {
             baseline: op.baseline.clone(),
             evidence,
             sequence: op.sequence,
+            returning: op.returning.clone(),
         })
     }
 
@@ -95,6 +98,7 @@ impl WireOperation {
             snapshot: self.snapshot,
             baseline: self.baseline,
             sequence: self.sequence,
+            returning: self.returning,
         };
         Ok(match phase {
             Phase::Idle => return Err("phase Idle with an operation".to_string()),

@@ -293,36 +293,58 @@ impl fmt::Display for Acceptance {
     }
 }
 
-/// A live CRD a rollback must keep: objects are stored in versions the rollback target's CRD
-/// does not list, and the API server refuses a CRD whose `spec.versions` lacks a version in its
-/// `status.storedVersions`. The rollback keeps the live (newer) CRD and rolls back the rest.
+/// A live CRD a rollback (automatic, or a move back through Git) keeps as it is, because its
+/// target's CRD is narrower: objects are stored in versions the target's CRD does not list (the
+/// API server refuses such a CRD), or replacing it would break objects that exist — a field the
+/// server would prune from stored data, a tighter constraint, a served version gone. A CRD is
+/// never narrowed under stored data; the rollback keeps the live (newer) CRD and rolls back the
+/// rest, and says so.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct KeptCrd {
     pub name: String,
     /// The stored versions the target's CRD lacks.
     pub stored: Vec<String>,
+    /// What the target's CRD would break, one finding each (`field-removed .spec.paused`).
+    pub narrower: Vec<String>,
 }
+
+/// Findings named in a [`KeptCrd`]'s text at most; the rest are counted.
+const KEPT_NAMED: usize = 3;
 
 impl fmt::Display for KeptCrd {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "kept CRD {} as it is: objects are stored in {}, which the rollback target does not define",
-            self.name,
-            self.stored.join(", ")
-        )
+        write!(f, "kept CRD {} as it is: ", self.name)?;
+        if !self.stored.is_empty() {
+            return write!(
+                f,
+                "objects are stored in {}, which the rollback target does not define",
+                self.stored.join(", ")
+            );
+        }
+        let named = self.narrower.iter().take(KEPT_NAMED).cloned().collect::<Vec<_>>().join("; ");
+        write!(f, "the rollback target's is narrower ({named}")?;
+        if self.narrower.len() > KEPT_NAMED {
+            write!(f, "; {} more", self.narrower.len() - KEPT_NAMED)?;
+        }
+        f.write_str(") and the live one is never narrowed under stored objects")
     }
 }
 
-/// The CRDs of `target` (a rollback target's) that cannot replace their `live` counterparts.
+/// The CRDs of `target` (a rollback target's) that must not replace their `live` counterparts
+/// ([`KeptCrd`]): every one whose replacement finds something incompatible.
 pub fn crds_to_keep(live: &[CustomResourceDefinition], target: &[CustomResourceDefinition]) -> Vec<KeptCrd> {
     let mut out = Vec::new();
     for t in target {
         let Some(l) = live.iter().find(|l| name_of(l) == name_of(t)) else { continue };
         let defined: Vec<&str> = t.spec.versions.iter().map(|v| v.name.as_str()).collect();
-        let stored: Vec<String> = stored_versions(l).into_iter().filter(|v| !defined.contains(&v.as_str())).collect();
-        if !stored.is_empty() {
-            out.push(KeptCrd { name: name_of(t), stored });
+        let in_storage = stored_versions(l);
+        let stored: Vec<String> = in_storage.iter().filter(|v| !defined.contains(&v.as_str())).cloned().collect();
+        // One line per rule and path: the same field usually goes in every version.
+        let narrower: std::collections::BTreeSet<String> =
+            check(l, t, &in_storage).iter().map(|f| format!("{} {}", f.rule.name(), f.path)).collect();
+        let narrower: Vec<String> = narrower.into_iter().collect();
+        if !stored.is_empty() || !narrower.is_empty() {
+            out.push(KeptCrd { name: name_of(t), stored, narrower });
         }
     }
     out
@@ -573,19 +595,45 @@ mod tests {
         serde_json::from_value(crd).unwrap()
     }
 
+    /// `crd(["v1"], stored)` whose v1 schema has `spec` with `fields`, each a string.
+    fn crd_with_fields(fields: &[&str]) -> CustomResourceDefinition {
+        let mut crd = crd(&["v1"], Some(&["v1"]));
+        let properties: serde_json::Map<String, serde_json::Value> =
+            fields.iter().map(|f| (f.to_string(), serde_json::json!({"type": "string"}))).collect();
+        let schema = serde_json::json!({"openAPIV3Schema": {"type": "object", "properties": {
+            "spec": {"type": "object", "properties": properties}}}});
+        crd.spec.versions[0].schema = Some(serde_json::from_value(schema).unwrap());
+        crd
+    }
+
     #[test]
     fn a_rollback_keeps_a_live_crd_whose_stored_version_the_target_lacks() {
         // The failed release added v1beta1 as storage; objects were written in it.
         let live = [crd(&["v1alpha1", "v1beta1"], Some(&["v1alpha1", "v1beta1"]))];
         let kept = crds_to_keep(&live, &[crd(&["v1alpha1"], None)]);
-        assert_eq!(kept, [KeptCrd { name: "widgets.example.com".into(), stored: vec!["v1beta1".into()] }]);
+        assert_eq!(kept.len(), 1);
+        assert_eq!((kept[0].name.as_str(), kept[0].stored.as_slice()), ("widgets.example.com", &["v1beta1".to_string()][..]));
         assert!(kept[0].to_string().contains("stored in v1beta1"), "{}", kept[0]);
-        // Nothing stored in the new version yet, or the target still defines it: roll it back too.
-        assert!(
-            crds_to_keep(&[crd(&["v1alpha1", "v1beta1"], Some(&["v1alpha1"]))], &[crd(&["v1alpha1"], None)]).is_empty()
-        );
+        // The target still defines every version: nothing to keep.
         assert!(crds_to_keep(&live, &[crd(&["v1beta1", "v1alpha1"], None)]).is_empty());
         // A CRD the cluster does not have is not kept.
         assert!(crds_to_keep(&[], &[crd(&["v1alpha1"], None)]).is_empty());
+    }
+
+    #[test]
+    fn a_rollback_keeps_a_live_crd_the_target_would_narrow() {
+        // Nothing stored in the new version yet, but its clients would lose it.
+        let served = crds_to_keep(&[crd(&["v1alpha1", "v1beta1"], Some(&["v1alpha1"]))], &[crd(&["v1alpha1"], None)]);
+        assert_eq!(served.len(), 1);
+        assert!(served[0].stored.is_empty());
+        assert!(served[0].narrower.iter().any(|n| n.starts_with("served-version-removed")), "{:?}", served[0]);
+        // The newer release added an optional field: going back would prune it from stored objects.
+        let kept = crds_to_keep(&[crd_with_fields(&["size", "paused"])], &[crd_with_fields(&["size"])]);
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0].narrower, ["field-removed .spec.paused"]);
+        let text = kept[0].to_string();
+        assert!(text.contains("widgets.example.com") && text.contains("narrower (field-removed .spec.paused)"), "{text}");
+        // A target as wide as the live CRD, or wider, replaces it.
+        assert!(crds_to_keep(&[crd_with_fields(&["size"])], &[crd_with_fields(&["size", "paused"])]).is_empty());
     }
 }
