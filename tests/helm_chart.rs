@@ -176,36 +176,6 @@ fn the_chart_refuses_to_install_without_repo_and_cluster() {
     assert_refused("no cluster, schema skipped", &template(&unchecked), "cluster is required");
 }
 
-/// What `helm install` prints afterwards names the next commands with this install's values: the
-/// Secrets, reading the status key and registering it (the step without which later waves never
-/// open), and how to watch.
-#[test]
-fn notes_print_the_next_commands_with_the_values() {
-    let chart = chart_dir();
-    let out = helm(&[
-        "install",
-        "fleetgate-agent",
-        chart.to_str().unwrap(),
-        "--dry-run=client",
-        "--namespace=fleetgate-system",
-        "--set=repo=git://git.example.com/fleet.git,cluster=cluster-b,branch=live",
-    ]);
-    assert!(out.status.success(), "helm install --dry-run: {}", String::from_utf8_lossy(&out.stderr));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let notes = &stdout[stdout.find("NOTES:").expect("helm prints the notes")..];
-    for line in [
-        "kubectl -n fleetgate-system create secret generic fleetgate-trusted-keys --from-file=release-signer.asc",
-        "fleetgate agent --print-status-key --cluster cluster-b --state-namespace fleetgate-system \
-         --repo git://git.example.com/fleet.git --trusted-keys release-signer.asc > status-key.pub",
-        "fleetgate cluster register cluster-b --status-key \"$(cat status-key.pub)\" --repo FLEET-CLONE --base live",
-        "git -C FLEET-CLONE push origin live",
-        "kubectl -n fleetgate-system describe configmap fleetgate-state-cluster-b",
-        "fleetgate status --repo git://git.example.com/fleet.git",
-    ] {
-        assert!(notes.lines().any(|l| l.trim() == line), "NOTES lack `{line}`:\n{notes}");
-    }
-}
-
 /// `--set-file rbac.operator.manifest=FILE` in place of the rule lists.
 fn from_manifest(file: &Path) -> Vec<String> {
     vec![
@@ -750,9 +720,21 @@ async fn the_first_cluster_page_runs_on_a_test_cluster() {
     let (mut process, log) = agent.expect("the page starts the agent");
     assert!(process.exited().is_none(), "the agent exited:\n{}", std::fs::read_to_string(&log).unwrap());
 
-    // helm install printed how to register the key, with this install's values.
-    let register = "fleetgate cluster register cluster-a --status-key \"$(cat status-key.pub)\" --repo FLEET-CLONE";
-    assert!(printed.contains(register), "NOTES.txt did not print `{register}`:\n{printed}");
+    // What `helm install` printed afterwards (NOTES.txt) names the next commands with this
+    // install's values: reading the status key and registering it (without which later waves never
+    // open), and how to watch.
+    let notes = &printed[printed.find("NOTES:").expect("helm install printed its notes")..];
+    for line in [
+        "fleetgate agent --print-status-key --cluster cluster-a --state-namespace fleetgate-system \
+         --repo {url} --trusted-keys release-signer.asc > status-key.pub",
+        "fleetgate cluster register cluster-a --status-key \"$(cat status-key.pub)\" --repo FLEET-CLONE",
+        "git -C FLEET-CLONE push origin main",
+        "kubectl -n fleetgate-system describe configmap fleetgate-state-cluster-a",
+        "fleetgate status --repo {url}",
+    ] {
+        let line = line.replace("{url}", &url);
+        assert!(notes.lines().any(|l| l.trim() == line), "NOTES lack `{line}`:\n{notes}");
+    }
     // The chart runs the image the page pushed.
     let deployment: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(cluster.client(), "fleetgate-system");
     let deployment = deployment.get("fleetgate-agent").await.unwrap();
