@@ -137,12 +137,19 @@ fn re_running_is_idempotent_and_an_id_is_never_reused_for_other_content() {
 /// A CRD whose spec embeds a pod template: `containers` and `initContainers` items with the
 /// given fields, besides the spec fields `spec` (`required` among them required).
 fn template_crd(container_fields: &[&str], spec: &[&str], required: &[&str]) -> String {
-    let item: String = container_fields.iter().map(|f| format!("                              {f}: {{type: string}}\n")).collect();
+    let item: String =
+        container_fields.iter().map(|f| format!("                              {f}: {{type: string}}\n")).collect();
     let list = |name: &str| {
-        format!("                        {name}:\n                          type: array\n                          items:\n                            type: object\n                            properties:\n{item}")
+        format!(
+            "                        {name}:\n                          type: array\n                          items:\n                            type: object\n                            properties:\n{item}"
+        )
     };
     let fields: String = spec.iter().map(|f| format!("                {f}: {{type: integer}}\n")).collect();
-    let required = if required.is_empty() { String::new() } else { format!("              required: [{}]\n", required.join(", ")) };
+    let required = if required.is_empty() {
+        String::new()
+    } else {
+        format!("              required: [{}]\n", required.join(", "))
+    };
     format!(
         "apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
@@ -177,8 +184,14 @@ spec:
 
 /// The values of the `--accept-crd-change` flags a refusal prints (single-quoted ones unquoted).
 fn printed_acceptances(text: &str) -> Vec<String> {
-    let line = text.lines().find(|l| l.trim_start().starts_with("--accept-crd-change ")).unwrap_or_else(|| panic!("no flags in {text}"));
-    line.split("--accept-crd-change ").map(|v| v.trim().trim_matches('\'').to_string()).filter(|v| !v.is_empty()).collect()
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("--accept-crd-change "))
+        .unwrap_or_else(|| panic!("no flags in {text}"));
+    line.split("--accept-crd-change ")
+        .map(|v| v.trim().trim_matches('\'').to_string())
+        .filter(|v| !v.is_empty())
+        .collect()
 }
 
 /// The refusal of an incompatible change leads somewhere: it prints the flags that accept what it
@@ -200,9 +213,25 @@ fn an_incompatible_change_is_refused_with_the_flags_that_accept_it_and_those_fla
     let cut = |id: &str, dir: &str, tag: &str, extra: &[String]| {
         let image = format!("{IMAGE_REPO}:{tag}");
         let mut args = vec![
-            "release", "create", "--repo", "fleet", "--id", id, "--manifests", dir, "--image", &image,
-            "--chart-version", "1.2.3", "--crd-version", "v1alpha2", "--git-commit", "a1b2c3d4e5f6", "--all",
-            "--sign-key", &f.fpr,
+            "release",
+            "create",
+            "--repo",
+            "fleet",
+            "--id",
+            id,
+            "--manifests",
+            dir,
+            "--image",
+            &image,
+            "--chart-version",
+            "1.2.3",
+            "--crd-version",
+            "v1alpha2",
+            "--git-commit",
+            "a1b2c3d4e5f6",
+            "--all",
+            "--sign-key",
+            &f.fpr,
         ];
         args.extend(extra.iter().map(String::as_str));
         f.fleetgate(&args)
@@ -245,7 +274,10 @@ fn an_incompatible_change_is_refused_with_the_flags_that_accept_it_and_those_fla
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let shown = stdout(&out);
     assert!(shown.contains("CRDs       compatible with rel-1"), "{shown}");
-    assert!(shown.contains(&format!("accepts field-removed:{crd}:.spec.template.spec (signed as spec.acceptCrdChanges)")), "{shown}");
+    assert!(
+        shown.contains(&format!("accepts field-removed:{crd}:.spec.template.spec (signed as spec.acceptCrdChanges)")),
+        "{shown}"
+    );
     let verified = agent_verify(&f, "cluster-a", "rel-2").expect("the agent accepts the release");
     assert_eq!(verified.release().spec.accept_crd_changes, accept);
     // What the agent's pre-apply gate runs against a cluster that runs rel-1: nothing blocks.
@@ -254,7 +286,8 @@ fn an_incompatible_change_is_refused_with_the_flags_that_accept_it_and_those_fla
             [("crd.yaml".to_string(), f.show(rev, "operator/crds/rediscluster.yaml").into_bytes())].into();
         fleetgate::manifests::crds_in_files(&files).unwrap().into_iter().map(|c| c.crd).collect::<Vec<_>>()
     };
-    let signed = fleetgate::gates::crd_compat::Acceptance::parse_all(&verified.release().spec.accept_crd_changes).unwrap();
+    let signed =
+        fleetgate::gates::crd_compat::Acceptance::parse_all(&verified.release().spec.accept_crd_changes).unwrap();
     let (old, new) = (crds("rel-1"), crds("rel-2"));
     assert!(!fleetgate::gates::crd_compat::check_all(&old, &new).is_empty(), "the change is breaking");
     let findings = fleetgate::gates::crd_compat::check_all_with(&old, &new, &signed);
@@ -284,9 +317,25 @@ fn crds_are_compared_with_the_last_known_good_releases_of_the_targets() {
     let m3 = m3.to_str().unwrap();
     let image = format!("{IMAGE_REPO}:v1.2.0");
     let base = [
-        "release", "create", "--repo", "fleet", "--id", "rel-3", "--manifests", m3, "--image", &image,
-        "--chart-version", "1.2.3", "--crd-version", "v1alpha2", "--git-commit", "a1b2c3d4e5f6", "--all",
-        "--sign-key", &f.fpr,
+        "release",
+        "create",
+        "--repo",
+        "fleet",
+        "--id",
+        "rel-3",
+        "--manifests",
+        m3,
+        "--image",
+        &image,
+        "--chart-version",
+        "1.2.3",
+        "--crd-version",
+        "v1alpha2",
+        "--git-commit",
+        "a1b2c3d4e5f6",
+        "--all",
+        "--sign-key",
+        &f.fpr,
     ];
     let out = f.fleetgate(&base);
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
@@ -297,18 +346,27 @@ fn crds_are_compared_with_the_last_known_good_releases_of_the_targets() {
     );
     assert_eq!(printed_acceptances(&text), ["field-removed:redisclusters.cache.example.com:.spec.legacy"]);
 
-    let args: Vec<&str> = base.iter().copied().chain(["--accept-crd-change", "field-removed:redisclusters.cache.example.com:.spec.legacy"]).collect();
+    let args: Vec<&str> = base
+        .iter()
+        .copied()
+        .chain(["--accept-crd-change", "field-removed:redisclusters.cache.example.com:.spec.legacy"])
+        .collect();
     let out = f.fleetgate(&args);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let shown = stdout(&out);
     assert!(shown.contains("  baseline   rel-1 (last-known-good of cluster-a, cluster-b): compatible\n"), "{shown}");
     assert!(
-        shown.contains("  baseline   rel-2 (the previous release, for cluster-c: no success reported yet): compatible\n"),
+        shown.contains(
+            "  baseline   rel-2 (the previous release, for cluster-c: no success reported yet): compatible\n"
+        ),
         "{shown}"
     );
     assert!(shown.contains("  CRDs       compatible with rel-1, rel-2\n"), "{shown}");
     let message = f.git(&["cat-file", "-p", "rel-3"]);
-    assert!(message.contains("CRD compatibility against rel-1 (last-known-good of cluster-a, cluster-b), rel-2 ("), "{message}");
+    assert!(
+        message.contains("CRD compatibility against rel-1 (last-known-good of cluster-a, cluster-b), rel-2 ("),
+        "{message}"
+    );
 
     let mut json_args = args.clone();
     json_args.extend(["-o", "json"]);

@@ -366,7 +366,8 @@ fn rollback_lists_candidates_and_previews_before_writing() {
     let clusters = j["clusters"].as_array().unwrap();
     assert_eq!(clusters.len(), 1);
     assert_eq!((clusters[0]["cluster"].as_str(), clusters[0]["desired"].as_str()), (Some("cluster-a"), Some("rel-2")));
-    let releases: Vec<&str> = clusters[0]["candidates"].as_array().unwrap().iter().map(|c| c["release"].as_str().unwrap()).collect();
+    let releases: Vec<&str> =
+        clusters[0]["candidates"].as_array().unwrap().iter().map(|c| c["release"].as_str().unwrap()).collect();
     assert_eq!(releases, ["rel-2", "rel-1"]);
     assert_eq!(clusters[0]["candidates"][0]["desired"], true);
 
@@ -396,7 +397,10 @@ fn rollback_lists_candidates_and_previews_before_writing() {
     assert_eq!(j["dryRun"], true);
     assert!(j.get("commit").is_none(), "no commit on a dry run: {j}");
     let p = &j["preview"][0];
-    assert_eq!((p["cluster"].as_str(), p["from"].as_str(), p["to"].as_str()), (Some("cluster-a"), Some("rel-2"), Some("rel-1")));
+    assert_eq!(
+        (p["cluster"].as_str(), p["from"].as_str(), p["to"].as_str()),
+        (Some("cluster-a"), Some("rel-2"), Some("rel-1"))
+    );
     assert_eq!(p["succeededHere"]["release"], "rel-1");
     assert_eq!(p["widerCrds"][0]["name"], crd);
     assert_eq!(p["restores"], true);
@@ -416,7 +420,8 @@ fn rollback_lists_candidates_and_previews_before_writing() {
     let out = f.fleetgate(&["rollback", "--cluster", "cluster-a", "--repo", "fleet", "--reason", "p99"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let text = stdout(&out);
-    let preview = text.find("Rolling back cluster cluster-a\n  cluster-a (wave canary): rel-2 -> rel-1\n").expect(&text);
+    let preview =
+        text.find("Rolling back cluster cluster-a\n  cluster-a (wave canary): rel-2 -> rel-1\n").expect(&text);
     let done = text.find("Rolled back cluster cluster-a on branch main").expect(&text);
     assert!(preview < done, "{text}");
     assert_eq!(desired(&f), "cluster-a=rel-1 cluster-b=rel-1 cluster-c=rel-1");
@@ -444,7 +449,10 @@ fn a_staged_fleet_rollback_goes_wave_by_wave() {
     let args: Vec<String> =
         j["later"][0]["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_string()).collect();
     assert_eq!(args, ["rollback", "--fleet", "--to", "rel-1"]);
-    assert!(f.git(&["log", "-1", "--format=%B", "main"]).contains("Later, wave prod: fleetgate rollback --fleet --to rel-1"));
+    assert!(
+        f.git(&["log", "-1", "--format=%B", "main"])
+            .contains("Later, wave prod: fleetgate rollback --fleet --to rel-1")
+    );
 
     // The printed step, run as it is: the whole fleet on rel-1, pins gone.
     let mut step: Vec<&str> = args.iter().map(String::as_str).collect();

@@ -66,7 +66,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         return list(&args, &opts);
     }
     if args.target.cluster.is_none() && args.target.wave.is_none() && !args.target.fleet {
-        let usage = RelengError::Usage("say what to roll back: --cluster NAME, --wave WAVE or --fleet (or --list)".into());
+        let usage =
+            RelengError::Usage("say what to roll back: --cluster NAME, --wave WAVE or --fleet (or --list)".into());
         return fail(args.output, &usage);
     }
     let outcome = roll_back(&args, &opts).await;
@@ -112,12 +113,7 @@ fn print_preview(args: &Args, r: &RollbackReport) {
     if !r.later.is_empty() {
         println!("  later waves (staged: run each once the waves before report success for their release)");
         for step in &r.later {
-            println!(
-                "    wave {:<10} fleetgate {} --repo {}",
-                step.wave,
-                step.args.join(" "),
-                args.repo.display()
-            );
+            println!("    wave {:<10} fleetgate {} --repo {}", step.wave, step.args.join(" "), args.repo.display());
         }
     }
     if args.dry_run {

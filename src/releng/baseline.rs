@@ -6,10 +6,10 @@
 //! the previous release in the branch's history instead, and the report says so. Each distinct
 //! baseline is one comparison; the release's verdict combines them ([`CrdVerdict::combined`]).
 
+use super::RelengError;
 use super::checks::{self, CrdVerdict};
 use super::repo::{FleetRepo, ReleaseTag};
 use super::successes::Successes;
-use super::RelengError;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -59,10 +59,18 @@ pub fn crd_baselines(
     for cluster in targets {
         let lkg = successes.last_known_good(cluster, |r| r == own);
         match lkg.map(|s| repo.release_tag(&s.release)).transpose()?.flatten() {
-            Some(tag) => by_release.entry(tag.id.clone()).or_insert_with(|| (tag, Vec::new(), Vec::new())).1.push(cluster.clone()),
+            Some(tag) => by_release
+                .entry(tag.id.clone())
+                .or_insert_with(|| (tag, Vec::new(), Vec::new()))
+                .1
+                .push(cluster.clone()),
             None => {
                 if let Some(prev) = previous {
-                    by_release.entry(prev.id.clone()).or_insert_with(|| (prev.clone(), Vec::new(), Vec::new())).2.push(cluster.clone())
+                    by_release
+                        .entry(prev.id.clone())
+                        .or_insert_with(|| (prev.clone(), Vec::new(), Vec::new()))
+                        .2
+                        .push(cluster.clone())
                 }
             }
         }

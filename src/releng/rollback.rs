@@ -265,7 +265,10 @@ pub fn rollback(
                             let cur = current.as_deref().unwrap_or_default();
                             why.insert(
                                 c.clone(),
-                                format!("rollbackTo of {cur} (no change of {c}'s release in the history of {})", req.base),
+                                format!(
+                                    "rollbackTo of {cur} (no change of {c}'s release in the history of {})",
+                                    req.base
+                                ),
                             );
                             want.insert(c.clone(), r);
                             continue;
@@ -438,7 +441,9 @@ fn stage(
         let targets: BTreeSet<String> = clusters.iter().map(|m| m.to.clone()).collect();
         let step = |args: Vec<String>, clusters: Vec<ClusterMove>| LaterStep { wave: wave.clone(), clusters, args };
         match targets.first() {
-            Some(to) if one_target.len() == 1 && i + 1 == count => later.push(step(rollback_args(&["--fleet"], to), clusters)),
+            Some(to) if one_target.len() == 1 && i + 1 == count => {
+                later.push(step(rollback_args(&["--fleet"], to), clusters))
+            }
             Some(to) if targets.len() == 1 => later.push(step(rollback_args(&["--wave", &wave], to), clusters)),
             _ => {
                 for m in clusters {

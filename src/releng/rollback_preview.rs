@@ -83,12 +83,13 @@ pub(super) fn preview(
         }
         (Some(_), Some(Some(Some(ran)))) if ran == to => (
             true,
-            format!("custom resources from the snapshot taken before {from_name} was applied (the cluster ran {to} then)"),
+            format!(
+                "custom resources from the snapshot taken before {from_name} was applied (the cluster ran {to} then)"
+            ),
         ),
-        (Some(_), Some(Some(Some(ran)))) => (
-            false,
-            format!("nothing: the snapshot taken before {from_name} holds {ran}'s objects, not {to}'s"),
-        ),
+        (Some(_), Some(Some(Some(ran)))) => {
+            (false, format!("nothing: the snapshot taken before {from_name} holds {ran}'s objects, not {to}'s"))
+        }
     };
     Ok(ClusterPreview {
         cluster: cluster.to_string(),

@@ -7,8 +7,8 @@
 //! compares new CRDs with ([`super::baseline`]). Fetch the remote's notes first
 //! ([`super::publish::fetch_statuses`]) to read the newest word.
 
-use super::repo::{FleetRepo, ReleaseTag};
 use super::RelengError;
+use super::repo::{FleetRepo, ReleaseTag};
 use crate::model::FleetConfig;
 use crate::status::{self, State, Status};
 use chrono::{DateTime, Utc};

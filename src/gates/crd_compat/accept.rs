@@ -38,7 +38,11 @@ pub fn acceptances_for(findings: &[Finding]) -> Vec<Acceptance> {
             if crds.len() > 1 {
                 out.push(Acceptance { rule, crd: None, path: Some(path) });
             } else {
-                out.extend(crds.into_iter().map(|c| Acceptance { rule, crd: Some(c.to_string()), path: Some(path.clone()) }));
+                out.extend(crds.into_iter().map(|c| Acceptance {
+                    rule,
+                    crd: Some(c.to_string()),
+                    path: Some(path.clone()),
+                }));
             }
         }
     }
@@ -121,12 +125,10 @@ mod tests {
     #[test]
     fn segments_split_on_dots_and_brackets_but_not_inside_quoted_keys() {
         assert_eq!(segments(".spec.template[*].x"), [".spec", ".template", "[*]", ".x"]);
-        assert_eq!(segments(".metadata.labels[\"app.kubernetes.io/na\\\"me\"].v"), [
-            ".metadata",
-            ".labels",
-            "[\"app.kubernetes.io/na\\\"me\"]",
-            ".v"
-        ]);
+        assert_eq!(
+            segments(".metadata.labels[\"app.kubernetes.io/na\\\"me\"].v"),
+            [".metadata", ".labels", "[\"app.kubernetes.io/na\\\"me\"]", ".v"]
+        );
         assert_eq!(segments(".values.*"), [".values", ".*"]);
         assert!(segments(".").is_empty());
     }
@@ -155,11 +157,14 @@ mod tests {
         assert_eq!(Rule::DefaultChanged.severity(), Severity::Warning);
 
         let accept = acceptances_for(&findings);
-        assert_eq!(strings(&accept), [
-            format!("field-removed:{crd}:.spec.legacy"),
-            format!("field-removed:{crd}:.spec.podTemplate.spec"),
-            "required-added:.spec.shards".to_string(),
-        ]);
+        assert_eq!(
+            strings(&accept),
+            [
+                format!("field-removed:{crd}:.spec.legacy"),
+                format!("field-removed:{crd}:.spec.podTemplate.spec"),
+                "required-added:.spec.shards".to_string(),
+            ]
+        );
         // Each parses back to itself, matches a finding, and together they accept every one.
         for a in &accept {
             assert_eq!(&a.to_string().parse::<Acceptance>().unwrap(), a);
@@ -178,12 +183,15 @@ mod tests {
             finding(Rule::FieldRemoved, crd, "v1", ".spec.master.template.spec.y"),
             Finding { version: None, ..finding(Rule::CrdRemoved, "gone.example.com", "v1", ".") },
         ];
-        assert_eq!(strings(&acceptances_for(&findings)), [
-            "crd-removed:gone.example.com:.".to_string(),
-            format!("field-removed:{crd}:.spec.master.template.spec"),
-            format!("field-removed:{crd}:.spec.replicas"),
-            format!("field-removed:{crd}:.status.ready"),
-        ]);
+        assert_eq!(
+            strings(&acceptances_for(&findings)),
+            [
+                "crd-removed:gone.example.com:.".to_string(),
+                format!("field-removed:{crd}:.spec.master.template.spec"),
+                format!("field-removed:{crd}:.spec.replicas"),
+                format!("field-removed:{crd}:.status.ready"),
+            ]
+        );
         assert!(acceptances_for(&findings).iter().all(|a| findings.iter().any(|f| a.matches(f))));
     }
 }
