@@ -59,9 +59,10 @@ fn addr(symbols: &[(String, u64)], name: &str) -> u64 {
 #[test]
 fn the_listed_functions_come_first_in_the_lists_order() {
     let dir = tempfile::tempdir().unwrap();
-    for order in
-        [["main::third", "main::second", "main::first::<u8>"], ["main::first::<u8>", "main::second", "main::third"]]
-    {
+    for order in [
+        ["main::third", "main::second", "main::first::<u8>"],
+        ["main::first::<u8>", "main::second", "main::third"],
+    ] {
         let symbols = link(dir.path(), &order);
         let at: Vec<u64> = order.iter().map(|n| addr(&symbols, n)).collect();
         assert!(at.windows(2).all(|w| w[0] < w[1]), "{order:?} linked at {at:?}");
