@@ -99,7 +99,7 @@ async fn an_old_signed_commit_pushed_again_is_no_signed_decision() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revocation_once_seen_survives_the_deletion_of_the_revoking_tag() {
-    let fleet = Fleet::start("atk-revocation-erased", false).await;
+    let fleet = Fleet::start("atk-revoke-erased", false).await;
     let mut agent = fleet.agent().await;
     fleet.release("rel-1", |_| {});
     fleet.promote("rel-1");
