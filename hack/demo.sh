@@ -15,7 +15,7 @@
 #                 canary to rel-1 in a commit signed with its status key, whose trailers name the
 #                 failed gate and its figure; wave-1 and wave-2 never apply rel-2
 #   rel-3 (good)  rolls through all waves; it adds an optional field to the RedisCluster CRD
-#   rollback      `fleetgate rollback --fleet --push` reverts rel-3's promotion: every cluster goes
+#   rollback      `fleetgate rollback --fleet --to rel-1 --push` undoes rel-3: every cluster goes
 #                 back to rel-1 as a rollback (the CRD rel-3 widened is kept), reports rel-1 success
 #                 again, and the demo prints how long that took from the push
 #
@@ -449,8 +449,9 @@ if [[ -n "${GITEA_URL:-}" ]]; then
   done
 fi
 
-say "Rolling back through Git: fleetgate rollback --fleet --push (rel-3 → rel-1)"
-"$FG" rollback --fleet --repo "$WORK" --reason "INC-42: rel-3 slows the reconcile loop" --push | sed 's/^/    /'
+# rel-3's promotion replaced rel-2 fleet-wide (which only the canary tried): name the release to go back to.
+say "Rolling back through Git: fleetgate rollback --fleet --to rel-1 --push"
+"$FG" rollback --fleet --to rel-1 --repo "$WORK" --reason "INC-42: rel-3 slows the reconcile loop" --push | sed 's/^/    /'
 pushed=$SECONDS
 poke
 returned() { # returned CLUSTER: it runs rel-1 again and its newest rel-1 status is that rollback's success
