@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1.7
 #
 # fleetgate: one binary for the agent and every command, built with the `agent` profile
-# (Cargo.toml: optimised for size, as resident code is most of an agent's memory).
+# (Cargo.toml: optimised for size, as resident code is most of an agent's memory) and linked by
+# hack/agent-build.sh (functions the agent runs first, packed relocations: glibc ≥ 2.36).
 #   docker build -t fleetgate:dev .
 #   docker run --rm fleetgate:dev --help
 #
@@ -41,7 +42,7 @@ WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --profile agent --locked --bin fleetgate \
+    bash hack/agent-build.sh \
  && install -D -m 0755 target/agent/fleetgate /out/fleetgate
 
 FROM scratch AS prebuilt

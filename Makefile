@@ -1,18 +1,23 @@
 # fleetgate — one command to run the main job (`make demo`), one to run the tests (`make test`).
 # Both install what they need (Debian packages, Kubernetes binaries built from Go modules) first;
-# every step is idempotent and cached (~/.cache/fleetgate, ~/.cargo, ~/go).
+# every step is idempotent and cached (~/.cache/fleetgate, ~/.cargo, ~/go), and no running service
+# is stopped (hack/deps.sh). `make install` puts the CLI on PATH.
 
 SHELL := /bin/bash
 CARGO ?= cargo
 # Tests start real control planes; two cores fit two at a time.
 TEST_THREADS ?= 2
 
-.PHONY: all deps testenv build test demo bench agent-order fuzz image clean-testenv
+.PHONY: all deps deps-test testenv build install test demo bench agent-order fuzz image clean-testenv
 
 all: build
 
+# The Debian packages of the build and the demo; deps-test adds the ones only tests use.
 deps:
-	@bash hack/deps.sh
+	@bash hack/deps.sh demo
+
+deps-test:
+	@bash hack/deps.sh test
 
 testenv: deps
 	@bash hack/k8s-binaries.sh >/dev/null
@@ -24,9 +29,16 @@ testenv: deps
 build: deps
 	$(CARGO) build --workspace --bins
 
+# The CLI into $(PREFIX)/bin: a plain release build, as `cargo install --path . --locked` makes it
+# (PREFIX empty: cargo's own root, ~/.cargo/bin). Needs a C compiler, pkg-config and the gpgme and
+# OpenSSL headers (`make deps` installs them on Debian/Ubuntu).
+PREFIX ?=
+install:
+	$(CARGO) install --path . --locked $(if $(PREFIX),--root $(PREFIX))
+
 # The Rust build runs beside the Go builds of `testenv`: on a cold machine they overlap their
 # downloads and link steps (about 19 minutes for both at once here, against ~35 one after the other).
-test: deps
+test: deps-test
 	@$(CARGO) build --workspace --all-targets & build=$$!; \
 	  $(MAKE) --no-print-directory testenv; testenv=$$?; \
 	  wait $$build || { echo 'make test: cargo build failed (above)' >&2; exit 1; }; \
@@ -40,21 +52,21 @@ demo: testenv
 # The figures in docs/BENCHMARKS.md: the apply engine vs Flux's fluxcd/pkg/ssa (bench/ssa, built by
 # hack/flux-ssa-bench.sh) and the status matrix at 1,000 and 10,000 clusters × 20 releases, release
 # profile; then the agent's peak RSS and idle CPU through the demo story, built as the image ships
-# it (`agent` profile, hack/agent-footprint.sh). `uptime` notes the load.
+# it (hack/agent-build.sh; hack/agent-footprint.sh). `uptime` notes the load.
 bench: testenv
 	@uptime
 	bash hack/flux-ssa-bench.sh
 	$(CARGO) run --release --example apply_bench
 	$(CARGO) run --release --example status_matrix
 	$(CARGO) run --release --example status_matrix 10000 20
-	$(CARGO) build --profile agent --bin fleetgate
+	bash hack/agent-build.sh
 	$(CARGO) build -p fleetgate-testenv --bin fleetgate-testenv
 	bash hack/agent-footprint.sh
 	@uptime
 
-# link/agent.order, the functions the agent runs, which the `agent` profile links first (build.rs):
-# a profiling build of the agent through the demo story (hack/agent-order.sh). Re-run after
-# large changes to the agent, then `make bench` shows what it did.
+# link/agent.order, the functions the agent runs, which the image's build (hack/agent-build.sh)
+# links first: a profiling build of the agent through the demo story (hack/agent-order.sh). Re-run
+# after large changes to the agent, then `make bench` shows what it did.
 agent-order: testenv
 	$(CARGO) build -p fleetgate-testenv --bin fleetgate-testenv
 	bash hack/agent-order.sh
@@ -65,6 +77,7 @@ fuzz: deps
 
 # The container image, built with buildah (no Docker engine needed; see hack/image.sh).
 image: deps
+	@bash hack/deps.sh image
 	@bash hack/image.sh
 
 # Stops stray test processes (should never be needed: every handle kills its processes on drop).

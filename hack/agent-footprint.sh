@@ -14,7 +14,7 @@
 #   hack/agent-footprint.sh            # FOOTPRINT_IDLE=60 (seconds), DEMO_DIR=… to keep the files
 #   hack/agent-footprint.sh --measure DIR   # only the measurement, on a demo that still runs
 #
-# Binaries: FLEETGATE_BIN (default target/agent/fleetgate, the image's build; target/release/fleetgate
+# Binaries: FLEETGATE_BIN (default target/agent/fleetgate, the image's build by hack/agent-build.sh; target/release/fleetgate
 # is the CLI's), TESTENV_BIN (default the release build if there is one, else
 # target/debug/fleetgate-testenv).
 set -euo pipefail
@@ -129,7 +129,7 @@ if [[ -z "${TESTENV_BIN:-}" ]]; then
   [[ -x "$TESTENV_BIN" ]] || TESTENV_BIN=$ROOT/target/debug/fleetgate-testenv
   export TESTENV_BIN
 fi
-[[ -x "$FLEETGATE_BIN" ]] || { echo "build first: cargo build --profile agent --bin fleetgate"; exit 2; }
+[[ -x "$FLEETGATE_BIN" ]] || { echo "build first: bash hack/agent-build.sh"; exit 2; }
 echo "agent: $FLEETGATE_BIN"
 uptime | sed 's/^/load at the start: /'
 DEMO_INTERVAL=10s DEMO_LEASE_DURATION=15s DEMO_AFTER="bash $0 --measure" exec bash "$ROOT/hack/demo.sh"

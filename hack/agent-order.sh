@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Regenerates link/agent.order: the functions the agent runs, hottest first, which build.rs hands
-# the linker so that they sit together at the start of `.text` (docs/BENCHMARKS.md, "Agent
-# footprint": the kernel keeps 64 KiB of code resident around every page it faults in, so code
-# the agent runs, scattered over the binary, kept nearly all of `.text` resident).
+# Regenerates link/agent.order: the functions the agent runs, hottest first, which
+# hack/agent-build.sh hands the linker so that they sit together at the start of `.text`
+# (docs/BENCHMARKS.md, "Agent footprint": the kernel keeps 64 KiB of code resident around every
+# page it faults in, so code the agent runs, scattered over the binary, kept nearly all of `.text`
+# resident).
 #
-#   1. builds the `agent` profile with LLVM's profiling counters in every function the build
-#      compiles, the standard library's generic functions included (`-C profile-generate`, with
+#   1. builds the `agent` profile (hack/agent-build.sh) with LLVM's profiling counters in every
+#      function the build compiles, the standard library's generic functions included (`-C profile-generate`, with
 #      the pre-inliner off so that small functions keep counters of their own) into target/agent-order;
 #   2. runs the demo story with that binary as hack/agent-footprint.sh does (10 s poll, 15 s
 #      lease); each agent writes its counters when it stops (SIGTERM, at the end of the demo);
@@ -34,9 +35,8 @@ PROFDATA=$(rustc --print sysroot)/lib/rustlib/$HOST/bin/llvm-profdata
 # Proc macros and build scripts get the counters too (RUSTFLAGS without --target, which would
 # change the build's crate hashes): what they write while compiling goes to the bin.
 mkdir -p "$OUT/build-profraw"
-LLVM_PROFILE_FILE="$OUT/build-profraw/%p.profraw" \
-  RUSTFLAGS="-C profile-generate -C llvm-args=-disable-preinline -C symbol-mangling-version=v0" \
-  cargo build --profile agent --locked --bin fleetgate --target-dir "$OUT"
+LLVM_PROFILE_FILE="$OUT/build-profraw/%p.profraw" CARGO_TARGET_DIR=$OUT \
+  RUSTFLAGS="-C profile-generate -C llvm-args=-disable-preinline" bash hack/agent-build.sh
 rm -rf "$OUT/build-profraw" "$OUT/profraw"
 mkdir -p "$OUT/profraw"
 
@@ -75,10 +75,10 @@ rm -rf "$DEMO"
 
 # 4. Most of them ran inlined into others: keep the names the real build has. (What link/cc puts
 #    after them, the standard library's functions, needs no list.) The real build links with the
-#    whole list first; link/cc leaves every function it saw next to the binary.
-cp "$OUT/ran.txt" link/agent.order
-cargo build --profile agent --locked --bin fleetgate
+#    whole list first (hack/agent-build.sh relinks the next build, with the list written here);
+#    link/cc leaves every function it saw next to the binary.
+FLEETGATE_LINK_ORDER=$OUT/ran.txt bash hack/agent-build.sh
 functions=$(ls -t target/agent/deps/fleetgate-*.functions | head -1)
 cut -f2 "$functions" | awk 'NR == FNR { found[$0]; next } $0 in found' - "$OUT/ran.txt" >link/agent.order
 echo "wrote link/agent.order: $(wc -l <link/agent.order) functions of the $(wc -l <"$OUT/ran.txt") that ran;" \
-  "cargo build --profile agent --bin fleetgate links with it"
+  "hack/agent-build.sh links with it"

@@ -12,7 +12,7 @@
 #   Debian release, so its libraries match) and copied in: `--build-arg BINARY_FROM=prebuilt`.
 #
 # Environment: FLEETGATE_BINARY (default target/agent/fleetgate, the size-optimised `agent` profile
-# the image ships, built when missing),
+# the image ships, built by hack/agent-build.sh, which relinks only what changed),
 # IMAGE (default localhost/fleetgate:dev).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,7 +22,7 @@ BINARY=${FLEETGATE_BINARY:-target/agent/fleetgate}
 B=(buildah --storage-driver vfs)
 
 for tool in buildah mmdebstrap; do
-  command -v "$tool" >/dev/null || { echo "$tool is missing: run \`make deps\` (hack/deps.sh installs it)" >&2; exit 2; }
+  command -v "$tool" >/dev/null || { echo "$tool is missing: run \`bash hack/deps.sh image\` (\`make image\` does)" >&2; exit 2; }
 done
 
 has_image() { "${B[@]}" inspect --type image "$1" >/dev/null 2>&1; }
@@ -42,10 +42,10 @@ if ! has_image gcr.io/distroless/cc-debian12:nonroot; then
   "${B[@]}" rm "$c" >/dev/null
 fi
 
-if [[ ! -x "$BINARY" ]]; then
-  [[ "$BINARY" == target/agent/fleetgate ]] || { echo "$BINARY is missing" >&2; exit 2; }
-  cargo build --profile agent --locked --bin fleetgate >&2
+if [[ "$BINARY" == target/agent/fleetgate ]]; then
+  bash hack/agent-build.sh >&2
 fi
+[[ -x "$BINARY" ]] || { echo "$BINARY is missing" >&2; exit 2; }
 "${B[@]}" bud --isolation chroot --pull=never --layers=false \
   --build-arg BINARY_FROM=prebuilt --build-arg FLEETGATE_BINARY="$BINARY" -t "$IMAGE" . >&2
 echo "$IMAGE"

@@ -102,6 +102,8 @@ fn a_rollback_is_written_back_as_a_pin_of_this_cluster_only() {
         reason: None,
         base: "main".into(),
         branch: None,
+        staged: false,
+        dry_run: false,
     };
     let err = rollback(&FleetRepo::open(&repo).unwrap(), &request, None).unwrap_err().to_string();
     assert!(err.contains("the agent of cluster-a already rolled rel-2 back to rel-1"), "{err}");

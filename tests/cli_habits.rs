@@ -15,7 +15,7 @@ fn shell(shell: &str, script: &str) -> Option<Output> {
     match Command::new(shell).args(["-c", script]).env("FLEETGATE", fleetgate()).output() {
         Ok(out) => Some(out),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            eprintln!("SKIPPED: {shell} is not installed (hack/deps.sh installs it)");
+            eprintln!("SKIPPED: {shell} is not installed (`make deps-test` installs it)");
             None
         }
         Err(e) => panic!("{shell}: {e}"),

@@ -5,12 +5,15 @@
 //! on a path the Deployment mounts; with everything switched on, every object passes a
 //! server-side dry run (the Prometheus Operator's kinds from minimal CRDs made here); the alerts
 //! read metrics the agent exposes and fire, and only, when they should (`promtool test rules`);
-//! the whole output of `fleetgate agent rbac` can be given as a value; and an agent holding the
-//! chart's RBAC with the chart's configuration runs a release to success.
+//! the whole output of `fleetgate agent rbac` can be given as a value; an agent holding the
+//! chart's RBAC with the chart's configuration runs a release to success; and docs/FIRST-CLUSTER.md,
+//! which installs the agent with this chart, runs as written on a test cluster.
 
 mod agent_support;
+mod docs_support;
 
 use agent_support::{CLUSTER, Fleet, within};
+use docs_support::{Page, Shell};
 use fleetgate::agent::config::NamedUrls;
 use fleetgate::agent::{AgentSettings, Outcome};
 use fleetgate::model::{PromotionMode, RELEASE_ADMISSION_POLICY_KIND, ReleaseAdmissionPolicy, parse_document};
@@ -48,6 +51,10 @@ const EVERYTHING: &[&str] = &[
     "--set=approvers[0]=ana",
 ];
 
+/// The two values the chart has no default for, as deploy/config.yaml sets them: with these the
+/// chart's defaults render deploy/'s objects.
+const REQUIRED: &[&str] = &["--set=repo=https://git.example.com/platform/fleet.git", "--set=cluster=canary"];
+
 fn chart_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/chart")
 }
@@ -57,14 +64,27 @@ fn helm(args: &[&str]) -> Output {
     Command::new(helm).args(args).output().expect("running helm")
 }
 
-/// `helm template fleetgate deploy/chart` with `args`; panics with helm's stderr when it fails.
-fn render(args: &[&str]) -> String {
+/// `helm template fleetgate deploy/chart` with [`REQUIRED`] and `args` (which win).
+fn try_render(args: &[&str]) -> Output {
     let chart = chart_dir();
     let mut all = vec!["template", "fleetgate", chart.to_str().unwrap(), "--namespace", "fleetgate-system"];
+    all.extend(REQUIRED);
     all.extend(args);
-    let out = helm(&all);
+    helm(&all)
+}
+
+/// [`try_render`], which must succeed (else panics with helm's stderr).
+fn render(args: &[&str]) -> String {
+    let out = try_render(args);
     assert!(out.status.success(), "helm template {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// Asserts helm refused `out` and said `says`.
+fn assert_refused(what: &str, out: &Output, says: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{what} was accepted");
+    assert!(stderr.contains(says), "{what}: helm did not say {says:?}: {stderr}");
 }
 
 fn rendered(args: &[&str]) -> DeployManifests {
@@ -105,7 +125,9 @@ fn config_data(objects: &[&DynamicObject]) -> (AgentSettings, ReleaseAdmissionPo
 #[test]
 fn the_chart_lints_and_its_schema_refuses_bad_values() {
     let chart = chart_dir();
-    let out = helm(&["lint", "--strict", chart.to_str().unwrap()]);
+    let mut lint = vec!["lint", "--strict", chart.to_str().unwrap()];
+    lint.extend(REQUIRED);
+    let out = helm(&lint);
     assert!(
         out.status.success(),
         "helm lint: {}{}",
@@ -120,22 +142,38 @@ fn the_chart_lints_and_its_schema_refuses_bad_values() {
         ("forge.kind=github", "forge.url"),
         ("notify.format.oncall=webhook", "set notify.secretName"),
         ("notify.format.oncall=email", "/notify/format/oncall"),
+        // Unknown keys, at the top and deeper down: a misspelt value is refused, not ignored.
+        ("clusterName=cluster-a", "clusterName"),
+        ("image.registry=registry.example.com", "registry"),
+        ("networkPolicy.egresPorts[0]=443", "egresPorts"),
+        ("admissionPolicy.allowedNamespace[0]=redis-system", "allowedNamespace"),
     ] {
-        let out = helm(&["template", "fleetgate", chart.to_str().unwrap(), "--set", set]);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "--set {set} was accepted");
-        assert!(stderr.contains(says), "--set {set}: {stderr}");
+        assert_refused(&format!("--set {set}"), &try_render(&["--set", set]), says);
     }
     // A pasted rule without verbs.
-    let out = helm(&[
-        "template",
-        "fleetgate",
-        chart.to_str().unwrap(),
-        "--set-json",
-        r#"rbac.operator.clusterRules=[{"apiGroups":[""],"resources":["pods"]}]"#,
-    ]);
-    assert!(!out.status.success(), "a rule without verbs was accepted");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("verbs"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = try_render(&["--set-json", r#"rbac.operator.clusterRules=[{"apiGroups":[""],"resources":["pods"]}]"#]);
+    assert_refused("a rule without verbs", &out, "verbs");
+}
+
+/// Without `repo` or `cluster` the chart installs nothing: the schema requires them, and the
+/// template fails too where schema validation is skipped; each refusal names the missing value.
+#[test]
+fn the_chart_refuses_to_install_without_repo_and_cluster() {
+    let chart = chart_dir();
+    let template = |args: &[&str]| {
+        let mut all = vec!["template", "fleetgate", chart.to_str().unwrap()];
+        all.extend(args);
+        helm(&all)
+    };
+    assert_refused("no values", &template(&[]), "repo");
+    assert_refused("no values", &template(&[]), "cluster");
+    assert_refused("no cluster", &template(&[REQUIRED[0]]), "cluster");
+    assert_refused("no repo", &template(&[REQUIRED[1]]), "repo");
+    assert_refused("an empty repo", &template(&["--set=repo=", REQUIRED[1]]), "/repo");
+    let unchecked = ["--skip-schema-validation", REQUIRED[1]];
+    assert_refused("no repo, schema skipped", &template(&unchecked), "repo is required");
+    let unchecked = ["--skip-schema-validation", REQUIRED[0]];
+    assert_refused("no cluster, schema skipped", &template(&unchecked), "cluster is required");
 }
 
 /// `--set-file rbac.operator.manifest=FILE` in place of the rule lists.
@@ -174,17 +212,10 @@ fn the_operators_rbac_can_be_given_as_the_whole_output_of_agent_rbac() {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     assert_eq!(rbac_objects(&rendered(&args)), rbac_objects(&rendered(&[])));
 
-    let chart = chart_dir();
     for (file, says) in [("deploy/rbac-state.yaml", "no ClusterRole"), ("Cargo.toml", "is not YAML")] {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
-        let out = helm(&[
-            "template",
-            "fleetgate",
-            chart.to_str().unwrap(),
-            &format!("--set-file=rbac.operator.manifest={}", path.display()),
-        ]);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success() && stderr.contains(says), "{file}: {stderr}");
+        let out = try_render(&[&format!("--set-file=rbac.operator.manifest={}", path.display())]);
+        assert_refused(file, &out, says);
     }
 }
 
@@ -612,4 +643,194 @@ async fn an_agent_with_the_charts_rbac_and_configuration_runs_a_release() {
     let mut agent = fleet.agent_with(settings).await;
     assert_eq!(within("rel-1", 180, agent.reconcile()).await.unwrap(), Outcome::Succeeded("rel-1".into()));
     assert_eq!(fleet.operator_image().await, Some(agent_support::image_of("rel-1")));
+}
+
+/// The settings block of docs/FIRST-CLUSTER.md names these, and the test gives them its own values.
+const FIRST_CLUSTER_SETTINGS: [&str; 5] = ["SRC", "FLEET_URL", "CLUSTER", "AGENT_IMAGE", "TAG"];
+
+/// docs/FIRST-CLUSTER.md, followed on a test cluster with workloads (kwok runs the Operator's
+/// Pods), the fleet repo on a git daemon, the real helm, kubectl, gpg and openssl: every `sh` block
+/// in order, as its marker says (the page's last section explains them). At the end the cluster
+/// reports `success` for the release, verified with the status key the page registered, and the
+/// installed Deployment runs the image the page built and pushed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_cluster_page_runs_on_a_test_cluster() {
+    const PAGE: &str = "docs/FIRST-CLUSTER.md";
+    let page = Page::read(PAGE);
+    let cluster = TestCluster::start(ClusterOptions::new("first-cluster").with_workloads(true))
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let daemon = fleetgate_testenv::GitDaemon::start().expect("git daemon");
+    let url = daemon.create_bare("fleet.git").expect("bare repo");
+    let values =
+        [env!("CARGO_MANIFEST_DIR"), url.as_str(), "cluster-a", "registry.test/platform/fleetgate", "0.1.0-test"];
+    let mut shell = Shell::new();
+    shell.set_env("KUBECONFIG", cluster.kubeconfig_path().to_str().unwrap());
+    shell.path_prepend(helm_binary().unwrap_or_else(|e| panic!("{e:#}")).parent().unwrap());
+    // What the reader has and the page assumes: the tools, a Git identity and the Git token's file
+    // (git:// takes no token; the Secret and its mount are still made and checked).
+    shell.ok("for tool in kubectl helm gpg openssl git; do command -v $tool >/dev/null || \
+              { echo \"$tool is not on PATH; docs/FIRST-CLUSTER.md uses it\"; exit 1; }; done");
+    shell.ok("git config --global user.name 'Rita Release' && git config --global user.email rita@example.com\n\
+              echo unused-over-git > git-token");
+
+    let mut printed = String::new();
+    let mut agent = None;
+    let blocks = page.fenced("sh");
+    assert!(blocks.len() >= 8, "{PAGE}: only {} sh blocks", blocks.len());
+    for block in blocks {
+        let marker = block
+            .marker
+            .as_deref()
+            .unwrap_or_else(|| panic!("{PAGE}: this block has no <!-- test: … --> line before it:\n{}", block.text()));
+        let (how, arg) = marker.split_once(' ').unwrap_or((marker, ""));
+        let script = format!("set -eo pipefail\n{}", block.text());
+        match how {
+            "settings" => {
+                let names: Vec<&str> =
+                    block.lines.iter().filter_map(|l| l.split_once('=').map(|(n, _)| n.trim())).collect();
+                assert_eq!(names, FIRST_CLUSTER_SETTINGS, "{PAGE}: the settings the test substitutes");
+                let ours: Vec<String> =
+                    FIRST_CLUSTER_SETTINGS.iter().zip(values).map(|(n, v)| format!("{n}='{v}'")).collect();
+                shell.ok(&ours.join("\n"));
+            }
+            "run" => printed.push_str(&shell.ok(&script)),
+            "skip" => {}
+            "agent" => agent = Some(start_as_deployed(&cluster, &shell.work().join("pod")).await),
+            "until" => {
+                let (process, log) = agent.as_mut().expect("the agent runs before an `until` block");
+                let output = within(&format!("{PAGE}: `{}` saying {arg:?}", block.text()), 300, async {
+                    loop {
+                        let ran = shell.run(&script);
+                        if ran.code == 0 && ran.output.contains(arg) {
+                            return ran.output;
+                        }
+                        if let Some(status) = process.exited() {
+                            panic!("the agent exited ({status}):\n{}", std::fs::read_to_string(&*log).unwrap());
+                        }
+                        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+                    }
+                })
+                .await;
+                printed.push_str(&output);
+            }
+            other => panic!("{PAGE}: unknown test marker {other:?}"),
+        }
+    }
+    let (mut process, log) = agent.expect("the page starts the agent");
+    assert!(process.exited().is_none(), "the agent exited:\n{}", std::fs::read_to_string(&log).unwrap());
+
+    // What `helm install` printed afterwards (NOTES.txt) names the next commands with this
+    // install's values: reading the status key and registering it (without which later waves never
+    // open), and how to watch.
+    let notes = &printed[printed.find("NOTES:").expect("helm install printed its notes")..];
+    for line in [
+        "fleetgate agent --print-status-key --cluster cluster-a --state-namespace fleetgate-system \
+         --repo {url} --trusted-keys release-signer.asc > status-key.pub",
+        "fleetgate cluster register cluster-a --status-key \"$(cat status-key.pub)\" --repo FLEET-CLONE",
+        "git -C FLEET-CLONE push origin main",
+        "kubectl -n fleetgate-system describe configmap fleetgate-state-cluster-a",
+        "fleetgate status --repo {url}",
+    ] {
+        let line = line.replace("{url}", &url);
+        assert!(notes.lines().any(|l| l.trim() == line), "NOTES lack `{line}`:\n{notes}");
+    }
+    // The chart runs the image the page pushed.
+    let deployment: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(cluster.client(), "fleetgate-system");
+    let deployment = deployment.get("fleetgate-agent").await.unwrap();
+    let image = deployment.spec.unwrap().template.spec.unwrap().containers[0].image.clone();
+    assert_eq!(image.as_deref(), Some("registry.test/platform/fleetgate:0.1.0-test"));
+    // The release runs: the Operator's Deployment has the release's image.
+    let operator: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(cluster.client(), "redis-system");
+    let operator = operator.get("redis-operator").await.unwrap();
+    let image = operator.spec.unwrap().template.spec.unwrap().containers[0].image.clone();
+    assert_eq!(image.as_deref(), Some("registry.example.com/redis-operator:v1.2.3-build.456"));
+}
+
+/// Starts `fleetgate agent` as the Pod of the installed Deployment `fleetgate-system/fleetgate-agent`
+/// would run it, in `root`: its container's arguments and environment (field references resolved
+/// as the kubelet does), every ConfigMap and Secret volume written as files under `root` at its
+/// mount path and every emptyDir made there, and every mount path in the arguments, the environment
+/// and the ConfigMaps' files moved under `root`. Two things differ from the Pod and are given as
+/// flags: the API credential is the ServiceAccount's token in a kubeconfig (a Pod gets the same
+/// token mounted), and it listens on a free loopback port (a Pod has its own 8080). Returns the
+/// process once it answers `/readyz`, and its log file.
+async fn start_as_deployed(cluster: &TestCluster, root: &Path) -> (fleetgate_testenv::process::Guarded, PathBuf) {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    const NS: &str = "fleetgate-system";
+    let admin = cluster.client();
+    let deployment = Api::<Deployment>::namespaced(admin.clone(), NS).get("fleetgate-agent").await.unwrap();
+    let pod = deployment.spec.unwrap().template.spec.unwrap();
+    let container = &pod.containers[0];
+    let mounts = container.volume_mounts.clone().unwrap_or_default();
+
+    let mut paths: Vec<String> = mounts.iter().map(|m| regex::escape(&m.mount_path)).collect();
+    paths.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    let mounted = regex::Regex::new(&format!(r#"(?m)(^|[\s="'\[,])({})(/|$|[\s"',\]])"#, paths.join("|"))).unwrap();
+    let local = |text: &str| mounted.replace_all(text, format!("${{1}}{}${{2}}${{3}}", root.display())).into_owned();
+
+    for mount in &mounts {
+        let dir = root.join(mount.mount_path.trim_start_matches('/'));
+        std::fs::create_dir_all(&dir).unwrap();
+        let volume = pod.volumes.iter().flatten().find(|v| v.name == mount.name).expect("a volume for each mount");
+        if let Some(source) = &volume.config_map {
+            let map = Api::<ConfigMap>::namespaced(admin.clone(), NS).get(&source.name).await.unwrap();
+            for (key, value) in map.data.unwrap_or_default() {
+                std::fs::write(dir.join(key), local(&value)).unwrap();
+            }
+        } else if let Some(source) = &volume.secret {
+            let name = source.secret_name.clone().unwrap();
+            match Api::<Secret>::namespaced(admin.clone(), NS).get_opt(&name).await.unwrap() {
+                Some(secret) => {
+                    for (key, value) in secret.data.unwrap_or_default() {
+                        std::fs::write(dir.join(key), value.0).unwrap();
+                    }
+                }
+                None => assert_eq!(source.optional, Some(true), "the Pod would not start: no Secret {name}"),
+            }
+        } else {
+            assert!(volume.empty_dir.is_some(), "volume {}: a kind this test does not mount", volume.name);
+        }
+    }
+
+    let identity = cluster.agent_identity().await.unwrap_or_else(|e| panic!("{e:#}"));
+    let port = fleetgate_testenv::process::free_port();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fleetgate"));
+    assert!(container.command.is_none(), "the image's entrypoint is fleetgate");
+    cmd.args(container.args.iter().flatten().map(|a| local(a)));
+    cmd.arg("--kubeconfig").arg(identity.kubeconfig_path());
+    cmd.args(["--listen", &format!("127.0.0.1:{port}")]);
+    cmd.env_clear().env("PATH", std::env::var("PATH").unwrap_or_default());
+    for var in container.env.iter().flatten() {
+        let value = match (&var.value, var.value_from.as_ref().and_then(|f| f.field_ref.as_ref())) {
+            (Some(v), _) => local(v),
+            (None, Some(field)) if field.field_path == "metadata.name" => "fleetgate-agent-7d9f8-x2k4q".into(),
+            (None, Some(field)) if field.field_path == "metadata.namespace" => NS.into(),
+            _ => panic!("env {}: a source this test does not resolve", var.name),
+        };
+        cmd.env(&var.name, value);
+    }
+    let log = root.join("agent.log");
+    let mut process = fleetgate_testenv::process::Guarded::spawn("fleetgate agent", cmd, &log).unwrap();
+    let ready = format!("127.0.0.1:{port}");
+    fleetgate_testenv::wait::eventually("the agent answers /readyz", 120, || {
+        if let Some(status) = process.exited() {
+            panic!("the agent exited ({status}):\n{}", std::fs::read_to_string(&log).unwrap());
+        }
+        let answer = http_get(&ready, "/readyz");
+        async move { answer.filter(|a| a.starts_with("HTTP/1.1 200")).map(|_| ()) }
+    })
+    .await;
+    (process, log)
+}
+
+/// The status line and body of `GET path` from `addr`, if it answered.
+fn http_get(addr: &str, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).ok()?;
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    Some(answer)
 }

@@ -17,7 +17,7 @@ fn buildah(args: &[&str]) -> String {
 #[test]
 fn the_image_runs_version_and_validate() {
     if Command::new("buildah").arg("--version").output().is_err() {
-        eprintln!("SKIPPED: buildah is not installed (`make deps` installs it)");
+        eprintln!("SKIPPED: buildah is not installed (`make deps-test` or `make image` installs it)");
         return;
     }
     // vfs storage with chroot isolation needs root; rootless buildah needs subuid ranges we do not set up.

@@ -54,7 +54,18 @@ fn the_signed_tag_is_accepted_by_the_agents_verification_and_by_git() {
     assert_eq!(r2.rollback_succeeded_on, ["cluster-a"]);
     assert!(r2.crd_compatibility.compared && r2.crd_compatibility.compatible, "{:?}", r2.crd_compatibility);
     let message = f.git(&["cat-file", "-p", "rel-2"]);
-    assert!(message.contains("CRD compatibility against rel-1: compatible"), "{message}");
+    assert!(
+        message.contains(
+            "CRD compatibility against rel-1 (last-known-good of cluster-a; the previous release, for cluster-b, \
+             cluster-c: no success reported yet): compatible"
+        ),
+        "{message}"
+    );
+    assert_eq!(r2.crd_baselines.len(), 1, "{:?}", r2.crd_baselines);
+    assert_eq!(
+        (r2.crd_baselines[0].last_known_good_of.as_slice(), r2.crd_baselines[0].previous_for.as_slice()),
+        (&["cluster-a".to_string()][..], &["cluster-b".to_string(), "cluster-c".to_string()][..])
+    );
     assert!(message.contains("image:         registry.example.com/redis-operator:v1.1.0"), "{message}");
     agent_verify(&f, "cluster-b", "rel-2").expect("the second release verifies too");
 }
@@ -123,38 +134,248 @@ fn re_running_is_idempotent_and_an_id_is_never_reused_for_other_content() {
     }
 }
 
+/// A CRD whose spec embeds a pod template: `containers` and `initContainers` items with the
+/// given fields, besides the spec fields `spec` (`required` among them required).
+fn template_crd(container_fields: &[&str], spec: &[&str], required: &[&str]) -> String {
+    let item: String =
+        container_fields.iter().map(|f| format!("                              {f}: {{type: string}}\n")).collect();
+    let list = |name: &str| {
+        format!(
+            "                        {name}:\n                          type: array\n                          items:\n                            type: object\n                            properties:\n{item}"
+        )
+    };
+    let fields: String = spec.iter().map(|f| format!("                {f}: {{type: integer}}\n")).collect();
+    let required = if required.is_empty() {
+        String::new()
+    } else {
+        format!("              required: [{}]\n", required.join(", "))
+    };
+    format!(
+        "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: redisclusters.cache.example.com
+spec:
+  group: cache.example.com
+  scope: Namespaced
+  names: {{plural: redisclusters, singular: rediscluster, kind: RedisCluster, listKind: RedisClusterList}}
+  versions:
+    - name: v1alpha2
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            spec:
+              type: object
+{required}              properties:
+{fields}                template:
+                  type: object
+                  properties:
+                    spec:
+                      type: object
+                      properties:
+{}{}",
+        list("containers"),
+        list("initContainers")
+    )
+}
+
+/// The values of the `--accept-crd-change` flags a refusal prints (single-quoted ones unquoted).
+fn printed_acceptances(text: &str) -> Vec<String> {
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("--accept-crd-change "))
+        .unwrap_or_else(|| panic!("no flags in {text}"));
+    line.split("--accept-crd-change ")
+        .map(|v| v.trim().trim_matches('\'').to_string())
+        .filter(|v| !v.is_empty())
+        .collect()
+}
+
+/// The refusal of an incompatible change leads somewhere: it prints the flags that accept what it
+/// found, compacted (one per rule and subtree), and passing exactly those signs them into
+/// release.yaml, where the agents' CRD gate reads them.
 #[test]
-fn incompatible_crds_are_refused_unless_the_reason_is_given() {
+fn an_incompatible_change_is_refused_with_the_flags_that_accept_it_and_those_flags_release_it() {
     let f = Fixture::new();
-    let m1 = f.manifests("render-1", "v1.0.0", "v1alpha2", &["size", "replicas"], &[]);
-    f.create(&f.request("rel-1", &m1, "v1.0.0")).unwrap();
+    let render = |name: &str, crd: String, tag: &str| {
+        let d = f.dir.path().join(name);
+        std::fs::create_dir_all(d.join("crds")).unwrap();
+        std::fs::write(d.join("crds/rediscluster.yaml"), crd).unwrap();
+        std::fs::write(d.join("deployment.yaml"), deployment_yaml(&format!("{IMAGE_REPO}:{tag}"))).unwrap();
+        d.to_str().unwrap().to_string()
+    };
+    let m1 = render("render-1", template_crd(&["name", "image", "legacyProbe"], &["size", "replicas"], &[]), "v1.0.0");
+    // rel-2 drops legacyProbe from both container lists and spec.replicas, and requires shards.
+    let m2 = render("render-2", template_crd(&["name", "image"], &["size", "shards"], &["shards"]), "v1.1.0");
+    let cut = |id: &str, dir: &str, tag: &str, extra: &[String]| {
+        let image = format!("{IMAGE_REPO}:{tag}");
+        let mut args = vec![
+            "release",
+            "create",
+            "--repo",
+            "fleet",
+            "--id",
+            id,
+            "--manifests",
+            dir,
+            "--image",
+            &image,
+            "--chart-version",
+            "1.2.3",
+            "--crd-version",
+            "v1alpha2",
+            "--git-commit",
+            "a1b2c3d4e5f6",
+            "--all",
+            "--sign-key",
+            &f.fpr,
+        ];
+        args.extend(extra.iter().map(String::as_str));
+        f.fleetgate(&args)
+    };
+    let out = cut("rel-1", &m1, "v1.0.0", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let tip = f.git(&["rev-parse", "main"]);
 
-    // rel-2 drops a field and requires a new one.
-    let m2 = f.manifests("render-2", "v1.1.0", "v1alpha2", &["size", "shards"], &["shards"]);
-    let req = f.request("rel-2", &m2, "v1.1.0");
-    match f.create(&req) {
-        Err(e @ RelengError::Refused(Refusal::IncompatibleCrds { .. })) => {
-            let text = e.to_string();
-            assert!(text.contains("previous release rel-1"), "{text}");
-            assert!(text.contains(".spec.replicas"), "names the removed field: {text}");
-            assert!(text.contains(".spec.shards"), "names the new required field: {text}");
-            assert!(text.contains("--allow-incompatible-crds"), "says how to override: {text}");
-        }
-        other => panic!("expected incompatible-crds, got {other:?}"),
-    }
+    let out = cut("rel-2", &m2, "v1.1.0", &[]);
+    assert_eq!(out.status.code(), Some(1), "refused: {}", stderr(&out));
+    let text = stderr(&out);
+    assert!(
+        text.starts_with("refused: CRDs are incompatible with rel-1 (the previous release, for cluster-a, cluster-b, cluster-c: no success reported yet):"),
+        "{text}"
+    );
+    assert!(text.contains(".spec.template.spec.initContainers[*].legacyProbe: field removed"), "{text}");
+    assert!(!text.contains("--allow-incompatible-crds"), "{text}");
+    let accept = printed_acceptances(&text);
+    let crd = "redisclusters.cache.example.com";
+    assert_eq!(
+        accept,
+        [
+            format!("field-removed:{crd}:.spec.replicas"),
+            format!("field-removed:{crd}:.spec.template.spec"),
+            format!("required-added:{crd}:.spec.shards"),
+        ],
+        "one flag per rule and subtree, not one per container list: {text}"
+    );
     assert_eq!(f.git(&["rev-parse", "main"]), tip, "nothing was committed");
     assert!(f.git(&["tag", "-l", "rel-2"]).is_empty(), "nothing was tagged");
+    // Pipelines get the same values.
+    let out = cut("rel-2", &m2, "v1.1.0", &["-o".into(), "json".into()]);
+    let j = json(&out);
+    assert_eq!((j["result"].as_str(), j["code"].as_str()), (Some("refused"), Some("incompatible-crds")));
+    assert_eq!(j["details"]["accept"], serde_json::json!(accept));
 
-    let mut allowed = req.clone();
-    allowed.allow_incompatible_crds = Some("replicas was never read; shards has a webhook default".into());
-    let r = f.create(&allowed).unwrap();
-    assert!(!r.crd_compatibility.compatible);
-    let message = f.git(&["cat-file", "-p", "rel-2"]);
+    // Exactly the printed flags, passed back: released, and the acceptances are signed content.
+    let flags: Vec<String> = accept.iter().flat_map(|a| ["--accept-crd-change".to_string(), a.clone()]).collect();
+    let out = cut("rel-2", &m2, "v1.1.0", &flags);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let shown = stdout(&out);
+    assert!(shown.contains("CRDs       compatible with rel-1"), "{shown}");
     assert!(
-        message.contains("Incompatible CRDs allowed: replicas was never read; shards has a webhook default"),
+        shown.contains(&format!("accepts field-removed:{crd}:.spec.template.spec (signed as spec.acceptCrdChanges)")),
+        "{shown}"
+    );
+    let verified = agent_verify(&f, "cluster-a", "rel-2").expect("the agent accepts the release");
+    assert_eq!(verified.release().spec.accept_crd_changes, accept);
+    // What the agent's pre-apply gate runs against a cluster that runs rel-1: nothing blocks.
+    let crds = |rev: &str| {
+        let files: std::collections::BTreeMap<String, Vec<u8>> =
+            [("crd.yaml".to_string(), f.show(rev, "operator/crds/rediscluster.yaml").into_bytes())].into();
+        fleetgate::manifests::crds_in_files(&files).unwrap().into_iter().map(|c| c.crd).collect::<Vec<_>>()
+    };
+    let signed =
+        fleetgate::gates::crd_compat::Acceptance::parse_all(&verified.release().spec.accept_crd_changes).unwrap();
+    let (old, new) = (crds("rel-1"), crds("rel-2"));
+    assert!(!fleetgate::gates::crd_compat::check_all(&old, &new).is_empty(), "the change is breaking");
+    let findings = fleetgate::gates::crd_compat::check_all_with(&old, &new, &signed);
+    assert!(fleetgate::gates::crd_compat::is_compatible(&findings), "{findings:?}");
+}
+
+/// The baseline is what the target clusters last ran successfully, not the previous tag: rel-2
+/// dropped a field on purpose but never ran anywhere, so rel-3 (the same CRD) is judged against
+/// rel-1, which cluster-a and cluster-b run — and against rel-2 only for cluster-c, which
+/// reported nothing yet.
+#[test]
+fn crds_are_compared_with_the_last_known_good_releases_of_the_targets() {
+    let f = Fixture::new();
+    let m1 = f.manifests("render-1", "v1.0.0", "v1alpha2", &["size", "legacy"], &[]);
+    f.create(&f.request("rel-1", &m1, "v1.0.0")).unwrap();
+    report(&f, "cluster-a", "rel-1", State::Success);
+    report(&f, "cluster-b", "rel-1", State::Success);
+    let m2 = f.manifests("render-2", "v1.1.0", "v1alpha2", &["size"], &[]);
+    let accepted = CreateRequest {
+        accept_crd_changes: vec!["field-removed:.spec.legacy".into()],
+        ..f.request("rel-2", &m2, "v1.1.0")
+    };
+    f.create(&accepted).unwrap();
+    report(&f, "cluster-a", "rel-2", State::Failure);
+
+    let m3 = f.manifests("render-3", "v1.2.0", "v1alpha2", &["size"], &[]);
+    let m3 = m3.to_str().unwrap();
+    let image = format!("{IMAGE_REPO}:v1.2.0");
+    let base = [
+        "release",
+        "create",
+        "--repo",
+        "fleet",
+        "--id",
+        "rel-3",
+        "--manifests",
+        m3,
+        "--image",
+        &image,
+        "--chart-version",
+        "1.2.3",
+        "--crd-version",
+        "v1alpha2",
+        "--git-commit",
+        "a1b2c3d4e5f6",
+        "--all",
+        "--sign-key",
+        &f.fpr,
+    ];
+    let out = f.fleetgate(&base);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let text = stderr(&out);
+    assert!(
+        text.starts_with("refused: CRDs are incompatible with rel-1 (last-known-good of cluster-a, cluster-b):\n  - redisclusters.cache.example.com v1alpha2 .spec.legacy: field removed"),
+        "judged against what runs, not against rel-2: {text}"
+    );
+    assert_eq!(printed_acceptances(&text), ["field-removed:redisclusters.cache.example.com:.spec.legacy"]);
+
+    let args: Vec<&str> = base
+        .iter()
+        .copied()
+        .chain(["--accept-crd-change", "field-removed:redisclusters.cache.example.com:.spec.legacy"])
+        .collect();
+    let out = f.fleetgate(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let shown = stdout(&out);
+    assert!(shown.contains("  baseline   rel-1 (last-known-good of cluster-a, cluster-b): compatible\n"), "{shown}");
+    assert!(
+        shown.contains(
+            "  baseline   rel-2 (the previous release, for cluster-c: no success reported yet): compatible\n"
+        ),
+        "{shown}"
+    );
+    assert!(shown.contains("  CRDs       compatible with rel-1, rel-2\n"), "{shown}");
+    let message = f.git(&["cat-file", "-p", "rel-3"]);
+    assert!(
+        message.contains("CRD compatibility against rel-1 (last-known-good of cluster-a, cluster-b), rel-2 ("),
         "{message}"
     );
+
+    let mut json_args = args.clone();
+    json_args.extend(["-o", "json"]);
+    let j = json(&f.fleetgate(&json_args));
+    assert_eq!(j["outcome"], "already-released");
+    assert_eq!(j["crdBaselines"][0]["release"], "rel-1");
+    assert_eq!(j["crdBaselines"][0]["lastKnownGoodOf"], serde_json::json!(["cluster-a", "cluster-b"]));
+    assert_eq!(j["crdBaselines"][1]["release"], "rel-2");
+    assert_eq!(j["crdBaselines"][1]["previousFor"], serde_json::json!(["cluster-c"]));
 }
 
 #[test]
@@ -390,18 +611,7 @@ fn sequences_count_up_and_the_default_rollback_is_the_newest_success_not_revoked
     assert!(matches!(f.create(&unknown), Err(RelengError::UnknownRelease(id)) if id == "rel-9"));
 }
 
-/// Writes `cluster`'s status for release `id` as its agent would: signed with its key (registered
-/// first with `cluster register` when it is not yet), then added with plain `git notes`.
+/// `cluster`'s status for release `id`, as its agent writes it ([`status_support::report`]).
 fn report(f: &Fixture, cluster: &str, id: &str, state: State) {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static SEQUENCE: AtomicU64 = AtomicU64::new(1);
-    let me = status_support::identity(cluster);
-    fleetgate::releng::register::register(&f.open(), "main", cluster, &me.signer.public().to_string(), None).unwrap();
-    let commit = f.git(&["rev-parse", &format!("{id}^{{commit}}")]);
-    let mut entry = fleetgate::status::Status::new(cluster, id, &commit, state, "reported by the test");
-    me.signer.sign(&mut entry, status_support::FLEET, SEQUENCE.fetch_add(1, Ordering::Relaxed)).unwrap();
-    let mut note = fleetgate::status::StatusNote::new(cluster);
-    note.append(&entry);
-    let notes_ref = format!("fleetgate/{cluster}");
-    f.git(&["notes", "--ref", &notes_ref, "add", "-f", "-m", &note.to_text(), &commit]);
+    status_support::report(&f.repo, cluster, id, state);
 }

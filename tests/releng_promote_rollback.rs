@@ -26,6 +26,8 @@ fn rollback_req(target: Target) -> RollbackRequest {
         reason: Some("error rate 7 % on canary".into()),
         base: "main".into(),
         branch: None,
+        staged: false,
+        dry_run: false,
     }
 }
 
@@ -318,4 +320,146 @@ fn fleet_promotion_drops_pins_and_the_command_line_prints_and_exits() {
     let out = f.fleetgate(&["rollback", "--fleet", "--repo", "fleet"]);
     assert_eq!(out.status.code(), Some(1), "a second rollback is refused");
     assert!(stderr(&out).starts_with("refused: cluster-a was already rolled back"), "{}", stderr(&out));
+}
+
+/// `rollback --list` and `rollback --dry-run`: what each cluster can go back to, and what a
+/// rollback will do there — where it goes and why, whether its agent sees a rollback, the CRDs
+/// kept because the target's are narrower, what is restored — for people and pipelines, with
+/// nothing written; then the rollback itself prints the same before it commits.
+#[test]
+fn rollback_lists_candidates_and_previews_before_writing() {
+    let f = Fixture::new();
+    for c in ["cluster-a", "cluster-b", "cluster-c"] {
+        // Each agent's status key, registered before anything runs.
+        let key = status_support::identity(c).signer.public().to_string();
+        fleetgate::releng::register::register(&f.open(), "main", c, &key, None).unwrap();
+    }
+    f.release("rel-1", "v1.0.0");
+    merge(&f, &run_promote(&f, &promote_req("rel-1", Target::Fleet)).unwrap().branch);
+    for c in ["cluster-a", "cluster-b", "cluster-c"] {
+        status_support::report(&f.repo, c, "rel-1", State::Success);
+    }
+    // rel-2 adds an optional field to the CRD, as nearly every operator upgrade does.
+    let m2 = f.manifests("render-2", "v1.1.0", "v1alpha2", &["size", "shards"], &[]);
+    f.create(&f.request("rel-2", &m2, "v1.1.0")).unwrap();
+    merge(&f, &run_promote(&f, &promote_req("rel-2", Target::Wave("canary".into()))).unwrap().branch);
+    status_support::report(&f.repo, "cluster-a", "rel-2", State::Success);
+
+    // Candidates: newest first, the desired one marked.
+    let out = f.fleetgate(&["rollback", "--list", "--repo", "fleet"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let table = stdout(&out);
+    let rows: Vec<Vec<&str>> = table.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(rows[0], ["CLUSTER", "WAVE", "RELEASE", "SUCCEEDED", "NOTE"], "{table}");
+    let cells = |r: &Vec<&str>| (r[0].to_string(), r[2].to_string(), r[5..].join(" "));
+    assert_eq!(
+        rows[1..].iter().map(cells).collect::<Vec<_>>(),
+        [
+            ("cluster-a".into(), "rel-2".into(), "desired now".into()),
+            ("cluster-a".into(), "rel-1".into(), String::new()),
+            ("cluster-b".into(), "rel-1".into(), "desired now".into()),
+            ("cluster-c".into(), "rel-1".into(), "desired now".into()),
+        ],
+        "{table}"
+    );
+    let j = json(&f.fleetgate(&["rollback", "--list", "--cluster", "cluster-a", "--repo", "fleet", "-o", "json"]));
+    let clusters = j["clusters"].as_array().unwrap();
+    assert_eq!(clusters.len(), 1);
+    assert_eq!((clusters[0]["cluster"].as_str(), clusters[0]["desired"].as_str()), (Some("cluster-a"), Some("rel-2")));
+    let releases: Vec<&str> =
+        clusters[0]["candidates"].as_array().unwrap().iter().map(|c| c["release"].as_str().unwrap()).collect();
+    assert_eq!(releases, ["rel-2", "rel-1"]);
+    assert_eq!(clusters[0]["candidates"][0]["desired"], true);
+
+    // The dry run says everything and writes nothing.
+    let before = (f.git(&["rev-parse", "main"]), f.git(&["for-each-ref"]));
+    let out = f.fleetgate(&["rollback", "--cluster", "cluster-a", "--repo", "fleet", "--dry-run"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    let crd = "redisclusters.cache.example.com";
+    for line in [
+        "Would roll back cluster cluster-a\n".to_string(),
+        "  cluster-a (wave canary): rel-2 -> rel-1\n".into(),
+        "      why       cluster-a ran it before commit ".into(),
+        "      agent     a rollback: rel-1 succeeded here (".into(),
+        format!("      keeps     CRD {crd} (rel-2's is wider):\n                  - v1alpha2 .spec.shards: field removed\n"),
+        "      restores  custom resources from the snapshot taken before rel-2 was applied (the cluster ran rel-1 then)\n".into(),
+        "Next: nothing was written; to roll back: fleetgate rollback --cluster cluster-a --repo fleet\n".into(),
+    ] {
+        assert!(text.contains(&line), "missing {line:?} in:\n{text}");
+    }
+    assert_eq!((f.git(&["rev-parse", "main"]), f.git(&["for-each-ref"])), before, "a dry run writes nothing");
+    assert_eq!(desired(&f), "cluster-a=rel-2 cluster-b=rel-1 cluster-c=rel-1");
+
+    let out = f.fleetgate(&["rollback", "--cluster", "cluster-a", "--repo", "fleet", "--dry-run", "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let j = json(&out);
+    assert_eq!(j["dryRun"], true);
+    assert!(j.get("commit").is_none(), "no commit on a dry run: {j}");
+    let p = &j["preview"][0];
+    assert_eq!(
+        (p["cluster"].as_str(), p["from"].as_str(), p["to"].as_str()),
+        (Some("cluster-a"), Some("rel-2"), Some("rel-1"))
+    );
+    assert_eq!(p["succeededHere"]["release"], "rel-1");
+    assert_eq!(p["widerCrds"][0]["name"], crd);
+    assert_eq!(p["restores"], true);
+    assert_eq!((f.git(&["rev-parse", "main"]), f.git(&["for-each-ref"])), before);
+
+    // A move to a release that never succeeded on the cluster is a promotion for its agent: the
+    // narrower CRD is what its CRD gate blocks, and there is nothing to restore.
+    let out = f.fleetgate(&["rollback", "--cluster", "cluster-b", "--to", "rel-2", "--repo", "fleet", "--dry-run"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("  cluster-b (wave prod): rel-1 -> rel-2\n      why       asked for (--to)\n"), "{text}");
+    assert!(text.contains("      agent     a promotion: rel-2 never succeeded here"), "{text}");
+    assert!(text.contains("      blocks    no CRD: rel-2's CRDs take everything rel-1's do\n"), "{text}");
+    assert!(text.contains("      restores  nothing: rel-2 never succeeded here"), "{text}");
+
+    // The rollback itself: the same preview first, then the commit.
+    let out = f.fleetgate(&["rollback", "--cluster", "cluster-a", "--repo", "fleet", "--reason", "p99"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    let preview =
+        text.find("Rolling back cluster cluster-a\n  cluster-a (wave canary): rel-2 -> rel-1\n").expect(&text);
+    let done = text.find("Rolled back cluster cluster-a on branch main").expect(&text);
+    assert!(preview < done, "{text}");
+    assert_eq!(desired(&f), "cluster-a=rel-1 cluster-b=rel-1 cluster-c=rel-1");
+}
+
+/// A fleet-wide rollback is immediate by default; `--staged` rolls back the first wave and names
+/// the command for each later one, which finishes the job.
+#[test]
+fn a_staged_fleet_rollback_goes_wave_by_wave() {
+    let f = Fixture::new();
+    f.release("rel-1", "v1.0.0");
+    merge(&f, &run_promote(&f, &promote_req("rel-1", Target::Fleet)).unwrap().branch);
+    f.release("rel-2", "v1.1.0");
+    merge(&f, &run_promote(&f, &promote_req("rel-2", Target::Fleet)).unwrap().branch);
+
+    let out = f.fleetgate(&["rollback", "--wave", "prod", "--staged", "--repo", "fleet"]);
+    assert_eq!(out.status.code(), Some(2), "--staged is for the fleet: {}", stderr(&out));
+
+    let out = f.fleetgate(&["rollback", "--fleet", "--staged", "--repo", "fleet", "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let j = json(&out);
+    assert_eq!(desired(&f), "cluster-a=rel-1 cluster-b=rel-2 cluster-c=rel-2", "only the first wave went back");
+    assert_eq!(j["clusters"].as_array().unwrap().len(), 1);
+    assert_eq!(j["later"][0]["wave"], "prod");
+    let args: Vec<String> =
+        j["later"][0]["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_string()).collect();
+    assert_eq!(args, ["rollback", "--fleet", "--to", "rel-1"]);
+    assert!(
+        f.git(&["log", "-1", "--format=%B", "main"])
+            .contains("Later, wave prod: fleetgate rollback --fleet --to rel-1")
+    );
+
+    // The printed step, run as it is: the whole fleet on rel-1, pins gone.
+    let mut step: Vec<&str> = args.iter().map(String::as_str).collect();
+    step.extend(["--repo", "fleet"]);
+    let out = f.fleetgate(&step);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(desired(&f), "cluster-a=rel-1 cluster-b=rel-1 cluster-c=rel-1");
+    assert!(!f.show("main", "clusters/cluster-a.yaml").contains("\n  release:"), "the first wave's pin is gone");
+    assert!(f.show("main", "fleet.yaml").contains("  release: rel-1\n"));
 }

@@ -18,7 +18,7 @@ fn chromium() -> Option<PathBuf> {
         std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(name)).find(|p| p.is_file())
     });
     if found.is_none() {
-        eprintln!("SKIPPED: no chromium on PATH (hack/deps.sh installs Debian's chromium)");
+        eprintln!("SKIPPED: no chromium on PATH (`make deps-test` installs Debian's chromium)");
     }
     found
 }

@@ -48,9 +48,10 @@ pub struct CreateArgs {
     /// (repeatable; recorded as spec.images).
     #[arg(long = "extra-image", value_name = "NAME=IMAGE")]
     pub extra_images: Vec<String>,
-    /// An intentional breaking CRD change this release accepts: RULE or RULE:PATH (repeatable;
-    /// signed with the release as spec.acceptCrdChanges). See `fleetgate check-crd --help`.
-    #[arg(long = "accept-crd-change", value_name = "RULE[:PATH]")]
+    /// An intentional breaking CRD change this release accepts: RULE, RULE:PATH or RULE:CRD:PATH,
+    /// PATH covering its subtree (repeatable; signed with the release as spec.acceptCrdChanges,
+    /// which every agent's CRD gate honours). A refusal prints the flags that accept what it found.
+    #[arg(long = "accept-crd-change", value_name = "RULE[:[CRD:]PATH]")]
     pub accept_crd_changes: Vec<String>,
     /// The chart version (with --chart, Chart.yaml's version is taken instead).
     #[arg(long, required_unless_present = "chart", conflicts_with = "chart")]
@@ -68,7 +69,7 @@ pub struct CreateArgs {
     #[arg(long)]
     pub all: bool,
     /// Explicit rollback target (default: the newest earlier release that some cluster reported
-    /// `success` for, from the remote's statuses when it has one).
+    /// `success` for).
     #[arg(long)]
     pub rollback_to: Option<String>,
     /// Earlier releases this one withdraws (comma-separated; spec.revokes): no agent applies
@@ -94,9 +95,10 @@ pub struct CreateArgs {
     /// Branch to commit on (default: the branch HEAD points at).
     #[arg(long)]
     pub branch: Option<String>,
-    /// Let incompatible CRDs through; say why (recorded in the signed tag).
-    #[arg(long, value_name = "REASON")]
-    pub allow_incompatible_crds: Option<String>,
+    /// Use the statuses in the local notes refs; by default they are fetched from --remote first
+    /// (when it exists): they choose the default rollback target and the CRD baselines.
+    #[arg(long)]
+    pub offline: bool,
     /// Push the branch and the tag.
     #[arg(long)]
     pub push: bool,
@@ -162,11 +164,11 @@ fn create_and_push(args: &CreateArgs, access: &Credentials) -> Result<Created, R
         revokes: args.revokes.clone(),
         requires,
         branch: args.branch.clone(),
-        allow_incompatible_crds: args.allow_incompatible_crds.clone(),
     };
     let repo = FleetRepo::open(&args.repo)?;
-    // The default rollback target is chosen by the clusters' statuses: read the newest ones.
-    if req.rollback_to.is_none() {
+    // The clusters' statuses choose the CRD baselines and the default rollback target: read the
+    // newest ones.
+    if !args.offline {
         publish::fetch_statuses(&repo, &args.remote, access)?;
     }
     let mut signer = args.signing_format.open(&args.sign_key, args.gpg_home.as_deref())?;
@@ -213,12 +215,17 @@ fn print_human(args: &CreateArgs, c: &Created) {
         (Some(to), on) => println!("  rollback   {to} (succeeded on {})", on.join(", ")),
     }
     println!("  manifests  {} file(s) under {}", r.manifest_files, m.manifests);
-    println!("  CRDs       {}", crd_line(&r.crd_compatibility, r.previous.as_deref()));
+    for b in &r.crd_baselines {
+        println!("  baseline   {b}: {}", b.verdict.summary());
+    }
+    let against: Vec<&str> = r.crd_baselines.iter().map(|b| b.release.as_str()).collect();
+    let against = (!against.is_empty()).then(|| against.join(", "));
+    println!("  CRDs       {}", crd_line(&r.crd_compatibility, against.as_deref()));
     for f in &r.crd_compatibility.findings {
         println!("               - {f}");
     }
-    if let Some(why) = &r.incompatible_crds_allowed {
-        println!("             allowed: {why}");
+    for a in &m.accept_crd_changes {
+        println!("             accepts {a} (signed as spec.acceptCrdChanges)");
     }
     match pushed {
         Some(p) => println!("  pushed     {} to {}", p.refs.join(", "), p.remote),

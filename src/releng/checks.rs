@@ -21,11 +21,60 @@ pub struct CrdVerdict {
     /// False when there was nothing to compare with (a first release, or clusters running nothing).
     pub compared: bool,
     pub findings: Vec<String>,
+    /// The `--accept-crd-change` values that would accept every blocking finding, compacted
+    /// ([`crd_compat::acceptances_for`]); empty when compatible, or when a finding is not a CRD
+    /// change (a manifest that does not parse, a bad acceptance), which only a fix can clear.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub accept: Vec<String>,
+    /// The blocking findings, typed: what [`CrdVerdict::combined`] compacts acceptances from.
+    #[serde(skip)]
+    blocking: Vec<crd_compat::Finding>,
 }
 
 impl CrdVerdict {
     pub fn first_release() -> CrdVerdict {
-        CrdVerdict { compatible: true, compared: false, findings: Vec::new() }
+        CrdVerdict { compatible: true, compared: false, findings: Vec::new(), accept: Vec::new(), blocking: Vec::new() }
+    }
+
+    /// Findings that are not CRD changes (nothing to accept): the verdict is incompatible.
+    fn unreadable(findings: Vec<String>) -> CrdVerdict {
+        CrdVerdict { compatible: false, compared: true, findings, accept: Vec::new(), blocking: Vec::new() }
+    }
+
+    fn of(blocking: Vec<crd_compat::Finding>, untyped: Vec<String>) -> CrdVerdict {
+        let mut findings = untyped.clone();
+        for f in blocking.iter().map(ToString::to_string) {
+            if !findings.contains(&f) {
+                findings.push(f);
+            }
+        }
+        // Only a verdict whose every finding can be accepted gets a suggestion: half a fix is none.
+        let accept = if untyped.is_empty() {
+            crd_compat::acceptances_for(&blocking).iter().map(ToString::to_string).collect()
+        } else {
+            Vec::new()
+        };
+        CrdVerdict { compatible: findings.is_empty(), compared: true, findings, accept, blocking }
+    }
+
+    /// One verdict over several comparisons (a release against each of its baselines): compatible
+    /// when every one is, the findings of all (each once), acceptances compacted over all of them.
+    pub fn combined<'a>(verdicts: impl IntoIterator<Item = &'a CrdVerdict>) -> CrdVerdict {
+        let (mut blocking, mut untyped, mut compared) = (Vec::new(), Vec::new(), false);
+        for v in verdicts {
+            compared |= v.compared;
+            blocking.extend(v.blocking.iter().cloned());
+            let typed: Vec<String> = v.blocking.iter().map(ToString::to_string).collect();
+            for f in &v.findings {
+                if !typed.contains(f) && !untyped.contains(f) {
+                    untyped.push(f.clone());
+                }
+            }
+        }
+        if !compared {
+            return CrdVerdict::first_release();
+        }
+        CrdVerdict::of(blocking, untyped)
     }
 
     /// `compatible`, `INCOMPATIBLE (2 findings)`, `nothing to compare with`.
@@ -47,22 +96,20 @@ pub fn crd_compatibility(
 ) -> CrdVerdict {
     let accept = match crd_compat::Acceptance::parse_all(accept) {
         Ok(accept) => accept,
-        Err(why) => return CrdVerdict { compatible: false, compared: true, findings: vec![why] },
+        Err(why) => return CrdVerdict::unreadable(vec![why]),
     };
     let (old, new) = match (crds_in_files(old), crds_in_files(new)) {
         (Ok(old), Ok(new)) => (old, new),
         (old, new) => {
-            let findings = [old.err(), new.err()].into_iter().flatten().map(|e| error_chain(&e)).collect();
-            return CrdVerdict { compatible: false, compared: true, findings };
+            return CrdVerdict::unreadable(
+                [old.err(), new.err()].into_iter().flatten().map(|e| error_chain(&e)).collect(),
+            );
         }
     };
     let typed = |crds: Vec<FileCrd>| crds.into_iter().map(|c| c.crd).collect::<Vec<_>>();
-    let findings: Vec<String> = crd_compat::check_all_with(&typed(old), &typed(new), &accept)
-        .iter()
-        .filter(|f| f.blocks())
-        .map(|f| f.to_string())
-        .collect();
-    CrdVerdict { compatible: findings.is_empty(), compared: true, findings }
+    let blocking =
+        crd_compat::check_all_with(&typed(old), &typed(new), &accept).into_iter().filter(|f| f.blocks()).collect();
+    CrdVerdict::of(blocking, Vec::new())
 }
 
 /// Every finding `validate` and the agent would report about the release in `tree` once it is

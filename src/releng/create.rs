@@ -1,16 +1,20 @@
 //! `release create`: one signed, tagged commit that carries a release — the rendered manifests
 //! under `operator/` and the mapping in `release.yaml` — after the same mapping checks `validate`
-//! runs and a CRD compatibility check against the previous release.
+//! runs and a CRD compatibility check against what the target clusters last ran successfully
+//! ([`super::baseline`]). An incompatible CRD change goes through only when the release accepts
+//! it (`spec.acceptCrdChanges`, signed, and honoured by every agent's CRD gate).
 //!
 //! Order matters for safety: the commit and the signed tag object are written first (unreferenced),
 //! then the branch moves, then the tag reference appears. A failure at any step before leaves the
 //! repo's references untouched. Re-running with the same inputs finds the tag and reports
 //! "already released"; the same id with other content is refused.
 
+use super::baseline::{self, CrdBaseline};
 use super::chart::{self, ChartInput, RenderTarget};
 use super::checks::{self, CrdVerdict};
 use super::repo::{FleetRepo, ReleaseTag, TreeEdit};
 use super::sign::{self, Signer};
+use super::successes::Successes;
 use super::{Refusal, RelengError, check_release_id};
 use crate::model::{
     self, ChartSource, CrdVersions, Document, ImageRef, NamedImage, RELEASE_FILE, Release, ReleaseSpec, Requirements,
@@ -57,8 +61,6 @@ pub struct CreateRequest {
     pub requires: Option<Requirements>,
     /// Branch to commit on; default: the branch HEAD points at.
     pub branch: Option<String>,
-    /// Why incompatible CRDs are acceptable (recorded in the tag message); `None` refuses them.
-    pub allow_incompatible_crds: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -87,10 +89,11 @@ pub struct CreateReport {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rollback_succeeded_on: Vec<String>,
     pub mapping: ReleaseSpec,
+    /// What the CRDs were compared with: each target cluster's last-known-good release, else the
+    /// previous release. Empty for a first release.
+    pub crd_baselines: Vec<CrdBaseline>,
+    /// The verdict over every baseline.
     pub crd_compatibility: CrdVerdict,
-    /// Set when incompatible CRDs were let through on purpose.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub incompatible_crds_allowed: Option<String>,
     /// Number of manifest files under `operator/`.
     pub manifest_files: usize,
 }
@@ -298,6 +301,8 @@ struct Plan {
     /// Clusters that reported `success` for the default rollback target.
     rollback_succeeded_on: Vec<String>,
     files: BTreeMap<String, Vec<u8>>,
+    /// What the base commit's registered clusters ran successfully.
+    successes: Successes,
 }
 
 /// The newest earlier release, not revoked, that some cluster reported `success` for (verified
@@ -388,6 +393,7 @@ fn plan(
         (None, Some(own)) => (own.release.spec.rollback_to.clone(), Vec::new()),
         (None, None) => default_rollback_target(repo, base.id(), req, &tags)?,
     };
+    let successes = Successes::read(repo, &fleet.config, &tags)?;
     let place = Place { fleet: fleet.config.fleet.name().to_string(), sequence, targets };
     let files: BTreeMap<String, Vec<u8>> = manifests.iter().map(|(p, (b, _))| (p.clone(), b.clone())).collect();
     let release = release_document(req, content.chart.as_ref(), place, rollback_to, mapping::crd_versions(&files));
@@ -402,14 +408,14 @@ fn plan(
     let tree = edit.write()?;
     let new_tree = repo.git().find_tree(tree)?;
     let operator_tree = repo.subtree_id(&new_tree, &default_manifests());
-    Ok(Plan { tree, operator_tree, release, release_text, previous, rollback_succeeded_on, files })
+    Ok(Plan { tree, operator_tree, release, release_text, previous, rollback_succeeded_on, files, successes })
 }
 
 /// Cuts release `req.id` on its branch, signed by `signer`. See the module docs for the order of
 /// writes and the idempotency rule.
 ///
 /// Refusals: the id is tagged with other content; the mapping disagrees with the manifests; the
-/// CRDs are incompatible with the previous release (unless allowed). Errors: bad inputs, an
+/// CRDs are incompatible with a baseline in a way the release does not accept. Errors: bad inputs, an
 /// unknown cluster in the targets, a dirty work tree, signing or Git failures.
 pub fn create(repo: &FleetRepo, req: &CreateRequest, signer: &mut Signer) -> Result<CreateReport, RelengError> {
     check_release_id(&req.id)?;
@@ -439,11 +445,12 @@ pub fn create(repo: &FleetRepo, req: &CreateRequest, signer: &mut Signer) -> Res
 
     let plan = plan(repo, req, &tip, &content)?;
     check_mapping(repo, &plan)?;
-    let verdict = crd_verdict(repo, &plan)?;
-    if !verdict.compatible && req.allow_incompatible_crds.is_none() {
+    let (baselines, verdict) = crd_verdict(repo, &plan)?;
+    if !verdict.compatible {
         return Err(Refusal::IncompatibleCrds {
-            previous: plan.previous.as_ref().map(|p| p.id.clone()).unwrap_or_default(),
+            baselines: baselines.iter().filter(|b| !b.verdict.compatible).map(ToString::to_string).collect(),
             findings: verdict.findings.clone(),
+            accept: verdict.accept.clone(),
         }
         .into());
     }
@@ -459,8 +466,7 @@ pub fn create(repo: &FleetRepo, req: &CreateRequest, signer: &mut Signer) -> Res
         let message = format!("release {}: {}\n\n{}\n", req.id, plan.release.spec.image.reference(), lines.join("\n"));
         repo.commit(Some(signer), &who, &message, plan.tree, &[&tip])?
     };
-    let tag_message =
-        tag_message(&req.id, &lines, &verdict, plan.previous.as_ref(), req.allow_incompatible_crds.as_deref());
+    let tag_message = tag_message(&req.id, &lines, &verdict, &baselines);
     let tag = sign::write_signed_tag(repo.git(), signer, commit, &req.id, &who, &tag_message)?;
     if !tip_is_release {
         repo.set_branch(&branch, commit, Some(tip.id()), &format!("fleetgate release create {}", req.id))?;
@@ -479,27 +485,21 @@ pub fn create(repo: &FleetRepo, req: &CreateRequest, signer: &mut Signer) -> Res
         previous: plan.previous.map(|p| p.id),
         rollback_succeeded_on: plan.rollback_succeeded_on,
         mapping: plan.release.spec,
+        crd_baselines: baselines,
         crd_compatibility: verdict,
-        incompatible_crds_allowed: req.allow_incompatible_crds.clone(),
         manifest_files: plan.files.len(),
     })
 }
 
-fn tag_message(
-    id: &str,
-    lines: &[String],
-    verdict: &CrdVerdict,
-    previous: Option<&ReleaseTag>,
-    allowed: Option<&str>,
-) -> String {
+fn tag_message(id: &str, lines: &[String], verdict: &CrdVerdict, baselines: &[CrdBaseline]) -> String {
     let mut m = format!("Release {id}\n\n{}\n", lines.join("\n"));
-    let against = previous.map(|p| p.id.as_str()).unwrap_or("(first release)");
+    let against = match baselines {
+        [] => "(first release)".to_string(),
+        b => b.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
+    };
     m.push_str(&format!("\nCRD compatibility against {against}: {}\n", verdict.summary()));
     for f in &verdict.findings {
         m.push_str(&format!("  - {f}\n"));
-    }
-    if let Some(why) = allowed.filter(|_| !verdict.compatible) {
-        m.push_str(&format!("Incompatible CRDs allowed: {why}\n"));
     }
     m
 }
@@ -509,11 +509,20 @@ fn check_mapping(repo: &FleetRepo, plan: &Plan) -> Result<(), RelengError> {
     if findings.is_empty() { Ok(()) } else { Err(Refusal::MappingInconsistent { findings }.into()) }
 }
 
-fn crd_verdict(repo: &FleetRepo, plan: &Plan) -> Result<CrdVerdict, RelengError> {
-    let Some(prev) = &plan.previous else { return Ok(CrdVerdict::first_release()) };
-    let commit = repo.git().find_commit(prev.commit)?;
-    let old = repo.files_under(&commit.tree()?, &prev.release.spec.manifests)?;
-    Ok(checks::crd_compatibility(&old, &plan.files, &plan.release.spec.accept_crd_changes))
+/// The release's CRDs against each of its baselines, and the verdict over all of them.
+fn crd_verdict(repo: &FleetRepo, plan: &Plan) -> Result<(Vec<CrdBaseline>, CrdVerdict), RelengError> {
+    let spec = &plan.release.spec;
+    let baselines = baseline::crd_baselines(
+        repo,
+        &plan.successes,
+        &spec.target_clusters,
+        plan.release.name(),
+        plan.previous.as_ref(),
+        &plan.files,
+        &spec.accept_crd_changes,
+    )?;
+    let verdict = CrdVerdict::combined(baselines.iter().map(|b| &b.verdict));
+    Ok((baselines, verdict))
 }
 
 /// The tag exists: same content → report it; other content → refuse, naming what differs.
@@ -578,7 +587,7 @@ fn already_released(
     if !differences.is_empty() {
         return Err(Refusal::IdReused { id: req.id.clone(), differences: differences.join("; ") }.into());
     }
-    let verdict = crd_verdict(repo, &plan)?;
+    let (baselines, verdict) = crd_verdict(repo, &plan)?;
     Ok(CreateReport {
         outcome: CreateOutcome::AlreadyReleased,
         id: req.id.clone(),
@@ -589,8 +598,8 @@ fn already_released(
         previous: plan.previous.map(|p| p.id),
         rollback_succeeded_on: plan.rollback_succeeded_on,
         mapping: existing.release.spec.clone(),
+        crd_baselines: baselines,
         crd_compatibility: verdict,
-        incompatible_crds_allowed: req.allow_incompatible_crds.clone(),
         manifest_files: plan.files.len(),
     })
 }

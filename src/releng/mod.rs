@@ -1,8 +1,9 @@
 //! Release engineering in Git: the three things people do, one call each, correct by construction.
 //!
 //! * [`create`] — cut a release: replace `operator/` with rendered manifests (or a Helm chart it
-//!   renders, [`chart`]), write `release.yaml`, check the mapping and CRD compatibility, commit, and
-//!   tag with a gpgme signature ([`sign`]).
+//!   renders, [`chart`]), write `release.yaml`, check the mapping and CRD compatibility against
+//!   what the target clusters last ran successfully ([`baseline`], from [`successes`]), commit,
+//!   and tag with a gpgme signature ([`sign`]).
 //! * [`promote`] — a branch whose one commit moves clusters (a cluster, a wave, the fleet) to a
 //!   release, after checking the tag's signature, its targets and earlier waves' statuses.
 //! * [`rollback`] — a commit that puts clusters back: a real revert of the promotion when that
@@ -16,6 +17,7 @@
 //! out again. Desired releases are edited in place, comments kept ([`desired`]).
 
 pub mod approve;
+pub mod baseline;
 pub mod chart;
 pub mod checks;
 pub mod create;
@@ -28,7 +30,9 @@ pub mod push;
 pub mod register;
 pub mod repo;
 pub mod rollback;
+pub mod rollback_preview;
 pub mod sign;
+pub mod successes;
 
 pub use desired::{DesiredChange, FleetState};
 pub use repo::{FleetRepo, ReleaseTag};
@@ -67,8 +71,9 @@ impl fmt::Display for Target {
     }
 }
 
-/// Why a command declined to act. Each is specific enough to act on; `--force` (promote) or
-/// `--allow-incompatible-crds` (release create) override the ones that say so.
+/// Why a command declined to act. Each is specific enough to act on; `--force` (promote)
+/// overrides the ones that say so, and `--accept-crd-change` (release create) accepts the CRD
+/// changes an [`Refusal::IncompatibleCrds`] lists.
 #[derive(Debug, Clone, PartialEq, Serialize, thiserror::Error)]
 #[serde(tag = "code", rename_all = "kebab-case")]
 pub enum Refusal {
@@ -78,11 +83,14 @@ pub enum Refusal {
     IdReused { id: String, differences: String },
     #[error("the mapping in release.yaml disagrees with the manifests:\n{}", bullet(findings))]
     MappingInconsistent { findings: Vec<String> },
-    #[error(
-        "CRDs are incompatible with the previous release {previous}:\n{}\nfix the CRDs, or pass --allow-incompatible-crds \"<why this is safe>\"",
-        bullet(findings)
-    )]
-    IncompatibleCrds { previous: String, findings: Vec<String> },
+    #[error("{}", incompatible_crds(baselines, findings, accept))]
+    IncompatibleCrds {
+        /// The baselines the CRDs break, as `rel-1 (last-known-good of cluster-a)`.
+        baselines: Vec<String>,
+        findings: Vec<String>,
+        /// The `--accept-crd-change` values that would accept every finding (empty: only a fix can).
+        accept: Vec<String>,
+    },
     #[error(
         "release {id} is not signed by a trusted key: {reason}; re-cut it with `fleetgate release create --sign-key …`, or pass --force"
     )]
@@ -104,6 +112,28 @@ pub enum Refusal {
 
 fn bullet(items: &[String]) -> String {
     items.iter().map(|i| format!("  - {i}")).collect::<Vec<_>>().join("\n")
+}
+
+fn incompatible_crds(baselines: &[String], findings: &[String], accept: &[String]) -> String {
+    let mut m = format!("CRDs are incompatible with {}:\n{}\n", baselines.join(", "), bullet(findings));
+    if accept.is_empty() {
+        m.push_str("fix the CRDs (or the --accept-crd-change values)");
+    } else {
+        let flags: Vec<String> = accept.iter().map(|a| format!("--accept-crd-change {}", shell_word(a))).collect();
+        m.push_str(&format!(
+            "fix the CRDs, or accept these changes on purpose: run again adding\n  {}\n\
+             (signed into release.yaml as spec.acceptCrdChanges; every agent's CRD gate honours them)",
+            flags.join(" ")
+        ));
+    }
+    m
+}
+
+/// `s` as one shell word: as is when it holds nothing a POSIX shell would act on, else in
+/// single quotes.
+pub fn shell_word(s: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_.,:/=@+%".contains(c);
+    if !s.is_empty() && s.chars().all(plain) { s.to_string() } else { format!("'{}'", s.replace('\'', "'\\''")) }
 }
 
 impl Refusal {

@@ -127,8 +127,9 @@ pub async fn promote_and_publish(
     Ok(publish(repo, opts, push, forge.filter(|_| changed), report, spec).await)
 }
 
-/// Writes the rollback ([`rollback::rollback`]) and publishes it. With `--open-pr` and no branch
-/// asked for, the commit goes on a new branch `rollback/<target>-<UTC time>`.
+/// Fetches statuses from `opts.remote` (unless `offline`), writes the rollback
+/// ([`rollback::rollback`]) and publishes it. With `--open-pr` and no branch asked for, the commit
+/// goes on a new branch `rollback/<target>-<UTC time>`. A dry run writes and publishes nothing.
 ///
 /// # Errors
 /// As [`promote_and_publish`], for [`rollback::rollback`].
@@ -137,7 +138,15 @@ pub async fn roll_back_and_publish(
     mut req: RollbackRequest,
     signer: Option<&mut Signer>,
     opts: &PublishOptions,
+    offline: bool,
 ) -> Result<Published<RollbackReport>, RelengError> {
+    if !offline {
+        fetch_statuses(repo, &opts.remote, &opts.access)?;
+    }
+    if req.dry_run {
+        let report = rollback::rollback(repo, &req, None)?;
+        return Ok(Published { report, pushed: None, pull_request: None, error: None });
+    }
     let forge = forge_if(opts).await?;
     if req.branch.is_none() && opts.open_pr {
         req.branch = Some(format!("rollback/{}-{}", req.target.slug(), chrono::Utc::now().format("%Y%m%d-%H%M%S")));

@@ -14,11 +14,20 @@
 //! the agent: the refusal names the failed release, the reason and the gate figure it recorded.
 //! A `git revert` of a write-back asks the cluster to run the failed release again, so it counts as
 //! a promotion, and rolling it back reverts the revert.
+//!
+//! Every report carries the per-cluster preview ([`super::rollback_preview`]); `dry_run` computes
+//! it and writes nothing. A fleet-wide rollback is immediate (every cluster at once: the agents'
+//! wave gate never holds a move back to a release the earlier waves ran successfully). `staged`
+//! paces it like a promotion instead: only the first wave (in `spec.waves` order) that needs it
+//! is rolled back now, and the report lists the commands that roll back each later wave, to run
+//! once the waves before report `success` ([`LaterStep`]).
 
 use super::promote::{ClusterMove, moves, moves_lines, moves_table};
 use super::repo::{FleetRepo, TreeEdit};
+use super::rollback_preview::{self, ClusterPreview};
 use super::sign::Signer;
-use super::{Refusal, RelengError, Target};
+use super::successes::Successes;
+use super::{DesiredChange, FleetState, Refusal, RelengError, Target};
 use crate::model::FleetConfig;
 use crate::release::WriteBack;
 use crate::source::GitTree;
@@ -41,6 +50,19 @@ pub struct RollbackRequest {
     pub base: String,
     /// Commit on this new branch (for a pull request) instead of on `base` directly.
     pub branch: Option<String>,
+    /// Fleet only: roll back the first wave that needs it; the report lists the later steps.
+    pub staged: bool,
+    /// Compute and report; write nothing.
+    pub dry_run: bool,
+}
+
+/// A later wave of a staged rollback: the command that rolls it back (the arguments after
+/// `fleetgate`), to run once the waves before it report `success` for their targets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LaterStep {
+    pub wave: String,
+    pub clusters: Vec<ClusterMove>,
+    pub args: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -63,9 +85,18 @@ pub struct RollbackReport {
     pub base: String,
     /// Where the commit went: `base` itself, or a new branch.
     pub branch: String,
+    /// Empty on a dry run.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub commit: String,
     pub clusters: Vec<ClusterMove>,
+    /// What each moved cluster's agent will do.
+    pub preview: Vec<ClusterPreview>,
+    /// A staged rollback's later waves.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub later: Vec<LaterStep>,
     pub reason: Option<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
 }
 
 impl RollbackReport {
@@ -178,7 +209,9 @@ fn last_changes(
     Ok(out)
 }
 
-/// Writes the rollback of `req.target` (see the module docs). `signer` signs the commit when given.
+/// Writes the rollback of `req.target` (see the module docs), or only reports it with
+/// `req.dry_run`. `signer` signs the commit when given. Statuses are read from the local notes
+/// refs (fetch them first).
 ///
 /// Refusals: the clusters' last change was a rollback already (pass `to`), no earlier release is
 /// known for a cluster, the `to` release does not target a cluster, nothing would change.
@@ -189,11 +222,18 @@ pub fn rollback(
 ) -> Result<RollbackReport, RelengError> {
     let tip = repo.branch_tip(&req.base)?;
     let state = repo.fleet_state(&tip.tree()?, &format!("branch {}", req.base))?;
+    if req.staged && req.target != Target::Fleet {
+        return Err(RelengError::Usage(format!(
+            "--staged paces a rollback of the fleet through its waves; {} is rolled back at once (drop --staged)",
+            req.target
+        )));
+    }
     let selected = state.select(&req.target)?;
     let history = last_changes(repo, &tip, &selected)?;
 
-    // Where each cluster goes.
+    // Where each cluster goes, and why.
     let mut want: BTreeMap<String, String> = BTreeMap::new();
+    let mut why: BTreeMap<String, String> = BTreeMap::new();
     match &req.to {
         Some(to) => {
             let tag = repo.release_tag(to)?.ok_or_else(|| RelengError::UnknownRelease(to.clone()))?;
@@ -209,6 +249,7 @@ pub fn rollback(
             }
             for c in &selected {
                 want.insert(c.clone(), to.clone());
+                why.insert(c.clone(), "asked for (--to)".to_string());
             }
         }
         None => {
@@ -221,6 +262,14 @@ pub fn rollback(
                     };
                     match fallback {
                         Some(r) => {
+                            let cur = current.as_deref().unwrap_or_default();
+                            why.insert(
+                                c.clone(),
+                                format!(
+                                    "rollbackTo of {cur} (no change of {c}'s release in the history of {})",
+                                    req.base
+                                ),
+                            );
                             want.insert(c.clone(), r);
                             continue;
                         }
@@ -256,6 +305,14 @@ pub fn rollback(
                 }
                 match change.before.get(c).cloned().flatten() {
                     Some(prev) => {
+                        why.insert(
+                            c.clone(),
+                            format!(
+                                "{c} ran it before commit {} ({})",
+                                short(change.commit),
+                                change.message.lines().next().unwrap_or_default()
+                            ),
+                        );
                         want.insert(c.clone(), prev);
                     }
                     None => {
@@ -271,12 +328,12 @@ pub fn rollback(
         }
     }
 
-    let targets: BTreeSet<&String> = want.values().collect();
+    let targets: BTreeSet<String> = want.values().cloned().collect();
     let fleet_wide = match (&req.target, targets.len()) {
-        (Target::Fleet, 1) => targets.first().map(|s| s.as_str()),
+        (Target::Fleet, 1) if !req.staged => targets.first().map(|s| s.as_str()),
         _ => None,
     };
-    let change = state.plan(&want, fleet_wide);
+    let mut change = state.plan(&want, fleet_wide);
     if change.is_empty() {
         return Err(Refusal::NothingToRollBack(format!(
             "{} already runs {}; nothing to roll back",
@@ -285,8 +342,20 @@ pub fn rollback(
         ))
         .into());
     }
+    let mut later = Vec::new();
+    if req.staged {
+        (change, later) = stage(&state, &want, &moves(&state, &change)?);
+    }
     let after = state.assignments_after(&change);
     let clusters = moves(&state, &change)?;
+    let successes = Successes::read(repo, &state.config, &repo.release_tags()?)?;
+    let preview = clusters
+        .iter()
+        .map(|m| {
+            let reason = why.get(&m.cluster).cloned().unwrap_or_default();
+            rollback_preview::preview(repo, &state, &successes, &m.cluster, (m.from.as_deref(), &m.to), reason)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
 
     let mut edit = TreeEdit::new(repo.git(), Some(&tip.tree()?))?;
     for (path, text) in state.render(&change)? {
@@ -313,7 +382,10 @@ pub fn rollback(
         branch: req.branch.clone().unwrap_or_else(|| req.base.clone()),
         commit: String::new(),
         clusters,
+        preview,
+        later,
         reason: req.reason.clone(),
+        dry_run: req.dry_run,
     };
     let (tree, message) = match revert {
         Some((tree, promotion)) => {
@@ -331,15 +403,72 @@ pub fn rollback(
         ),
     };
 
+    if req.dry_run {
+        return Ok(report);
+    }
     let log = format!("fleetgate rollback {}", req.target);
     let commit = repo.commit_change(signer, &tip, (&req.base, req.branch.as_deref()), &message, tree, &log)?;
     report.commit = commit.to_string();
     Ok(report)
 }
 
+/// A staged rollback of the fleet: the change that rolls back the first wave `moves` touch, and
+/// the steps for the waves after it, in wave order. A later wave whose clusters share one target
+/// is one `--wave` step; the last step, when every cluster goes to the same release, is `--fleet`,
+/// which also sets `fleet.yaml` and drops the pins the earlier steps wrote.
+fn stage(
+    state: &FleetState,
+    want: &BTreeMap<String, String>,
+    moves: &[ClusterMove],
+) -> (DesiredChange, Vec<LaterStep>) {
+    let mut waves: Vec<(String, Vec<ClusterMove>)> = Vec::new();
+    for m in moves {
+        match waves.last_mut() {
+            Some((w, ms)) if *w == m.wave => ms.push(m.clone()),
+            _ => waves.push((m.wave.clone(), vec![m.clone()])),
+        }
+    }
+    let mut waves = waves.into_iter();
+    let first: BTreeMap<String, String> = waves
+        .next()
+        .map(|(_, ms)| ms.into_iter().map(|m| (m.cluster.clone(), want[&m.cluster].clone())).collect())
+        .unwrap_or_default();
+    let one_target: BTreeSet<&String> = want.values().collect();
+    let rest: Vec<(String, Vec<ClusterMove>)> = waves.collect();
+    let count = rest.len();
+    let mut later = Vec::new();
+    for (i, (wave, clusters)) in rest.into_iter().enumerate() {
+        let targets: BTreeSet<String> = clusters.iter().map(|m| m.to.clone()).collect();
+        let step = |args: Vec<String>, clusters: Vec<ClusterMove>| LaterStep { wave: wave.clone(), clusters, args };
+        match targets.first() {
+            Some(to) if one_target.len() == 1 && i + 1 == count => {
+                later.push(step(rollback_args(&["--fleet"], to), clusters))
+            }
+            Some(to) if targets.len() == 1 => later.push(step(rollback_args(&["--wave", &wave], to), clusters)),
+            _ => {
+                for m in clusters {
+                    later.push(step(rollback_args(&["--cluster", &m.cluster], &m.to), vec![m.clone()]));
+                }
+            }
+        }
+    }
+    (state.plan(&first, None), later)
+}
+
+/// `rollback SCOPE… --to TO`, as command-line arguments.
+fn rollback_args(scope: &[&str], to: &str) -> Vec<String> {
+    let mut args = vec!["rollback".to_string()];
+    args.extend(scope.iter().map(|s| s.to_string()));
+    args.extend(["--to".to_string(), to.to_string()]);
+    args
+}
+
 fn message_body(r: &RollbackReport) -> String {
     let mut m = format!("Roll back {}:\n", r.target);
     m.push_str(&moves_lines(&r.clusters));
+    for step in &r.later {
+        m.push_str(&format!("Later, wave {}: fleetgate {}\n", step.wave, step.args.join(" ")));
+    }
     m.push_str(&format!("\nReason: {}\n", r.reason.as_deref().unwrap_or("(none given)")));
     m.push_str(&format!("\n{ROLLBACK_TRAILER} {}\n", r.target));
     m

@@ -7,7 +7,8 @@
 //! [`DeployManifests::load`] reads the manifests; [`DeployManifests::replace_file`] swaps one file
 //! for other content (a test of another Operator brings its own `rbac-operator.yaml`, as a user
 //! would); [`DeployManifests::from_yaml`] takes them from elsewhere (the Helm chart's rendering);
-//! [`TestCluster::deploy_agent`] applies them and mints the token.
+//! [`TestCluster::deploy_agent`] applies them and mints the token ([`TestCluster::agent_identity`]
+//! alone where something else installed them).
 
 use crate::TestCluster;
 use anyhow::Context as _;
@@ -140,8 +141,7 @@ impl AgentIdentity {
 
 impl TestCluster {
     /// Applies `manifests` (server-side apply as the admin, as `kubectl apply` by whoever installs
-    /// the agent), then asks the TokenRequest API for a token of the agent's ServiceAccount and
-    /// writes `agent.kubeconfig` into the cluster's directory.
+    /// the agent), then [`agent_identity`](Self::agent_identity).
     pub async fn deploy_agent(&self, manifests: &DeployManifests) -> anyhow::Result<AgentIdentity> {
         let admin = self.client();
         let mut discovery = Discovery::new(admin.clone()).run().await.context("discovering the API")?;
@@ -165,6 +165,13 @@ impl TestCluster {
                 .await
                 .with_context(|| format!("applying {} {name}", gvk.kind))?;
         }
+        self.agent_identity().await
+    }
+
+    /// The credentials of the agent's ServiceAccount, once something installed it (deploy/ through
+    /// [`deploy_agent`](Self::deploy_agent), or the Helm chart): a TokenRequest token, written
+    /// into `agent.kubeconfig` in the cluster's directory.
+    pub async fn agent_identity(&self) -> anyhow::Result<AgentIdentity> {
         let token = self.service_account_token(AGENT_SERVICE_ACCOUNT.0, AGENT_SERVICE_ACCOUNT.1).await?;
         let kubeconfig = self.dir().join("agent.kubeconfig");
         std::fs::write(&kubeconfig, self.token_kubeconfig("fleetgate-agent", &token)?)?;

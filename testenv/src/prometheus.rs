@@ -44,7 +44,7 @@ impl Prometheus {
         let bin = binary();
         anyhow::ensure!(
             bin.is_file(),
-            "{} not found: install Debian's `prometheus` package (hack/deps.sh)",
+            "{} not found: install Debian's `prometheus` package (`make deps-test` does)",
             bin.display()
         );
         let dir = tempfile::Builder::new().prefix("fg-prom-").tempdir_in("/tmp")?;

@@ -43,7 +43,7 @@ impl Tinyproxy {
 
     /// What a test prints when it skips for want of the binary.
     pub fn skip_message() -> String {
-        "SKIPPED: /usr/bin/tinyproxy is not installed (hack/deps.sh installs Debian's tinyproxy)".to_string()
+        "SKIPPED: /usr/bin/tinyproxy is not installed (`make deps-test` installs Debian's tinyproxy)".to_string()
     }
 
     /// Starts the proxy and waits up to 10 s for its port.

@@ -10,6 +10,6 @@ pub fn ssh_keygen(path: &Path, comment: &str) {
         .args(["-q", "-t", "ed25519", "-N", "", "-C", comment, "-f"])
         .arg(path)
         .output()
-        .expect("running ssh-keygen (hack/deps.sh installs openssh-client)");
+        .expect("running ssh-keygen (`make deps-test` installs openssh-client)");
     assert!(out.status.success(), "ssh-keygen: {}", String::from_utf8_lossy(&out.stderr));
 }

@@ -46,7 +46,7 @@ impl Sshd {
 
     /// What a test prints when it skips for want of the binary.
     pub fn skip_message() -> String {
-        "SKIPPED: /usr/sbin/sshd is not installed (hack/deps.sh installs Debian's openssh-server)".to_string()
+        "SKIPPED: /usr/sbin/sshd is not installed (`make deps-test` installs Debian's openssh-server)".to_string()
     }
 
     /// Starts sshd on a free loopback port, accepting `authorized_key` (an OpenSSH public key

@@ -166,7 +166,6 @@ impl Fixture {
             revokes: Vec::new(),
             requires: None,
             branch: None,
-            allow_incompatible_crds: None,
         }
     }
 

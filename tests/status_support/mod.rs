@@ -133,3 +133,21 @@ pub fn run(args: &[&str]) -> Output {
 pub fn stdout(out: &Output) -> String {
     String::from_utf8(out.stdout.clone()).unwrap()
 }
+
+/// Writes `cluster`'s status for release `id` into the notes of the fleet repo at `repo` as its
+/// agent would: signed with its key (registered first on `main` with `cluster register` when it
+/// is not yet), then added with plain `git notes` (replacing the cluster's note on that commit).
+/// Sequences count up across the test binary: a later report is the newer word.
+pub fn report(repo: &Path, cluster: &str, id: &str, state: State) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEQUENCE: AtomicU64 = AtomicU64::new(1);
+    let me = identity(cluster);
+    let fleet_repo = fleetgate::releng::FleetRepo::open(repo).unwrap();
+    fleetgate::releng::register::register(&fleet_repo, "main", cluster, &me.signer.public().to_string(), None).unwrap();
+    let commit = git_in(repo, &["rev-parse", &format!("{id}^{{commit}}")]);
+    let mut entry = Status::new(cluster, id, &commit, state, "reported by the test");
+    me.signer.sign(&mut entry, FLEET, SEQUENCE.fetch_add(1, Ordering::Relaxed)).unwrap();
+    let mut note = fleetgate::status::StatusNote::new(cluster);
+    note.append(&entry);
+    git_in(repo, &["notes", "--ref", &format!("fleetgate/{cluster}"), "add", "-f", "-m", &note.to_text(), &commit]);
+}

@@ -15,8 +15,11 @@
 //! new one? `default` changes are the one warning: nothing is refused, but what clients read
 //! changes.
 
+mod accept;
 mod diff;
 mod normal;
+
+pub use accept::acceptances_for;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, CustomResourceDefinitionVersion, JSONSchemaProps,
