@@ -145,7 +145,10 @@ async fn assert_back_on_rel1(fleet: &Fleet, rel1: &str, by: &str) {
     assert_eq!(status.state, State::Success, "{by}: {}", status.description);
     // Baked for the policy's rollbackBakeTime (2s), not its bakeTime (8s).
     let said = &status.description;
-    assert!(said.contains("rolled back from rel-2") && said.contains("passed for 2s") && said.contains(CRD), "{by}: {said}");
+    assert!(
+        said.contains("rolled back from rel-2") && said.contains("passed for 2s") && said.contains(CRD),
+        "{by}: {said}"
+    );
     assert_eq!(fleet.state().await.current(), Some("rel-1"));
 }
 

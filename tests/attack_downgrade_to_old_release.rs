@@ -7,19 +7,33 @@
 mod agent_support;
 
 use agent_support::*;
-use fleetgate::agent::Outcome;
+use fleetgate::agent::{Agent, Outcome};
 use fleetgate::status::State;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unsigned_move_back_to_an_old_release_is_refused_with_the_reason() {
-    let fleet = Fleet::start("atk-downgrade", false).await;
-    let mut agent = fleet.agent().await;
+/// rel-1, rel-2 and rel-3 cut, promoted and run in turn; their tagged commits.
+async fn run_three_releases(fleet: &Fleet, agent: &mut Agent) -> Vec<String> {
     let mut commits = Vec::new();
     for id in ["rel-1", "rel-2", "rel-3"] {
         commits.push(fleet.release(id, |_| {}));
         fleet.promote(id);
         assert_eq!(within(id, 120, agent.reconcile()).await.unwrap(), Outcome::Succeeded(id.into()));
     }
+    commits
+}
+
+/// rel-1 runs; rel-2 is cut and never promoted.
+async fn run_rel1_and_cut_rel2(fleet: &Fleet, agent: &mut Agent) {
+    fleet.release("rel-1", |_| {});
+    fleet.promote("rel-1");
+    assert_eq!(within("rel-1", 120, agent.reconcile()).await.unwrap(), Outcome::Succeeded("rel-1".into()));
+    fleet.release("rel-2", |_| {});
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsigned_move_back_to_an_old_release_is_refused_with_the_reason() {
+    let fleet = Fleet::start("atk-downgrade", false).await;
+    let mut agent = fleet.agent().await;
+    let commits = run_three_releases(&fleet, &mut agent).await;
 
     // Two releases back: refused, nothing applied, the reason in rel-1's status for this cluster.
     fleet.promote("rel-1");
@@ -51,10 +65,7 @@ async fn an_unsigned_move_back_to_an_old_release_is_refused_with_the_reason() {
 async fn a_revoked_release_never_runs_again_even_when_signed() {
     let fleet = Fleet::start("atk-revoked", false).await;
     let mut agent = fleet.agent().await;
-    fleet.release("rel-1", |_| {});
-    fleet.promote("rel-1");
-    assert_eq!(within("rel-1", 120, agent.reconcile()).await.unwrap(), Outcome::Succeeded("rel-1".into()));
-    fleet.release("rel-2", |_| {});
+    run_rel1_and_cut_rel2(&fleet, &mut agent).await;
     // rel-3 withdraws rel-2 (e.g. a vulnerable build) before any cluster ran it.
     fleet.release_with(&["--revokes", "rel-2"], "rel-3", |_| {});
 
@@ -72,12 +83,7 @@ async fn a_revoked_release_never_runs_again_even_when_signed() {
 async fn an_old_signed_commit_pushed_again_is_no_signed_decision() {
     let fleet = Fleet::start("atk-replay", false).await;
     let mut agent = fleet.agent().await;
-    let mut commits = Vec::new();
-    for id in ["rel-1", "rel-2", "rel-3"] {
-        commits.push(fleet.release(id, |_| {}));
-        fleet.promote(id);
-        assert_eq!(within(id, 120, agent.reconcile()).await.unwrap(), Outcome::Succeeded(id.into()));
-    }
+    let commits = run_three_releases(&fleet, &mut agent).await;
     let tip = fleet.tip();
 
     // rel-2's release commit is signed by the release key, and its fleet.yaml still asks for
@@ -101,10 +107,7 @@ async fn an_old_signed_commit_pushed_again_is_no_signed_decision() {
 async fn a_revocation_once_seen_survives_the_deletion_of_the_revoking_tag() {
     let fleet = Fleet::start("atk-revoke-erased", false).await;
     let mut agent = fleet.agent().await;
-    fleet.release("rel-1", |_| {});
-    fleet.promote("rel-1");
-    assert_eq!(within("rel-1", 120, agent.reconcile()).await.unwrap(), Outcome::Succeeded("rel-1".into()));
-    fleet.release("rel-2", |_| {});
+    run_rel1_and_cut_rel2(&fleet, &mut agent).await;
     fleet.release_with(&["--revokes", "rel-2"], "rel-3", |_| {});
     fleet.promote("rel-3");
     assert_eq!(within("rel-3", 120, agent.reconcile()).await.unwrap(), Outcome::Succeeded("rel-3".into()));

@@ -150,25 +150,8 @@ fn template_crd(container_fields: &[&str], spec: &[&str], required: &[&str]) -> 
     } else {
         format!("              required: [{}]\n", required.join(", "))
     };
-    format!(
-        "apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: redisclusters.cache.example.com
-spec:
-  group: cache.example.com
-  scope: Namespaced
-  names: {{plural: redisclusters, singular: rediscluster, kind: RedisCluster, listKind: RedisClusterList}}
-  versions:
-    - name: v1alpha2
-      served: true
-      storage: true
-      schema:
-        openAPIV3Schema:
-          type: object
-          properties:
-            spec:
-              type: object
+    let spec = format!(
+        "              type: object
 {required}              properties:
 {fields}                template:
                   type: object
@@ -179,7 +162,36 @@ spec:
 {}{}",
         list("containers"),
         list("initContainers")
-    )
+    );
+    crd_document("v1alpha2", &spec)
+}
+
+/// `fleetgate release create` of `id` from `manifests` at image tag `tag`, signed, for all clusters.
+fn create_args(f: &Fixture, id: &str, manifests: &str, tag: &str) -> Vec<String> {
+    let image = format!("{IMAGE_REPO}:{tag}");
+    [
+        "release",
+        "create",
+        "--repo",
+        "fleet",
+        "--id",
+        id,
+        "--manifests",
+        manifests,
+        "--image",
+        &image,
+        "--chart-version",
+        "1.2.3",
+        "--crd-version",
+        "v1alpha2",
+        "--git-commit",
+        "a1b2c3d4e5f6",
+        "--all",
+        "--sign-key",
+        &f.fpr,
+    ]
+    .map(String::from)
+    .to_vec()
 }
 
 /// The values of the `--accept-crd-change` flags a refusal prints (single-quoted ones unquoted).
@@ -211,30 +223,9 @@ fn an_incompatible_change_is_refused_with_the_flags_that_accept_it_and_those_fla
     // rel-2 drops legacyProbe from both container lists and spec.replicas, and requires shards.
     let m2 = render("render-2", template_crd(&["name", "image"], &["size", "shards"], &["shards"]), "v1.1.0");
     let cut = |id: &str, dir: &str, tag: &str, extra: &[String]| {
-        let image = format!("{IMAGE_REPO}:{tag}");
-        let mut args = vec![
-            "release",
-            "create",
-            "--repo",
-            "fleet",
-            "--id",
-            id,
-            "--manifests",
-            dir,
-            "--image",
-            &image,
-            "--chart-version",
-            "1.2.3",
-            "--crd-version",
-            "v1alpha2",
-            "--git-commit",
-            "a1b2c3d4e5f6",
-            "--all",
-            "--sign-key",
-            &f.fpr,
-        ];
-        args.extend(extra.iter().map(String::as_str));
-        f.fleetgate(&args)
+        let mut args = create_args(&f, id, dir, tag);
+        args.extend(extra.iter().cloned());
+        f.fleetgate(&args.iter().map(String::as_str).collect::<Vec<_>>())
     };
     let out = cut("rel-1", &m1, "v1.0.0", &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -314,29 +305,8 @@ fn crds_are_compared_with_the_last_known_good_releases_of_the_targets() {
     report(&f, "cluster-a", "rel-2", State::Failure);
 
     let m3 = f.manifests("render-3", "v1.2.0", "v1alpha2", &["size"], &[]);
-    let m3 = m3.to_str().unwrap();
-    let image = format!("{IMAGE_REPO}:v1.2.0");
-    let base = [
-        "release",
-        "create",
-        "--repo",
-        "fleet",
-        "--id",
-        "rel-3",
-        "--manifests",
-        m3,
-        "--image",
-        &image,
-        "--chart-version",
-        "1.2.3",
-        "--crd-version",
-        "v1alpha2",
-        "--git-commit",
-        "a1b2c3d4e5f6",
-        "--all",
-        "--sign-key",
-        &f.fpr,
-    ];
+    let base = create_args(&f, "rel-3", m3.to_str().unwrap(), "v1.2.0");
+    let base: Vec<&str> = base.iter().map(String::as_str).collect();
     let out = f.fleetgate(&base);
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     let text = stderr(&out);

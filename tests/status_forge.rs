@@ -350,7 +350,10 @@ async fn gitea_and_gitlab_approvals_count_only_at_the_head() {
                 ]),
             ),
             ("/api/v1/repos/octo/fleet/pulls/3/reviews".to_string(), reviews.clone()),
-            ("/api/v1/repos/octo/fleet/pulls/2/reviews".to_string(), json!([review("zed", "APPROVED", SHA, json!({}))])),
+            (
+                "/api/v1/repos/octo/fleet/pulls/2/reviews".to_string(),
+                json!([review("zed", "APPROVED", SHA, json!({}))]),
+            ),
         ],
     )
     .await;

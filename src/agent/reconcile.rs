@@ -679,7 +679,8 @@ impl Agent {
             Ok(prepared) => prepared,
             Err(e) => return self.defer(config, e).await,
         };
-        let returning = returning_from.map(|from| Return { from, kept_crds: kept.iter().map(ToString::to_string).collect() });
+        let returning =
+            returning_from.map(|from| Return { from, kept_crds: kept.into_iter().map(|k| k.name).collect() });
         self.step(config, Step::StartApply { rollback_target, snapshot, approval, returning }).await?;
         self.apply_and_bake(checkout, config, &verified, Some(admitted), baseline).await
     }
@@ -744,12 +745,8 @@ impl Agent {
                     .and_then(|r| r.spec.rollback_to.clone()),
                 None => None,
             };
-            let standing = release::Standing {
-                newest,
-                undo: undo.as_deref(),
-                revoked,
-                signed_decision: tip.is_signed(),
-            };
+            let standing =
+                release::Standing { newest, undo: undo.as_deref(), revoked, signed_decision: tip.is_signed() };
             Ok::<_, VerifyError>((release::check_move(&verified, &standing).map(|()| verified), unseen))
         });
         let (judged, unseen) = match judged {
@@ -850,7 +847,8 @@ impl Agent {
         match snapshots.iter().filter(|s| s.release == target).max_by_key(|s| s.created.clone()) {
             Some(snapshot) => self.restore_snapshot(&self.engine, &snapshot.id, target, config).await,
             None => {
-                let note = format!("{target} applied; no snapshot of {target} is kept, custom resources stay as they are");
+                let note =
+                    format!("{target} applied; no snapshot of {target} is kept, custom resources stay as they are");
                 tracing::info!(target = %target, "{note}");
                 self.services.record_normal("SnapshotNotFound", "Apply", &note).await;
                 Ok(())

@@ -206,7 +206,9 @@ pub fn conclude(state: &mut AgentState, step: &Step, ctx: &Context<'_>) -> Resul
             };
             let op = verifying(&before);
             let mut description = match returning {
-                Some(r) => format!("rolling back to {} from {from}, as Git asks{}", op.release, r.kept_summary(&op.release)),
+                Some(r) => {
+                    format!("rolling back to {} from {from}, as Git asks{}", op.release, r.kept_summary(&op.release))
+                }
                 None => format!("applying {} (from {from})", op.release),
             };
             if let Some(a) = approval {
@@ -550,7 +552,12 @@ mod tests {
             wave: "prod".into(),
             via: "tag approve/rel-2/prod".into(),
         };
-        let step = Step::StartApply { rollback_target: None, snapshot: None, approval: Some(approval.clone()), returning: None };
+        let step = Step::StartApply {
+            rollback_target: None,
+            snapshot: None,
+            approval: Some(approval.clone()),
+            returning: None,
+        };
         let ctx = Context { cluster: "c", now: t(100), write_back: false, about: &About::default() };
         let s = conclude(&mut state, &step, &ctx).unwrap().status.unwrap();
         assert_eq!(s.description, "applying rel-2 (from rel-1), approved by Ana <ana@example.com> (key ABC): CAB-1234");

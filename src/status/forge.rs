@@ -430,7 +430,9 @@ impl ForgeBackend {
                 let project = format!("{api}/projects/{project}");
                 let mrs = self.get(&format!("{project}/repository/commits/{head}/merge_requests"), head).await?;
                 // GitLab's approvals belong to the request; only one whose head is still `head` counts.
-                for mr in mrs.as_array().into_iter().flatten().filter(|m| m["sha"] == head && m["target_branch"] == base) {
+                for mr in
+                    mrs.as_array().into_iter().flatten().filter(|m| m["sha"] == head && m["target_branch"] == base)
+                {
                     let Some(iid) = mr["iid"].as_u64() else { continue };
                     let found = self.get(&format!("{project}/merge_requests/{iid}/approvals"), head).await?;
                     let logins = found["approved_by"].as_array().into_iter().flatten();

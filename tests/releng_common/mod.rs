@@ -48,6 +48,12 @@ pub fn crd_yaml(version: &str, fields: &[&str], required: &[&str]) -> String {
     if !required.is_empty() {
         spec.push_str(&format!("              required: [{}]\n", required.join(", ")));
     }
+    crd_document(version, &spec)
+}
+
+/// The RedisCluster CRD serving (and storing) `version`, whose `spec` schema is `spec` (YAML
+/// indented for its place under `properties.spec`).
+pub fn crd_document(version: &str, spec: &str) -> String {
     format!(
         "apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition

@@ -137,23 +137,18 @@ pub struct Operation {
 pub struct Return {
     /// The release the cluster ran when Git asked to go back.
     pub from: String,
-    /// The live CRDs kept as they are, each with why (`KeptCrd`'s text).
+    /// The live CRDs kept as they are (their names; the `CrdKept` Events say why).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kept_crds: Vec<String>,
 }
 
 impl Return {
-    /// `; kept 2 CRDs wider than rel-1's: a.example.com, b.example.com`, or nothing.
+    /// `; kept 2 CRD(s) wider than rel-1's: a.example.com, b.example.com`, or nothing.
     pub fn kept_summary(&self, target: &str) -> String {
         if self.kept_crds.is_empty() {
             return String::new();
         }
-        let names: Vec<&str> = self
-            .kept_crds
-            .iter()
-            .map(|k| k.trim_start_matches("kept CRD ").split_once(' ').map_or(k.as_str(), |(name, _)| name))
-            .collect();
-        format!("; kept {} CRD(s) wider than {target}'s: {}", names.len(), names.join(", "))
+        format!("; kept {} CRD(s) wider than {target}'s: {}", self.kept_crds.len(), self.kept_crds.join(", "))
     }
 }
 
@@ -572,7 +567,9 @@ impl AgentState {
         op.rollback_target = usable.map(str::to_string).or_else(|| self.last_known_good.clone());
         op.snapshot = snapshot.map(str::to_string);
         let mut message = match &returning {
-            Some(r) => format!("rolling back to {} from {}, as Git asks{}", op.release, r.from, r.kept_summary(&op.release)),
+            Some(r) => {
+                format!("rolling back to {} from {}, as Git asks{}", op.release, r.from, r.kept_summary(&op.release))
+            }
             None => format!("applying {}", op.release),
         };
         if let Some(asked) = rollback_to.filter(|_| usable.is_none()) {
@@ -938,13 +935,16 @@ mod tests {
     fn a_return_is_only_to_a_release_that_passed_here_and_is_kept_with_the_operation() {
         let mut s = on_rel1();
         succeed(&mut s, "rel-2", 10);
-        let back = Return { from: "rel-2".into(), kept_crds: vec!["kept CRD w.example.com as it is: …".into()] };
+        let back = Return { from: "rel-2".into(), kept_crds: vec!["w.example.com".into()] };
         s.observe_desired(Some("rel-1"), false);
         s.begin("rel-1", "c1", t(20)).unwrap();
         let tr = s.start_return(None, Some("snap"), back.clone()).unwrap();
         assert_eq!(s.operation().unwrap().returning, Some(back));
         assert_eq!(s.operation().unwrap().rollback_target.as_deref(), Some("rel-2"));
-        assert_eq!(tr.message, "rolling back to rel-1 from rel-2, as Git asks; kept 1 CRD(s) wider than rel-1's: w.example.com");
+        assert_eq!(
+            tr.message,
+            "rolling back to rel-1 from rel-2, as Git asks; kept 1 CRD(s) wider than rel-1's: w.example.com"
+        );
         s.applied(t(21)).unwrap();
         s.bake_passed().unwrap();
         assert_eq!(s.current(), Some("rel-1"));

@@ -615,7 +615,10 @@ mod tests {
         let live = [crd(&["v1alpha1", "v1beta1"], Some(&["v1alpha1", "v1beta1"]))];
         let kept = crds_to_keep(&live, &[crd(&["v1alpha1"], None)]);
         assert_eq!(kept.len(), 1);
-        assert_eq!((kept[0].name.as_str(), kept[0].stored.as_slice()), ("widgets.example.com", &["v1beta1".to_string()][..]));
+        assert_eq!(
+            (kept[0].name.as_str(), kept[0].stored.as_slice()),
+            ("widgets.example.com", &["v1beta1".to_string()][..])
+        );
         assert!(kept[0].to_string().contains("stored in v1beta1"), "{}", kept[0]);
         // The target still defines every version: nothing to keep.
         assert!(crds_to_keep(&live, &[crd(&["v1beta1", "v1alpha1"], None)]).is_empty());
@@ -635,7 +638,10 @@ mod tests {
         assert_eq!(kept.len(), 1);
         assert_eq!(kept[0].narrower, ["field-removed .spec.paused"]);
         let text = kept[0].to_string();
-        assert!(text.contains("widgets.example.com") && text.contains("narrower (field-removed .spec.paused)"), "{text}");
+        assert!(
+            text.contains("widgets.example.com") && text.contains("narrower (field-removed .spec.paused)"),
+            "{text}"
+        );
         // A target as wide as the live CRD, or wider, replaces it.
         assert!(crds_to_keep(&[crd_with_fields(&["size"])], &[crd_with_fields(&["size", "paused"])]).is_empty());
     }
