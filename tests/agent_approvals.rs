@@ -161,8 +161,11 @@ async fn a_wave_that_requires_approval_starts_only_on_an_approvers_signed_tag() 
 const TOKEN: &str = "ghp_approvals";
 const REPOSITORY: &str = "octo/fleet";
 const PULL: u64 = 7;
+/// A PR with the same head into another branch: its approvals approve nothing on `main`.
+const OTHER_BRANCH_PULL: u64 = 8;
 
-/// GitHub's side: the promotion PR (number 7, head `head`) and its reviews; statuses accepted.
+/// GitHub's side: the promotion PR (number 7 into `main`, head `head`) and its reviews, and PR 8
+/// with the same head into `hotfix`, approved by a listed login; statuses accepted.
 #[derive(Clone, Default)]
 struct GitHub {
     head: Arc<Mutex<String>>,
@@ -179,11 +182,15 @@ impl GitHub {
         match (method.as_str(), path.strip_prefix(&repo)) {
             ("POST", Some(p)) if p.starts_with("/statuses/") => (StatusCode::CREATED, json!({})),
             ("GET", Some(p)) if p == format!("/commits/{head}/pulls") => {
-                (StatusCode::OK, json!([{"number": PULL, "head": {"sha": head}}]))
+                let pull = |number, base| json!({"number": number, "head": {"sha": head}, "base": {"ref": base}});
+                (StatusCode::OK, json!([pull(OTHER_BRANCH_PULL, "hotfix"), pull(PULL, "main")]))
             }
             ("GET", Some(p)) if p.starts_with("/commits/") && p.ends_with("/pulls") => (StatusCode::OK, json!([])),
             ("GET", Some(p)) if p == format!("/pulls/{PULL}/reviews") => {
                 (StatusCode::OK, Value::Array(self.reviews.lock().unwrap().clone()))
+            }
+            ("GET", Some(p)) if p == format!("/pulls/{OTHER_BRANCH_PULL}/reviews") => {
+                (StatusCode::OK, json!([{"user": {"login": "ana"}, "state": "APPROVED", "commit_id": head, "body": "ok for hotfix"}]))
             }
             _ => (StatusCode::NOT_FOUND, json!({"message": "Not Found"})),
         }
@@ -224,7 +231,8 @@ async fn an_approvers_review_of_the_promotion_pr_at_its_head_approves_too() {
 
     let github = GitHub::default();
     *github.head.lock().unwrap() = head.clone();
-    // None of these counts: a login the agent does not list, an approval of an older head, a comment.
+    // None of these counts: a login the agent does not list, an approval of an older head, a comment,
+    // and (PR 8) an approval at this head of a PR into another branch.
     github.review("mallory", "APPROVED", &head, "looks fine to me");
     github.review("ana", "APPROVED", &commit, "approved an earlier head");
     github.review("ana", "COMMENTED", &head, "will look tomorrow");
