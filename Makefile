@@ -22,6 +22,7 @@ deps-test:
 testenv: deps
 	@bash hack/k8s-binaries.sh >/dev/null
 	@bash hack/helm-binary.sh >/dev/null
+	@bash hack/upstream-operators.sh >/dev/null
 	@# Gitea is optional: if its build fails here (proxy, disk) or hangs on a slow module proxy
 	@# (cold: about 4 min on a quiet 2-core machine), its tests say SKIPPED and the rest run.
 	@timeout 1200 bash hack/gitea-binary.sh >/dev/null || echo 'testenv: Gitea was not built within 20 min (see the error above); tests/forge_gitea.rs will skip' >&2

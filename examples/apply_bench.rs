@@ -79,6 +79,7 @@ fn release(id: &str, files: &Files) -> VerifiedRelease {
         rollback_to: None,
         requires: None,
         manifests: "operator/".into(),
+        namespace: None,
         deploy_timestamp: None,
     };
     let files = files.iter().map(|(name, text)| (format!("operator/{name}"), text.clone())).collect();

@@ -29,7 +29,8 @@ image=(buildah mmdebstrap)
 # tests), chromium (headless: tests/status_html.rs renders the status page), zsh + fish
 # (tests/cli_habits.rs loads the shell completions fleetgate prints), openssh-server + tinyproxy
 # (tests/git_access.rs runs its own sshd and proxy on loopback); tests/image.rs builds the image.
-test_only=(prometheus openssh-client chromium zsh fish openssh-server tinyproxy)
+# unzip: hack/upstream-operators.sh takes real operators' manifests out of Go module zips.
+test_only=(prometheus openssh-client chromium zsh fish openssh-server tinyproxy unzip)
 # The services those packages bring (tests start their own instances, on their own ports).
 declare -A unit_of=([prometheus]=prometheus [openssh-server]=ssh [tinyproxy]=tinyproxy)
 

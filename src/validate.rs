@@ -285,8 +285,7 @@ const DEPLOYED_AGENT_NAMESPACE: &str = "fleetgate-system";
 fn admission_findings(tree: &dyn RepoTree, id: &str, content: &ReleaseContent) -> Vec<Finding> {
     let Ok(config) = FleetConfig::load(tree) else { return Vec::new() };
     let release = UnverifiedRelease::new(id, content.clone());
-    let namespace = &config.fleet.spec.operator.namespace;
-    let Ok(set) = ManifestSet::from_release(&release, Some(namespace), &builtin_scope) else { return Vec::new() };
+    let Ok(set) = ManifestSet::from_release(&release, &builtin_scope) else { return Vec::new() };
     let policy = config
         .admission_policies
         .iter()

@@ -189,9 +189,10 @@ impl GitHub {
             ("GET", Some(p)) if p == format!("/pulls/{PULL}/reviews") => {
                 (StatusCode::OK, Value::Array(self.reviews.lock().unwrap().clone()))
             }
-            ("GET", Some(p)) if p == format!("/pulls/{OTHER_BRANCH_PULL}/reviews") => {
-                (StatusCode::OK, json!([{"user": {"login": "ana"}, "state": "APPROVED", "commit_id": head, "body": "ok for hotfix"}]))
-            }
+            ("GET", Some(p)) if p == format!("/pulls/{OTHER_BRANCH_PULL}/reviews") => (
+                StatusCode::OK,
+                json!([{"user": {"login": "ana"}, "state": "APPROVED", "commit_id": head, "body": "ok for hotfix"}]),
+            ),
             _ => (StatusCode::NOT_FOUND, json!({"message": "Not Found"})),
         }
     }

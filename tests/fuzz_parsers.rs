@@ -155,6 +155,9 @@ impl ReleaseFiles for Files {
     fn files(&self) -> &BTreeMap<String, Vec<u8>> {
         &self.0
     }
+    fn default_namespace(&self) -> Option<&str> {
+        Some("redis-system")
+    }
 }
 
 /// Scopes as a cluster serves them for the kinds the template uses.
@@ -257,7 +260,7 @@ proptest! {
         let release_text = template("release.yaml");
         let release = parse_release("release.yaml", &release_text, None).unwrap();
         let _ = check_mapping(Some("rel-20250315-001"), &release, "release.yaml", &release_text, &files);
-        if let Err(e) = ManifestSet::from_release(&Files(files), Some("redis-system"), &scope_of) {
+        if let Err(e) = ManifestSet::from_release(&Files(files), &scope_of) {
             prop_assert!(!e.to_string().is_empty());
         }
     }

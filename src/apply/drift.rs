@@ -81,8 +81,6 @@ fn to_yaml(v: &Value) -> String {
 #[derive(Debug)]
 pub struct DriftInput {
     pub release: DriftRelease,
-    /// fleet.yaml's operator namespace: where the release's unqualified objects go.
-    pub operator_namespace: String,
 }
 
 /// Verified when trusted keys were given, else as the tag holds it.
@@ -140,7 +138,6 @@ impl DriftInput {
             Some(id) => resolve_release(checkout, cluster, id)?,
             None => resolve(checkout, cluster)?,
         };
-        let operator_namespace = desired.config.fleet.spec.operator.namespace.clone();
         let release = match trust {
             // One comparison, no agent state: pins start empty.
             Some(trust) => DriftRelease::Verified(verify(checkout, &desired, trust, &mut TagPins::in_memory())?),
@@ -152,7 +149,7 @@ impl DriftInput {
                 DriftRelease::Unverified { release: UnverifiedRelease::new(desired.id, content), findings }
             }
         };
-        Ok(DriftInput { release, operator_namespace })
+        Ok(DriftInput { release })
     }
 }
 
@@ -161,8 +158,7 @@ impl Engine {
     /// cluster. Changes nothing; [`apply`](Self::apply) the release again to correct drift.
     pub async fn drift(&self, release: &dyn ReleaseFiles) -> Result<DriftReport, ApplyError> {
         let resolver = Resolver::new(self.client.clone()).await?;
-        let mut set =
-            ManifestSet::from_release(release, self.options.default_namespace.as_deref(), resolver.discovery())?;
+        let mut set = ManifestSet::from_release(release, resolver.discovery())?;
         set.add_labels(&self.labels());
         let results: Vec<Result<ObjectDrift, ApplyError>> = stream::iter(set.iter())
             .map(|m| {
@@ -194,7 +190,7 @@ mod tests {
             "operator/cm.yaml",
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: n}\ndata: {level: info, mode: fast}\n",
         )]);
-        ManifestSet::from_release(&r, None, &scopes).unwrap().iter().next().unwrap().clone()
+        ManifestSet::from_release(&r, &scopes).unwrap().iter().next().unwrap().clone()
     }
 
     #[test]

@@ -75,6 +75,7 @@ use crate::manifests::{CrdNames, Manifest, ManifestError, ManifestSet, ObjectKey
 use crate::model::ErrorClass;
 use crate::release::VerifiedRelease;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::DynamicObject;
 use kube::{Client, ResourceExt};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -93,9 +94,6 @@ pub const LABEL_INVENTORY: &str = "fleetgate.io/inventory";
 pub struct ApplyOptions {
     /// Namespace of the agent: inventory, snapshots and release-manifest ConfigMaps live here.
     pub agent_namespace: String,
-    /// Namespace for namespaced objects whose manifest names none (the Fleet's
-    /// `operator.namespace`); None makes such objects an error.
-    pub default_namespace: Option<String>,
     /// Inventory id: tells this installation's objects from others'. Default `fleetgate`.
     pub inventory: String,
     /// Objects applied at once within one phase.
@@ -118,7 +116,6 @@ impl ApplyOptions {
     pub fn new(agent_namespace: impl Into<String>) -> Self {
         ApplyOptions {
             agent_namespace: agent_namespace.into(),
-            default_namespace: None,
             inventory: crate::FIELD_MANAGER.to_string(),
             concurrency: 16,
             crd_timeout: Duration::from_secs(60),
@@ -159,6 +156,14 @@ pub enum ApplyError {
     InvalidReleaseId(String),
     #[error("server-side dry run refused {} object(s); nothing was applied:\n  {}", .0.len(), list(.0))]
     DryRun(Vec<ObjectFailure>),
+    #[error(
+        "the agent may not write {} object(s) of the release (RBAC); nothing was applied. Grant what the release \
+         needs — `fleetgate agent rbac --release ID --repo REPO | kubectl apply -f -` — and the next pass applies \
+         it:\n  {}",
+        .0.len(),
+        list(.0)
+    )]
+    Forbidden(Vec<ObjectFailure>),
     #[error("applying phase {phase} failed for {} object(s):\n  {}", .failures.len(), list(.failures))]
     Apply { phase: Phase, failures: Vec<ObjectFailure>, applied: Box<ChangeSet> },
     #[error("CustomResourceDefinition {name} did not become Established within {timeout:?}")]
@@ -209,6 +214,7 @@ impl ApplyError {
             ApplyError::Admission(_) => "AdmissionRefused",
             ApplyError::InvalidReleaseId(_) => "InvalidReleaseId",
             ApplyError::DryRun(_) => "DryRunFailed",
+            ApplyError::Forbidden(_) => "RbacMissing",
             ApplyError::Apply { .. } => "ApplyFailed",
             ApplyError::CrdNotEstablished { .. } => "CrdNotEstablished",
             ApplyError::KindsNotServed { .. } => "KindsNotServed",
@@ -230,6 +236,14 @@ fn list(failures: &[ObjectFailure]) -> String {
 pub(crate) fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> ApplyError {
     let action = action.into();
     move |source| ApplyError::Kube { action, source }
+}
+
+/// A Namespace that fleetgate's own installation created for the release to land in (deploy/'s
+/// `operator-namespace.yaml`, the Namespaces `fleetgate agent rbac` prints before the Roles in
+/// them; both labelled `app.kubernetes.io/part-of: fleetgate`): a release shipping the same
+/// Namespace takes it over without an adopt annotation. It was never someone else's.
+fn made_for_fleetgate(m: &Manifest, live: &DynamicObject) -> bool {
+    m.key.is("", "Namespace") && live.labels().get("app.kubernetes.io/part-of").is_some_and(|v| v == "fleetgate")
 }
 
 /// The message of an API error without kube's wrapping.
@@ -313,8 +327,8 @@ impl Engine {
         &self.client
     }
 
-    /// The manifests stage of a pass: parses `release` against the cluster's discovery (scopes,
-    /// default namespace), checks it against the admission `policy` and labels every object.
+    /// The manifests stage of a pass: parses `release` against the cluster's discovery (scopes;
+    /// the release's default namespace), checks it against the admission `policy` and labels every object.
     /// Built once per pass; [`dry_run`](Self::dry_run) and [`apply`](Self::apply) take it.
     pub async fn admit<'r>(
         &self,
@@ -325,8 +339,7 @@ impl Engine {
             return Err(ApplyError::InvalidReleaseId(release.id().to_string()));
         }
         let resolver = phases::Resolver::new(self.client.clone()).await?;
-        let mut set =
-            ManifestSet::from_release(release, self.options.default_namespace.as_deref(), resolver.discovery())?;
+        let mut set = ManifestSet::from_release(release, resolver.discovery())?;
         policy.check(&set, &self.live_api(&resolver).await?)?;
         set.add_labels(&self.labels());
         Ok(AdmittedSet { release, set, resolver, policy: policy.clone() })
@@ -416,11 +429,15 @@ impl Engine {
         leave: &unchanged::Records,
     ) -> Result<(phases::DryRuns, Vec<DeferredDryRun>), ApplyError> {
         let checked = |m: &&Manifest| !leave.contains_key(&m.key);
-        let mut failures = Vec::new();
+        let (mut failures, mut forbidden) = (Vec::new(), Vec::new());
         let mut collect = |result: Result<phases::DryRuns, ApplyError>| match result {
             Ok(r) => Ok(r),
             Err(ApplyError::DryRun(f)) => {
                 failures.extend(f);
+                Ok(phases::DryRuns::new())
+            }
+            Err(ApplyError::Forbidden(f)) => {
+                forbidden.extend(f);
                 Ok(phases::DryRuns::new())
             }
             Err(e) => Err(e),
@@ -467,6 +484,10 @@ impl Engine {
             .filter(|m| m.phase > Phase::Crds && !deferred.iter().any(|d| d.object == m.key))
             .collect();
         results.extend(collect(phases::dry_run(resolver, &now, &self.options).await)?);
+        if !forbidden.is_empty() {
+            forbidden.sort_by(|a, b| a.object.cmp(&b.object));
+            return Err(ApplyError::Forbidden(forbidden));
+        }
         if !failures.is_empty() {
             failures.sort_by(|a, b| a.object.cmp(&b.object));
             return Err(ApplyError::DryRun(failures));
@@ -501,7 +522,7 @@ impl Engine {
             let Some(api) = admitted.resolver.api(m).ok().filter(|_| !absent) else { continue };
             let live = api.get_opt(&m.key.name).await.map_err(kube_err(format!("reading {}", m.key)))?;
             let Some(live) = live else { continue };
-            if live.labels().get(LABEL_INVENTORY) == Some(&self.options.inventory) {
+            if live.labels().get(LABEL_INVENTORY) == Some(&self.options.inventory) || made_for_fleetgate(m, &live) {
                 continue;
             }
             match admitted.policy.unmanaged(m) {

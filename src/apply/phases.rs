@@ -99,8 +99,10 @@ type PerObject<T> = Result<T, (ObjectFailure, Option<kube::Error>)>;
 /// created, configured and unchanged apart after the real apply.
 ///
 /// A refusal (validation, schema, admission, a version not served) is [`ApplyError::DryRun`];
-/// an error that says nothing about the object (network, 429, 5xx — an unreachable admission
-/// webhook included) is [`ApplyError::Kube`], which may pass on a retry.
+/// a refusal of the agent's own permissions (403) is [`ApplyError::Forbidden`], which the
+/// cluster's RBAC must fix, not the release; an error that says nothing about the object
+/// (network, 429, 5xx — an unreachable admission webhook included) is [`ApplyError::Kube`],
+/// which may pass on a retry.
 pub(crate) async fn dry_run(
     resolver: &Resolver,
     objects: &[&Manifest],
@@ -115,7 +117,7 @@ pub(crate) async fn dry_run(
                 let api = resolver.api(m).map_err(|message| (fail(message), None))?;
                 match api.patch(&m.key.name, &pp, &Patch::Apply(&m.object)).await {
                     Ok(out) => Ok((m.key.clone(), out)),
-                    Err(e) if is_transient(&e) => Err((fail(api_message(&e)), Some(e))),
+                    Err(e) if is_transient(&e) || is_forbidden(&e) => Err((fail(api_message(&e)), Some(e))),
                     Err(e) => Err((fail(api_message(&e)), None)),
                 }
             }
@@ -124,23 +126,35 @@ pub(crate) async fn dry_run(
         .collect()
         .await;
     let mut out = DryRuns::new();
-    let mut failures = Vec::new();
+    let (mut failures, mut forbidden) = (Vec::new(), Vec::new());
     for r in results {
         match r {
             Ok((key, obj)) => {
                 out.insert(key, obj);
             }
+            Err((failure, Some(e))) if is_forbidden(&e) => forbidden.push(failure),
             Err((failure, Some(source))) => {
                 return Err(ApplyError::Kube { action: format!("dry run of {}", failure.object), source });
             }
             Err((failure, None)) => failures.push(failure),
         }
     }
+    // The permissions first: with them fixed, the next pass shows the release's own refusals.
+    for list in [&mut forbidden, &mut failures] {
+        list.sort_by(|a, b| a.object.cmp(&b.object));
+    }
+    if !forbidden.is_empty() {
+        return Err(ApplyError::Forbidden(forbidden));
+    }
     if !failures.is_empty() {
-        failures.sort_by(|a, b| a.object.cmp(&b.object));
         return Err(ApplyError::DryRun(failures));
     }
     Ok(out)
+}
+
+/// The API server refused the agent's credentials the request (RBAC), not the object.
+fn is_forbidden(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 403)
 }
 
 /// Server-side applies every object of one phase but those in `leave` (unchanged, see

@@ -16,7 +16,7 @@
 //! `deploy/rbac-state.yaml`, the same for every Operator.
 
 use crate::manifests::{BUILTIN_GROUPS, ManifestError, ManifestSet, ObjectKey};
-use crate::model::{ConfigError, FleetConfig, TreeError};
+use crate::model::TreeError;
 use crate::release::{TrustConfig, UnverifiedRelease, VerifyError, read_release, verify_tag_signature};
 use crate::source::{Checkout, SourceError};
 use k8s_openapi::api::rbac::v1::PolicyRule;
@@ -39,12 +39,6 @@ pub enum RbacError {
     },
     #[error("release {id} has no readable release.yaml:\n{}", findings.iter().map(|f| f.to_string()).collect::<Vec<_>>().join("\n"))]
     NoRelease { id: String, findings: Vec<crate::model::Finding> },
-    #[error("release {id}: its fleet configuration")]
-    Config {
-        id: String,
-        #[source]
-        source: ConfigError,
-    },
     #[error("release {id}: its manifests")]
     Manifests {
         id: String,
@@ -60,7 +54,7 @@ pub enum RbacError {
 /// The RBAC release `id` of `checkout` needs, from its tag's tree: the signature is checked first
 /// when `trust` is given (what the agent would accept), else the content is read as it is.
 /// Kinds are resolved without a cluster: built-in kinds by [`builtin_scope`], custom kinds by the
-/// release's own CRDs; unqualified namespaced objects go to fleet.yaml's operator namespace.
+/// release's own CRDs; unqualified namespaced objects go to the release's `spec.namespace`.
 pub fn release_rbac(checkout: &Checkout, id: &str, trust: Option<&TrustConfig>) -> Result<AgentRbac, RbacError> {
     let tag = checkout.tag(id)?.ok_or_else(|| RbacError::NoTag { id: id.into() })?;
     if let Some(trust) = trust {
@@ -69,11 +63,10 @@ pub fn release_rbac(checkout: &Checkout, id: &str, trust: Option<&TrustConfig>) 
             .map_err(|source| RbacError::Signature { id: id.into(), source })?;
     }
     let tree = checkout.tag_tree(&tag)?;
-    let config = FleetConfig::load(&tree).map_err(|source| RbacError::Config { id: id.into(), source })?;
     let (content, findings) = read_release(&tree, Some(id))?;
     let content = content.ok_or_else(|| RbacError::NoRelease { id: id.into(), findings })?;
     let release = UnverifiedRelease::new(id, content);
-    let set = ManifestSet::from_release(&release, Some(&config.fleet.spec.operator.namespace), &builtin_scope)
+    let set = ManifestSet::from_release(&release, &builtin_scope)
         .map_err(|source| RbacError::Manifests { id: id.into(), source })?;
     Ok(AgentRbac::for_release(&set))
 }
@@ -235,7 +228,10 @@ impl AgentRbac {
 
     /// ClusterRole, ClusterRoleBinding, and a Role and RoleBinding per namespace, all named
     /// [`AGENT_ROLE`] and bound to ServiceAccount `agent_namespace/`[`AGENT_ROLE`], as YAML
-    /// documents (`deploy/rbac-operator.yaml`'s shape).
+    /// documents (`deploy/rbac-operator.yaml`'s shape). Each of those namespaces comes first as
+    /// a Namespace object: a Role can only be created in a namespace that exists, and on a
+    /// cluster where the release never ran nothing else has created it yet — so the output
+    /// applies as it is (`kubectl apply -f`), before the agent's first pass.
     pub fn to_yaml(&self, agent_namespace: &str) -> String {
         let labels =
             serde_json::json!({"app.kubernetes.io/name": AGENT_ROLE, "app.kubernetes.io/part-of": "fleetgate"});
@@ -248,13 +244,18 @@ impl AgentRbac {
             }
             m
         };
-        let mut docs = vec![
+        let namespaces = self.namespaces.keys().map(|ns| {
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": ns, "labels": {"app.kubernetes.io/part-of": "fleetgate"}}})
+        });
+        let mut docs: Vec<serde_json::Value> = namespaces.collect();
+        docs.extend([
             serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
                 "metadata": meta(None), "rules": self.cluster}),
             serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
                 "metadata": meta(None), "subjects": subjects,
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": AGENT_ROLE}}),
-        ];
+        ]);
         for (ns, rules) in &self.namespaces {
             docs.push(serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
                 "metadata": meta(Some(ns)), "rules": rules}));
@@ -325,6 +326,7 @@ pub fn yaml_grants(text: &str) -> Result<BTreeSet<Grant>, serde_yaml_ng::Error> 
 mod tests {
     use super::*;
     use crate::manifests::tests::release;
+    use serde::Deserialize as _;
 
     /// The template Operator's manifest files, as a release holds them.
     fn template_set() -> ManifestSet {
@@ -333,7 +335,7 @@ mod tests {
             .map(|(p, b)| (p, String::from_utf8(b).unwrap()))
             .collect();
         let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
-        ManifestSet::from_release(&release(&refs), Some("redis-system"), &builtin_scope).unwrap()
+        ManifestSet::from_release(&release(&refs), &builtin_scope).unwrap()
     }
 
     #[test]
@@ -344,6 +346,20 @@ mod tests {
         let missing: Vec<_> = g.difference(&s).collect();
         let extra: Vec<_> = s.difference(&g).collect();
         assert!(missing.is_empty() && extra.is_empty(), "deploy/ lacks {missing:#?}\ndeploy/ grants more: {extra:#?}");
+    }
+
+    #[test]
+    fn the_output_creates_each_namespace_before_the_role_in_it() {
+        let yaml = AgentRbac::for_release(&template_set()).to_yaml("fleetgate-system");
+        let kinds: Vec<(String, String)> = serde_yaml_ng::Deserializer::from_str(&yaml)
+            .map(|d| {
+                let v = serde_json::Value::deserialize(d).unwrap();
+                (v["kind"].as_str().unwrap().to_string(), v["metadata"]["name"].as_str().unwrap().to_string())
+            })
+            .collect();
+        let namespace = kinds.iter().position(|k| k == &("Namespace".to_string(), "redis-system".to_string()));
+        let role = kinds.iter().position(|(kind, _)| kind == "Role");
+        assert!(matches!((namespace, role), (Some(n), Some(r)) if n < r), "{kinds:?}");
     }
 
     #[test]

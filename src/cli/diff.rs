@@ -72,9 +72,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
 
     let client =
         args.kube.access().client().await.context("connecting to the cluster (check --kubeconfig and --context)")?;
-    let mut options = ApplyOptions::for_cluster(&args.namespace, &args.cluster);
-    options.default_namespace = Some(desired.operator_namespace.clone());
-    let engine = Engine::new(client, options);
+    let engine = Engine::new(client, ApplyOptions::for_cluster(&args.namespace, &args.cluster));
     let report = engine.drift(desired.release.files()).await.context("comparing the release with the cluster")?;
     let applied = engine.inventory().await.context("reading the agent's inventory")?.map(|i| i.release);
 

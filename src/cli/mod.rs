@@ -15,6 +15,8 @@ mod cluster;
 mod completion;
 mod diff;
 mod get;
+#[cfg(test)]
+mod hints;
 mod init;
 mod output;
 mod pause;

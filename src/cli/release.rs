@@ -76,6 +76,10 @@ pub struct CreateArgs {
     /// them again, e.g. a build with a known vulnerability.
     #[arg(long, value_delimiter = ',')]
     pub revokes: Vec<String>,
+    /// Namespace for namespaced objects whose manifest names none, as `kubectl apply -n NS` gives
+    /// it to an upstream install.yaml (spec.namespace; default: fleet.yaml's operator.namespace).
+    #[arg(long, short = 'n', value_name = "NS")]
+    pub namespace: Option<String>,
     /// Kubernetes versions the release needs, as a semver range (e.g. ">=1.28").
     #[arg(long)]
     pub requires_kubernetes: Option<String>,
@@ -162,6 +166,7 @@ fn create_and_push(args: &CreateArgs, access: &Credentials) -> Result<Created, R
         targets: if args.all { Targets::All } else { Targets::List(args.targets.clone()) },
         rollback_to: args.rollback_to.clone(),
         revokes: args.revokes.clone(),
+        namespace: args.namespace.clone(),
         requires,
         branch: args.branch.clone(),
     };

@@ -232,7 +232,10 @@ pub enum ManifestError {
     NotAnObject { at: Source, reason: String },
     #[error("{at}: {key} is defined twice; first at {first}")]
     Duplicate { at: Source, key: Box<ObjectKey>, first: Source },
-    #[error("{at}: {key} is namespaced but has no metadata.namespace, and no default namespace applies")]
+    #[error(
+        "{at}: {key} is namespaced but has no metadata.namespace, and the release sets no spec.namespace \
+         (`fleetgate release create` writes the fleet's operator.namespace there; --namespace NS chooses another)"
+    )]
     MissingNamespace { at: Source, key: Box<ObjectKey> },
     #[error(
         "{at}: {kind} ({api_version}) is not served by the cluster and no CustomResourceDefinition in the release defines it"
@@ -265,18 +268,18 @@ pub struct ManifestSet {
 
 impl ManifestSet {
     /// Parses every manifest file of `release` (sorted by path; documents in file order),
-    /// resolves each object's scope through `scopes` and the release's own CRDs, fills in
-    /// `default_namespace` for namespaced objects without one, drops `metadata.namespace` from
-    /// cluster-scoped objects (as kubectl does), and orders the result by phase.
+    /// resolves each object's scope through `scopes` and the release's own CRDs, puts namespaced
+    /// objects without a namespace in the release's [`default_namespace`](ReleaseFiles::default_namespace)
+    /// (as `kubectl apply -n` does), drops `metadata.namespace` from cluster-scoped objects (as
+    /// kubectl does), and orders the result by phase. Every reader of a release (the agent,
+    /// `diff`, `validate`, `agent rbac`, admission, drift) goes through here, so all of them see
+    /// the same objects in the same namespaces.
     ///
     /// Errors: every unparsable document, duplicate (same group, kind, namespace and name),
-    /// namespaced object without a namespace when `default_namespace` is None, and kind neither
+    /// namespaced object without a namespace when the release sets no default, and kind neither
     /// served nor defined by the release — all reported together.
-    pub fn from_release(
-        release: &dyn ReleaseFiles,
-        default_namespace: Option<&str>,
-        scopes: &dyn KindScopes,
-    ) -> Result<ManifestSet, ManifestError> {
+    pub fn from_release(release: &dyn ReleaseFiles, scopes: &dyn KindScopes) -> Result<ManifestSet, ManifestError> {
+        let default_namespace = release.default_namespace();
         let mut errors = Vec::new();
         let mut parsed: Vec<(Source, DynamicObject, GroupVersionKind)> = Vec::new();
         // `files()` is a BTreeMap: path order is the deterministic file order.
@@ -515,7 +518,12 @@ pub(crate) mod tests {
     use crate::model::{Document, ImageRef, Release, ReleaseSpec};
     use crate::release::VerifiedRelease;
 
+    /// A release of `files` whose default namespace is `redis-system`.
     pub(crate) fn release(files: &[(&str, &str)]) -> VerifiedRelease {
+        release_in(Some("redis-system"), files)
+    }
+
+    pub(crate) fn release_in(namespace: Option<&str>, files: &[(&str, &str)]) -> VerifiedRelease {
         let spec = ReleaseSpec {
             fleet: Some("redis-fleet".into()),
             sequence: Some(1),
@@ -532,6 +540,7 @@ pub(crate) mod tests {
             rollback_to: None,
             requires: None,
             manifests: "operator/".into(),
+            namespace: namespace.map(str::to_string),
             deploy_timestamp: None,
         };
         let release: Release = Document::new("Release", "rel-1", spec);
@@ -581,14 +590,14 @@ spec:
             ),
             ("operator/README.md", "not yaml: ["),
         ]);
-        let set = ManifestSet::from_release(&r, Some("dflt"), &scopes).unwrap();
+        let set = ManifestSet::from_release(&r, &scopes).unwrap();
         let order: Vec<String> = set.iter().map(|m| m.key.to_string()).collect();
         assert_eq!(
             order,
             [
                 "Namespace ns1",
                 "CustomResourceDefinition.apiextensions.k8s.io widgets.example.com",
-                "Deployment.apps dflt/op",
+                "Deployment.apps redis-system/op",
                 "Widget.example.com ns1/w",
                 "ValidatingWebhookConfiguration.admissionregistration.k8s.io vw",
             ]
@@ -600,18 +609,22 @@ spec:
 
     #[test]
     fn reports_every_problem_at_once() {
-        let r = release(&[
-            (
-                "operator/a.yaml",
-                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: x}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: x}\n",
-            ),
-            (
-                "operator/b.yaml",
-                "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n---\napiVersion: nope.io/v1\nkind: Thing\nmetadata: {name: t}\n---\n- a list\n",
-            ),
-            ("operator/c.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {generateName: x-}\n"),
-        ]);
-        let err = ManifestSet::from_release(&r, None, &scopes).unwrap_err();
+        let r = release_in(
+            None,
+            &[
+                (
+                    "operator/a.yaml",
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: x}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: x}\n",
+                ),
+                (
+                    "operator/b.yaml",
+                    "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n---\napiVersion: nope.io/v1\nkind: Thing\nmetadata: {name: t}\n---\n- a list\n",
+                ),
+                ("operator/c.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {generateName: x-}\n"),
+            ],
+        );
+        let err = ManifestSet::from_release(&r, &scopes).unwrap_err();
+        assert!(err.to_string().contains("sets no spec.namespace"), "{err}");
         let ManifestError::Many(all) = err else { panic!("expected many errors, got {err}") };
         let kinds: Vec<&str> = all
             .iter()
@@ -640,16 +653,16 @@ spec:
             "m.yaml",
             "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d, namespace: n}\n---\napiVersion: apps/v1beta2\nkind: Deployment\nmetadata: {name: d, namespace: n}\n",
         )]);
-        assert!(matches!(ManifestSet::from_release(&r, None, &scopes), Err(ManifestError::Duplicate { .. })));
+        assert!(matches!(ManifestSet::from_release(&r, &scopes), Err(ManifestError::Duplicate { .. })));
     }
 
     #[test]
     fn default_namespace_makes_implicit_and_explicit_duplicates() {
-        let r = release(&[(
+        let r = release_in(Some("d"), &[(
             "m.yaml",
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: d}\n",
         )]);
-        assert!(matches!(ManifestSet::from_release(&r, Some("d"), &scopes), Err(ManifestError::Duplicate { .. })));
+        assert!(matches!(ManifestSet::from_release(&r, &scopes), Err(ManifestError::Duplicate { .. })));
     }
 
     #[test]
@@ -670,7 +683,7 @@ spec:
                 "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {name: vw, namespace: ns1}\n",
             ),
         ]);
-        let set = ManifestSet::from_release(&r, None, &scopes).unwrap();
+        let set = ManifestSet::from_release(&r, &scopes).unwrap();
         let hook = set.iter().find(|m| m.key.kind == "ValidatingWebhookConfiguration").unwrap();
         assert_eq!((&hook.scope, &hook.key.namespace), (&Scope::Cluster, &None));
     }

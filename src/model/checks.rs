@@ -302,6 +302,9 @@ pub fn check_release(release: &Release, file: &str, text: &str) -> Vec<Finding> 
         Some(f) if !is_dns_label(f) => bad(Rule::Naming, "fleet", format!("fleet {f:?} is not a DNS-1123 label")),
         Some(_) => {}
     }
+    if let Some(ns) = s.namespace.as_deref().filter(|ns| !is_dns_label(ns)) {
+        bad(Rule::Naming, "namespace", format!("namespace {ns:?} is not a DNS-1123 label"));
+    }
     if s.sequence.is_none() {
         bad(
             Rule::Ordering,

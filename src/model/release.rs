@@ -58,6 +58,11 @@ pub struct ReleaseSpec {
     /// Folder (relative to the repo root) holding the rendered manifests.
     #[serde(default = "default_manifests")]
     pub manifests: String,
+    /// The namespace of namespaced objects whose manifest names none, as `kubectl apply -n NS`
+    /// gives it to an upstream `install.yaml`. Signed with the release (`release create` writes
+    /// the fleet's `operator.namespace` unless told otherwise), so nothing unsigned moves objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deploy_timestamp: Option<String>,
 }
@@ -187,10 +192,11 @@ pub mod seed_keys {
     pub const FLEET: &str = "fleet";
     pub const SEQUENCE: &str = "sequence";
     pub const REVOKES: &str = "revokes";
+    pub const NAMESPACE: &str = "namespace";
 
     pub(super) const REQUIRED: [&str; 6] =
         [RELEASE_ID, GIT_COMMIT, IMAGE_TAG, CHART_VERSION, CRD_VERSION, TARGET_CLUSTERS];
-    pub(super) const ALL: [&str; 16] = [
+    pub(super) const ALL: [&str; 17] = [
         RELEASE_ID,
         GIT_COMMIT,
         IMAGE_TAG,
@@ -207,6 +213,7 @@ pub mod seed_keys {
         FLEET,
         SEQUENCE,
         REVOKES,
+        NAMESPACE,
     ];
 }
 
@@ -306,6 +313,7 @@ fn from_seed(
         rollback_to: take(ROLLBACK_TO),
         requires,
         manifests: take(MANIFESTS).unwrap_or_else(default_manifests),
+        namespace: take(NAMESPACE),
         deploy_timestamp: take(DEPLOY_TIMESTAMP),
     };
     Ok(Document::new(RELEASE_KIND, id, spec))
@@ -339,6 +347,9 @@ pub fn release_seed_data(release: &Release) -> BTreeMap<String, String> {
     put(CHART_VERSION, &s.chart_version);
     put(CRD_VERSION, &s.crd_version);
     put(TARGET_CLUSTERS, &s.target_clusters.join(","));
+    if let Some(ns) = &s.namespace {
+        put(NAMESPACE, ns);
+    }
     if let Some(t) = &s.deploy_timestamp {
         put(DEPLOY_TIMESTAMP, t);
     }

@@ -11,8 +11,9 @@ use super::{API_VERSION, Document};
 use serde::de::DeserializeOwned;
 use std::fmt;
 
-/// Files larger than this are refused before parsing.
-pub const MAX_YAML_BYTES: usize = 4 * 1024 * 1024;
+/// Files larger than this are refused before parsing. Upstream operators publish everything in
+/// one file: prometheus-operator's `bundle.yaml` (v0.85) is 4.05 MiB.
+pub const MAX_YAML_BYTES: usize = 8 * 1024 * 1024;
 /// Nodes that aliases of one file may add when expanded; more is treated as an alias bomb.
 /// Legitimate manifests use few aliases, each expanding to a small block.
 pub const MAX_ALIAS_EXPANSION: u64 = 100_000;

@@ -514,6 +514,7 @@ mod tests {
                 rollback_to: None,
                 requires: None,
                 manifests: "operator/".into(),
+                namespace: None,
                 deploy_timestamp: None,
             },
         )

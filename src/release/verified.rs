@@ -17,6 +17,8 @@ pub trait ReleaseFiles {
     fn id(&self) -> &str;
     /// Manifest files (path relative to the repo root → bytes), in path order.
     fn files(&self) -> &BTreeMap<String, Vec<u8>>;
+    /// Where namespaced objects without `metadata.namespace` go (`spec.namespace`).
+    fn default_namespace(&self) -> Option<&str>;
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -80,6 +82,10 @@ impl ReleaseFiles for VerifiedRelease {
     fn files(&self) -> &BTreeMap<String, Vec<u8>> {
         &self.files
     }
+
+    fn default_namespace(&self) -> Option<&str> {
+        self.release.spec.namespace.as_deref()
+    }
 }
 
 /// A release as its tag holds it, signature not checked. Anyone may build one: it carries no
@@ -104,5 +110,9 @@ impl ReleaseFiles for UnverifiedRelease {
 
     fn files(&self) -> &BTreeMap<String, Vec<u8>> {
         &self.content.files
+    }
+
+    fn default_namespace(&self) -> Option<&str> {
+        self.content.release.spec.namespace.as_deref()
     }
 }

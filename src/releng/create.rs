@@ -58,6 +58,9 @@ pub struct CreateRequest {
     pub rollback_to: Option<String>,
     /// Earlier releases this one withdraws (`spec.revokes`).
     pub revokes: Vec<String>,
+    /// Namespace of namespaced objects whose manifest names none (`spec.namespace`); default
+    /// the fleet's `operator.namespace`.
+    pub namespace: Option<String>,
     pub requires: Option<Requirements>,
     /// Branch to commit on; default: the branch HEAD points at.
     pub branch: Option<String>,
@@ -239,6 +242,7 @@ fn release_document(
             rollback_to,
             requires: req.requires.clone(),
             manifests: default_manifests(),
+            namespace: Some(place.namespace),
             deploy_timestamp: None,
         },
     )
@@ -289,6 +293,8 @@ struct Place {
     fleet: String,
     sequence: u64,
     targets: Vec<String>,
+    /// `spec.namespace`: the request's, else the fleet's operator namespace.
+    namespace: String,
 }
 
 /// What a computed release would put in the repo, before anything is written.
@@ -394,7 +400,8 @@ fn plan(
         (None, None) => default_rollback_target(repo, base.id(), req, &tags)?,
     };
     let successes = Successes::read(repo, &fleet.config, &tags)?;
-    let place = Place { fleet: fleet.config.fleet.name().to_string(), sequence, targets };
+    let namespace = req.namespace.clone().unwrap_or_else(|| fleet.config.fleet.spec.operator.namespace.clone());
+    let place = Place { fleet: fleet.config.fleet.name().to_string(), sequence, targets, namespace };
     let files: BTreeMap<String, Vec<u8>> = manifests.iter().map(|(p, (b, _))| (p.clone(), b.clone())).collect();
     let release = release_document(req, content.chart.as_ref(), place, rollback_to, mapping::crd_versions(&files));
     let release_text = release_yaml(&release)?;

@@ -58,6 +58,7 @@ fn find_binaries_dir() -> anyhow::Result<PathBuf> {
     }
     run_hack_script(
         "k8s-binaries.sh",
+        &[],
         "set FLEETGATE_REPO to the fleetgate checkout, or KUBEBUILDER_ASSETS to a directory with kube-apiserver and etcd",
     )
 }
@@ -65,19 +66,20 @@ fn find_binaries_dir() -> anyhow::Result<PathBuf> {
 /// `flux-ssa-bench` (bench/ssa: Flux's server-side apply engine, for examples/apply_bench.rs),
 /// built into the cache by `hack/flux-ssa-bench.sh` on first use.
 pub fn flux_ssa_bench_binary() -> anyhow::Result<PathBuf> {
-    run_hack_script("flux-ssa-bench.sh", "set FLEETGATE_REPO to the fleetgate checkout")
+    run_hack_script("flux-ssa-bench.sh", &[], "set FLEETGATE_REPO to the fleetgate checkout")
 }
 
 /// Runs `hack/<name>` of the fleetgate checkout (`FLEETGATE_REPO`, else this crate's parent) and
 /// returns the path it prints last: the scripts that build a tool into the cache answer with
 /// its location at once when it is there, and build it first otherwise. `hint` says what to do
 /// when the script is missing.
-pub(crate) fn run_hack_script(name: &str, hint: &str) -> anyhow::Result<PathBuf> {
+pub(crate) fn run_hack_script(name: &str, args: &[&str], hint: &str) -> anyhow::Result<PathBuf> {
     let script = checkout_dir().join("hack").join(name);
     anyhow::ensure!(script.is_file(), "{} not found: {hint}", script.display());
     // stderr is inherited so a cold build shows its progress.
     let out = Command::new("bash")
         .arg(&script)
+        .args(args)
         .stderr(std::process::Stdio::inherit())
         .output()
         .with_context(|| format!("running {}", script.display()))?;

@@ -16,6 +16,8 @@
 //!   ([`proxy`]).
 //! * A generated operator at real scale as a Helm chart, and the `helm` that renders it
 //!   ([`operator_fixture`]).
+//! * Real operators' published manifests (Argo CD's `install.yaml`, prometheus-operator's
+//!   `bundle.yaml`), fetched from the Go module proxy into the cache ([`upstream`]).
 //!
 //! [`wait`] has the bounded waits tests use around them.
 
@@ -30,6 +32,7 @@ pub mod prometheus;
 pub mod proxy;
 pub mod ssh;
 pub mod sshd;
+pub mod upstream;
 pub mod wait;
 
 pub use cluster::*;

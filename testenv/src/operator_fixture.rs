@@ -30,6 +30,7 @@ fn find_helm() -> anyhow::Result<PathBuf> {
     }
     crate::cluster::run_hack_script(
         "helm-binary.sh",
+        &[],
         "set FLEETGATE_REPO to the fleetgate checkout, or FLEETGATE_HELM to a helm binary",
     )
 }

@@ -32,9 +32,7 @@ pub async fn start(name: &str) -> (TestCluster, Engine) {
         services.get_opt("kubernetes").await.ok().flatten().map(drop)
     })
     .await;
-    let mut options = ApplyOptions::for_cluster(AGENT_NS, CLUSTER);
-    options.default_namespace = Some(OPERATOR_NS.to_string());
-    (cluster, Engine::new(client, options))
+    (cluster, Engine::new(client, ApplyOptions::for_cluster(AGENT_NS, CLUSTER)))
 }
 
 /// The manifests stage and the apply, as one pass of the agent runs them.
@@ -75,6 +73,7 @@ pub fn release(dir: &str, id: &str, extra: &[(&str, &str)]) -> VerifiedRelease {
         revokes: Vec::new(),
         requires: None,
         manifests: "operator/".into(),
+        namespace: Some(OPERATOR_NS.to_string()),
         deploy_timestamp: None,
     };
     let release: Release = Document::new("Release", id, spec);

@@ -170,6 +170,7 @@ impl Fixture {
             targets: Targets::All,
             rollback_to: None,
             revokes: Vec::new(),
+            namespace: None,
             requires: None,
             branch: None,
         }

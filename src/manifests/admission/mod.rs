@@ -295,7 +295,7 @@ mod tests {
     }
 
     fn set(yaml: &str) -> ManifestSet {
-        ManifestSet::from_release(&release(&[("operator/x.yaml", yaml)]), Some("redis-system"), &scopes).unwrap()
+        ManifestSet::from_release(&release(&[("operator/x.yaml", yaml)]), &scopes).unwrap()
     }
 
     fn live() -> LiveApi {
