@@ -497,8 +497,11 @@ fn a_fleet_rollback_sends_each_cluster_to_its_own_last_success() {
         succeeded(&f, &["cluster-a"], id);
     }
     let m4 = f.manifests("render-rel-4", "v1.3.0", "v1alpha2", &["size"], &[]);
-    f.create(&fleetgate::releng::create::CreateRequest { revokes: vec!["rel-3".into()], ..f.request("rel-4", &m4, "v1.3.0") })
-        .unwrap();
+    f.create(&fleetgate::releng::create::CreateRequest {
+        revokes: vec!["rel-3".into()],
+        ..f.request("rel-4", &m4, "v1.3.0")
+    })
+    .unwrap();
     merge(&f, &run_promote(&f, &promote_req("rel-4", Target::Fleet)).unwrap().branch);
     assert_eq!(desired(&f), "cluster-a=rel-4 cluster-b=rel-4 cluster-c=rel-4");
     status_support::report(&f.repo, "cluster-c", "rel-4", State::Pending);
@@ -550,7 +553,11 @@ fn a_fleet_rollback_sends_each_cluster_to_its_own_last_success() {
     // Alone, cluster-c is refused with the same reason.
     let out = f.fleetgate(&["rollback", "--cluster", "cluster-c", "--repo", "fleet"]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(stderr(&out).starts_with("refused: no release other than rel-4 succeeded on cluster-c"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with("refused: no release other than rel-4 succeeded on cluster-c"),
+        "{}",
+        stderr(&out)
+    );
 
     // The write: each cluster pinned to its own target, fleet.yaml (and so cluster-c) unchanged.
     let out = f.fleetgate(&["rollback", "--fleet", "--repo", "fleet", "--reason", "INC-7", "-o", "json"]);
@@ -566,5 +573,8 @@ fn a_fleet_rollback_sends_each_cluster_to_its_own_last_success() {
     assert!(message.starts_with("rollback the fleet: 2 clusters\n"), "{message}");
     assert!(message.contains("cluster-a (wave canary): rel-4 -> rel-2"), "{message}");
     assert!(message.contains("cluster-b (wave prod): rel-4 -> rel-1"), "{message}");
-    assert!(message.contains("Left alone: cluster-c (wave prod) stays on rel-4: no release other than rel-4"), "{message}");
+    assert!(
+        message.contains("Left alone: cluster-c (wave prod) stays on rel-4: no release other than rel-4"),
+        "{message}"
+    );
 }

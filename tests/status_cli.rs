@@ -182,7 +182,11 @@ fn fleet_on_rel1() -> releng_common::Fixture {
 
 fn wait_cmd(f: &releng_common::Fixture, args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fleetgate"));
-    cmd.arg("wait").args(args).args(["--repo", f.repo.to_str().unwrap()]).env("NO_COLOR", "1").env_remove("FLEETGATE_REPO");
+    cmd.arg("wait")
+        .args(args)
+        .args(["--repo", f.repo.to_str().unwrap()])
+        .env("NO_COLOR", "1")
+        .env_remove("FLEETGATE_REPO");
     cmd
 }
 
@@ -252,9 +256,8 @@ fn wait_exits_1_when_a_cluster_reports_failure() {
     let f = fleet_on_rel1();
     status_support::report(&f.repo, "cluster-b", "rel-1", State::Success);
     status_support::report(&f.repo, "cluster-a", "rel-1", State::Failure);
-    let out = wait_cmd(&f, &["rel-1", "--fleet", "--interval", "300ms", "--timeout", "60s", "-o", "json"])
-        .output()
-        .unwrap();
+    let out =
+        wait_cmd(&f, &["rel-1", "--fleet", "--interval", "300ms", "--timeout", "60s", "-o", "json"]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("cluster-a: failure (reported by the test)\n"), "{err}");
@@ -268,7 +271,8 @@ fn wait_exits_1_when_a_cluster_reports_failure() {
 #[test]
 fn wait_exits_124_on_timeout_and_2_on_usage_errors() {
     let f = fleet_on_rel1();
-    let out = wait_cmd(&f, &["rel-1", "--cluster", "cluster-c", "--interval", "1s", "--timeout", "3s"]).output().unwrap();
+    let out =
+        wait_cmd(&f, &["rel-1", "--cluster", "cluster-c", "--interval", "1s", "--timeout", "3s"]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(124), "{err}");
     assert!(err.contains("cluster-c: not started\n"), "{err}");

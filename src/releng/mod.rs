@@ -34,9 +34,9 @@ pub mod rollback_preview;
 pub mod sign;
 pub mod successes;
 
+pub use crate::model::Target;
 pub use desired::{DesiredChange, FleetState};
 pub use repo::{FleetRepo, ReleaseTag};
-pub use crate::model::Target;
 pub use sign::{SignError, Signer};
 
 use serde::Serialize;

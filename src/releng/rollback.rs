@@ -88,7 +88,13 @@ pub struct LeftAlone {
 impl LeftAlone {
     /// `cluster-c (wave prod) stays on rel-3: why`.
     pub fn line(&self) -> String {
-        format!("{} (wave {}) stays on {}: {}", self.cluster, self.wave, self.current.as_deref().unwrap_or("(none)"), self.why)
+        format!(
+            "{} (wave {}) stays on {}: {}",
+            self.cluster,
+            self.wave,
+            self.current.as_deref().unwrap_or("(none)"),
+            self.why
+        )
     }
 }
 
@@ -442,7 +448,11 @@ fn own_target(found: &ClusterCandidates, last_change: Option<&Change>) -> Result
         )),
         None => Err(format!(
             "no release other than {current} succeeded on {c}{}, so it has nothing to go back to and stays on {current}; to move it anyway: fleetgate rollback --cluster {c} --to ID",
-            if newer_revoked.is_empty() { String::new() } else { format!(" that is not revoked ({} is)", newer_revoked.join(", ")) }
+            if newer_revoked.is_empty() {
+                String::new()
+            } else {
+                format!(" that is not revoked ({} is)", newer_revoked.join(", "))
+            }
         )),
     }
 }

@@ -237,7 +237,10 @@ mod tests {
         let second = [at("cluster-a", Standing::Success), failed];
         assert_eq!(
             changes(Some(&first), &second),
-            ["cluster-a: pending → success", "cluster-b: not started → rolled back (rolled back to rel-1: error-rate 7.3 % > 5 %)"]
+            [
+                "cluster-a: pending → success",
+                "cluster-b: not started → rolled back (rolled back to rel-1: error-rate 7.3 % > 5 %)"
+            ]
         );
         assert!(changes(Some(&second), &second).is_empty());
         assert_eq!(still_waiting(&first), "cluster-a (pending), cluster-b (not started)");
