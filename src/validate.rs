@@ -126,10 +126,8 @@ pub fn validate_repo(
 
     // Release tags, oldest first (tagger time, then name).
     let mut tags = Vec::new();
-    for tag in checkout.tags()? {
-        if checkout.tag_tree(&tag)?.entry(RELEASE_FILE)?.is_some() {
-            tags.push((checkout.tag_time(&tag)?, tag));
-        }
+    for tag in checkout.release_tags()? {
+        tags.push((checkout.tag_time(&tag)?, tag));
     }
     tags.sort_by(|(ta, a), (tb, b)| ta.cmp(tb).then(a.name.cmp(&b.name)));
     let tags: Vec<TagRef> = tags.into_iter().map(|(_, t)| t).collect();

@@ -379,13 +379,14 @@ fn promote_pushes_over_ssh_and_refuses_a_wrong_host_key() {
 #[test]
 fn every_command_that_reaches_a_repo_takes_known_hosts_and_ca_file() {
     let home = tempfile::tempdir().unwrap();
-    let commands: [(&[&str], [&str; 2]); 6] = [
+    let commands: [(&[&str], [&str; 2]); 7] = [
         (&["agent"], ["--git-known-hosts", "--git-ca-file"]),
         (&["validate"], ["--known-hosts", "--ca-file"]),
         (&["status"], ["--known-hosts", "--ca-file"]),
         (&["diff"], ["--known-hosts", "--ca-file"]),
         (&["promote"], ["--known-hosts", "--ca-file"]),
         (&["rollback"], ["--known-hosts", "--ca-file"]),
+        (&["wait"], ["--known-hosts", "--ca-file"]),
     ];
     for (command, flags) in commands {
         let mut args = command.to_vec();

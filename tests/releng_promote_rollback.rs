@@ -1,6 +1,7 @@
 //! `promote` then `rollback` on a real repository with real signed releases: what `main` says
-//! after each step, when a rollback is a true revert and when an explicit change, and every
-//! refusal with its specific reason.
+//! after each step, when a rollback is a true revert and when an explicit change, where each
+//! cluster goes (its own last success, from its agent's signed statuses), and every refusal with
+//! its specific reason.
 
 mod releng_common;
 mod status_support;
@@ -46,6 +47,21 @@ fn desired(f: &Fixture) -> String {
         .join(" ")
 }
 
+/// Registers every cluster's status key on `main`, as `cluster register` does when a cluster joins.
+fn register_agents(f: &Fixture) {
+    for c in ["cluster-a", "cluster-b", "cluster-c"] {
+        let key = status_support::identity(c).signer.public().to_string();
+        fleetgate::releng::register::register(&f.open(), "main", c, &key, None).unwrap();
+    }
+}
+
+/// Each of `clusters` reports `success` for release `id`, signed by its agent's key.
+fn succeeded(f: &Fixture, clusters: &[&str], id: &str) {
+    for c in clusters {
+        status_support::report(&f.repo, c, id, State::Success);
+    }
+}
+
 /// Merges `branch` into `main` the way a forge's merge button does (a merge commit).
 fn merge(f: &Fixture, branch: &str) {
     f.git(&["merge", "-q", "--no-ff", "-m", &format!("Merge {branch}"), branch]);
@@ -54,6 +70,8 @@ fn merge(f: &Fixture, branch: &str) {
 #[test]
 fn promote_then_rollback_leaves_main_as_expected() {
     let f = Fixture::new();
+    register_agents(&f);
+    let registered = f.show("main", "clusters/cluster-a.yaml");
     f.release("rel-1", "v1.0.0");
     // The whole fleet on rel-1.
     let r = run_promote(&f, &promote_req("rel-1", Target::Fleet)).unwrap();
@@ -65,6 +83,7 @@ fn promote_then_rollback_leaves_main_as_expected() {
     assert_eq!(desired(&f), "cluster-a=- cluster-b=- cluster-c=-", "main is untouched until the PR merges");
     merge(&f, "promote/rel-1-fleet");
     assert_eq!(desired(&f), "cluster-a=rel-1 cluster-b=rel-1 cluster-c=rel-1");
+    succeeded(&f, &["cluster-a", "cluster-b", "cluster-c"], "rel-1");
     // Comments survive the edit and the value sits next to its commented example.
     let fleet = f.show("main", "fleet.yaml");
     assert!(fleet.starts_with("# The fleet.\n"), "{fleet}");
@@ -100,11 +119,7 @@ fn promote_then_rollback_leaves_main_as_expected() {
     assert_eq!(rb.branch, "main");
     assert_eq!(f.git(&["rev-parse", "main"]), rb.commit);
     assert_eq!(desired(&f), "cluster-a=rel-1 cluster-b=rel-1 cluster-c=rel-1");
-    assert_eq!(
-        f.show("main", "clusters/cluster-a.yaml"),
-        cluster_yaml("cluster-a", "canary").trim_end(),
-        "byte for byte back"
-    );
+    assert_eq!(f.show("main", "clusters/cluster-a.yaml"), registered, "byte for byte back");
     let message = f.git(&["log", "-1", "--format=%B", "main"]);
     assert!(message.starts_with("Revert \"Merge promote/rel-2-wave-canary\"\n\nThis reverts commit "), "{message}");
     assert!(message.contains("cluster-a (wave canary): rel-2 -> rel-1"), "{message}");
@@ -124,8 +139,10 @@ fn promote_then_rollback_leaves_main_as_expected() {
 #[test]
 fn rolling_back_part_of_a_promotion_is_an_explicit_change() {
     let f = Fixture::new();
+    register_agents(&f);
     f.release("rel-1", "v1.0.0");
     merge(&f, &run_promote(&f, &promote_req("rel-1", Target::Fleet)).unwrap().branch);
+    succeeded(&f, &["cluster-a", "cluster-b", "cluster-c"], "rel-1");
     f.release("rel-2", "v1.1.0");
     // prod holds two clusters; promote both, roll back one.
     let r = promote::promote(
@@ -261,8 +278,10 @@ fn promotion_refuses_unsigned_untargeted_and_failed_releases() {
 #[test]
 fn fleet_promotion_drops_pins_and_the_command_line_prints_and_exits() {
     let f = Fixture::new();
+    register_agents(&f);
     f.release("rel-1", "v1.0.0");
     merge(&f, &run_promote(&f, &promote_req("rel-1", Target::Fleet)).unwrap().branch);
+    succeeded(&f, &["cluster-a", "cluster-b", "cluster-c"], "rel-1");
     f.release("rel-2", "v1.1.0");
     merge(&f, &run_promote(&f, &promote_req("rel-2", Target::Cluster("cluster-a".into()))).unwrap().branch);
     assert!(f.show("main", "clusters/cluster-a.yaml").contains("  release: rel-2"));
@@ -309,8 +328,8 @@ fn fleet_promotion_drops_pins_and_the_command_line_prints_and_exits() {
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(json(&out)["result"], "error");
 
-    // Rollback from the command line: every cluster goes back to the release before its last
-    // change (cluster-a's own promotion, the fleet promotion for the others): rel-1 everywhere.
+    // Rollback from the command line: every cluster goes back to its last success, rel-1 for all,
+    // so fleet.yaml says rel-1.
     let out = f.fleetgate(&["rollback", "--fleet", "--repo", "fleet", "--reason", "p99 latency", "-o", "json"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let j = json(&out);
@@ -329,16 +348,10 @@ fn fleet_promotion_drops_pins_and_the_command_line_prints_and_exits() {
 #[test]
 fn rollback_lists_candidates_and_previews_before_writing() {
     let f = Fixture::new();
-    for c in ["cluster-a", "cluster-b", "cluster-c"] {
-        // Each agent's status key, registered before anything runs.
-        let key = status_support::identity(c).signer.public().to_string();
-        fleetgate::releng::register::register(&f.open(), "main", c, &key, None).unwrap();
-    }
+    register_agents(&f);
     f.release("rel-1", "v1.0.0");
     merge(&f, &run_promote(&f, &promote_req("rel-1", Target::Fleet)).unwrap().branch);
-    for c in ["cluster-a", "cluster-b", "cluster-c"] {
-        status_support::report(&f.repo, c, "rel-1", State::Success);
-    }
+    succeeded(&f, &["cluster-a", "cluster-b", "cluster-c"], "rel-1");
     // rel-2 adds an optional field to the CRD, as nearly every operator upgrade does.
     let m2 = f.manifests("render-2", "v1.1.0", "v1alpha2", &["size", "shards"], &[]);
     f.create(&f.request("rel-2", &m2, "v1.1.0")).unwrap();
@@ -380,7 +393,7 @@ fn rollback_lists_candidates_and_previews_before_writing() {
     for line in [
         "Would roll back cluster cluster-a\n".to_string(),
         "  cluster-a (wave canary): rel-2 -> rel-1\n".into(),
-        "      why       cluster-a ran it before commit ".into(),
+        "      why       last success here at ".into(),
         "      agent     a rollback: rel-1 succeeded here (".into(),
         format!("      keeps     CRD {crd} (rel-2's is wider):\n                  - v1alpha2 .spec.shards: field removed\n"),
         "      restores  custom resources from the snapshot taken before rel-2 was applied (the cluster ran rel-1 then)\n".into(),
@@ -432,8 +445,10 @@ fn rollback_lists_candidates_and_previews_before_writing() {
 #[test]
 fn a_staged_fleet_rollback_goes_wave_by_wave() {
     let f = Fixture::new();
+    register_agents(&f);
     f.release("rel-1", "v1.0.0");
     merge(&f, &run_promote(&f, &promote_req("rel-1", Target::Fleet)).unwrap().branch);
+    succeeded(&f, &["cluster-a", "cluster-b", "cluster-c"], "rel-1");
     f.release("rel-2", "v1.1.0");
     merge(&f, &run_promote(&f, &promote_req("rel-2", Target::Fleet)).unwrap().branch);
 
@@ -462,4 +477,104 @@ fn a_staged_fleet_rollback_goes_wave_by_wave() {
     assert_eq!(desired(&f), "cluster-a=rel-1 cluster-b=rel-1 cluster-c=rel-1");
     assert!(!f.show("main", "clusters/cluster-a.yaml").contains("\n  release:"), "the first wave's pin is gone");
     assert!(f.show("main", "fleet.yaml").contains("  release: rel-1\n"));
+}
+
+/// Clusters of one fleet ran different histories: the canary succeeded on rel-2 and rel-3 (rel-3
+/// revoked since), cluster-b only ever on rel-1, cluster-c on nothing before rel-4. A fleet-wide
+/// rollback sends each to its own last success — never to a release it did not run, which its
+/// agent would judge as a promotion — and leaves cluster-c where it is, saying how to move it.
+#[test]
+fn a_fleet_rollback_sends_each_cluster_to_its_own_last_success() {
+    let f = Fixture::new();
+    register_agents(&f);
+    f.release("rel-1", "v1.0.0");
+    merge(&f, &run_promote(&f, &promote_req("rel-1", Target::Fleet)).unwrap().branch);
+    succeeded(&f, &["cluster-a", "cluster-b"], "rel-1");
+    status_support::report(&f.repo, "cluster-c", "rel-1", State::Error);
+    for (id, tag) in [("rel-2", "v1.1.0"), ("rel-3", "v1.2.0")] {
+        f.release(id, tag);
+        merge(&f, &run_promote(&f, &promote_req(id, Target::Wave("canary".into()))).unwrap().branch);
+        succeeded(&f, &["cluster-a"], id);
+    }
+    let m4 = f.manifests("render-rel-4", "v1.3.0", "v1alpha2", &["size"], &[]);
+    f.create(&fleetgate::releng::create::CreateRequest {
+        revokes: vec!["rel-3".into()],
+        ..f.request("rel-4", &m4, "v1.3.0")
+    })
+    .unwrap();
+    merge(&f, &run_promote(&f, &promote_req("rel-4", Target::Fleet)).unwrap().branch);
+    assert_eq!(desired(&f), "cluster-a=rel-4 cluster-b=rel-4 cluster-c=rel-4");
+    status_support::report(&f.repo, "cluster-c", "rel-4", State::Pending);
+
+    // The dry run: per cluster from → to and why, cluster-c left alone; nothing written.
+    let before = (f.git(&["rev-parse", "main"]), f.git(&["for-each-ref"]));
+    let out = f.fleetgate(&["rollback", "--fleet", "--repo", "fleet", "--dry-run"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    for line in [
+        "Would roll back the fleet\n",
+        "  cluster-a (wave canary): rel-4 -> rel-2\n      why       last success here at ",
+        "; skipped rel-3 (revoked)\n      agent     a rollback: rel-2 succeeded here (",
+        "  cluster-b (wave prod): rel-4 -> rel-1\n      why       last success here at ",
+        "      agent     a rollback: rel-1 succeeded here (",
+        "  cluster-c (wave prod): stays on rel-4\n      why       no release other than rel-4 succeeded on cluster-c",
+        "to move it anyway: fleetgate rollback --cluster cluster-c --to ID\n",
+        "Next: nothing was written; to roll back: fleetgate rollback --fleet --repo fleet\n",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in:\n{text}");
+    }
+    assert!(!text.contains("a promotion:"), "every move is a rollback for its agent:\n{text}");
+    assert_eq!((f.git(&["rev-parse", "main"]), f.git(&["for-each-ref"])), before, "a dry run writes nothing");
+
+    let out = f.fleetgate(&["rollback", "--fleet", "--repo", "fleet", "--dry-run", "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let j = json(&out);
+    let moves: Vec<(&str, &str, &str, &str)> = j["preview"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["cluster"].as_str().unwrap(),
+                p["from"].as_str().unwrap(),
+                p["to"].as_str().unwrap(),
+                p["succeededHere"]["release"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(moves, [("cluster-a", "rel-4", "rel-2", "rel-2"), ("cluster-b", "rel-4", "rel-1", "rel-1")]);
+    assert!(j["preview"][0]["why"].as_str().unwrap().starts_with("last success here at "), "{j}");
+    let left = j["leftAlone"].as_array().unwrap();
+    assert_eq!(left.len(), 1, "{j}");
+    assert_eq!((left[0]["cluster"].as_str(), left[0]["current"].as_str()), (Some("cluster-c"), Some("rel-4")));
+    assert!(left[0]["why"].as_str().unwrap().contains("--to ID"), "{j}");
+    assert_eq!((f.git(&["rev-parse", "main"]), f.git(&["for-each-ref"])), before);
+
+    // Alone, cluster-c is refused with the same reason.
+    let out = f.fleetgate(&["rollback", "--cluster", "cluster-c", "--repo", "fleet"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with("refused: no release other than rel-4 succeeded on cluster-c"),
+        "{}",
+        stderr(&out)
+    );
+
+    // The write: each cluster pinned to its own target, fleet.yaml (and so cluster-c) unchanged.
+    let out = f.fleetgate(&["rollback", "--fleet", "--repo", "fleet", "--reason", "INC-7", "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let j = json(&out);
+    assert_eq!(j["method"], "explicit");
+    assert_eq!(j["leftAlone"][0]["cluster"], "cluster-c");
+    assert_eq!(desired(&f), "cluster-a=rel-2 cluster-b=rel-1 cluster-c=rel-4");
+    assert!(f.show("main", "fleet.yaml").contains("  release: rel-4\n"));
+    assert!(f.show("main", "clusters/cluster-a.yaml").contains("\n  release: rel-2"));
+    assert!(f.show("main", "clusters/cluster-b.yaml").contains("\n  release: rel-1"));
+    let message = f.git(&["log", "-1", "--format=%B", "main"]);
+    assert!(message.starts_with("rollback the fleet: 2 clusters\n"), "{message}");
+    assert!(message.contains("cluster-a (wave canary): rel-4 -> rel-2"), "{message}");
+    assert!(message.contains("cluster-b (wave prod): rel-4 -> rel-1"), "{message}");
+    assert!(
+        message.contains("Left alone: cluster-c (wave prod) stays on rel-4: no release other than rel-4"),
+        "{message}"
+    );
 }

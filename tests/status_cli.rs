@@ -1,6 +1,9 @@
 //! `fleetgate status` end to end: a fleet repo served by a real `git daemon`, release tags,
-//! statuses written by agents as Git notes, and the command's table, details, JSON and watch mode.
+//! statuses written by agents as Git notes, and the command's table, details, JSON and watch mode;
+//! and `fleetgate wait`, which reads the same statuses until a release succeeds, fails or times
+//! out (real signed releases in a local fleet repo, statuses added as agents sign them).
 
+mod releng_common;
 mod status_support;
 
 use fleetgate::status::{self, GitRemote, Matrix, State, Status};
@@ -151,4 +154,138 @@ fn control_characters_in_descriptions_never_reach_the_terminal() {
     // What the note holds (the status model already makes a description one line), ESC and all.
     assert!(status.description.contains('\x1b'), "{:?}", status.description);
     assert_eq!(c.cells[0].status.as_ref().unwrap().description, status.description);
+}
+
+/// A fleet repo (cluster-a in canary, cluster-b and cluster-c in prod) whose agents' status keys
+/// are registered and whose `main` asks every cluster for rel-1, a signed release.
+fn fleet_on_rel1() -> releng_common::Fixture {
+    use fleetgate::releng::{Target, promote};
+    let f = releng_common::Fixture::new();
+    for c in ["cluster-a", "cluster-b", "cluster-c"] {
+        let key = identity(c).signer.public().to_string();
+        fleetgate::releng::register::register(&f.open(), "main", c, &key, None).unwrap();
+    }
+    f.release("rel-1", "v1.0.0");
+    let req = promote::PromoteRequest {
+        id: "rel-1".into(),
+        target: Target::Fleet,
+        base: "main".into(),
+        branch: None,
+        force: false,
+    };
+    let branch = promote::promote(&f.open(), &req, Some(&f.trust()), None).unwrap().branch;
+    f.git(&["merge", "-q", "--ff-only", &branch]);
+    f.git(&["branch", "-q", "-D", &branch]);
+    f.git(&["tag", "-a", "approve/rel-1/prod", "-m", "CAB-1: approved", "rel-1^{commit}"]);
+    f
+}
+
+fn wait_cmd(f: &releng_common::Fixture, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fleetgate"));
+    cmd.arg("wait")
+        .args(args)
+        .args(["--repo", f.repo.to_str().unwrap()])
+        .env("NO_COLOR", "1")
+        .env_remove("FLEETGATE_REPO");
+    cmd
+}
+
+fn json_of(out: &std::process::Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+fn states(j: &serde_json::Value) -> Vec<(String, String)> {
+    j["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["cluster"].as_str().unwrap().to_string(), c["state"].as_str().unwrap().to_string()))
+        .collect()
+}
+
+/// CI promotes, then waits: cluster-b has succeeded already, cluster-c reports while the wait
+/// runs; the wait prints each change on stderr and exits 0 with the final states.
+#[test]
+fn wait_exits_0_once_every_cluster_of_the_wave_reports_success() {
+    let f = fleet_on_rel1();
+    status_support::report(&f.repo, "cluster-b", "rel-1", State::Success);
+    let mut child = wait_cmd(&f, &["rel-1", "--wave", "prod", "--interval", "300ms", "--timeout", "60s", "-o", "json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in std::io::BufReader::new(stderr).lines() {
+            let line = line.unwrap();
+            all.push_str(&line);
+            all.push('\n');
+            let _ = tx.send(line);
+        }
+        all
+    });
+    // cluster-c reports only once the wait has read the fleet without it.
+    let first = rx.iter().find(|l| l.starts_with("cluster-c: ")).expect("a first line about cluster-c");
+    assert_eq!(first, "cluster-c: not started");
+    status_support::report(&f.repo, "cluster-c", "rel-1", State::Pending);
+    std::thread::sleep(Duration::from_secs(1));
+    status_support::report(&f.repo, "cluster-c", "rel-1", State::Success);
+    let out = child.wait_with_output().unwrap();
+    let err = reader.join().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("cluster-b: success\n"), "{err}");
+    assert!(err.lines().any(|l| l.starts_with("cluster-c: ") && l.ends_with("→ success")), "{err}");
+    assert!(err.contains("rel-1 reached success on 2 cluster(s)"), "{err}");
+    let j = json_of(&out);
+    assert_eq!(j["result"], "succeeded");
+    assert_eq!(
+        states(&j),
+        [("cluster-b".to_string(), "success".to_string()), ("cluster-c".to_string(), "success".to_string())]
+    );
+    // An approval tag on the release's commit is not a release: the matrix has one column.
+    let out = f.fleetgate(&["status", "--repo", "fleet", "-o", "json"]);
+    let m: Matrix = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(m.releases.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), ["rel-1"]);
+}
+
+/// One cluster of the fleet reports failure: the wait ends at once with exit 1 and says which.
+#[test]
+fn wait_exits_1_when_a_cluster_reports_failure() {
+    let f = fleet_on_rel1();
+    status_support::report(&f.repo, "cluster-b", "rel-1", State::Success);
+    status_support::report(&f.repo, "cluster-a", "rel-1", State::Failure);
+    let out =
+        wait_cmd(&f, &["rel-1", "--fleet", "--interval", "300ms", "--timeout", "60s", "-o", "json"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("cluster-a: failure (reported by the test)\n"), "{err}");
+    let j = json_of(&out);
+    assert_eq!(j["result"], "failed");
+    assert_eq!(states(&j)[0], ("cluster-a".to_string(), "failure".to_string()));
+}
+
+/// Nothing reports within the timeout: exit 124, naming what it still waited for; a cluster the
+/// fleet does not have is a usage error (exit 2), as is a wait without a target.
+#[test]
+fn wait_exits_124_on_timeout_and_2_on_usage_errors() {
+    let f = fleet_on_rel1();
+    let out =
+        wait_cmd(&f, &["rel-1", "--cluster", "cluster-c", "--interval", "1s", "--timeout", "3s"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(124), "{err}");
+    assert!(err.contains("cluster-c: not started\n"), "{err}");
+    assert!(err.contains("timed out after 3s; still waiting for cluster-c (not started)"), "{err}");
+    let text = stdout(&out);
+    assert!(text.starts_with("CLUSTER ") && text.contains("\ncluster-c            prod       not started"), "{text}");
+
+    let out = wait_cmd(&f, &["rel-1", "--cluster", "nope", "--timeout", "3s"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown cluster nope; the fleet has: cluster-a, cluster-b, cluster-c"), "{err}");
+    assert_eq!(wait_cmd(&f, &["rel-1"]).output().unwrap().status.code(), Some(2), "no target");
+    let out = wait_cmd(&f, &["rel-9", "--fleet"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no release tag rel-9"));
 }

@@ -10,7 +10,7 @@ use crate::status::{FleetView, ForgeSettings, VerifiedNotes};
 use anyhow::Context;
 use std::path::PathBuf;
 
-/// Which clusters: exactly one of `--cluster`, `--wave`, `--fleet` (promote, rollback, pause, resume).
+/// Which clusters: exactly one of `--cluster`, `--wave`, `--fleet` (promote, rollback, pause, resume, wait).
 #[derive(Debug, Clone, clap::Args)]
 #[group(required = true, multiple = false)]
 pub struct TargetArgs {

@@ -1,7 +1,8 @@
 //! Thin commands over the library: each file declares its arguments and turns them into one library
 //! call, then prints the result for people (tables, colours on a TTY) or machines (`-o json|yaml`).
 //!
-//! Exit codes everywhere: 0 done/clean, 1 findings or refused, 2 usage or configuration error.
+//! Exit codes everywhere: 0 done/clean, 1 findings or refused, 2 usage or configuration error
+//! (`wait` adds 124 for its timeout, as `timeout(1)`).
 //!
 //! Commands never use each other: what several share is a flag group in [`args`] or a piece of
 //! output in [`output`].
@@ -27,6 +28,7 @@ mod rollback;
 mod status;
 mod validate;
 mod version;
+mod wait;
 
 pub use output::OutputFormat;
 /// What `fleetgate status` does to the text of its tables, for examples/status_matrix.rs to measure.
@@ -86,6 +88,8 @@ pub enum Command {
     Reconcile(reconcile::Args),
     /// Show per-cluster statuses of releases as a matrix.
     Status(status::Args),
+    /// Wait until a release reports success on a cluster, a wave or the fleet (for CI).
+    Wait(wait::Args),
     /// Print every status each cluster's agent wrote (its notes ref's history), verified.
     Audit(audit::Args),
     /// Manage clusters of the fleet repo (register a cluster's status key).
@@ -148,6 +152,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Resume(a) => pause::run(a, false).await,
         Command::Approve(a) => approve::run(a).await,
         Command::Status(a) => status::run(a).await,
+        Command::Wait(a) => wait::run(a).await,
         Command::Audit(a) => audit::run(a).await,
         Command::Cluster(c) => cluster::run(c).await,
         Command::Diff(mut a) => {

@@ -25,7 +25,8 @@ pub struct Args {
     /// The fleet repo (a clone; bare or not).
     #[arg(long, default_value = ".")]
     pub repo: PathBuf,
-    /// The release to go back to (default: each cluster's previous one).
+    /// The release to go back to (default: each cluster's own last-known-good release, the newest
+    /// that succeeded on it other than the one it runs now; a cluster without one stays).
     #[arg(long, value_name = "ID")]
     pub to: Option<String>,
     /// Why (goes into the commit message and the PR).
@@ -110,6 +111,10 @@ fn print_preview(args: &Args, r: &RollbackReport) {
     for p in &r.preview {
         print_cluster(p);
     }
+    for l in &r.left_alone {
+        println!("  {} (wave {}): stays on {}", l.cluster, l.wave, l.current.as_deref().unwrap_or("(none)"));
+        println!("      why       {}", terminal_text(&l.why));
+    }
     if !r.later.is_empty() {
         println!("  later waves (staged: run each once the waves before report success for their release)");
         for step in &r.later {
@@ -185,6 +190,12 @@ fn print_report(
         _ => println!("  commit     {} (explicit change of spec.release)", &r.commit[..10]),
     }
     print_moves(&r.clusters);
+    if !r.left_alone.is_empty() {
+        println!("  left alone (no earlier success here, or rolled back already: see above)");
+    }
+    for l in &r.left_alone {
+        println!("    {:<20} wave {:<10} stays on {}", l.cluster, l.wave, l.current.as_deref().unwrap_or("(none)"));
+    }
     println!("  reason     {}", r.reason.as_deref().unwrap_or("(none given; pass --reason)"));
     print_published_tail(
         done,

@@ -11,6 +11,12 @@ use serde::{Deserialize, Serialize};
 /// The first part of every approval tag's name.
 pub const APPROVAL_TAG_PREFIX: &str = "approve/";
 
+/// Whether tag `name` is an approval (`approve/…`): it sits on a release's commit, so it carries
+/// that release's `release.yaml`, but it is not a release.
+pub fn is_approval_tag(name: &str) -> bool {
+    name.starts_with(APPROVAL_TAG_PREFIX)
+}
+
 /// `approve/<release>/<wave>`: the one tag that can approve `release` for `wave`.
 pub fn approval_tag(release: &str, wave: &str) -> String {
     format!("{APPROVAL_TAG_PREFIX}{release}/{wave}")

@@ -49,10 +49,11 @@ pub fn approve(repo: &FleetRepo, req: &ApproveRequest, signer: &mut Signer) -> R
     let tip = repo.branch_tip(&req.base)?;
     let config = repo.fleet_state(&tip.tree()?, &req.base)?.config;
     let Some((_, wave)) = config.fleet.spec.wave(&req.wave) else {
-        return Err(RelengError::UnknownWave {
+        return Err(crate::model::SelectError::UnknownWave {
             name: req.wave.clone(),
             known: config.fleet.spec.wave_names().join(", "),
-        });
+        }
+        .into());
     };
     let name = approval_tag(&req.release, &req.wave);
     let refname = format!("refs/tags/{name}");

@@ -359,10 +359,11 @@ fn plan(
         Targets::List(list) => {
             let unknown: Vec<&String> = list.iter().filter(|c| fleet.config.cluster(c).is_none()).collect();
             if !unknown.is_empty() {
-                return Err(RelengError::UnknownCluster {
+                return Err(crate::model::SelectError::UnknownCluster {
                     name: unknown.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "),
-                    known: fleet.known_clusters(),
-                });
+                    known: fleet.config.known_clusters(),
+                }
+                .into());
             }
             let mut l = list.clone();
             l.sort();

@@ -66,43 +66,12 @@ fix these (`fleetgate validate` shows them) and run again"
 
     /// Position of cluster `name`'s wave (clusters naming an unknown wave sort last).
     pub fn cluster_wave_index(&self, name: &str) -> usize {
-        self.config.wave_index(name).unwrap_or(self.config.fleet.spec.waves.len())
+        self.config.wave_position(name)
     }
 
-    /// The clusters `target` names, in wave order then name. Errors name what exists.
+    /// The clusters `target` names, in wave order then name ([`FleetConfig::select`]).
     pub fn select(&self, target: &Target) -> Result<Vec<String>, RelengError> {
-        let waves = &self.config.fleet.spec;
-        let mut names: Vec<String> = match target {
-            Target::Cluster(c) => {
-                if self.config.cluster(c).is_none() {
-                    return Err(RelengError::UnknownCluster { name: c.clone(), known: self.known_clusters() });
-                }
-                vec![c.clone()]
-            }
-            Target::Wave(w) => {
-                if self.config.fleet.spec.wave(w).is_none() {
-                    return Err(RelengError::UnknownWave { name: w.clone(), known: waves.wave_names().join(", ") });
-                }
-                let names: Vec<String> = self.config.clusters_in_wave(w).iter().map(|c| c.name().to_string()).collect();
-                if names.is_empty() {
-                    return Err(RelengError::Usage(format!(
-                        "wave {w} has no clusters; add clusters/<name>.yaml with `wave: {w}` or labels its selector matches"
-                    )));
-                }
-                names
-            }
-            Target::Fleet => self.config.clusters.keys().cloned().collect(),
-        };
-        names.sort_by_key(|n| (self.cluster_wave_index(n), n.clone()));
-        Ok(names)
-    }
-
-    pub fn known_clusters(&self) -> String {
-        if self.config.clusters.is_empty() {
-            "no clusters yet (add clusters/<name>.yaml)".to_string()
-        } else {
-            self.config.clusters.keys().cloned().collect::<Vec<_>>().join(", ")
-        }
+        Ok(self.config.select(target)?)
     }
 
     /// What `change` makes of every cluster's desired release.

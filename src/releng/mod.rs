@@ -34,42 +34,12 @@ pub mod rollback_preview;
 pub mod sign;
 pub mod successes;
 
+pub use crate::model::Target;
 pub use desired::{DesiredChange, FleetState};
 pub use repo::{FleetRepo, ReleaseTag};
 pub use sign::{SignError, Signer};
 
 use serde::Serialize;
-use std::fmt;
-
-/// Which clusters a promotion or rollback is about.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "kind", content = "name", rename_all = "lowercase")]
-pub enum Target {
-    Cluster(String),
-    Wave(String),
-    Fleet,
-}
-
-impl Target {
-    /// The part of a branch name that says what is promoted: `<cluster>`, `wave-<wave>`, `fleet`.
-    pub fn slug(&self) -> String {
-        match self {
-            Target::Cluster(c) => c.clone(),
-            Target::Wave(w) => format!("wave-{w}"),
-            Target::Fleet => "fleet".to_string(),
-        }
-    }
-}
-
-impl fmt::Display for Target {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Target::Cluster(c) => write!(f, "cluster {c}"),
-            Target::Wave(w) => write!(f, "wave {w}"),
-            Target::Fleet => write!(f, "the fleet"),
-        }
-    }
-}
 
 /// Why a command declined to act. Each is specific enough to act on; `--force` (promote)
 /// overrides the ones that say so, and `--accept-crd-change` (release create) accepts the CRD
@@ -166,10 +136,8 @@ pub enum RelengError {
     NoSuchBranch(String),
     #[error("release {0} has no release tag here; cut it with `fleetgate release create`, or `git fetch --tags`")]
     UnknownRelease(String),
-    #[error("unknown cluster {name}; the fleet has: {known}")]
-    UnknownCluster { name: String, known: String },
-    #[error("unknown wave {name}; fleet.yaml spec.waves is: {known}")]
-    UnknownWave { name: String, known: String },
+    #[error(transparent)]
+    Select(#[from] crate::model::SelectError),
     #[error("the work tree has uncommitted changes to {}; commit or stash them first", paths.join(", "))]
     DirtyWorktree { paths: Vec<String> },
     /// The command was asked for something that cannot be done as asked.

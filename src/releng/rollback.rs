@@ -1,17 +1,27 @@
-//! `rollback`: a commit that puts clusters back on the release they ran before (or `--to`).
+//! `rollback`: a commit that puts clusters back on the release they last ran successfully (or `--to`).
 //!
-//! The previous release of a cluster is read from the base branch's first-parent history: the
-//! commit that last changed the cluster's desired release, and the value before it. When that one
-//! commit changed exactly the clusters being rolled back and reverting it gives exactly the wanted
-//! configuration, the rollback is a real `git revert` of it (git2 `revert_commit`, mainline 1 for a
-//! merged PR); otherwise it is an explicit change of `spec.release`. Either way the message says
+//! Each cluster goes back to its own last-known-good release: the newest release its verified
+//! statuses say succeeded on it, other than the one Git asks it to run now and other than revoked
+//! releases ([`super::successes`], the candidates of `rollback --list`). Clusters of one fleet often
+//! ran different histories — a canary ran a release that never reached the later waves — so one
+//! "previous release" for everybody would send some clusters to a release they never ran, which
+//! their agents judge as a promotion, not a rollback. A cluster with no such release is left alone
+//! and reported ([`LeftAlone`], with the `--to` that moves it anyway); when every selected cluster
+//! is left alone, the rollback is refused.
+//!
+//! The base branch's first-parent history still decides two things: the commit that last changed a
+//! cluster's desired release, and whether the rollback can be a real `git revert` of it. When that
+//! one commit changed exactly the clusters being rolled back and reverting it gives exactly the
+//! wanted configuration, the rollback is a `git revert` (git2 `revert_commit`, mainline 1 for a
+//! merged PR); otherwise it is an explicit change of `spec.release` (a fleet-wide `fleet.yaml`
+//! when the whole fleet goes to one release, else a pin per cluster). Either way the message says
 //! from what to what and why.
 //!
-//! Rolling back clusters whose last change was itself a rollback is refused: "back" would then mean
+//! A cluster whose last change was itself a rollback is left alone: "back" would then mean
 //! forward to the release that was just abandoned. `--to` names a release explicitly instead.
 //!
 //! An agent's write-back commit (its trailers, [`WriteBack`]) is such a rollback, already done by
-//! the agent: the refusal names the failed release, the reason and the gate figure it recorded.
+//! the agent: the reason names the failed release, the reason and the gate figure it recorded.
 //! A `git revert` of a write-back asks the cluster to run the failed release again, so it counts as
 //! a promotion, and rolling it back reverts the revert.
 //!
@@ -24,7 +34,7 @@
 
 use super::promote::{ClusterMove, moves, moves_lines, moves_table};
 use super::repo::{FleetRepo, TreeEdit};
-use super::rollback_preview::{self, ClusterPreview};
+use super::rollback_preview::{self, ClusterCandidates, ClusterPreview};
 use super::sign::Signer;
 use super::successes::Successes;
 use super::{DesiredChange, FleetState, Refusal, RelengError, Target};
@@ -43,7 +53,7 @@ const MAX_HISTORY: usize = 2000;
 #[derive(Debug, Clone)]
 pub struct RollbackRequest {
     pub target: Target,
-    /// The release to go back to; default: each cluster's previous one.
+    /// The release to go back to; default: each cluster's last-known-good one.
     pub to: Option<String>,
     pub reason: Option<String>,
     /// The branch that says what runs (normally `main`).
@@ -63,6 +73,29 @@ pub struct LaterStep {
     pub wave: String,
     pub clusters: Vec<ClusterMove>,
     pub args: Vec<String>,
+}
+
+/// A selected cluster the rollback does not move, and why (what to do about it included).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LeftAlone {
+    pub cluster: String,
+    pub wave: String,
+    /// The release Git asks it to run, which it keeps.
+    pub current: Option<String>,
+    pub why: String,
+}
+
+impl LeftAlone {
+    /// `cluster-c (wave prod) stays on rel-3: why`.
+    pub fn line(&self) -> String {
+        format!(
+            "{} (wave {}) stays on {}: {}",
+            self.cluster,
+            self.wave,
+            self.current.as_deref().unwrap_or("(none)"),
+            self.why
+        )
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -91,6 +124,9 @@ pub struct RollbackReport {
     pub clusters: Vec<ClusterMove>,
     /// What each moved cluster's agent will do.
     pub preview: Vec<ClusterPreview>,
+    /// Selected clusters that stay where they are (no earlier success, already rolled back).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub left_alone: Vec<LeftAlone>,
     /// A staged rollback's later waves.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub later: Vec<LaterStep>,
@@ -108,6 +144,9 @@ impl RollbackReport {
     pub fn pr_body(&self) -> String {
         let mut b = format!("Rolls back {} (branch `{}` into `{}`).\n\n", self.target, self.branch, self.base);
         b.push_str(&moves_table(&self.clusters));
+        for l in &self.left_alone {
+            b.push_str(&format!("\n**Left alone:** {}\n", l.line()));
+        }
         if let Some(r) = &self.reason {
             b.push_str(&format!("\n**Reason:** {r}\n"));
         }
@@ -213,8 +252,8 @@ fn last_changes(
 /// `req.dry_run`. `signer` signs the commit when given. Statuses are read from the local notes
 /// refs (fetch them first).
 ///
-/// Refusals: the clusters' last change was a rollback already (pass `to`), no earlier release is
-/// known for a cluster, the `to` release does not target a cluster, nothing would change.
+/// Refusals: no selected cluster can go back (each one's reason, with the `--to` that moves it),
+/// the `to` release does not target a cluster, nothing would change.
 pub fn rollback(
     repo: &FleetRepo,
     req: &RollbackRequest,
@@ -230,10 +269,13 @@ pub fn rollback(
     }
     let selected = state.select(&req.target)?;
     let history = last_changes(repo, &tip, &selected)?;
+    let tags = repo.release_tags()?;
+    let successes = Successes::read(repo, &state.config, &tags)?;
 
-    // Where each cluster goes, and why.
+    // Where each cluster goes, and why; or why it stays.
     let mut want: BTreeMap<String, String> = BTreeMap::new();
     let mut why: BTreeMap<String, String> = BTreeMap::new();
+    let mut left_alone = Vec::new();
     match &req.to {
         Some(to) => {
             let tag = repo.release_tag(to)?.ok_or_else(|| RelengError::UnknownRelease(to.clone()))?;
@@ -253,84 +295,30 @@ pub fn rollback(
             }
         }
         None => {
-            for c in &selected {
-                let current = state.effective(c).map(str::to_string);
-                let Some(change) = history.get(c) else {
-                    let fallback = match &current {
-                        Some(cur) => repo.release_tag(cur)?.and_then(|t| t.release.spec.rollback_to),
-                        None => None,
-                    };
-                    match fallback {
-                        Some(r) => {
-                            let cur = current.as_deref().unwrap_or_default();
-                            why.insert(
-                                c.clone(),
-                                format!(
-                                    "rollbackTo of {cur} (no change of {c}'s release in the history of {})",
-                                    req.base
-                                ),
-                            );
-                            want.insert(c.clone(), r);
-                            continue;
-                        }
-                        None => {
-                            return Err(Refusal::NothingToRollBack(format!(
-                                "{c} has no earlier release in the history of {} and its release names no rollbackTo; pass --to ID",
-                                req.base
-                            ))
-                            .into());
-                        }
+            for found in rollback_preview::candidates(&state, &successes, &tags, &selected) {
+                let c = found.cluster.clone();
+                match own_target(&found, history.get(&c)) {
+                    Ok((to, reason)) => {
+                        why.insert(c.clone(), reason);
+                        want.insert(c, to);
                     }
-                };
-                if let Some(wb) = change.write_back() {
-                    return Err(Refusal::NothingToRollBack(format!(
-                        "the agent of {c} already rolled {} back to {} and wrote it back in commit {} (reason {}{}); Git asks for what runs. To try {} again, promote it (fleetgate promote {} --cluster {c}); to go elsewhere, pass --to ID",
-                        wb.release,
-                        wb.rolled_back_to,
-                        short(change.commit),
-                        if wb.reason.is_empty() { "not given" } else { wb.reason.as_str() },
-                        wb.failure.as_deref().map(|f| format!(": {f}")).unwrap_or_default(),
-                        wb.release,
-                        wb.release,
-                    ))
-                    .into());
-                }
-                if change.is_rollback() {
-                    return Err(Refusal::NothingToRollBack(format!(
-                        "{c} was already rolled back by commit {} ({}); pass --to ID to choose another release",
-                        short(change.commit),
-                        change.message.lines().next().unwrap_or_default()
-                    ))
-                    .into());
-                }
-                match change.before.get(c).cloned().flatten() {
-                    Some(prev) => {
-                        why.insert(
-                            c.clone(),
-                            format!(
-                                "{c} ran it before commit {} ({})",
-                                short(change.commit),
-                                change.message.lines().next().unwrap_or_default()
-                            ),
-                        );
-                        want.insert(c.clone(), prev);
-                    }
-                    None => {
-                        return Err(Refusal::NothingToRollBack(format!(
-                            "{c} ran no release before commit {} put it on {}; pass --to ID",
-                            short(change.commit),
-                            current.as_deref().unwrap_or("(none)")
-                        ))
-                        .into());
+                    Err(reason) => {
+                        left_alone.push(LeftAlone { cluster: c, wave: found.wave, current: found.desired, why: reason })
                     }
                 }
+            }
+            if want.is_empty() {
+                let reasons: Vec<&str> = left_alone.iter().map(|l| l.why.as_str()).collect();
+                return Err(Refusal::NothingToRollBack(reasons.join("\n")).into());
             }
         }
     }
 
     let targets: BTreeSet<String> = want.values().cloned().collect();
+    // `fleet.yaml` says the release only when every cluster of the fleet goes there; otherwise
+    // each cluster gets its own pin and the ones left alone keep following the fleet.
     let fleet_wide = match (&req.target, targets.len()) {
-        (Target::Fleet, 1) if !req.staged => targets.first().map(|s| s.as_str()),
+        (Target::Fleet, 1) if !req.staged && left_alone.is_empty() => targets.first().map(|s| s.as_str()),
         _ => None,
     };
     let mut change = state.plan(&want, fleet_wide);
@@ -344,11 +332,10 @@ pub fn rollback(
     }
     let mut later = Vec::new();
     if req.staged {
-        (change, later) = stage(&state, &want, &moves(&state, &change)?);
+        (change, later) = stage(&state, &want, &moves(&state, &change)?, left_alone.is_empty());
     }
     let after = state.assignments_after(&change);
     let clusters = moves(&state, &change)?;
-    let successes = Successes::read(repo, &state.config, &repo.release_tags()?)?;
     let preview = clusters
         .iter()
         .map(|m| {
@@ -383,6 +370,7 @@ pub fn rollback(
         commit: String::new(),
         clusters,
         preview,
+        left_alone,
         later,
         reason: req.reason.clone(),
         dry_run: req.dry_run,
@@ -412,14 +400,73 @@ pub fn rollback(
     Ok(report)
 }
 
+/// Where a cluster goes without `--to`, and why: its newest success other than the release Git
+/// asks for now and other than revoked ones (`found`, newest first). `Err` says why it stays —
+/// its last change of release was a rollback already (by a person or its agent's write-back), or
+/// nothing else succeeded on it — and what to do instead.
+fn own_target(found: &ClusterCandidates, last_change: Option<&Change>) -> Result<(String, String), String> {
+    let c = &found.cluster;
+    let Some(current) = found.desired.as_deref() else {
+        return Err(format!("{c} runs no release yet; nothing to roll back"));
+    };
+    if let Some(change) = last_change {
+        if let Some(wb) = change.write_back() {
+            return Err(format!(
+                "the agent of {c} already rolled {} back to {} and wrote it back in commit {} (reason {}{}); Git asks for what runs. To try {} again, promote it (fleetgate promote {} --cluster {c}); to go elsewhere, pass --to ID",
+                wb.release,
+                wb.rolled_back_to,
+                short(change.commit),
+                if wb.reason.is_empty() { "not given" } else { wb.reason.as_str() },
+                wb.failure.as_deref().map(|f| format!(": {f}")).unwrap_or_default(),
+                wb.release,
+                wb.release,
+            ));
+        }
+        if change.is_rollback() {
+            return Err(format!(
+                "{c} was already rolled back by commit {} ({}); pass --to ID to choose another release",
+                short(change.commit),
+                change.message.lines().next().unwrap_or_default()
+            ));
+        }
+    }
+    let newer_revoked: Vec<&str> = found
+        .candidates
+        .iter()
+        .take_while(|k| k.desired || k.revoked)
+        .filter(|k| k.revoked)
+        .map(|k| k.success.release.as_str())
+        .collect();
+    let skipped = match newer_revoked.as_slice() {
+        [] => String::new(),
+        revoked => format!("; skipped {} (revoked)", revoked.join(", ")),
+    };
+    match found.candidates.iter().find(|k| !k.desired && !k.revoked) {
+        Some(k) => Ok((
+            k.success.release.clone(),
+            format!("last success here at {}{skipped}", k.success.at.format("%Y-%m-%d %H:%M:%SZ")),
+        )),
+        None => Err(format!(
+            "no release other than {current} succeeded on {c}{}, so it has nothing to go back to and stays on {current}; to move it anyway: fleetgate rollback --cluster {c} --to ID",
+            if newer_revoked.is_empty() {
+                String::new()
+            } else {
+                format!(" that is not revoked ({} is)", newer_revoked.join(", "))
+            }
+        )),
+    }
+}
+
 /// A staged rollback of the fleet: the change that rolls back the first wave `moves` touch, and
 /// the steps for the waves after it, in wave order. A later wave whose clusters share one target
-/// is one `--wave` step; the last step, when every cluster goes to the same release, is `--fleet`,
-/// which also sets `fleet.yaml` and drops the pins the earlier steps wrote.
+/// is one `--wave` step; the last step, when every cluster of the fleet (`whole_fleet`: none is
+/// left alone) goes to the same release, is `--fleet`, which also sets `fleet.yaml` and drops the
+/// pins the earlier steps wrote.
 fn stage(
     state: &FleetState,
     want: &BTreeMap<String, String>,
     moves: &[ClusterMove],
+    whole_fleet: bool,
 ) -> (DesiredChange, Vec<LaterStep>) {
     let mut waves: Vec<(String, Vec<ClusterMove>)> = Vec::new();
     for m in moves {
@@ -441,7 +488,7 @@ fn stage(
         let targets: BTreeSet<String> = clusters.iter().map(|m| m.to.clone()).collect();
         let step = |args: Vec<String>, clusters: Vec<ClusterMove>| LaterStep { wave: wave.clone(), clusters, args };
         match targets.first() {
-            Some(to) if one_target.len() == 1 && i + 1 == count => {
+            Some(to) if whole_fleet && one_target.len() == 1 && i + 1 == count => {
                 later.push(step(rollback_args(&["--fleet"], to), clusters))
             }
             Some(to) if targets.len() == 1 => later.push(step(rollback_args(&["--wave", &wave], to), clusters)),
@@ -468,6 +515,9 @@ fn message_body(r: &RollbackReport) -> String {
     m.push_str(&moves_lines(&r.clusters));
     for step in &r.later {
         m.push_str(&format!("Later, wave {}: fleetgate {}\n", step.wave, step.args.join(" ")));
+    }
+    for l in &r.left_alone {
+        m.push_str(&format!("Left alone: {}\n", l.line()));
     }
     m.push_str(&format!("\nReason: {}\n", r.reason.as_deref().unwrap_or("(none given)")));
     m.push_str(&format!("\n{ROLLBACK_TRAILER} {}\n", r.target));

@@ -36,8 +36,7 @@ pub struct ClusterPreview {
     pub wave: String,
     pub from: Option<String>,
     pub to: String,
-    /// Why this release: `--to`, the release before the commit that last changed the cluster's,
-    /// or the current release's `rollbackTo`.
+    /// Why this release: `--to`, or when it last succeeded here (its last-known-good).
     pub why: String,
     /// When `to` last succeeded on this cluster; `None`: never, so the agent judges the move as
     /// a promotion (the CRD gate applies) rather than a rollback.
@@ -150,8 +149,9 @@ pub struct ClusterCandidates {
     pub candidates: Vec<Candidate>,
 }
 
-/// The candidates of `clusters` (in that order), from `successes`.
-fn candidates(
+/// The candidates of `clusters` (in that order), from `successes`; also where a rollback without
+/// `--to` sends each ([`super::rollback`]).
+pub(super) fn candidates(
     state: &FleetState,
     successes: &Successes,
     tags: &[ReleaseTag],

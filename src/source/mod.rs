@@ -789,6 +789,22 @@ impl Checkout {
         Ok(out)
     }
 
+    /// The release tags, by name: tags on a commit that carries `release.yaml`, except approval
+    /// tags ([`crate::model::is_approval_tag`]), which sit on the release's own commit. The one
+    /// place that decides what counts as a release tag for the status view and `validate`.
+    pub fn release_tags(&self) -> Result<Vec<TagRef>, SourceError> {
+        let mut out = Vec::new();
+        for tag in self.tags()? {
+            if crate::model::is_approval_tag(&tag.name) {
+                continue;
+            }
+            if self.repo.find_commit(tag.commit)?.tree()?.get_name(crate::model::RELEASE_FILE).is_some() {
+                out.push(tag);
+            }
+        }
+        Ok(out)
+    }
+
     /// The raw bytes of an object (a tag object's header, message and signature).
     pub fn raw_object(&self, oid: Oid) -> Result<Vec<u8>, SourceError> {
         Ok(self.repo.odb()?.read(oid)?.data().to_vec())
@@ -854,4 +870,41 @@ pub fn open_repo(repo: &str, branch: Option<&str>, credentials: Credentials) -> 
 /// The first 12 hex digits of an object id.
 pub fn short(oid: Oid) -> String {
     oid.to_string()[..12].to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Checkout;
+
+    /// A release commit carries three tags: the release, its approval for a wave (on the same
+    /// commit, so it sees the same `release.yaml`) and a lightweight alias; a commit without
+    /// `release.yaml` carries a docs tag. Only the release and its alias are release tags.
+    #[test]
+    fn approval_tags_and_tags_without_release_yaml_are_not_releases() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init(dir.path()).unwrap();
+        let me = git2::Signature::now("Release Pipeline", "release@example.com").unwrap();
+        let commit = |files: &[(&str, &str)], parent: Option<git2::Oid>| {
+            let mut tree = repo.treebuilder(None).unwrap();
+            for (name, text) in files {
+                tree.insert(name, repo.blob(text.as_bytes()).unwrap(), 0o100644).unwrap();
+            }
+            let tree = repo.find_tree(tree.write().unwrap()).unwrap();
+            let parents: Vec<git2::Commit> = parent.map(|p| repo.find_commit(p).unwrap()).into_iter().collect();
+            let parents: Vec<&git2::Commit> = parents.iter().collect();
+            repo.commit(Some("refs/heads/main"), &me, &me, "c", &tree, &parents).unwrap()
+        };
+        let release = commit(&[("release.yaml", "kind: Release\nmetadata:\n  name: rel-2\n")], None);
+        let docs = commit(&[("README.md", "docs\n")], Some(release));
+        let object = |oid| repo.find_object(oid, None).unwrap();
+        repo.tag("rel-2", &object(release), &me, "rel-2", false).unwrap();
+        repo.tag("approve/rel-2/prod", &object(release), &me, "CAB-1234", false).unwrap();
+        repo.tag_lightweight("rel-2-alias", &object(release), false).unwrap();
+        repo.tag("docs-1", &object(docs), &me, "docs", false).unwrap();
+
+        let checkout = Checkout::open_local(dir.path(), Some("main")).unwrap();
+        let names: Vec<String> = checkout.release_tags().unwrap().into_iter().map(|t| t.name).collect();
+        assert_eq!(names, ["rel-2", "rel-2-alias"]);
+        assert_eq!(checkout.tags().unwrap().len(), 4, "every tag is still a tag");
+    }
 }

@@ -15,6 +15,7 @@
 //! * [`waves`] — wave gating and pacing as a pure function ([`may_start`]).
 //! * [`matrix`] / [`FleetView`] — the cluster × release view `fleetgate status` prints.
 //! * [`html`] — that view as one self-contained page (`fleetgate status -o html`).
+//! * [`wait`] — whether a release reached `success` on the clusters waited for (`fleetgate wait`).
 //! * [`audit`] — every entry each cluster wrote, from its notes ref's history (`fleetgate audit`).
 //!
 //! The note format and the `fleetgate status -o json` format are documented in docs/STATUS.md.
@@ -31,6 +32,7 @@ mod model;
 pub mod notes;
 mod parse;
 mod view;
+pub mod wait;
 pub mod waves;
 mod write_back_tip;
 

@@ -7,8 +7,7 @@ use super::memo::VerifiedNotes;
 use super::model::StatusSet;
 use super::notes::{self, NotesError};
 use super::waves::members;
-use crate::model::{ConfigError, FleetConfig, RELEASE_FILE};
-use crate::model::{RepoTree, TreeError};
+use crate::model::{ConfigError, FleetConfig};
 use crate::source::{Checkout, SourceError};
 
 #[derive(Debug, thiserror::Error)]
@@ -17,8 +16,6 @@ pub enum ViewError {
     Source(#[from] SourceError),
     #[error("the branch tip's fleet configuration")]
     Config(#[from] ConfigError),
-    #[error("reading a release tag's tree")]
-    Tree(#[from] TreeError),
     #[error("reading status notes")]
     Notes(#[from] NotesError),
 }
@@ -28,7 +25,7 @@ pub enum ViewError {
 pub struct FleetView {
     pub config: FleetConfig,
     pub origin: Origin,
-    /// Tags whose commit carries a `release.yaml`, newest first (tagger time, else commit time).
+    /// Release tags ([`Checkout::release_tags`]), newest first (tagger time, else commit time).
     pub releases: Vec<ReleaseRef>,
     pub statuses: StatusSet,
 }
@@ -47,10 +44,7 @@ impl FleetView {
     pub fn load_remembering(checkout: &Checkout, memo: &mut VerifiedNotes) -> Result<FleetView, ViewError> {
         let config = FleetConfig::load(&checkout.tip_tree()?)?;
         let mut releases = Vec::new();
-        for tag in checkout.tags()? {
-            if checkout.tag_tree(&tag)?.entry(RELEASE_FILE)?.is_none() {
-                continue;
-            }
+        for tag in checkout.release_tags()? {
             let created_at = chrono::DateTime::from_timestamp(checkout.tag_time(&tag)?, 0);
             releases.push(ReleaseRef { id: tag.name, commit: tag.commit.to_string(), created_at });
         }
