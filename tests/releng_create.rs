@@ -690,7 +690,8 @@ fn admission_refuses_before_signing_with_every_violation_and_the_lines_that_admi
     assert!(stdout(&out).contains("admission  REFUSED, signed anyway (--allow-admission): node debugging spike"));
     let message = f.git(&["cat-file", "-p", "rel-1"]);
     assert!(
-        message.contains("Admission refused, signed anyway (--allow-admission): node debugging spike, approved in CHG-42"),
+        message
+            .contains("Admission refused, signed anyway (--allow-admission): node debugging spike, approved in CHG-42"),
         "{message}"
     );
     assert!(message.contains("rules[1] grants nodes/proxy"), "{message}");

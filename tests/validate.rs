@@ -237,7 +237,7 @@ fn refused_by(remote: &FleetRemote, id: &str, baseline: Option<&Path>) -> (Vec<S
     use fleetgate::model::{AdmissionBaseline, FleetConfig};
     use fleetgate::release::{UnverifiedRelease, read_release};
 
-    let mut args = vec!["validate", "--repo", &remote.url, "--release", id, "-o", "json"];
+    let mut args: Vec<&str> = vec!["validate", "--repo", remote.url.as_str(), "--release", id, "-o", "json"];
     let file = baseline.map(|b| b.to_str().unwrap());
     args.extend(file.iter().flat_map(|f| ["--admission-policy", *f]));
     let report = json(&fleetgate(&args));

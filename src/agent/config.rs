@@ -16,8 +16,8 @@
 
 use super::notifier::{Endpoint, Format, NotificationKind};
 use crate::gates::{PrometheusAuth, PrometheusEndpoints, PrometheusSource};
-use crate::model::{DEFAULT_ENDPOINT, is_dns_label};
 use crate::model::{AdmissionBaseline, BaselineError, PromotionMode, ReleaseAdmissionPolicySpec};
+use crate::model::{DEFAULT_ENDPOINT, is_dns_label};
 use crate::source::{Credentials, FetchLimits};
 use crate::status::{ForgeConfig, ForgeError, ForgeSettings};
 use serde::Deserialize;
@@ -156,7 +156,9 @@ fn read_admission_policy(path: &Path) -> Result<ReleaseAdmissionPolicySpec, Conf
         Err(BaselineError::Unreadable { path, source }) => {
             Err(ConfigError::Unreadable { what: "admission policy", path, source })
         }
-        Err(BaselineError::Parse(e)) => Err(ConfigError::ParseFile { path: path.to_path_buf(), message: e.to_string() }),
+        Err(BaselineError::Parse(e)) => {
+            Err(ConfigError::ParseFile { path: path.to_path_buf(), message: e.to_string() })
+        }
     }
 }
 

@@ -139,7 +139,8 @@ fn admission_refused(objects: &[ObjectRefusal], fixes: &[AdmissionFix]) -> Strin
     for o in objects {
         m.push_str(&format!("  {} ({}):\n", o.object, o.source));
         for r in &o.rules {
-            let unliftable = if fixes::liftable(&r.reason) { "" } else { " (no policy lifts this: change the manifest)" };
+            let unliftable =
+                if fixes::liftable(&r.reason) { "" } else { " (no policy lifts this: change the manifest)" };
             m.push_str(&format!("    - {} — refused by {}{unliftable}\n", r.reason, r.policies.join(", ")));
         }
     }

@@ -164,7 +164,9 @@ impl AdmissionPolicy {
             .flat_map(|m| {
                 let fixed = fixed_refusal(m, live, &facts).map(|r| violation(m, FIXED_RULES.to_string(), r));
                 let by_policy = self.policies.iter().flat_map(|(origin, spec)| {
-                    refusals(spec, m, live, &facts).into_iter().map(|reason| violation(m, origin.to_string(), reason))
+                    refusals(spec, m, live, &facts)
+                        .into_iter()
+                        .map(move |reason| violation(m, origin.to_string(), reason))
                 });
                 fixed.into_iter().chain(by_policy).collect::<Vec<_>>()
             })
@@ -217,13 +219,12 @@ fn refusals(spec: &ReleaseAdmissionPolicySpec, m: &Manifest, live: &LiveApi, fac
     let level = spec.pod_security_level();
     let pods = pod_security::check(level, m).map(|finding| {
         // The strictest level that admits the template: what a policy would have to say.
-        let lifted_by = if level == PodSecurityLevel::Restricted
-            && pod_security::check(PodSecurityLevel::Baseline, m).is_none()
-        {
-            PodSecurityLevel::Baseline
-        } else {
-            PodSecurityLevel::Privileged
-        };
+        let lifted_by =
+            if level == PodSecurityLevel::Restricted && pod_security::check(PodSecurityLevel::Baseline, m).is_none() {
+                PodSecurityLevel::Baseline
+            } else {
+                PodSecurityLevel::Privileged
+            };
         Reason::PodSecurity { level, finding, lifted_by }
     });
     place

@@ -192,7 +192,8 @@ mod tests {
 
     fn role(yaml: &str) -> crate::manifests::ManifestSet {
         use crate::manifests::tests::{release, scopes};
-        crate::manifests::ManifestSet::from_release(&release(&[("operator/r.yaml", yaml)]), Some("ns"), &scopes).unwrap()
+        crate::manifests::ManifestSet::from_release(&release(&[("operator/r.yaml", yaml)]), Some("ns"), &scopes)
+            .unwrap()
     }
 
     #[test]
