@@ -655,7 +655,7 @@ fn admission_refuses_before_signing_with_every_violation_and_the_lines_that_admi
         "ConfigMap other-team/settings (operator/extra.yaml (document 1)):\n    - namespace other-team is not in allowedNamespaces — refused by agent baseline",
         "ClusterRole.rbac.authorization.k8s.io redis-operator (operator/extra.yaml (document 2)):",
         "rules[0] grants apiGroups: [*] and allowedRbac does not list wildcard — refused by agent baseline",
-        "rules[1] grants nodes/proxy and allowedRbac does not list nodesProxy — refused by agent baseline",
+        "rules[1] grants nodes/proxy and allowedRbac does not list nodesProxy — refused by agent baseline, ReleaseAdmissionPolicy operator",
         "securityContext.privileged is true, which Pod Security level baseline forbids — refused by agent baseline, ReleaseAdmissionPolicy operator",
         "cluster-scoped kind PriorityClass.scheduling.k8s.io is not in allowedClusterScopedKinds — refused by agent baseline",
         "in the agents' baseline: deploy/config.yaml",
@@ -676,8 +676,9 @@ fn admission_refuses_before_signing_with_every_violation_and_the_lines_that_admi
             "podSecurity: privileged",
         ]
     );
+    // A repo policy silent on allowedRbac keeps its default (none): it must repeat the grants.
     let repo_lines = printed_lines(&text, "policies/operator.yaml");
-    assert_eq!(repo_lines, ["podSecurity: privileged"]);
+    assert_eq!(repo_lines, ["allowedRbac: [wildcard, nodesProxy]", "podSecurity: privileged"]);
     assert_eq!(f.git(&["rev-parse", "main"]), tip, "nothing was committed");
     assert!(f.git(&["tag", "-l"]).is_empty(), "nothing was tagged");
     let j = json(&cut("rel-1", &["-o", "json"]));

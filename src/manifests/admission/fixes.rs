@@ -8,7 +8,7 @@
 //! holds each policy.
 
 use super::{AdmissionError, AdmissionPolicy, PolicyOrigin, Reason};
-use crate::model::{PodSecurityLevel, ReleaseAdmissionPolicySpec};
+use crate::model::ReleaseAdmissionPolicySpec;
 
 /// The lines one policy needs.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -106,7 +106,7 @@ fn flow<S: AsRef<str>>(items: impl IntoIterator<Item = S>) -> String {
 mod tests {
     use super::*;
     use crate::manifests::admission::{PodFinding, WebhookFinding};
-    use crate::model::RbacGrant;
+    use crate::model::{PodSecurityLevel, RbacGrant};
     use rstest::rstest;
 
     fn strict() -> ReleaseAdmissionPolicySpec {
