@@ -306,6 +306,8 @@ fn validate_and_the_agent_judge_by_the_baseline_narrowed_by_the_release_policies
         (NARROWED, None, vec![baseline.clone(), repo.clone()]),
         (NARROWED, Some(permissive.as_path()), vec![repo.clone()]),
     ] {
+        let mut expected = expected;
+        expected.sort();
         let (by_validate, by_agent) = refused_by(&remote, id, file);
         assert_eq!(by_validate, expected, "{id} with {file:?}: validate");
         assert_eq!(by_agent, expected, "{id} with {file:?}: the agent");
