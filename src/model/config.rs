@@ -440,10 +440,13 @@ fn load_clusters(
     Ok(clusters)
 }
 
+/// An admission policy and the path of its file.
+type PolicyInFile = (String, ReleaseAdmissionPolicy);
+
 fn load_policies(
     tree: &dyn RepoTree,
     findings: &mut Vec<Finding>,
-) -> Result<(Vec<GatePolicy>, Vec<(String, ReleaseAdmissionPolicy)>), TreeError> {
+) -> Result<(Vec<GatePolicy>, Vec<PolicyInFile>), TreeError> {
     let (mut gates, mut admission) = (Vec::new(), Vec::new());
     for path in yaml_files(tree, POLICIES_DIR, findings)? {
         let Some(text) = read(tree, &path, findings)? else { continue };

@@ -23,7 +23,7 @@ pub const PRIVILEGED_ROLES: [&str; 3] = ["cluster-admin", "admin", "edit"];
 pub const FORBIDDEN_SUBJECTS: [&str; 4] =
     ["system:authenticated", "system:unauthenticated", "system:anonymous", "system:masters"];
 
-fn strings<'v>(v: Option<&'v Value>) -> Vec<&'v str> {
+fn strings(v: Option<&Value>) -> Vec<&str> {
     v.and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default()
 }
 
