@@ -10,21 +10,24 @@
 //!   when its id is not tagged yet;
 //! * every release tag (a tag whose tree holds `release.yaml`): annotated, self-named, signed by a
 //!   trusted key (when keys are given), release id = tag, mapping consistency, and CRD
-//!   compatibility with the release tagged before it, and what the tag's own admission policies
-//!   can decide about its objects without a cluster ([`admission_findings`], rule `admission`).
+//!   compatibility with the release tagged before it, and what the agents' admission baseline
+//!   narrowed by the tag's own admission policies can decide about its objects without a cluster
+//!   ([`admission_findings`], rule `admission`): the same effective policy an agent applies.
 //!
 //! Findings inside a tag's tree are located as `<tag>:<path>` (what `git show` takes).
 
 use crate::apply::builtin_scope;
 use crate::gates::crd_compat;
 use crate::manifests::admission::{AdmissionPolicy, LiveApi};
-use crate::manifests::{ManifestSet, crds_in_files};
+use crate::manifests::{AdmissionError, ManifestError, ManifestSet, crds_in_files};
 use crate::model::error_chain;
 use crate::model::{
     ConfigError, Finding, FleetConfig, Location, PromotionMode, RELEASE_FILE, Release, Rule, ordering_findings,
 };
-use crate::model::{RepoTree, TreeError, spoke_setting_findings};
-use crate::release::{Keyring, ReleaseContent, UnverifiedRelease, read_release, split_signed_tag, verify_commit};
+use crate::model::{ReleaseAdmissionPolicySpec, RepoTree, TreeError, spoke_setting_findings};
+use crate::release::{
+    Keyring, ReleaseContent, ReleaseFiles, UnverifiedRelease, read_release, split_signed_tag, verify_commit,
+};
 use crate::source::{Checkout, GitTree, SourceError, TagRef};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde::Serialize;
@@ -110,11 +113,13 @@ pub enum ValidateError {
 }
 
 /// Validates the checkout: branch tip plus every release tag, or only `only` (and the tag
-/// before it, for CRD compatibility). `keyring` None leaves signatures unchecked.
+/// before it, for CRD compatibility). `keyring` None leaves signatures unchecked. Admission
+/// judges by `baseline` (the agents') narrowed by each tag's own policies.
 pub fn validate_repo(
     checkout: &Checkout,
     keyring: Option<&Keyring>,
     only: Option<&str>,
+    baseline: &ReleaseAdmissionPolicySpec,
 ) -> Result<ValidationReport, ValidateError> {
     let tip_tree = checkout.tip_tree()?;
     let (config, mut config_findings) = match FleetConfig::load(&tip_tree) {
@@ -143,7 +148,7 @@ pub fn validate_repo(
     let mut releases = Vec::new();
     let mut contents: BTreeMap<usize, ReleaseContent> = BTreeMap::new();
     for &i in &wanted {
-        let (check, content) = check_tag(checkout, &tags[i], keyring)?;
+        let (check, content) = check_tag(checkout, &tags[i], keyring, baseline)?;
         releases.push(check);
         if let Some(c) = content {
             contents.insert(i, c);
@@ -230,6 +235,7 @@ fn check_tag(
     checkout: &Checkout,
     tag: &TagRef,
     keyring: Option<&Keyring>,
+    baseline: &ReleaseAdmissionPolicySpec,
 ) -> Result<(ReleaseCheck, Option<ReleaseContent>), ValidateError> {
     let at = Location::file(&format!("refs/tags/{}", tag.name));
     let mut findings = Vec::new();
@@ -267,7 +273,7 @@ fn check_tag(
     let (content, content_findings) = read_release(&tree, Some(&tag.name))?;
     findings.extend(located(&format!("{}:", tag.name), content_findings));
     if let Some(c) = &content {
-        findings.extend(located(&format!("{}:", tag.name), admission_findings(&tree, &tag.name, c)));
+        findings.extend(located(&format!("{}:", tag.name), admission_findings(&tree, &tag.name, c, baseline)));
     }
     Ok((ReleaseCheck { id: tag.name.clone(), commit: tag.commit.to_string(), signature, findings }, content))
 }
@@ -275,34 +281,41 @@ fn check_tag(
 /// The agent namespace assumed offline (deploy/'s): webhooks must not intercept it.
 const DEPLOYED_AGENT_NAMESPACE: &str = "fleetgate-system";
 
-/// Admission by content without a cluster: the release's objects (scopes from the built-in
-/// table and its CRDs) against the policies of its own tree, over the most permissive baseline.
-/// What needs the live API (served groups beyond the built-in ones, adoption, the spoke's
-/// baseline) is the agent's to decide. Unreadable manifests and configuration are reported by
-/// the other checks.
-fn admission_findings(tree: &dyn RepoTree, id: &str, content: &ReleaseContent) -> Vec<Finding> {
+/// Admission by `policy` without a cluster, as an agent set up from deploy/ would judge
+/// `release`: scopes from the built-in table and the release's CRDs, namespace-less objects in
+/// the release's `spec.namespace`. What needs the live API (served groups beyond the built-in
+/// ones, adoption) is the agent's alone. The outer error: the manifests do not parse.
+pub fn admission_offline(
+    policy: &AdmissionPolicy,
+    release: &dyn ReleaseFiles,
+) -> Result<Result<(), AdmissionError>, ManifestError> {
+    let set = ManifestSet::from_release(release, &builtin_scope)?;
+    Ok(policy.check(&set, &LiveApi::offline(Vec::new(), DEPLOYED_AGENT_NAMESPACE)))
+}
+
+/// [`admission_offline`] of a release tag: `baseline` narrowed by the policies of the tag's own
+/// tree, as findings. Unreadable manifests and configuration are reported by the other checks.
+fn admission_findings(
+    tree: &dyn RepoTree,
+    id: &str,
+    content: &ReleaseContent,
+    baseline: &ReleaseAdmissionPolicySpec,
+) -> Vec<Finding> {
     let Ok(config) = FleetConfig::load(tree) else { return Vec::new() };
     let release = UnverifiedRelease::new(id, content.clone());
-    let Ok(set) = ManifestSet::from_release(&release, &builtin_scope) else { return Vec::new() };
-    let policy = config
-        .admission_policies
-        .iter()
-        .fold(AdmissionPolicy::baseline(Default::default()), |p, repo| p.narrowed_by(repo));
-    let live = LiveApi::offline(Vec::new(), DEPLOYED_AGENT_NAMESPACE);
-    let Err(refused) = policy.check(&set, &live) else { return Vec::new() };
-    // One finding per object and rule, naming every policy that refuses it (offline, the
-    // "agent baseline" is the defaults, which the spoke's real baseline can only narrow further).
-    let mut by_rule: BTreeMap<(String, String), (String, Vec<String>)> = BTreeMap::new();
-    for v in &refused.violations {
-        let entry = by_rule
-            .entry((v.object.to_string(), v.reason.to_string()))
-            .or_insert_with(|| (v.source.file.clone(), Vec::new()));
-        entry.1.push(v.policy.clone());
-    }
-    by_rule
+    let policy = AdmissionPolicy::effective(baseline.clone(), &config.admission_policies);
+    let Ok(Err(refused)) = admission_offline(&policy, &release) else {
+        return Vec::new();
+    };
+    // One finding per object and rule, naming every policy that refuses it.
+    refused
+        .by_object()
         .into_iter()
-        .map(|((object, reason), (file, policies))| {
-            Finding::in_file(Rule::Admission, &file, format!("{object}: {reason} — refused by {}", policies.join(", ")))
+        .flat_map(|o| {
+            o.rules.into_iter().map(move |r| {
+                let message = format!("{}: {} — refused by {}", o.object, r.reason, r.policies.join(", "));
+                Finding::in_file(Rule::Admission, &o.source.file, message)
+            })
         })
         .collect()
 }

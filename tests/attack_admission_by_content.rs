@@ -377,7 +377,10 @@ spec:
 ";
     let fleet = Fleet::start("agent-adm", false).await;
     let daemonset = DAEMONSET.replace("IMAGE", &image_of("rel-1"));
-    let commit = fleet.release("rel-1", |dir| std::fs::write(dir.join("node-agent.yaml"), daemonset).unwrap());
+    // `release create` refuses it too; the pipeline signs it anyway, on purpose.
+    let allow = ["--allow-admission", "the agent must refuse it on its own"];
+    let commit =
+        fleet.release_with(&allow, "rel-1", |dir| std::fs::write(dir.join("node-agent.yaml"), daemonset).unwrap());
     fleet.promote("rel-1");
     let mut agent = fleet.agent().await;
     let outcome = within("reconcile", 60, agent.reconcile()).await.unwrap();

@@ -585,3 +585,129 @@ fn sequences_count_up_and_the_default_rollback_is_the_newest_success_not_revoked
 fn report(f: &Fixture, cluster: &str, id: &str, state: State) {
     status_support::report(&f.repo, cluster, id, state);
 }
+
+/// Manifests that break four admission rules: a ConfigMap outside `allowedNamespaces`, a
+/// ClusterRole with a wildcard and `nodes/proxy` in different rules, a privileged pod, and a
+/// cluster-scoped kind `allowedClusterScopedKinds` does not list.
+fn render_inadmissible(f: &Fixture, tag: &str) -> String {
+    let d = f.dir.path().join("render-inadmissible");
+    std::fs::create_dir_all(d.join("crds")).unwrap();
+    std::fs::write(d.join("crds/rediscluster.yaml"), crd_yaml("v1alpha2", &["size"], &[])).unwrap();
+    let deployment = deployment_yaml(&format!("{IMAGE_REPO}:{tag}"))
+        .replace("          image:", "          securityContext: {privileged: true}\n          image:");
+    std::fs::write(d.join("deployment.yaml"), deployment).unwrap();
+    std::fs::write(
+        d.join("extra.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: other-team}\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: redis-operator}\nrules:\n\
+         - {apiGroups: ['*'], resources: [pods], verbs: [get]}\n\
+         - {apiGroups: [''], resources: [nodes/proxy], verbs: [get]}\n---\n\
+         apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: redis-critical}\nvalue: 1000000\n",
+    )
+    .unwrap();
+    d.to_str().unwrap().to_string()
+}
+
+/// The `spec:` lines a refusal prints for the policy whose heading contains `policy`.
+fn printed_lines(text: &str, policy: &str) -> Vec<String> {
+    let mut lines = text.lines().skip_while(|l| !(l.starts_with("  in ") && l.contains(policy)));
+    assert!(lines.next().is_some(), "no lines for {policy} in {text}");
+    lines.take_while(|l| l.starts_with("    ")).map(|l| l.trim().to_string()).collect()
+}
+
+/// `spec` of the ReleaseAdmissionPolicy `file` with each of `lines` (a whole field) set.
+fn set_spec_fields(file: &std::path::Path, lines: &[String]) {
+    let mut doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+    let fields: serde_yaml_ng::Mapping = serde_yaml_ng::from_str(&lines.join("\n")).unwrap();
+    let spec = doc["spec"].as_mapping_mut().unwrap();
+    spec.extend(fields);
+    std::fs::write(file, serde_yaml_ng::to_string(&doc).unwrap()).unwrap();
+}
+
+/// One `release create` of manifests that break four admission rules reports every rule and
+/// every refused grant, the policy lines that would admit them and the files they go in, and
+/// writes nothing; `--allow-admission REASON` signs anyway and records why; and the printed lines,
+/// added to the baseline (`--admission-policy`) and the repo's policy, admit the release.
+#[test]
+fn admission_refuses_before_signing_with_every_violation_and_the_lines_that_admit_them() {
+    let f = Fixture::new();
+    std::fs::create_dir_all(f.repo.join("policies")).unwrap();
+    let repo_policy = f.repo.join("policies/operator.yaml");
+    std::fs::write(
+        &repo_policy,
+        "apiVersion: fleetgate.io/v1alpha1\nkind: ReleaseAdmissionPolicy\nmetadata: {name: operator}\nspec: {podSecurity: baseline}\n",
+    )
+    .unwrap();
+    f.git(&["add", "-A"]);
+    f.git(&["commit", "-q", "-m", "the repo's admission policy"]);
+    let manifests = render_inadmissible(&f, "v1.0.0");
+    let cut = |id: &str, extra: &[&str]| {
+        let mut args = create_args(&f, id, &manifests, "v1.0.0");
+        args.extend(extra.iter().map(|s| s.to_string()));
+        f.fleetgate(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let tip = f.git(&["rev-parse", "main"]);
+
+    let out = cut("rel-1", &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = stderr(&out);
+    for expected in [
+        "ConfigMap other-team/settings (operator/extra.yaml (document 1)):\n    - namespace other-team is not in allowedNamespaces — refused by agent baseline",
+        "ClusterRole.rbac.authorization.k8s.io redis-operator (operator/extra.yaml (document 2)):",
+        "rules[0] grants apiGroups: [*] and allowedRbac does not list wildcard — refused by agent baseline",
+        "rules[1] grants nodes/proxy and allowedRbac does not list nodesProxy — refused by agent baseline, ReleaseAdmissionPolicy operator",
+        "securityContext.privileged is true, which Pod Security level baseline forbids — refused by agent baseline, ReleaseAdmissionPolicy operator",
+        "cluster-scoped kind PriorityClass.scheduling.k8s.io is not in allowedClusterScopedKinds — refused by agent baseline",
+        "in the agents' baseline: deploy/config.yaml",
+        "in policies/operator.yaml (ReleaseAdmissionPolicy operator):",
+        "--allow-admission REASON",
+    ] {
+        assert!(text.contains(expected), "«{expected}» not in:\n{text}");
+    }
+    let baseline_lines = printed_lines(&text, "agents' baseline");
+    assert_eq!(
+        baseline_lines,
+        [
+            "allowedNamespaces: [redis-system, other-team]",
+            "allowedClusterScopedKinds: [CustomResourceDefinition.apiextensions.k8s.io, ClusterRole.rbac.authorization.k8s.io, \
+             ClusterRoleBinding.rbac.authorization.k8s.io, ValidatingWebhookConfiguration.admissionregistration.k8s.io, \
+             MutatingWebhookConfiguration.admissionregistration.k8s.io, PriorityClass.scheduling.k8s.io]",
+            "allowedRbac: [wildcard, nodesProxy]",
+            "podSecurity: privileged",
+        ]
+    );
+    // A repo policy silent on allowedRbac keeps its default (none): it must repeat the grants.
+    let repo_lines = printed_lines(&text, "policies/operator.yaml");
+    assert_eq!(repo_lines, ["allowedRbac: [wildcard, nodesProxy]", "podSecurity: privileged"]);
+    assert_eq!(f.git(&["rev-parse", "main"]), tip, "nothing was committed");
+    assert!(f.git(&["tag", "-l"]).is_empty(), "nothing was tagged");
+    let j = json(&cut("rel-1", &["-o", "json"]));
+    assert_eq!((j["result"].as_str(), j["code"].as_str()), (Some("refused"), Some("admission")));
+    assert_eq!(j["details"]["objects"].as_array().unwrap().len(), 4, "{j:#}");
+
+    // The option the refusal names signs anyway, and the signed tag says why and what.
+    let out = cut("rel-1", &["--allow-admission", "node debugging spike, approved in CHG-42"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("admission  REFUSED, signed anyway (--allow-admission): node debugging spike"));
+    let message = f.git(&["cat-file", "-p", "rel-1"]);
+    assert!(
+        message
+            .contains("Admission refused, signed anyway (--allow-admission): node debugging spike, approved in CHG-42"),
+        "{message}"
+    );
+    assert!(message.contains("rules[1] grants nodes/proxy"), "{message}");
+    agent_verify(&f, "cluster-a", "rel-1").expect("a valid signed release");
+
+    // The printed lines, in the files they name: admitted without an override.
+    let baseline = f.dir.path().join("baseline.yaml");
+    let shipped = fleetgate::model::AdmissionBaseline::shipped().spec;
+    let doc = fleetgate::model::Document::new("ReleaseAdmissionPolicy", "spoke-baseline", shipped);
+    std::fs::write(&baseline, serde_yaml_ng::to_string(&doc).unwrap()).unwrap();
+    set_spec_fields(&baseline, &baseline_lines);
+    set_spec_fields(&repo_policy, &repo_lines);
+    f.git(&["commit", "-q", "-am", "admit the operator's needs"]);
+    let out = cut("rel-2", &["--admission-policy", baseline.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("admission  admitted"), "{}", stdout(&out));
+    assert!(!f.git(&["cat-file", "-p", "rel-2"]).contains("--allow-admission"));
+}

@@ -228,6 +228,91 @@ fn content_the_release_own_admission_policy_refuses_is_a_finding() {
     );
 }
 
+/// The policies that refuse `id`'s content, as `fleetgate validate --release ID` reports them
+/// (with `--admission-policy FILE` when given), and as the agent's own call judges the same tag:
+/// the baseline narrowed by the tag's policies, `AdmissionPolicy::check` over its manifests.
+fn refused_by(remote: &FleetRemote, id: &str, baseline: Option<&Path>) -> (Vec<String>, Vec<String>) {
+    use fleetgate::manifests::ManifestSet;
+    use fleetgate::manifests::admission::{AdmissionPolicy, LiveApi};
+    use fleetgate::model::{AdmissionBaseline, FleetConfig};
+    use fleetgate::release::{UnverifiedRelease, read_release};
+
+    let mut args: Vec<&str> = vec!["validate", "--repo", remote.url.as_str(), "--release", id, "-o", "json"];
+    let file = baseline.map(|b| b.to_str().unwrap());
+    args.extend(file.iter().flat_map(|f| ["--admission-policy", *f]));
+    let report = json(&fleetgate(&args));
+    let findings = report["releases"][0]["findings"].as_array().unwrap();
+    let mut by_validate: Vec<String> = findings
+        .iter()
+        .filter(|f| f["rule"] == "admission")
+        .flat_map(|f| {
+            let message = f["message"].as_str().unwrap();
+            let policies = message.rsplit_once(" — refused by ").unwrap().1;
+            policies.split(", ").map(str::to_string).collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(findings.len(), usize::from(!by_validate.is_empty()), "only admission findings: {report:#}");
+
+    let checkout = fleetgate::source::Checkout::open_local(&remote.work, Some("main")).unwrap();
+    let tree = checkout.tag_tree(&checkout.tag(id).unwrap().unwrap()).unwrap();
+    let content = read_release(&tree, Some(id)).unwrap().0.unwrap();
+    let config = FleetConfig::load(&tree).unwrap();
+    let spec = AdmissionBaseline::read_or_shipped(baseline).unwrap().spec;
+    let policy = config.admission_policies.iter().fold(AdmissionPolicy::baseline(spec), |p, r| p.narrowed_by(r));
+    let release = UnverifiedRelease::new(id, content);
+    let set = ManifestSet::from_release(&release, &fleetgate::apply::builtin_scope).unwrap();
+    let verdict = policy.check(&set, &LiveApi::offline(Vec::new(), "fleetgate-system"));
+    let mut by_agent: Vec<String> = verdict.err().into_iter().flat_map(|e| e.violations).map(|v| v.policy).collect();
+    by_validate.sort();
+    by_agent.sort();
+    (by_validate, by_agent)
+}
+
+/// A release the agents' baseline refuses is a finding although its own policy admits it, and
+/// one its own policy refuses is a finding although the baseline admits it: validate judges by
+/// the same effective policy as the agent, baseline from `--admission-policy` (default deploy/'s).
+#[test]
+fn validate_and_the_agent_judge_by_the_baseline_narrowed_by_the_release_policies() {
+    const NARROWED: &str = "rel-20250316-001";
+    let remote = FleetRemote::new();
+    remote.edit(
+        "operator/deployment.yaml",
+        "            allowPrivilegeEscalation: false\n",
+        "            allowPrivilegeEscalation: false\n            privileged: true\n",
+    );
+    // RELEASE: its own policy allows privileged pods; deploy/'s baseline does not.
+    remote.edit("policies/admission.yaml", "podSecurity: baseline", "podSecurity: privileged");
+    remote.commit_all("a privileged operator, allowed by the repo");
+    remote.signed_tag(RELEASE);
+    // NARROWED: the same pods, its own policy refuses them.
+    remote.edit("policies/admission.yaml", "podSecurity: privileged", "podSecurity: baseline");
+    remote.edit("release.yaml", &format!("name: {RELEASE}"), &format!("name: {NARROWED}"));
+    remote.edit("release.yaml", "sequence: 1", "sequence: 2");
+    remote.commit_all("the repo narrows");
+    remote.signed_tag(NARROWED);
+    let permissive = remote.dir.path().join("permissive-baseline.yaml");
+    std::fs::write(
+        &permissive,
+        "apiVersion: fleetgate.io/v1alpha1\nkind: ReleaseAdmissionPolicy\nmetadata: {name: permissive}\nspec: {podSecurity: privileged}\n",
+    )
+    .unwrap();
+
+    let baseline = "agent baseline".to_string();
+    let repo = "ReleaseAdmissionPolicy redis-operator".to_string();
+    for (id, file, expected) in [
+        (RELEASE, None, vec![baseline.clone()]),
+        (RELEASE, Some(permissive.as_path()), vec![]),
+        (NARROWED, None, vec![baseline.clone(), repo.clone()]),
+        (NARROWED, Some(permissive.as_path()), vec![repo.clone()]),
+    ] {
+        let mut expected = expected;
+        expected.sort();
+        let (by_validate, by_agent) = refused_by(&remote, id, file);
+        assert_eq!(by_validate, expected, "{id} with {file:?}: validate");
+        assert_eq!(by_agent, expected, "{id} with {file:?}: the agent");
+    }
+}
+
 #[test]
 fn unreadable_keys_and_repos_are_usage_errors() {
     let dir = tempfile::tempdir().unwrap();

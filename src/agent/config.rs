@@ -16,10 +16,8 @@
 
 use super::notifier::{Endpoint, Format, NotificationKind};
 use crate::gates::{PrometheusAuth, PrometheusEndpoints, PrometheusSource};
+use crate::model::{AdmissionBaseline, BaselineError, PromotionMode, ReleaseAdmissionPolicySpec};
 use crate::model::{DEFAULT_ENDPOINT, is_dns_label};
-use crate::model::{
-    PromotionMode, RELEASE_ADMISSION_POLICY_KIND, ReleaseAdmissionPolicy, ReleaseAdmissionPolicySpec, parse_document,
-};
 use crate::source::{Credentials, FetchLimits};
 use crate::status::{ForgeConfig, ForgeError, ForgeSettings};
 use serde::Deserialize;
@@ -153,14 +151,15 @@ impl GitCredentials {
 
 /// Reads the agent's baseline `ReleaseAdmissionPolicy` document.
 fn read_admission_policy(path: &Path) -> Result<ReleaseAdmissionPolicySpec, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Unreadable {
-        what: "admission policy",
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let doc: ReleaseAdmissionPolicy = parse_document(&path.display().to_string(), &text, RELEASE_ADMISSION_POLICY_KIND)
-        .map_err(|e| ConfigError::ParseFile { path: path.to_path_buf(), message: e.to_string() })?;
-    Ok(doc.spec)
+    match AdmissionBaseline::read(path) {
+        Ok(baseline) => Ok(baseline.spec),
+        Err(BaselineError::Unreadable { path, source }) => {
+            Err(ConfigError::Unreadable { what: "admission policy", path, source })
+        }
+        Err(BaselineError::Parse(e)) => {
+            Err(ConfigError::ParseFile { path: path.to_path_buf(), message: e.to_string() })
+        }
+    }
 }
 
 /// The `Lease` used for leader election.

@@ -1007,10 +1007,7 @@ impl Agent {
     }
 
     pub(super) fn admission_policy(&self, config: &FleetConfig) -> AdmissionPolicy {
-        config
-            .admission_policies
-            .iter()
-            .fold(AdmissionPolicy::baseline(self.admission_baseline.clone()), |p, repo| p.narrowed_by(repo))
+        AdmissionPolicy::effective(self.admission_baseline.clone(), &config.admission_policies)
     }
 
     /// The manifests stage and the pre-apply gates: `Ok(admitted)` may be applied, `Err(blocker)`

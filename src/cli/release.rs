@@ -3,7 +3,7 @@
 
 use super::args::SigningFormat;
 use super::output::{Done, OutputFormat, crd_line, fail, heading, next};
-use crate::model::Requirements;
+use crate::model::{AdmissionBaseline, Requirements};
 use crate::releng::chart::ChartInput;
 use crate::releng::create::{self, CreateOutcome, CreateReport, CreateRequest, Targets};
 use crate::releng::publish;
@@ -53,6 +53,15 @@ pub struct CreateArgs {
     /// which every agent's CRD gate honours). A refusal prints the flags that accept what it found.
     #[arg(long = "accept-crd-change", value_name = "RULE[:[CRD:]PATH]")]
     pub accept_crd_changes: Vec<String>,
+    /// The agents' baseline ReleaseAdmissionPolicy (their `admissionPolicy` file), which the
+    /// branch's policies/ narrow: the release is judged by it before it is signed. Default: the
+    /// one deploy/config.yaml ships.
+    #[arg(long, value_name = "FILE")]
+    pub admission_policy: Option<PathBuf>,
+    /// Sign even though admission refuses the manifests, for this reason (recorded with the
+    /// violations in the signed tag message). Agents still refuse what their policies refuse.
+    #[arg(long, value_name = "REASON")]
+    pub allow_admission: Option<String>,
     /// The chart version (with --chart, Chart.yaml's version is taken instead).
     #[arg(long, required_unless_present = "chart", conflicts_with = "chart")]
     pub chart_version: Option<String>,
@@ -169,6 +178,8 @@ fn create_and_push(args: &CreateArgs, access: &Credentials) -> Result<Created, R
         namespace: args.namespace.clone(),
         requires,
         branch: args.branch.clone(),
+        admission_baseline: AdmissionBaseline::read_or_shipped(args.admission_policy.as_deref())?,
+        allow_admission: args.allow_admission.clone(),
     };
     let repo = FleetRepo::open(&args.repo)?;
     // The clusters' statuses choose the CRD baselines and the default rollback target: read the
@@ -231,6 +242,19 @@ fn print_human(args: &CreateArgs, c: &Created) {
     }
     for a in &m.accept_crd_changes {
         println!("             accepts {a} (signed as spec.acceptCrdChanges)");
+    }
+    // An existing release was judged when it was cut.
+    match (r.outcome, &r.admission_override) {
+        (CreateOutcome::AlreadyReleased, _) => {}
+        (CreateOutcome::Created, None) => {
+            println!("  admission  admitted by the agents' baseline and the branch's policies")
+        }
+        (CreateOutcome::Created, Some(o)) => {
+            println!("  admission  REFUSED, signed anyway (--allow-admission): {}", o.reason);
+            for v in &o.violations {
+                println!("               - {v}");
+            }
+        }
     }
     match pushed {
         Some(p) => println!("  pushed     {} to {}", p.refs.join(", "), p.remote),

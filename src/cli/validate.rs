@@ -1,12 +1,13 @@
 //! `fleetgate validate`: the fleet repo's quality gate. Schemas, references, signatures (with
-//! `--trusted-keys`), mapping consistency and CRD compatibility between consecutive releases,
+//! `--trusted-keys`), mapping consistency, CRD compatibility between consecutive releases and
+//! admission (the agents' baseline, `--admission-policy`, narrowed by each release's policies),
 //! over the branch tip and every release tag. Every finding is reported with file and line.
 //!
 //! Exit 0 clean, 1 findings, 2 usage or configuration error (unreadable repo or key file).
 
 use super::args::GitAccess;
 use super::output::{OutputFormat, colours};
-use crate::model::Finding;
+use crate::model::{AdmissionBaseline, Finding};
 use crate::release::TrustConfig;
 use crate::source::open_repo;
 use crate::validate::{SignatureVerdict, ValidationReport, validate_repo};
@@ -32,6 +33,10 @@ pub struct Args {
     /// `main` for a URL.
     #[arg(long)]
     pub branch: Option<String>,
+    /// The agents' baseline ReleaseAdmissionPolicy (their `admissionPolicy` file), which each
+    /// release's own policies narrow. Default: the one deploy/config.yaml ships.
+    #[arg(long, value_name = "FILE")]
+    pub admission_policy: Option<PathBuf>,
     #[command(flatten)]
     pub git: GitAccess,
     #[arg(short = 'o', long, value_enum, default_value_t)]
@@ -41,11 +46,13 @@ pub struct Args {
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let trust = TrustConfig::from_key_files(&args.trusted_keys).context("loading --trusted-keys")?;
     let credentials = args.git.credentials()?;
+    let baseline = AdmissionBaseline::read_or_shipped(args.admission_policy.as_deref())?;
     let (repo, branch, release) = (args.repo.clone(), args.branch.clone(), args.release.clone());
     // git2 and gpgme block; keep them off the async runtime.
     let report = tokio::task::spawn_blocking(move || -> anyhow::Result<ValidationReport> {
         let opened = open_repo(&repo, branch.as_deref(), credentials)?;
-        Ok(validate_repo(opened.checkout(), trust.as_ref().map(|t| &t.keyring), release.as_deref())?)
+        let keyring = trust.as_ref().map(|t| &t.keyring);
+        Ok(validate_repo(opened.checkout(), keyring, release.as_deref(), &baseline.spec)?)
     })
     .await??;
     if !args.output.print_machine(&report)? {

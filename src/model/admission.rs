@@ -4,10 +4,13 @@
 //! The agent's configuration carries the baseline; a fleet repo may add policies under
 //! `policies/` that only ever narrow it: an object is admitted when *every* policy admits it, so a
 //! repo can never widen what the agent allows. The check itself lives in
-//! `manifests::admission`, over a parsed `ManifestSet`.
+//! `manifests::admission`, over a parsed `ManifestSet`. Commands that judge a release before
+//! an agent does (`release create`, `validate`) take the agents' baseline as an
+//! [`AdmissionBaseline`]: a file, or the one `deploy/config.yaml` ships to every spoke.
 
-use super::Document;
+use super::{Document, ParseError, parse_document};
 use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
 
 pub type ReleaseAdmissionPolicy = Document<ReleaseAdmissionPolicySpec>;
 
@@ -148,10 +151,67 @@ impl ReleaseAdmissionPolicySpec {
     }
 }
 
+/// The agents' baseline policy as a command that judges releases for them knows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdmissionBaseline {
+    pub spec: ReleaseAdmissionPolicySpec,
+    /// The file it was read from; None for the one `deploy/config.yaml` ships.
+    pub file: Option<PathBuf>,
+}
+
+/// Where `deploy/config.yaml` keeps the baseline: its ConfigMap's key of that name.
+const SHIPPED_KEY: &str = "admission-policy.yaml";
+
+/// Why a baseline file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum BaselineError {
+    #[error("reading admission policy {}", path.display())]
+    Unreadable { path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Parse(#[from] ParseError),
+}
+
+impl AdmissionBaseline {
+    /// The baseline `deploy/config.yaml` ships (its `admission-policy.yaml`): what a spoke set up
+    /// from `deploy/` judges by. Compiled in; a unit test keeps it parseable.
+    pub fn shipped() -> Self {
+        let config: serde_yaml_ng::Value = serde_yaml_ng::from_str(include_str!("../../deploy/config.yaml"))
+            .expect("deploy/config.yaml is YAML (tested)");
+        let text = config["data"][SHIPPED_KEY].as_str().expect("deploy/config.yaml holds the baseline (tested)");
+        let doc: ReleaseAdmissionPolicy = parse_document("deploy/config.yaml", text, RELEASE_ADMISSION_POLICY_KIND)
+            .expect("deploy/config.yaml's baseline parses (tested)");
+        AdmissionBaseline { spec: doc.spec, file: None }
+    }
+
+    /// A `ReleaseAdmissionPolicy` file, as the agent's `admissionPolicy` setting names one.
+    pub fn read(path: &Path) -> Result<Self, BaselineError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| BaselineError::Unreadable { path: path.to_path_buf(), source })?;
+        let doc: ReleaseAdmissionPolicy =
+            parse_document(&path.display().to_string(), &text, RELEASE_ADMISSION_POLICY_KIND)?;
+        Ok(AdmissionBaseline { spec: doc.spec, file: Some(path.to_path_buf()) })
+    }
+
+    /// `--admission-policy FILE` when given, else [`AdmissionBaseline::shipped`].
+    pub fn read_or_shipped(file: Option<&Path>) -> Result<Self, BaselineError> {
+        file.map_or_else(|| Ok(Self::shipped()), Self::read)
+    }
+
+    /// Where a person changes it, for messages.
+    pub fn describe(&self) -> String {
+        match &self.file {
+            Some(f) => format!("the agents' baseline: {} (each spoke's admissionPolicy file)", f.display()),
+            None => format!(
+                "the agents' baseline: deploy/config.yaml, key {SHIPPED_KEY} (each spoke's admissionPolicy file; \
+                 pass --admission-policy FILE when your spokes use another)"
+            ),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::parse_document;
     use rstest::rstest;
 
     #[rstest]
@@ -190,6 +250,15 @@ mod tests {
         assert!(policy.spec.allows_namespace("redis-system"));
         assert_eq!(policy.spec.pod_security_level(), PodSecurityLevel::Baseline);
         assert!(!policy.spec.adopt && policy.spec.allowed_rbac.is_empty());
+    }
+
+    #[test]
+    fn the_shipped_baseline_is_deploys() {
+        let shipped = AdmissionBaseline::shipped();
+        assert_eq!(shipped.spec.allowed_namespaces, Some(vec!["redis-system".to_string()]));
+        assert!(shipped.spec.allows_cluster_scoped_kind("apiextensions.k8s.io", "CustomResourceDefinition"));
+        assert_eq!(shipped.spec.pod_security_level(), PodSecurityLevel::Baseline);
+        assert!(shipped.describe().contains("deploy/config.yaml"));
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub struct FleetConfig {
     pub clusters: BTreeMap<String, Cluster>,
     pub gate_policies: Vec<GatePolicy>,
     pub admission_policies: Vec<ReleaseAdmissionPolicy>,
+    /// Admission policy name → its file under `policies/`: where a person would change it.
+    pub admission_policy_files: BTreeMap<String, String>,
 }
 
 /// Which document of the fleet repo pauses a cluster ([`FleetConfig::paused`]).
@@ -93,10 +95,12 @@ impl FleetConfig {
         let mut findings = Vec::new();
         let fleet = load_fleet(tree, &mut findings)?;
         let clusters = load_clusters(tree, fleet.as_ref(), &mut findings)?;
-        let (gate_policies, admission_policies) = load_policies(tree, &mut findings)?;
+        let (gate_policies, admission) = load_policies(tree, &mut findings)?;
+        let admission_policy_files = admission.iter().map(|(path, p)| (p.name().to_string(), path.clone())).collect();
+        let admission_policies = admission.into_iter().map(|(_, p)| p).collect();
         match fleet {
             Some(fleet) if findings.is_empty() => {
-                Ok(FleetConfig { fleet, clusters, gate_policies, admission_policies })
+                Ok(FleetConfig { fleet, clusters, gate_policies, admission_policies, admission_policy_files })
             }
             _ => Err(ConfigError::Invalid { tree: tree.describe(), findings }),
         }
@@ -436,10 +440,13 @@ fn load_clusters(
     Ok(clusters)
 }
 
+/// An admission policy and the path of its file.
+type PolicyInFile = (String, ReleaseAdmissionPolicy);
+
 fn load_policies(
     tree: &dyn RepoTree,
     findings: &mut Vec<Finding>,
-) -> Result<(Vec<GatePolicy>, Vec<ReleaseAdmissionPolicy>), TreeError> {
+) -> Result<(Vec<GatePolicy>, Vec<PolicyInFile>), TreeError> {
     let (mut gates, mut admission) = (Vec::new(), Vec::new());
     for path in yaml_files(tree, POLICIES_DIR, findings)? {
         let Some(text) = read(tree, &path, findings)? else { continue };
@@ -466,7 +473,7 @@ fn load_policies(
             }
         } else if kind == RELEASE_ADMISSION_POLICY_KIND {
             match parse_document::<ReleaseAdmissionPolicySpec>(&path, &text, RELEASE_ADMISSION_POLICY_KIND) {
-                Ok(p) => admission.push(p),
+                Ok(p) => admission.push((path.clone(), p)),
                 Err(e) => findings.push(e.into()),
             }
         } else {

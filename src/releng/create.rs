@@ -4,6 +4,12 @@
 //! ([`super::baseline`]). An incompatible CRD change goes through only when the release accepts
 //! it (`spec.acceptCrdChanges`, signed, and honoured by every agent's CRD gate).
 //!
+//! Admission runs before anything is signed, as the agents will judge the release: their
+//! baseline ([`CreateRequest::admission_baseline`]) narrowed by the branch's
+//! `ReleaseAdmissionPolicy` documents (the tag's tree carries the same `policies/`), without a
+//! cluster. A refusal lists every rule every object breaks and the policy lines that would admit
+//! them; `allow_admission` signs anyway and records the reason and the violations in the tag.
+//!
 //! Order matters for safety: the commit and the signed tag object are written first (unreferenced),
 //! then the branch moves, then the tag reference appears. A failure at any step before leaves the
 //! repo's references untouched. Re-running with the same inputs finds the tag and reports
@@ -15,13 +21,15 @@ use super::checks::{self, CrdVerdict};
 use super::repo::{FleetRepo, ReleaseTag, TreeEdit};
 use super::sign::{self, Signer};
 use super::successes::Successes;
-use super::{Refusal, RelengError, check_release_id};
+use super::{AdmissionFix, Refusal, RelengError, check_release_id};
+use crate::manifests::admission::{AdmissionPolicy, PolicyOrigin};
 use crate::model::{
-    self, ChartSource, CrdVersions, Document, ImageRef, NamedImage, RELEASE_FILE, Release, ReleaseSpec, Requirements,
-    default_manifests,
+    self, AdmissionBaseline, ChartSource, CrdVersions, Document, FleetConfig, ImageRef, NamedImage, RELEASE_FILE,
+    Release, ReleaseSpec, Requirements, default_manifests,
 };
-use crate::release::mapping;
+use crate::release::{ReleaseContent, UnverifiedRelease, mapping};
 use crate::status::{self, State};
+use crate::validate::admission_offline;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -64,6 +72,18 @@ pub struct CreateRequest {
     pub requires: Option<Requirements>,
     /// Branch to commit on; default: the branch HEAD points at.
     pub branch: Option<String>,
+    /// The agents' admission baseline the release is judged by before it is signed.
+    pub admission_baseline: AdmissionBaseline,
+    /// Sign although admission refuses, for this reason (recorded in the tag message).
+    pub allow_admission: Option<String>,
+}
+
+/// A release signed although admission refused it (`--allow-admission`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AdmissionOverride {
+    pub reason: String,
+    /// The violations it was signed with, as admission words them.
+    pub violations: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -99,6 +119,9 @@ pub struct CreateReport {
     pub crd_compatibility: CrdVerdict,
     /// Number of manifest files under `operator/`.
     pub manifest_files: usize,
+    /// Set when the release was signed although admission refused it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admission_override: Option<AdmissionOverride>,
 }
 
 /// Parses `--image REPO:TAG[@DIGEST]` with the image rules `validate` applies.
@@ -309,6 +332,8 @@ struct Plan {
     files: BTreeMap<String, Vec<u8>>,
     /// What the base commit's registered clusters ran successfully.
     successes: Successes,
+    /// The base commit's configuration (its admission policies judge the release).
+    config: FleetConfig,
 }
 
 /// The newest earlier release, not revoked, that some cluster reported `success` for (verified
@@ -416,7 +441,17 @@ fn plan(
     let tree = edit.write()?;
     let new_tree = repo.git().find_tree(tree)?;
     let operator_tree = repo.subtree_id(&new_tree, &default_manifests());
-    Ok(Plan { tree, operator_tree, release, release_text, previous, rollback_succeeded_on, files, successes })
+    Ok(Plan {
+        tree,
+        operator_tree,
+        release,
+        release_text,
+        previous,
+        rollback_succeeded_on,
+        files,
+        successes,
+        config: fleet.config,
+    })
 }
 
 /// Cuts release `req.id` on its branch, signed by `signer`. See the module docs for the order of
@@ -453,6 +488,7 @@ pub fn create(repo: &FleetRepo, req: &CreateRequest, signer: &mut Signer) -> Res
 
     let plan = plan(repo, req, &tip, &content)?;
     check_mapping(repo, &plan)?;
+    let admission_override = check_admission(req, &plan)?;
     let (baselines, verdict) = crd_verdict(repo, &plan)?;
     if !verdict.compatible {
         return Err(Refusal::IncompatibleCrds {
@@ -474,7 +510,7 @@ pub fn create(repo: &FleetRepo, req: &CreateRequest, signer: &mut Signer) -> Res
         let message = format!("release {}: {}\n\n{}\n", req.id, plan.release.spec.image.reference(), lines.join("\n"));
         repo.commit(Some(signer), &who, &message, plan.tree, &[&tip])?
     };
-    let tag_message = tag_message(&req.id, &lines, &verdict, &baselines);
+    let tag_message = tag_message(&req.id, &lines, &verdict, &baselines, admission_override.as_ref());
     let tag = sign::write_signed_tag(repo.git(), signer, commit, &req.id, &who, &tag_message)?;
     if !tip_is_release {
         repo.set_branch(&branch, commit, Some(tip.id()), &format!("fleetgate release create {}", req.id))?;
@@ -496,10 +532,17 @@ pub fn create(repo: &FleetRepo, req: &CreateRequest, signer: &mut Signer) -> Res
         crd_baselines: baselines,
         crd_compatibility: verdict,
         manifest_files: plan.files.len(),
+        admission_override,
     })
 }
 
-fn tag_message(id: &str, lines: &[String], verdict: &CrdVerdict, baselines: &[CrdBaseline]) -> String {
+fn tag_message(
+    id: &str,
+    lines: &[String],
+    verdict: &CrdVerdict,
+    baselines: &[CrdBaseline],
+    admission: Option<&AdmissionOverride>,
+) -> String {
     let mut m = format!("Release {id}\n\n{}\n", lines.join("\n"));
     let against = match baselines {
         [] => "(first release)".to_string(),
@@ -509,7 +552,40 @@ fn tag_message(id: &str, lines: &[String], verdict: &CrdVerdict, baselines: &[Cr
     for f in &verdict.findings {
         m.push_str(&format!("  - {f}\n"));
     }
+    if let Some(a) = admission {
+        m.push_str(&format!("\nAdmission refused, signed anyway (--allow-admission): {}\n", a.reason));
+        for v in &a.violations {
+            m.push_str(&format!("  - {v}\n"));
+        }
+    }
     m
+}
+
+/// Admission of the planned release as an agent would judge it (see the module docs).
+/// `Ok(None)`: admitted; `Ok(Some)`: refused and overridden by `req.allow_admission`.
+fn check_admission(req: &CreateRequest, plan: &Plan) -> Result<Option<AdmissionOverride>, RelengError> {
+    let content = ReleaseContent { release: plan.release.clone(), files: plan.files.clone() };
+    let release = UnverifiedRelease::new(plan.release.name(), content);
+    let policy = AdmissionPolicy::effective(req.admission_baseline.spec.clone(), &plan.config.admission_policies);
+    // Namespace-less objects go where the agents put them: the release's spec.namespace.
+    let Err(refused) = admission_offline(&policy, &release)? else { return Ok(None) };
+    if let Some(reason) = &req.allow_admission {
+        let violations = refused.violations.iter().map(ToString::to_string).collect();
+        return Ok(Some(AdmissionOverride { reason: reason.clone(), violations }));
+    }
+    let fixes = policy
+        .fixes(&refused)
+        .into_iter()
+        .map(|f| AdmissionFix {
+            file: match &f.policy {
+                PolicyOrigin::Baseline => req.admission_baseline.describe(),
+                PolicyOrigin::Repo(name) => plan.config.admission_policy_files.get(name).cloned().unwrap_or_default(),
+            },
+            policy: f.policy.to_string(),
+            lines: f.lines,
+        })
+        .collect();
+    Err(Refusal::Admission { objects: refused.by_object(), fixes }.into())
 }
 
 fn check_mapping(repo: &FleetRepo, plan: &Plan) -> Result<(), RelengError> {
@@ -609,6 +685,7 @@ fn already_released(
         crd_baselines: baselines,
         crd_compatibility: verdict,
         manifest_files: plan.files.len(),
+        admission_override: None,
     })
 }
 

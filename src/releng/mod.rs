@@ -39,11 +39,13 @@ pub use desired::{DesiredChange, FleetState};
 pub use repo::{FleetRepo, ReleaseTag};
 pub use sign::{SignError, Signer};
 
+use crate::manifests::admission::{ObjectRefusal, fixes};
 use serde::Serialize;
 
 /// Why a command declined to act. Each is specific enough to act on; `--force` (promote)
-/// overrides the ones that say so, and `--accept-crd-change` (release create) accepts the CRD
-/// changes an [`Refusal::IncompatibleCrds`] lists.
+/// overrides the ones that say so, `--accept-crd-change` (release create) accepts the CRD
+/// changes an [`Refusal::IncompatibleCrds`] lists, and `--allow-admission REASON` (release
+/// create) signs a release [`Refusal::Admission`] refused, recording why.
 #[derive(Debug, Clone, PartialEq, Serialize, thiserror::Error)]
 #[serde(tag = "code", rename_all = "kebab-case")]
 pub enum Refusal {
@@ -60,6 +62,13 @@ pub enum Refusal {
         findings: Vec<String>,
         /// The `--accept-crd-change` values that would accept every finding (empty: only a fix can).
         accept: Vec<String>,
+    },
+    #[error("{}", admission_refused(objects, fixes))]
+    Admission {
+        /// Every refused object, each rule it breaks once, with the policies that refuse it.
+        objects: Vec<ObjectRefusal>,
+        /// The lines that would admit them, per refusing policy.
+        fixes: Vec<AdmissionFix>,
     },
     #[error(
         "release {id} is not signed by a trusted key: {reason}; re-cut it with `fleetgate release create --sign-key …`, or pass --force"
@@ -78,6 +87,47 @@ pub enum Refusal {
     BranchExists { branch: String },
     #[error("{0}")]
     NothingToRollBack(String),
+}
+
+/// Policy lines that would admit what admission refused, and where a person adds them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AdmissionFix {
+    /// The policy, as violations name it.
+    pub policy: String,
+    /// Where it lives: a repo file, or a description of the agents' baseline.
+    pub file: String,
+    /// `spec:` fields in the policy's YAML; each replaces the field of that name.
+    pub lines: Vec<String>,
+}
+
+fn admission_refused(objects: &[ObjectRefusal], fixes: &[AdmissionFix]) -> String {
+    let count: usize = objects.iter().map(|o| o.rules.len()).sum();
+    let mut m = format!(
+        "the manifests break the admission policy the agents would judge them by ({count} rule(s) in {} object(s)); nothing was committed or signed:\n",
+        objects.len()
+    );
+    for o in objects {
+        m.push_str(&format!("  {} ({}):\n", o.object, o.source));
+        for r in &o.rules {
+            let unliftable =
+                if fixes::liftable(&r.reason) { "" } else { " (no policy lifts this: change the manifest)" };
+            m.push_str(&format!("    - {} — refused by {}{unliftable}\n", r.reason, r.policies.join(", ")));
+        }
+    }
+    if !fixes.is_empty() {
+        m.push_str("to admit them, set these fields under spec: (each line replaces the field of that name)\n");
+        for f in fixes {
+            m.push_str(&format!("  in {} ({}):\n", f.file, f.policy));
+            for line in &f.lines {
+                m.push_str(&format!("    {line}\n"));
+            }
+        }
+    }
+    m.push_str(
+        "or sign it anyway on purpose: run again adding --allow-admission REASON (recorded in the signed tag; \
+         agents still refuse what their policies refuse)",
+    );
+    m
 }
 
 fn bullet(items: &[String]) -> String {
@@ -113,6 +163,7 @@ impl Refusal {
             Refusal::IdReused { .. } => "id-reused",
             Refusal::MappingInconsistent { .. } => "mapping-inconsistent",
             Refusal::IncompatibleCrds { .. } => "incompatible-crds",
+            Refusal::Admission { .. } => "admission",
             Refusal::Unsigned { .. } => "unsigned",
             Refusal::NotTargeted { .. } => "not-targeted",
             Refusal::FailedEarlierWave { .. } => "failed-earlier-wave",
@@ -169,6 +220,10 @@ pub enum RelengError {
     Forge(#[from] forge_pr::ForgeError),
     #[error(transparent)]
     Chart(#[from] chart::ChartError),
+    #[error(transparent)]
+    Manifests(#[from] crate::manifests::ManifestError),
+    #[error(transparent)]
+    AdmissionBaseline(#[from] crate::model::BaselineError),
     #[error("reading {path}")]
     Io { path: String, source: std::io::Error },
     #[error("git")]

@@ -440,6 +440,7 @@ mod tests {
             clusters: [("a".to_string(), pinned), ("b".to_string(), free)].into_iter().collect(),
             gate_policies: Vec::new(),
             admission_policies: Vec::new(),
+            admission_policy_files: Default::default(),
         };
         let m = members(&config);
         assert_eq!(m[0], Member::new("a", "canary", Some("rel-8")));
@@ -558,6 +559,7 @@ mod tests {
             clusters: clusters.into_iter().map(|(n, w)| (n.to_string(), cluster(n, w))).collect(),
             gate_policies: Vec::new(),
             admission_policies: Vec::new(),
+            admission_policy_files: Default::default(),
         };
         // The tip moved a to canary and added n; the trusted tree has a in prod and no n.
         let tip = config(vec![("a", "canary"), ("n", "canary")]);

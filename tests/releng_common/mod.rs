@@ -3,7 +3,7 @@
 
 #![allow(dead_code)] // each test file uses a part of this module
 
-use fleetgate::model::ImageRef;
+use fleetgate::model::{AdmissionBaseline, ImageRef};
 use fleetgate::release::{Keyring, TrustConfig};
 use fleetgate::releng::create::{self, CreateReport, CreateRequest, Targets};
 use fleetgate::releng::{FleetRepo, RelengError, Signer};
@@ -173,6 +173,8 @@ impl Fixture {
             namespace: None,
             requires: None,
             branch: None,
+            admission_baseline: AdmissionBaseline::shipped(),
+            allow_admission: None,
         }
     }
 

@@ -15,8 +15,12 @@
 //! admitted only when every policy admits it, so a repo policy can never widen the baseline.
 //! Rules no policy can lift (subjects such as `system:masters`, CRDs in served groups) are
 //! reported as refused by [`FIXED_RULES`]. Each violation names the object, where it came from,
-//! the policy that refused it and the rule.
+//! the policy that refused it and the rule. An object is judged by every rule at once (every
+//! refused grant of every RBAC rule, every webhook, its namespace or kind, its pod template), so
+//! one refusal says everything a release would have to change; [`fixes`] turns the violations
+//! into the policy lines that would admit them.
 
+pub mod fixes;
 mod pod_security;
 mod rbac;
 mod webhooks;
@@ -93,7 +97,24 @@ impl LiveApi {
 #[derive(Debug, Clone, PartialEq)]
 pub struct AdmissionPolicy {
     /// (origin, spec) — origin names the policy in violations.
-    policies: Vec<(String, ReleaseAdmissionPolicySpec)>,
+    policies: Vec<(PolicyOrigin, ReleaseAdmissionPolicySpec)>,
+}
+
+/// Which policy refused: the agent's baseline, or a repo `ReleaseAdmissionPolicy` by name.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "kind", content = "name", rename_all = "camelCase")]
+pub enum PolicyOrigin {
+    Baseline,
+    Repo(String),
+}
+
+impl fmt::Display for PolicyOrigin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PolicyOrigin::Baseline => f.write_str("agent baseline"),
+            PolicyOrigin::Repo(name) => write!(f, "ReleaseAdmissionPolicy {name}"),
+        }
+    }
 }
 
 /// What the rules of one object need from the set they belong to.
@@ -107,12 +128,18 @@ struct SetFacts<'s> {
 impl AdmissionPolicy {
     /// The agent configuration's baseline: the upper bound of what any release may do.
     pub fn baseline(spec: ReleaseAdmissionPolicySpec) -> Self {
-        AdmissionPolicy { policies: vec![("agent baseline".to_string(), spec)] }
+        AdmissionPolicy { policies: vec![(PolicyOrigin::Baseline, spec)] }
+    }
+
+    /// The effective policy of a release: `baseline` narrowed by every one of `repo` (the
+    /// `ReleaseAdmissionPolicy` documents of the release's tree).
+    pub fn effective(baseline: ReleaseAdmissionPolicySpec, repo: &[ReleaseAdmissionPolicy]) -> Self {
+        repo.iter().fold(AdmissionPolicy::baseline(baseline), |p, r| p.narrowed_by(r))
     }
 
     /// Adds a repo policy. It can only narrow: every policy must admit an object.
     pub fn narrowed_by(mut self, policy: &ReleaseAdmissionPolicy) -> Self {
-        self.policies.push((format!("ReleaseAdmissionPolicy {}", policy.name()), policy.spec.clone()));
+        self.policies.push((PolicyOrigin::Repo(policy.name().to_string()), policy.spec.clone()));
         self
     }
 
@@ -126,18 +153,20 @@ impl AdmissionPolicy {
             own_groups: set.crds().iter().map(|c| c.spec.group.as_str()).chain(applied_groups).collect(),
             crd_names: set.crds().iter().filter_map(|c| c.metadata.name.clone()).collect(),
         };
-        let violation = |m: &Manifest, policy: &str, reason: Reason| Violation {
+        let violation = |m: &Manifest, policy: String, reason: Reason| Violation {
             object: m.key.clone(),
             source: m.source.clone(),
-            policy: policy.to_string(),
+            policy,
             reason,
         };
         let violations: Vec<Violation> = set
             .iter()
             .flat_map(|m| {
-                let fixed = fixed_refusal(m, live, &facts).map(|r| violation(m, FIXED_RULES, r));
-                let by_policy = self.policies.iter().filter_map(|(origin, spec)| {
-                    refusal(spec, m, live, &facts).map(|reason| violation(m, origin, reason))
+                let fixed = fixed_refusal(m, live, &facts).map(|r| violation(m, FIXED_RULES.to_string(), r));
+                let by_policy = self.policies.iter().flat_map(|(origin, spec)| {
+                    refusals(spec, m, live, &facts)
+                        .into_iter()
+                        .map(move |reason| violation(m, origin.to_string(), reason))
                 });
                 fixed.into_iter().chain(by_policy).collect::<Vec<_>>()
             })
@@ -157,7 +186,7 @@ impl AdmissionPolicy {
         Some(Violation {
             object: m.key.clone(),
             source: m.source.clone(),
-            policy: origin.clone(),
+            policy: origin.to_string(),
             reason: Reason::Unmanaged,
         })
     }
@@ -174,24 +203,37 @@ fn fixed_refusal(m: &Manifest, live: &LiveApi, facts: &SetFacts) -> Option<Reaso
     rbac::forbidden_subject(m)
 }
 
-/// Why one policy refuses one object (the first rule it breaks).
-fn refusal(spec: &ReleaseAdmissionPolicySpec, m: &Manifest, live: &LiveApi, facts: &SetFacts) -> Option<Reason> {
+/// Every rule of one policy that one object breaks.
+fn refusals(spec: &ReleaseAdmissionPolicySpec, m: &Manifest, live: &LiveApi, facts: &SetFacts) -> Vec<Reason> {
     let key = &m.key;
     if key.is("", "Namespace") {
-        return (!spec.allows_namespace(&key.name)).then(|| Reason::Namespace(key.name.clone()));
+        return (!spec.allows_namespace(&key.name)).then(|| Reason::Namespace(key.name.clone())).into_iter().collect();
     }
-    match (&m.scope, &key.namespace) {
-        (Scope::Namespaced, Some(ns)) if !spec.allows_namespace(ns) => return Some(Reason::Namespace(ns.clone())),
+    let place = match (&m.scope, &key.namespace) {
+        (Scope::Namespaced, Some(ns)) if !spec.allows_namespace(ns) => Some(Reason::Namespace(ns.clone())),
         (Scope::Cluster, _) if !spec.allows_cluster_scoped_kind(&key.group, &key.kind) => {
-            return Some(Reason::ClusterScopedKind(key.group_kind()));
+            Some(Reason::ClusterScopedKind(key.group_kind()))
         }
-        _ => {}
-    }
+        _ => None,
+    };
     let level = spec.pod_security_level();
-    rbac::privileged_role_refusal(spec, m)
-        .or_else(|| rbac::role_refusal(spec, m, &facts.own_groups))
-        .or_else(|| pod_security::check(level, m).map(|finding| Reason::PodSecurity { level, finding }))
-        .or_else(|| webhooks::check(spec, m, &live.protected_namespaces, &facts.own_groups).map(Reason::Webhook))
+    let pods = pod_security::check(level, m).map(|finding| {
+        // The strictest level that admits the template: what a policy would have to say.
+        let lifted_by =
+            if level == PodSecurityLevel::Restricted && pod_security::check(PodSecurityLevel::Baseline, m).is_none() {
+                PodSecurityLevel::Baseline
+            } else {
+                PodSecurityLevel::Privileged
+            };
+        Reason::PodSecurity { level, finding, lifted_by }
+    });
+    place
+        .into_iter()
+        .chain(rbac::privileged_role_refusal(spec, m))
+        .chain(rbac::role_refusals(spec, m, &facts.own_groups))
+        .chain(pods)
+        .chain(webhooks::check(spec, m, &live.protected_namespaces, &facts.own_groups).into_iter().map(Reason::Webhook))
+        .collect()
 }
 
 /// What rule an object breaks.
@@ -210,8 +252,9 @@ pub enum Reason {
     /// A (Cluster)Role grants what `allowedRbac` does not list; `rule` is the index in `rules`
     /// (None for the role as a whole: an aggregationRule).
     Rbac { rule: Option<usize>, grant: RbacGrant, what: String },
-    /// A pod template breaks the Pod Security level.
-    PodSecurity { level: PodSecurityLevel, finding: PodFinding },
+    /// A pod template breaks the Pod Security level (`finding` is the first field that does);
+    /// `lifted_by` is the strictest level that admits the template.
+    PodSecurity { level: PodSecurityLevel, finding: PodFinding, lifted_by: PodSecurityLevel },
     /// An admission webhook calls a URL, a Service outside the bounds, or intercepts a protected
     /// namespace.
     Webhook(WebhookFinding),
@@ -238,7 +281,7 @@ impl fmt::Display for Reason {
                 }
                 write!(f, " and allowedRbac does not list {}", grant.as_str())
             }
-            Reason::PodSecurity { level, finding } => {
+            Reason::PodSecurity { level, finding, .. } => {
                 write!(f, "{finding}, which Pod Security level {level} forbids")
             }
             Reason::Webhook(finding) => write!(f, "{finding}"),
@@ -275,6 +318,43 @@ impl fmt::Display for Violation {
 #[error("release refused by admission policy ({} violation(s)):\n  {}", .violations.len(), .violations.iter().map(|v| v.to_string()).collect::<Vec<_>>().join("\n  "))]
 pub struct AdmissionError {
     pub violations: Vec<Violation>,
+}
+
+/// One object's refusals: each rule it breaks once, with every policy that refuses it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ObjectRefusal {
+    pub object: ObjectKey,
+    pub source: Source,
+    pub rules: Vec<RuleRefusal>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RuleRefusal {
+    pub reason: Reason,
+    /// The policies that refuse it, as violations name them.
+    pub policies: Vec<String>,
+}
+
+impl AdmissionError {
+    /// The violations grouped by object (in the order admission met them), each rule once.
+    pub fn by_object(&self) -> Vec<ObjectRefusal> {
+        let mut out: Vec<ObjectRefusal> = Vec::new();
+        for v in &self.violations {
+            let i = match out.iter().position(|o| o.object == v.object) {
+                Some(i) => i,
+                None => {
+                    out.push(ObjectRefusal { object: v.object.clone(), source: v.source.clone(), rules: Vec::new() });
+                    out.len() - 1
+                }
+            };
+            let rules = &mut out[i].rules;
+            match rules.iter_mut().find(|r| r.reason == v.reason) {
+                Some(r) => r.policies.push(v.policy.clone()),
+                None => rules.push(RuleRefusal { reason: v.reason.clone(), policies: vec![v.policy.clone()] }),
+            }
+        }
+        out
+    }
 }
 
 #[cfg(test)]
@@ -475,6 +555,43 @@ mod tests {
         let err = AdmissionPolicy::baseline(policy).check(&set(yaml), &live()).unwrap_err();
         assert_eq!(err.violations[0].policy, by);
         assert!(err.violations[0].to_string().contains(text), "{}", err.violations[0]);
+    }
+
+    #[test]
+    fn an_object_is_judged_by_every_rule_at_once() {
+        let role = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: r}\nrules:\n\
+                    - {apiGroups: ['*'], resources: [pods], verbs: [get]}\n\
+                    - {apiGroups: [''], resources: [nodes/proxy], verbs: [get]}\n";
+        let pod = PRIVILEGED_POD.replace("{name: d}", "{name: d, namespace: kube-system}");
+        let yaml = [role, pod.as_str()].join("---\n");
+        let policy = AdmissionPolicy::baseline(spec(Some(&["redis-system"]), Some(&[CRB]), false));
+        let err = policy.check(&set(&yaml), &live()).unwrap_err();
+        let texts: Vec<String> = err.violations.iter().map(|v| format!("{}: {}", v.object, v.reason)).collect();
+        assert_eq!(texts.len(), 5, "{texts:#?}");
+        for text in [
+            "ClusterRole.rbac.authorization.k8s.io r: cluster-scoped kind",
+            "ClusterRole.rbac.authorization.k8s.io r: rules[0] grants apiGroups: [*]",
+            "ClusterRole.rbac.authorization.k8s.io r: rules[1] grants nodes/proxy",
+            "Deployment.apps kube-system/d: namespace kube-system",
+            "Deployment.apps kube-system/d: pod template spec.template.spec: container manager: securityContext.privileged",
+        ] {
+            assert!(texts.iter().any(|t| t.starts_with(text)), "{text} not in {texts:#?}");
+        }
+        let grouped = err.by_object();
+        assert_eq!(grouped.iter().map(|o| o.rules.len()).collect::<Vec<_>>(), [3, 2]);
+        // One policy change admits all of it.
+        let fixes = policy.fixes(&err);
+        assert_eq!(fixes.len(), 1);
+        assert_eq!(fixes[0].policy, PolicyOrigin::Baseline);
+        assert_eq!(
+            fixes[0].lines,
+            [
+                "allowedNamespaces: [redis-system, kube-system]",
+                "allowedClusterScopedKinds: [ClusterRoleBinding.rbac.authorization.k8s.io, ClusterRole.rbac.authorization.k8s.io]",
+                "allowedRbac: [wildcard, nodesProxy]",
+                "podSecurity: privileged",
+            ]
+        );
     }
 
     #[test]

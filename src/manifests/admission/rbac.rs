@@ -23,7 +23,7 @@ pub const PRIVILEGED_ROLES: [&str; 3] = ["cluster-admin", "admin", "edit"];
 pub const FORBIDDEN_SUBJECTS: [&str; 4] =
     ["system:authenticated", "system:unauthenticated", "system:anonymous", "system:masters"];
 
-fn strings<'v>(v: Option<&'v Value>) -> Vec<&'v str> {
+fn strings(v: Option<&Value>) -> Vec<&str> {
     v.and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default()
 }
 
@@ -104,28 +104,32 @@ impl<'v> Rule<'v> {
     }
 }
 
-/// The first grant of Role or ClusterRole `m` that `spec` does not allow.
-pub(super) fn role_refusal(
+/// Every grant of Role or ClusterRole `m` that `spec` does not allow, rule by rule: opting in to
+/// what an operator needs takes one policy change, not one release per grant.
+pub(super) fn role_refusals(
     spec: &ReleaseAdmissionPolicySpec,
     m: &Manifest,
     own_groups: &BTreeSet<&str>,
-) -> Option<Reason> {
+) -> Vec<Reason> {
     let cluster_role = m.key.is(RBAC_GROUP, "ClusterRole");
     if !(cluster_role || m.key.is(RBAC_GROUP, "Role")) {
-        return None;
+        return Vec::new();
     }
     let aggregated = cluster_role && m.object.data.get("aggregationRule").is_some_and(|a| !a.is_null());
-    if aggregated && !spec.allows_rbac(RbacGrant::Aggregation) {
-        return Some(Reason::Rbac { rule: None, grant: RbacGrant::Aggregation, what: "aggregationRule".into() });
-    }
+    let aggregation = (aggregated && !spec.allows_rbac(RbacGrant::Aggregation)).then(|| Reason::Rbac {
+        rule: None,
+        grant: RbacGrant::Aggregation,
+        what: "aggregationRule".into(),
+    });
     let rules = m.object.data.get("rules").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-    rules.iter().enumerate().find_map(|(i, rule)| {
+    let by_rule = rules.iter().enumerate().flat_map(|(i, rule)| {
         Rule::of(rule)
             .findings(cluster_role, own_groups)
             .into_iter()
-            .find(|(grant, _)| !spec.allows_rbac(*grant))
-            .map(|(grant, what)| Reason::Rbac { rule: Some(i), grant, what })
-    })
+            .filter(|(grant, _)| !spec.allows_rbac(*grant))
+            .map(move |(grant, what)| Reason::Rbac { rule: Some(i), grant, what })
+    });
+    aggregation.into_iter().chain(by_rule).collect()
 }
 
 /// A RoleBinding or ClusterRoleBinding to a subject no policy may allow.
@@ -184,5 +188,38 @@ mod tests {
         let own = BTreeSet::from(["example.com"]);
         let found: Vec<RbacGrant> = Rule::of(&rule).findings(cluster_role, &own).into_iter().map(|(g, _)| g).collect();
         assert_eq!(found, expected);
+    }
+
+    fn role(yaml: &str) -> crate::manifests::ManifestSet {
+        use crate::manifests::tests::{release_in, scopes};
+        crate::manifests::ManifestSet::from_release(&release_in(Some("ns"), &[("operator/r.yaml", yaml)]), &scopes)
+            .unwrap()
+    }
+
+    #[test]
+    fn every_refused_grant_of_every_rule_is_reported() {
+        let set = role(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: r}\nrules:\n\
+             - {apiGroups: ['*'], resources: [pods], verbs: [get, impersonate]}\n\
+             - {apiGroups: [apps], resources: [deployments], verbs: [get]}\n\
+             - {apiGroups: [''], resources: [nodes/proxy, serviceaccounts/token], verbs: [get]}\n",
+        );
+        let m = set.iter().next().unwrap();
+        let spec = ReleaseAdmissionPolicySpec { allowed_rbac: vec![RbacGrant::Impersonate], ..Default::default() };
+        let found: Vec<(Option<usize>, RbacGrant)> = role_refusals(&spec, m, &BTreeSet::new())
+            .into_iter()
+            .map(|r| match r {
+                Reason::Rbac { rule, grant, .. } => (rule, grant),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            found,
+            [
+                (Some(0), RbacGrant::Wildcard),
+                (Some(2), RbacGrant::NodesProxy),
+                (Some(2), RbacGrant::ServiceAccountTokens)
+            ]
+        );
     }
 }

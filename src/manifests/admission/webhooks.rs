@@ -29,6 +29,10 @@ const GROUP: &str = "admissionregistration.k8s.io";
 pub struct WebhookFinding {
     pub webhook: String,
     pub problem: String,
+    /// Set when the problem is the called Service's namespace, outside `allowedNamespaces`:
+    /// listing it there lifts the finding. Every other problem only a manifest change lifts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_namespace: Option<String>,
 }
 
 impl std::fmt::Display for WebhookFinding {
@@ -37,21 +41,25 @@ impl std::fmt::Display for WebhookFinding {
     }
 }
 
-/// The first webhook of `m` that breaks a rule of the module docs.
+/// Every webhook of `m` that breaks a rule of the module docs (the first rule each breaks).
 pub(super) fn check(
     spec: &ReleaseAdmissionPolicySpec,
     m: &Manifest,
     protected: &[String],
     own_groups: &BTreeSet<&str>,
-) -> Option<WebhookFinding> {
+) -> Vec<WebhookFinding> {
     if !(m.key.is(GROUP, "ValidatingWebhookConfiguration") || m.key.is(GROUP, "MutatingWebhookConfiguration")) {
-        return None;
+        return Vec::new();
     }
     let hooks = m.object.data.get("webhooks").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-    hooks.iter().find_map(|hook| {
-        let name = hook.get("name").and_then(Value::as_str).unwrap_or("").to_string();
-        problem(spec, hook, protected, own_groups).map(|problem| WebhookFinding { webhook: name, problem })
-    })
+    hooks
+        .iter()
+        .filter_map(|hook| {
+            let name = hook.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+            let (problem, service_namespace) = problem(spec, hook, protected, own_groups)?;
+            Some(WebhookFinding { webhook: name, problem, service_namespace })
+        })
+        .collect()
 }
 
 fn problem(
@@ -59,16 +67,17 @@ fn problem(
     hook: &Value,
     protected: &[String],
     own_groups: &BTreeSet<&str>,
-) -> Option<String> {
+) -> Option<(String, Option<String>)> {
+    // What is wrong, and the Service namespace that lifts it when that is what is wrong.
     let client = hook.get("clientConfig");
     if let Some(url) = client.and_then(|c| c.get("url")).and_then(Value::as_str) {
-        return Some(format!("clientConfig.url {url:?} is refused: a webhook may only call a Service"));
+        return Some((format!("clientConfig.url {url:?} is refused: a webhook may only call a Service"), None));
     }
     let service_ns = client.and_then(|c| c.get("service")).and_then(|s| s.get("namespace")).and_then(Value::as_str);
     match service_ns {
-        None => return Some("clientConfig has no service".into()),
+        None => return Some(("clientConfig has no service".into(), None)),
         Some(ns) if !spec.allows_namespace(ns) => {
-            return Some(format!("clientConfig.service.namespace {ns} is not in allowedNamespaces"));
+            return Some((format!("clientConfig.service.namespace {ns} is not in allowedNamespaces"), Some(ns.into())));
         }
         Some(_) => {}
     }
@@ -77,10 +86,11 @@ fn problem(
     }
     let selector = hook.get("namespaceSelector").unwrap_or(&Value::Null);
     protected.iter().find(|ns| !excludes(selector, ns)).map(|ns| {
-        format!(
+        let problem = format!(
             "namespaceSelector does not exclude namespace {ns} (require {NAMESPACE_NAME_LABEL} NotIn [{}])",
             protected.join(", ")
-        )
+        );
+        (problem, None)
     })
 }
 
@@ -157,7 +167,10 @@ mod tests {
         let found = problem(&spec, &hook, &protected, &BTreeSet::from(["example.com"]));
         match expected {
             None => assert_eq!(found, None),
-            Some(text) => assert!(found.as_deref().is_some_and(|f| f.contains(text)), "{found:?}"),
+            Some(text) => assert!(found.as_ref().is_some_and(|(f, _)| f.contains(text)), "{found:?}"),
         }
+        // Only a Service outside allowedNamespaces is a finding a policy lifts.
+        let lifted_by = found.and_then(|(_, ns)| ns);
+        assert_eq!(lifted_by.is_some(), expected.is_some_and(|t| t.starts_with("clientConfig.service")));
     }
 }
