@@ -61,7 +61,13 @@ fn fleet(clusters: usize, releases: &[ReleaseRef]) -> FleetConfig {
             (name, c)
         })
         .collect();
-    FleetConfig { fleet, clusters, gate_policies: Vec::new(), admission_policies: Vec::new() }
+    FleetConfig {
+        fleet,
+        clusters,
+        gate_policies: Vec::new(),
+        admission_policies: Vec::new(),
+        admission_policy_files: Default::default(),
+    }
 }
 
 /// Bumped when the generated notes change, so an older fixture is not reused.

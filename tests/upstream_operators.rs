@@ -122,8 +122,16 @@ fn release_create(fleet: &Fleet, op: &Operator, upstream: &Upstream, id: &str, e
         .args(["--git-commit", "0123456789abcdef0123456789abcdef01234567", "--all"])
         .args(["--sign-key", &fleet.fpr, "--gpg-home"])
         .arg(fleet.gpg.path())
+        .arg("--admission-policy")
+        .arg(baseline(fleet))
         .args(extra)
         .arg("--push"))
+}
+
+/// The spoke's baseline admission policy (the agent's `admissionPolicy`), also given to
+/// `release create` and `validate` so they judge as the agent will.
+fn baseline(fleet: &Fleet) -> PathBuf {
+    fleet.dir.path().join("baseline.yaml")
 }
 
 /// The values of the `--accept-crd-change` flags a refusal prints.
@@ -197,8 +205,7 @@ async fn release_install_upgrade_and_roll_back(cluster_name: &str, op: Operator)
         op.name, op.namespace, op.policy
     );
     std::fs::write(fleet.work.join("policies/admission.yaml"), &policy).unwrap();
-    let baseline = fleet.dir.path().join("baseline.yaml");
-    std::fs::write(&baseline, &policy).unwrap();
+    std::fs::write(baseline(&fleet), &policy).unwrap();
     fleet.set_policy("5s", "  rollbackBakeTime: 2s\n", QUICK_GATES);
 
     // The older version, as published.
@@ -210,13 +217,15 @@ async fn release_install_upgrade_and_roll_back(cluster_name: &str, op: Operator)
         .arg(&fleet.work)
         .arg("--trusted-keys")
         .arg(&fleet.trusted)
+        .arg("--admission-policy")
+        .arg(baseline(&fleet))
         .args(["--release", "rel-1"]));
     assert!(out.status.success(), "validate rel-1: {}", text(&out));
     grant(&fleet, "rel-1").await;
     clock.lap("validate; agent rbac applied (namespace first)");
 
     fleet.promote("rel-1");
-    let settings = fleetgate::agent::AgentSettings { admission_policy: Some(baseline), ..fleet.settings() };
+    let settings = fleetgate::agent::AgentSettings { admission_policy: Some(baseline(&fleet)), ..fleet.settings() };
     let mut agent = fleet.agent_with(settings).await;
     assert_eq!(within("install rel-1", 240, agent.reconcile()).await.unwrap(), Outcome::Succeeded("rel-1".into()));
     clock.lap(&format!("agent installs rel-1 ({}) as its ServiceAccount, bakes 5 s", op.older.label()));
@@ -294,7 +303,7 @@ async fn argo_cd_as_published_installs_without_namespaces_upgrades_and_rolls_bac
             crd_version: "v1alpha1",
             deployment: "argocd-server",
             // Argo CD manages whatever its Applications name: its controller's ClusterRole is `*`.
-            policy: "  allowedRbac: [wildcard, clusterSecrets]\n",
+            policy: "  allowedRbac: [wildcard, clusterSecrets, nodesProxy]\n",
             custom_resource: "apiVersion: argoproj.io/v1alpha1\nkind: AppProject\nmetadata: {name: team-a}\n\
                               spec:\n  description: Team A\n  sourceRepos: ['*']\n  \
                               destinations: [{namespace: team-a, server: 'https://kubernetes.default.svc'}]\n",
@@ -316,7 +325,7 @@ async fn prometheus_operator_bundle_with_ten_large_crds_upgrades_and_rolls_back_
             manager: "quay.io/prometheus-operator/prometheus-operator",
             crd_version: "v1",
             deployment: "prometheus-operator",
-            policy: "  allowedRbac: [clusterSecrets]\n",
+            policy: "  allowedRbac: [wildcard]\n",
             custom_resource: "apiVersion: monitoring.coreos.com/v1\nkind: PodMonitor\nmetadata: {name: web}\n\
                               spec:\n  selector: {matchLabels: {app: web}}\n  podMetricsEndpoints: [{port: metrics}]\n",
             plural: "podmonitors",

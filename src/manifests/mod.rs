@@ -658,10 +658,13 @@ spec:
 
     #[test]
     fn default_namespace_makes_implicit_and_explicit_duplicates() {
-        let r = release_in(Some("d"), &[(
-            "m.yaml",
-            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: d}\n",
-        )]);
+        let r = release_in(
+            Some("d"),
+            &[(
+                "m.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: d}\n",
+            )],
+        );
         assert!(matches!(ManifestSet::from_release(&r, &scopes), Err(ManifestError::Duplicate { .. })));
     }
 
