@@ -17,6 +17,7 @@ mod agent_support;
 
 use agent_support::*;
 use fleetgate::agent::Outcome;
+use fleetgate::gates::crd_compat;
 use fleetgate::status::State;
 use fleetgate_testenv::upstream::Upstream;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -41,9 +42,6 @@ struct Operator {
     crd_version: &'static str,
     /// A Deployment of the release whose first container runs the manager image.
     deployment: &'static str,
-    /// What the operator needs beyond the template policy's defaults, as policy lines: written to
-    /// the repo's policy and the agent's baseline alike.
-    policy: &'static str,
     /// A custom resource a user creates (in `namespace`), and its plural.
     custom_resource: &'static str,
     plural: &'static str,
@@ -134,6 +132,13 @@ fn baseline(fleet: &Fleet) -> PathBuf {
     fleet.dir.path().join("baseline.yaml")
 }
 
+/// The `allowedRbac: […]` line an admission refusal prints for the repo's policy.
+fn printed_policy_line(text: &str) -> String {
+    let mut lines = text.lines().skip_while(|l| !l.trim_start().starts_with("in policies/admission.yaml"));
+    let line = lines.find(|l| l.trim_start().starts_with("allowedRbac: ["));
+    line.unwrap_or_else(|| panic!("no allowedRbac line for policies/admission.yaml in: {text}")).trim().to_string()
+}
+
 /// The values of the `--accept-crd-change` flags a refusal prints.
 fn printed_acceptances(text: &str) -> Vec<String> {
     let Some(line) = text.lines().find(|l| l.trim_start().starts_with("--accept-crd-change ")) else {
@@ -165,13 +170,12 @@ async fn manager_image(fleet: &Fleet, op: &Operator) -> String {
     d.spec.unwrap().template.spec.unwrap().containers[0].image.clone().unwrap()
 }
 
-/// The live CRDs of the given names, as JSON text sizes (a narrowed CRD would be smaller).
-async fn crd_sizes(fleet: &Fleet, names: &[String]) -> Vec<(String, usize)> {
+/// The live CRDs of the given names.
+async fn live_crds(fleet: &Fleet, names: &[String]) -> Vec<CustomResourceDefinition> {
     let api: Api<CustomResourceDefinition> = Api::all(fleet.cluster.client());
     let mut out = Vec::new();
     for name in names {
-        let crd = api.get(name).await.unwrap_or_else(|e| panic!("CRD {name}: {e}"));
-        out.push((name.clone(), serde_json::to_string(&crd.spec).unwrap().len()));
+        out.push(api.get(name).await.unwrap_or_else(|e| panic!("CRD {name}: {e}")));
     }
     out
 }
@@ -195,20 +199,30 @@ async fn release_install_upgrade_and_roll_back(cluster_name: &str, op: Operator)
     clock.lap("start cluster (kwok), git daemon, gpg; fetch both versions from the Go module proxy");
 
     // The fleet releases this operator into its namespace; the repo's policy and the spoke's
-    // baseline admit what the operator needs (and nothing of the template's).
+    // baseline admit its namespace and kinds, and no RBAC grant beyond named objects yet.
     fleet.edit("fleet.yaml", "name: redis-operator", &format!("name: {}", op.name));
     fleet.edit("fleet.yaml", "namespace: redis-system", &format!("namespace: {}", op.namespace));
     let policy = format!(
         "apiVersion: fleetgate.io/v1alpha1\nkind: ReleaseAdmissionPolicy\nmetadata:\n  name: {}\nspec:\n  \
          allowedNamespaces: [{}]\n  allowedClusterScopedKinds:\n    - CustomResourceDefinition.apiextensions.k8s.io\n    \
-         - ClusterRole.rbac.authorization.k8s.io\n    - ClusterRoleBinding.rbac.authorization.k8s.io\n{}",
-        op.name, op.namespace, op.policy
+         - ClusterRole.rbac.authorization.k8s.io\n    - ClusterRoleBinding.rbac.authorization.k8s.io\n",
+        op.name, op.namespace
     );
     std::fs::write(fleet.work.join("policies/admission.yaml"), &policy).unwrap();
     std::fs::write(baseline(&fleet), &policy).unwrap();
     fleet.set_policy("5s", "  rollbackBakeTime: 2s\n", QUICK_GATES);
 
-    // The older version, as published.
+    // The older version, as published: admission refuses the grants it makes, all at once, and
+    // says which policy lines admit them; the release engineer adds them and runs it again.
+    let refused = release_create(&fleet, &op, &op.older, "rel-1", &[]);
+    assert!(!refused.status.success(), "the grants are refused before signing");
+    assert!(fleet.git(&["tag", "-l", "rel-1"]).is_empty(), "nothing signed: {}", text(&refused));
+    let line = printed_policy_line(&text(&refused));
+    eprintln!("[upstream {}] admission asked for: {line}", clock.1);
+    let admitted = format!("{policy}  {line}\n");
+    std::fs::write(fleet.work.join("policies/admission.yaml"), &admitted).unwrap();
+    std::fs::write(baseline(&fleet), &admitted).unwrap();
+    fleet.commit_and_push(&format!("admission: what {} needs", op.older.label()));
     let out = release_create(&fleet, &op, &op.older, "rel-1", &[]);
     assert!(out.status.success(), "release create rel-1 ({}): {}", op.older.label(), text(&out));
     clock.lap(&format!("release create rel-1 ({})", op.older.label()));
@@ -232,7 +246,6 @@ async fn release_install_upgrade_and_roll_back(cluster_name: &str, op: Operator)
     let older_manager = manager_image(&fleet, &op).await;
     assert!(older_manager.ends_with(&format!(":{}", op.older.version)), "{older_manager}");
     let crds = crd_names(&older_file);
-    let before = crd_sizes(&fleet, &crds).await;
 
     // A user's custom resource.
     let mut cr: DynamicObject = serde_yaml_ng::from_str(op.custom_resource).unwrap();
@@ -267,7 +280,7 @@ async fn release_install_upgrade_and_roll_back(cluster_name: &str, op: Operator)
     clock.lap(&format!("agent upgrades to rel-2 ({})", op.newer.label()));
     let newer_manager = manager_image(&fleet, &op).await;
     assert!(newer_manager.ends_with(&format!(":{}", op.newer.version)), "{newer_manager}");
-    let upgraded = crd_sizes(&fleet, &crds).await;
+    let upgraded = live_crds(&fleet, &crds).await;
 
     // Back through Git, as people do it.
     let out = run(Command::new(BIN)
@@ -277,11 +290,13 @@ async fn release_install_upgrade_and_roll_back(cluster_name: &str, op: Operator)
     assert_eq!(within("roll back to rel-1", 240, agent.reconcile()).await.unwrap(), Outcome::Succeeded("rel-1".into()));
     clock.lap("fleetgate rollback --push; the agent returns to rel-1");
     assert_eq!(manager_image(&fleet, &op).await, older_manager, "the older manager runs again");
-    let after = crd_sizes(&fleet, &crds).await;
-    for ((name, was), (_, now)) in upgraded.iter().zip(&after) {
-        assert!(now >= was, "CRD {name} was narrowed under stored data: {was} → {now} bytes");
-    }
-    assert_eq!(before.len(), after.len());
+    // No CRD is narrowed under the data the newer version may have stored: from the upgraded
+    // CRDs to what stays, fleetgate's own compatibility check finds nothing that breaks.
+    let after = live_crds(&fleet, &crds).await;
+    let narrowed = crd_compat::check_all(&upgraded, &after);
+    assert!(narrowed.is_empty(), "narrowed on the way back: {narrowed:#?}");
+    let kept = upgraded.iter().zip(&after).filter(|(u, a)| u.spec == a.spec).count();
+    eprintln!("[upstream {}] {kept} of {} CRDs kept as the newer version has them", clock.1, crds.len());
     crs.get(&name).await.expect("the custom resource survives upgrade and rollback");
     let commit = fleet.git(&["rev-parse", "rel-1^{commit}"]);
     let status = fleet.statuses(&commit).pop().expect("a status of rel-1");
@@ -302,8 +317,6 @@ async fn argo_cd_as_published_installs_without_namespaces_upgrades_and_rolls_bac
             manager: "quay.io/argoproj/argocd",
             crd_version: "v1alpha1",
             deployment: "argocd-server",
-            // Argo CD manages whatever its Applications name: its controller's ClusterRole is `*`.
-            policy: "  allowedRbac: [wildcard, clusterSecrets, nodesProxy]\n",
             custom_resource: "apiVersion: argoproj.io/v1alpha1\nkind: AppProject\nmetadata: {name: team-a}\n\
                               spec:\n  description: Team A\n  sourceRepos: ['*']\n  \
                               destinations: [{namespace: team-a, server: 'https://kubernetes.default.svc'}]\n",
@@ -325,7 +338,6 @@ async fn prometheus_operator_bundle_with_ten_large_crds_upgrades_and_rolls_back_
             manager: "quay.io/prometheus-operator/prometheus-operator",
             crd_version: "v1",
             deployment: "prometheus-operator",
-            policy: "  allowedRbac: [wildcard]\n",
             custom_resource: "apiVersion: monitoring.coreos.com/v1\nkind: PodMonitor\nmetadata: {name: web}\n\
                               spec:\n  selector: {matchLabels: {app: web}}\n  podMetricsEndpoints: [{port: metrics}]\n",
             plural: "podmonitors",
