@@ -235,12 +235,25 @@ async fn release_install_upgrade_and_roll_back(cluster_name: &str, op: Operator)
         .arg(baseline(&fleet))
         .args(["--release", "rel-1"]));
     assert!(out.status.success(), "validate rel-1: {}", text(&out));
-    grant(&fleet, "rel-1").await;
-    clock.lap("validate; agent rbac applied (namespace first)");
 
+    // With only deploy/'s RBAC (the template operator's), the agent may write none of it: the
+    // dry run says so before anything is applied, names the command that grants it, and the
+    // pass after the grant applies the release.
     fleet.promote("rel-1");
     let settings = fleetgate::agent::AgentSettings { admission_policy: Some(baseline(&fleet)), ..fleet.settings() };
     let mut agent = fleet.agent_with(settings).await;
+    let missing =
+        within("rel-1 without its RBAC", 120, agent.reconcile()).await.expect_err("the agent lacks the rights");
+    let missing = fleetgate::model::error_chain(&missing);
+    assert!(
+        missing.contains("may not write") && missing.contains("fleetgate agent rbac --release"),
+        "RBAC missing, and what to run: {missing}"
+    );
+    eprintln!("[upstream {}] without its RBAC: {}", clock.1, missing.lines().take(3).collect::<Vec<_>>().join(" | "));
+    let deployments: Api<Deployment> = Api::namespaced(fleet.cluster.client(), op.namespace);
+    assert!(deployments.get_opt(op.deployment).await.unwrap().is_none(), "nothing was applied");
+    grant(&fleet, "rel-1").await;
+    clock.lap("validate; the agent refuses for want of RBAC; agent rbac applied (namespace first)");
     assert_eq!(within("install rel-1", 240, agent.reconcile()).await.unwrap(), Outcome::Succeeded("rel-1".into()));
     clock.lap(&format!("agent installs rel-1 ({}) as its ServiceAccount, bakes 5 s", op.older.label()));
     let older_manager = manager_image(&fleet, &op).await;
