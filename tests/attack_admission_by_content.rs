@@ -19,7 +19,7 @@ mod apply_support;
 use apply_support::{OPERATOR_NS, apply, cluster_state, get, policy_spec, release, start, without};
 use fleetgate::apply::{Action, ApplyError, Engine};
 use fleetgate::manifests::admission::AdmissionPolicy;
-use fleetgate::model::PodSecurityLevel;
+use fleetgate::model::{PodSecurityLevel, RbacGrant};
 use fleetgate::release::VerifiedRelease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -100,12 +100,14 @@ struct Case {
     file: &'static str,
     yaml: String,
     pod_security: Option<PodSecurityLevel>,
+    /// The baseline's `allowedRbac` for this case, when not the reference policy's.
+    allowed_rbac: Option<Vec<RbacGrant>>,
     object: &'static str,
     rule: &'static str,
 }
 
 fn case(name: &'static str, yaml: impl Into<String>, object: &'static str, rule: &'static str) -> Case {
-    Case { name, file: "operator/extra.yaml", yaml: yaml.into(), pod_security: None, object, rule }
+    Case { name, file: "operator/extra.yaml", yaml: yaml.into(), pod_security: None, allowed_rbac: None, object, rule }
 }
 
 fn cases() -> Vec<Case> {
@@ -172,6 +174,39 @@ fn cases() -> Vec<Case> {
             cluster_role("  - {apiGroups: [''], resources: [serviceaccounts/token], verbs: [create]}\n"),
             CR,
             "rules[0] grants serviceaccounts/token and allowedRbac does not list serviceAccountTokens",
+        ),
+        case(
+            "pod-exec",
+            cluster_role("  - {apiGroups: [''], resources: [pods/exec], verbs: [create]}\n"),
+            CR,
+            "rules[0] grants pods/exec and allowedRbac does not list podExec",
+        ),
+        // The reference policy lists clusterPods (the template Operator makes StatefulSets): a
+        // baseline that does not.
+        Case {
+            allowed_rbac: Some(Vec::new()),
+            ..case(
+                "cluster-pods",
+                cluster_role("  - {apiGroups: [batch], resources: [jobs], verbs: [create]}\n"),
+                CR,
+                "rules[0] grants create jobs.batch in a ClusterRole and allowedRbac does not list clusterPods",
+            )
+        },
+        case(
+            "csr-approval",
+            cluster_role(
+                "  - {apiGroups: [certificates.k8s.io], resources: [certificatesigningrequests/approval], verbs: [update]}\n",
+            ),
+            CR,
+            "rules[0] grants certificatesigningrequests/approval.certificates.k8s.io and allowedRbac does not list certificateApproval",
+        ),
+        case(
+            "admission-config",
+            cluster_role(
+                "  - {apiGroups: [admissionregistration.k8s.io], resources: [validatingadmissionpolicies], verbs: [delete]}\n",
+            ),
+            CR,
+            "rules[0] grants writes validatingadmissionpolicies.admissionregistration.k8s.io and allowedRbac does not list admissionConfig",
         ),
         case(
             "bind-system-authenticated",
@@ -257,8 +292,14 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-fn policy(level: Option<PodSecurityLevel>) -> AdmissionPolicy {
-    AdmissionPolicy::baseline(fleetgate::model::ReleaseAdmissionPolicySpec { pod_security: level, ..policy_spec() })
+fn policy(level: Option<PodSecurityLevel>, allowed_rbac: Option<Vec<RbacGrant>>) -> AdmissionPolicy {
+    let spec = policy_spec();
+    let allowed_rbac = allowed_rbac.unwrap_or(spec.allowed_rbac.clone());
+    AdmissionPolicy::baseline(fleetgate::model::ReleaseAdmissionPolicySpec {
+        pod_security: level,
+        allowed_rbac,
+        ..spec
+    })
 }
 
 /// The pre-apply stage of one pass (admit, then the dry run that sees the live objects), then
@@ -282,7 +323,7 @@ async fn releases_are_judged_by_what_their_objects_do() {
 
         // The compliant release is admitted and applied.
         let v1 = release("v1", "rel-v1", &[]);
-        apply(&engine, &v1, &policy(None)).await.expect("the compliant release applies");
+        apply(&engine, &v1, &policy(None, None)).await.expect("the compliant release applies");
 
         // Live objects fleetgate did not apply: another owner's CRD, and a ConfigMap.
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -301,7 +342,7 @@ async fn releases_are_judged_by_what_their_objects_do() {
         let mut failed = Vec::new();
         for case in cases() {
             let bad = release("v1", &format!("rel-{}", case.name), &[(case.file, &case.yaml)]);
-            let err = refusal(&engine, &bad, &policy(case.pod_security)).await;
+            let err = refusal(&engine, &bad, &policy(case.pod_security, case.allowed_rbac.clone())).await;
             let text = err.to_string();
             let expected = format!("{} ({} (document 1)): ", case.object, case.file);
             let named = matches!(err, ApplyError::Admission(_)) && text.contains(&expected) && text.contains(case.rule);
@@ -315,7 +356,7 @@ async fn releases_are_judged_by_what_their_objects_do() {
 
         // The adopt annotation lets the release take the ConfigMap over …
         let v2 = release("v1", "rel-v2", &[("operator/preexisting.yaml", ADOPTED)]);
-        apply(&engine, &v2, &policy(None)).await.expect("the annotated object is adopted");
+        apply(&engine, &v2, &policy(None, None)).await.expect("the annotated object is adopted");
         let taken = get(&client, "v1", "ConfigMap", Some(OPERATOR_NS), "preexisting").await.unwrap();
         assert_eq!(
             taken.metadata.labels.unwrap_or_default().get("fleetgate.io/inventory"),
@@ -330,7 +371,7 @@ async fn releases_are_judged_by_what_their_objects_do() {
 
         // … and when a later release drops it, prune leaves it: fleetgate did not create it.
         let v3 = without(&v2, "rel-v3", &["operator/preexisting.yaml"]);
-        apply(&engine, &v3, &policy(None)).await.expect("v3 applies");
+        apply(&engine, &v3, &policy(None, None)).await.expect("v3 applies");
         let pruned = engine.prune().await.expect("prune");
         let kept = pruned.iter().find(|c| c.object.name == "preexisting").expect("prune reports the adopted object");
         assert!(matches!(&kept.action, Action::Retained(why) if why.contains("adopted")), "{:?}", kept.action);

@@ -509,7 +509,9 @@ impl AgentSettings {
         let state_dir = self.state_dir.unwrap_or_else(|| default_state_dir(&cluster));
         let admission_baseline = match &self.admission_policy {
             Some(path) => read_admission_policy(path)?,
-            None => ReleaseAdmissionPolicySpec::default(),
+            // The baseline deploy/ ships, as `release create` and `validate` assume by default:
+            // an agent started without one judges as the spokes set up from deploy/ do.
+            None => AdmissionBaseline::shipped().spec,
         };
         Ok(AgentConfig {
             repo: RepoLocation::parse(&repo),

@@ -74,6 +74,18 @@ pub enum RbacGrant {
     /// A ClusterRole with an `aggregationRule`: its rules are whatever the cluster's labelled
     /// ClusterRoles say, which the release cannot be judged by.
     Aggregation,
+    /// `pods/exec`, `pods/attach`, `pods/portforward`: a shell in (or a tunnel into) a running
+    /// container, with whatever that container holds.
+    PodExec,
+    /// Creating Pods, or the workloads that make them, in a ClusterRole: a Pod can run as any
+    /// ServiceAccount of its namespace and mount its token, so this grants every such identity.
+    ClusterPods,
+    /// Approving or signing CertificateSigningRequests: a client certificate for any user or group
+    /// the signer serves (`system:masters` included).
+    CertificateApproval,
+    /// Writing admission webhook or admission policy configurations: see, change or refuse every
+    /// request the API server admits.
+    AdmissionConfig,
 }
 
 impl RbacGrant {
@@ -88,6 +100,10 @@ impl RbacGrant {
             RbacGrant::NodesProxy => "nodesProxy",
             RbacGrant::ServiceAccountTokens => "serviceAccountTokens",
             RbacGrant::Aggregation => "aggregation",
+            RbacGrant::PodExec => "podExec",
+            RbacGrant::ClusterPods => "clusterPods",
+            RbacGrant::CertificateApproval => "certificateApproval",
+            RbacGrant::AdmissionConfig => "admissionConfig",
         }
     }
 }
@@ -249,7 +265,7 @@ mod tests {
         assert!(!policy.spec.allow_cluster_admin_bindings);
         assert!(policy.spec.allows_namespace("redis-system"));
         assert_eq!(policy.spec.pod_security_level(), PodSecurityLevel::Baseline);
-        assert!(!policy.spec.adopt && policy.spec.allowed_rbac.is_empty());
+        assert!(!policy.spec.adopt && policy.spec.allowed_rbac == [RbacGrant::ClusterPods]);
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! RBAC by content: what a Role or ClusterRole grants (wildcards, `escalate`, `bind`,
-//! `impersonate`, cluster-wide Secrets, `nodes/proxy`, `serviceaccounts/token`, aggregation) and
+//! `impersonate`, cluster-wide Secrets, `nodes/proxy`, `serviceaccounts/token`, aggregation,
+//! exec into pods, creating pods cluster-wide, CSR approval and signing, writing admission
+//! configuration — every grant of power is refused unless a policy names it) and
 //! whom a RoleBinding or ClusterRoleBinding grants to (everyone, anonymous, `system:masters`) and
 //! what (the built-in `cluster-admin`, `admin`, `edit` roles).
 //!
@@ -22,6 +24,35 @@ pub const PRIVILEGED_ROLES: [&str; 3] = ["cluster-admin", "admin", "edit"];
 /// the anonymous user, and the group that bypasses authorization.
 pub const FORBIDDEN_SUBJECTS: [&str; 4] =
     ["system:authenticated", "system:unauthenticated", "system:anonymous", "system:masters"];
+
+/// Kinds whose creation runs a Pod: (API group, resource).
+const POD_MAKERS: [(&str, &str); 8] = [
+    ("", "pods"),
+    ("", "replicationcontrollers"),
+    ("apps", "deployments"),
+    ("apps", "daemonsets"),
+    ("apps", "statefulsets"),
+    ("apps", "replicasets"),
+    ("batch", "jobs"),
+    ("batch", "cronjobs"),
+];
+
+const ADMISSION_GROUP: &str = "admissionregistration.k8s.io";
+
+/// What decides admission of every request: webhooks and admission policies.
+const ADMISSION_CONFIGS: [&str; 6] = [
+    "validatingwebhookconfigurations",
+    "mutatingwebhookconfigurations",
+    "validatingadmissionpolicies",
+    "validatingadmissionpolicybindings",
+    "mutatingadmissionpolicies",
+    "mutatingadmissionpolicybindings",
+];
+
+/// `.group` for a resource named in a finding (nothing for the core group).
+fn group_suffix(group: &str) -> String {
+    if group.is_empty() { String::new() } else { format!(".{group}") }
+}
 
 fn strings(v: Option<&Value>) -> Vec<&str> {
     v.and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default()
@@ -54,6 +85,11 @@ impl<'v> Rule<'v> {
                 .resources
                 .iter()
                 .any(|r| *r == "*" || *r == resource || sub.is_some_and(|s| r.strip_prefix("*/") == Some(s)))
+    }
+
+    /// Whether the rule grants one of `verbs` (or `*`) on `resource` of `group`.
+    fn grants_verb(&self, group: &str, resource: &str, verbs: &[&str]) -> bool {
+        self.grants(group, resource) && self.verbs.iter().any(|v| *v == "*" || verbs.contains(v))
     }
 
     /// Why the rule is a wildcard grant, if it is. `*` resources within groups the release's own
@@ -99,6 +135,21 @@ impl<'v> Rule<'v> {
         }
         if self.grants("", "serviceaccounts/token") {
             out.push((RbacGrant::ServiceAccountTokens, "serviceaccounts/token".into()));
+        }
+        if let Some(r) = ["pods/exec", "pods/attach", "pods/portforward"].into_iter().find(|r| self.grants("", r)) {
+            out.push((RbacGrant::PodExec, r.into()));
+        }
+        let creates = |&&(group, resource): &&(&str, &str)| self.grants_verb(group, resource, &["create"]);
+        if cluster_role && let Some((g, r)) = POD_MAKERS.iter().find(creates) {
+            out.push((RbacGrant::ClusterPods, format!("create {r}{} in a ClusterRole", group_suffix(g))));
+        }
+        let approves = |r: &&&str| self.grants_verb("certificates.k8s.io", r, &["update", "patch", "approve", "sign"]);
+        if let Some(r) = ["certificatesigningrequests/approval", "signers"].iter().find(approves) {
+            out.push((RbacGrant::CertificateApproval, format!("{r}.certificates.k8s.io")));
+        }
+        let writes = |r: &&&str| self.grants_verb(ADMISSION_GROUP, r, &["create", "update", "patch", "delete"]);
+        if let Some(r) = ADMISSION_CONFIGS.iter().find(writes) {
+            out.push((RbacGrant::AdmissionConfig, format!("writes {r}.{ADMISSION_GROUP}")));
         }
         out
     }
@@ -170,9 +221,9 @@ mod tests {
     #[case::plain(json!({"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get"]}), true, vec![])]
     #[case::star_verbs(json!({"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["*"]}), false, vec![RbacGrant::Wildcard])]
     #[case::star_groups(json!({"apiGroups": ["*"], "resources": ["pods"], "verbs": ["get"]}), false, vec![RbacGrant::Wildcard])]
-    #[case::star_resources(json!({"apiGroups": [""], "resources": ["*"], "verbs": ["get"]}), true, vec![RbacGrant::Wildcard, RbacGrant::ClusterSecrets, RbacGrant::NodesProxy, RbacGrant::ServiceAccountTokens])]
+    #[case::star_resources(json!({"apiGroups": [""], "resources": ["*"], "verbs": ["get"]}), true, vec![RbacGrant::Wildcard, RbacGrant::ClusterSecrets, RbacGrant::NodesProxy, RbacGrant::ServiceAccountTokens, RbacGrant::PodExec])]
     #[case::star_in_own_group(json!({"apiGroups": ["example.com"], "resources": ["*", "*/status"], "verbs": ["get"]}), true, vec![])]
-    #[case::star_in_own_and_core(json!({"apiGroups": ["example.com", ""], "resources": ["*"], "verbs": ["get"]}), false, vec![RbacGrant::Wildcard, RbacGrant::NodesProxy, RbacGrant::ServiceAccountTokens])]
+    #[case::star_in_own_and_core(json!({"apiGroups": ["example.com", ""], "resources": ["*"], "verbs": ["get"]}), false, vec![RbacGrant::Wildcard, RbacGrant::NodesProxy, RbacGrant::ServiceAccountTokens, RbacGrant::PodExec])]
     #[case::star_urls(json!({"nonResourceURLs": ["*"], "verbs": ["get"]}), true, vec![RbacGrant::Wildcard])]
     #[case::escalate_bind(json!({"apiGroups": [RBAC_GROUP], "resources": ["roles"], "verbs": ["escalate", "bind"]}), false, vec![RbacGrant::Escalate, RbacGrant::Bind])]
     #[case::impersonate(json!({"apiGroups": [""], "resources": ["users"], "verbs": ["impersonate"]}), true, vec![RbacGrant::Impersonate])]
@@ -184,6 +235,17 @@ mod tests {
     #[case::nodes_only(json!({"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}), true, vec![])]
     #[case::sa_token(json!({"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]}), false, vec![RbacGrant::ServiceAccountTokens])]
     #[case::no_verbs(json!({"apiGroups": [""], "resources": ["secrets"], "verbs": []}), true, vec![])]
+    #[case::exec(json!({"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"]}), false, vec![RbacGrant::PodExec])]
+    #[case::portforward(json!({"apiGroups": [""], "resources": ["pods/portforward"], "verbs": ["get"]}), false, vec![RbacGrant::PodExec])]
+    #[case::pods_read(json!({"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}), true, vec![])]
+    #[case::pods_created_in_a_role(json!({"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}), false, vec![])]
+    #[case::pods_created_cluster_wide(json!({"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}), true, vec![RbacGrant::ClusterPods])]
+    #[case::statefulsets_cluster_wide(json!({"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["*"]}), true, vec![RbacGrant::Wildcard, RbacGrant::ClusterPods])]
+    #[case::csr_approval(json!({"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests/approval"], "verbs": ["update"]}), true, vec![RbacGrant::CertificateApproval])]
+    #[case::csr_read(json!({"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests"], "verbs": ["get"]}), true, vec![])]
+    #[case::signers(json!({"apiGroups": ["certificates.k8s.io"], "resources": ["signers"], "verbs": ["sign"]}), true, vec![RbacGrant::CertificateApproval])]
+    #[case::webhook_config(json!({"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations"], "verbs": ["patch"]}), true, vec![RbacGrant::AdmissionConfig])]
+    #[case::webhook_config_read(json!({"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations"], "verbs": ["get", "list", "watch"]}), true, vec![])]
     fn rule_findings(#[case] rule: Value, #[case] cluster_role: bool, #[case] expected: Vec<RbacGrant>) {
         let own = BTreeSet::from(["example.com"]);
         let found: Vec<RbacGrant> = Rule::of(&rule).findings(cluster_role, &own).into_iter().map(|(g, _)| g).collect();
