@@ -215,7 +215,10 @@ struct View<'a> {
     origin: &'a Origin,
 }
 
-const NARROW: RenderOptions = RenderOptions { width: 80, colours: true };
+/// The 80-column table as a person's terminal shows it, ages from now.
+fn narrow() -> RenderOptions {
+    RenderOptions { width: 80, colours: true, now: chrono::Utc::now(), exact_times: false }
+}
 
 impl View<'_> {
     /// Open the memory in `memo`, read the notes, save the memory, build, make terminal-safe,
@@ -227,7 +230,7 @@ impl View<'_> {
         memo.save().expect("memory saved");
         let mut matrix = self.build(&set);
         matrix.for_each_text_mut(fleetgate::cli::make_terminal_safe);
-        fleetgate::status::render_table(&matrix, NARROW)
+        fleetgate::status::render_table(&matrix, narrow())
     }
 
     fn build(&self, set: &StatusSet) -> Matrix {
@@ -275,11 +278,12 @@ fn main() {
         fleetgate::status::read_all_remembering(&repo, &commits, &keys, &mut VerifiedNotes::new()).expect("notes read");
     println!("pure steps, {runs} runs each");
     let (build, matrix) = time(runs, || view.build(&set));
-    let wide = RenderOptions { width: releases * 12 + 40, colours: false };
-    let (t80, table) = time(runs, || fleetgate::status::render_table(&matrix, NARROW));
+    // What `-o wide` renders: every column, exact times.
+    let wide = RenderOptions { width: releases * 12 + 60, colours: false, now: chrono::Utc::now(), exact_times: true };
+    let (t80, table) = time(runs, || fleetgate::status::render_table(&matrix, narrow()));
     let (twide, wide_table) = time(runs, || fleetgate::status::render_table(&matrix, wide));
     let (rel, details) =
-        time(runs, || fleetgate::status::render_release(&matrix, &rels[0].id, NARROW).expect("release exists"));
+        time(runs, || fleetgate::status::render_release(&matrix, &rels[0].id, narrow()).expect("release exists"));
     let (json_t, json) = time(runs, || serde_json::to_string(&matrix).expect("serializes"));
     let mut safe = matrix.clone();
     let (safe, ()) = time(runs, || safe.for_each_text_mut(fleetgate::cli::make_terminal_safe));

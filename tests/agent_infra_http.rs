@@ -352,7 +352,13 @@ async fn token_carrying_clients_do_not_follow_a_redirect_to_another_host() {
         let err = forge.send(&status).await.expect_err("a 302 is not a status written");
         assert!(err.to_string().contains("302"), "{kind:?}: {err}");
 
-        let config = ForgeConfig { kind, url: r.url.clone(), repository: repository.into(), token: TokenSource::Given };
+        let config = ForgeConfig {
+            kind,
+            url: r.url.clone(),
+            repository: repository.into(),
+            token: TokenSource::Given,
+            status_url: None,
+        };
         let pr = PullRequestSpec { title: "t".into(), body: "b".into(), head: "h".into(), base: "main".into() };
         forge_pr::open(&config, "forge-token", &pr).await.expect_err("a 302 is not a pull request opened");
     }

@@ -172,7 +172,13 @@ async fn start_forge() -> (String, Forge) {
 }
 
 fn settings(kind: ForgeKind, url: &str, repository: &str) -> ForgeConfig {
-    ForgeConfig { kind, url: url.to_string(), repository: repository.to_string(), token: TokenSource::Given }
+    ForgeConfig {
+        kind,
+        url: url.to_string(),
+        repository: repository.to_string(),
+        token: TokenSource::Given,
+        status_url: None,
+    }
 }
 
 fn spec() -> PullRequestSpec {

@@ -24,17 +24,24 @@ fn the_matrix_fits_80_columns_and_says_where_each_release_stands() {
     }
     let lines: Vec<&str> = text.lines().collect();
     assert!(lines[0].starts_with("fleet redis-fleet · main @ "), "{text}");
-    assert!(text.contains("CLUSTER      rel-20250315-001  rel-20250301-001"), "{text}");
-    assert!(text.contains("  cluster-b  failure*          success"), "{text}");
-    assert!(text.contains("  cluster-c  —*                success"), "{text}");
-    assert!(text.contains("  cluster-d  —                 success*"), "{text}");
+    assert!(text.contains("CLUSTER      RUNNING           LAST SEEN  rel-20250315-001  rel-20250301-001"), "{text}");
+    // What each runs (cluster-b rolled back), how long ago it reported, then its cells.
+    let row = |name: &str| *lines.iter().find(|l| l.starts_with(&format!("  {name}  "))).unwrap();
+    assert!(row("cluster-b").starts_with(&format!("  cluster-b  {OLD}  ")), "{text}");
+    assert!(row("cluster-b").ends_with("  failure*          success"), "{text}");
+    assert!(row("cluster-a").starts_with(&format!("  cluster-a  {NEW}  ")), "{text}");
+    assert!(row("cluster-c").ends_with("  —*                success"), "{text}");
+    assert!(row("cluster-d").ends_with("  —                 success*"), "{text}");
+    assert!(row("cluster-d").contains(" s ago ") || row("cluster-d").contains(" m ago "), "{text}");
+    // The failure comes first in its wave.
+    assert!(text.find("  cluster-b  ").unwrap() < text.find("  cluster-a  ").unwrap(), "{text}");
     assert!(text.contains("rel-20250315-001  1/3 clusters success, 1 failure, 1 not started"), "{text}");
     assert!(text.contains("rel-20250301-001  4/4 clusters success"), "{text}");
     assert!(!text.contains("not-a-release") && !text.contains("docs-1"), "{text}");
 
-    // A local path works the same as a URL.
-    let local = run(&["status", "--repo", f.daemon.path("fleet.git").to_str().unwrap()]);
-    assert_eq!(stdout(&local), text);
+    // A local path works the same as a URL (compared as JSON: the table's ages tick on).
+    let local = run(&["status", "--repo", f.daemon.path("fleet.git").to_str().unwrap(), "-o", "json"]);
+    assert_eq!(stdout(&local), stdout(&run(&["status", "--repo", &f.url, "-o", "json"])));
 }
 
 #[test]
@@ -47,9 +54,10 @@ fn release_details_explain_every_cluster_and_a_failure_exits_1() {
     for line in text.lines() {
         assert!(line.chars().count() <= 80, "wider than 80 columns: {line:?}");
     }
-    assert!(text.contains("cluster-b  failure   rolled back to rel-20250301-001: error-rate 7.3 % > 5 %"), "{text}");
-    assert!(text.contains("cluster-c  —         blocked: cluster-b in earlier wave canary failed"), "{text}");
-    assert!(text.contains("cluster-d  —         not targeted: desires rel-20250301-001"), "{text}");
+    let b = text.lines().find(|l| l.starts_with("  cluster-b  failure   ")).expect("cluster-b's row");
+    assert!(b.contains(" ago ") && b.ends_with("rolled back to rel-20250301-001: error-rate"), "{text}");
+    assert!(text.contains("cluster-c  —         —          blocked: cluster-b in earlier wave canary"), "{text}");
+    assert!(text.contains("cluster-d  —         —          not targeted: desires rel-20250301-001"), "{text}");
 
     let ok = run(&["status", OLD, "--repo", &f.url]);
     assert_eq!(ok.status.code(), Some(0));
@@ -71,7 +79,8 @@ fn json_output_is_the_documented_matrix() {
     assert_eq!(m.releases.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), [NEW, OLD]);
     assert_eq!((m.releases[0].commit.as_str(), m.releases[1].commit.as_str()), (f.new.as_str(), f.old.as_str()));
     assert_eq!(m.waves.iter().map(|w| w.name.as_str()).collect::<Vec<_>>(), ["canary", "prod"]);
-    let b = &m.waves[0].clusters[1];
+    // The failure first in its wave.
+    let b = &m.waves[0].clusters[0];
     assert_eq!((b.name.as_str(), b.cells[0].state), ("cluster-b", Some(State::Failure)));
     assert_eq!(b.cells[0].status.as_ref().unwrap().rollback_to.as_deref(), Some(OLD));
     let c = &m.waves[1].clusters[0];
@@ -124,6 +133,57 @@ fn watch_refreshes_until_stopped() {
     }
     child.kill().unwrap();
     child.wait().unwrap();
+}
+
+/// On call: only what is wrong, one wave, one label, what runs and when each agent was last heard
+/// from — relative in the table, exact in `-o wide` and `-o json`; a typo is an error, not an
+/// empty table.
+#[test]
+fn filters_narrow_the_fleet_and_times_are_exact_for_machines() {
+    let f = fleet();
+    let failing = run(&["status", "--repo", &f.url, "--state", "failure", "--state", "error"]);
+    let text = stdout(&failing);
+    println!("{text}");
+    assert!(failing.status.success(), "{}", String::from_utf8_lossy(&failing.stderr));
+    assert!(
+        text.contains("\ncanary\n  cluster-b  ") && !text.contains("cluster-a") && !text.contains("\nprod"),
+        "{text}"
+    );
+
+    let out = run(&["status", "--repo", &f.url, "--wave", "prod", "-o", "json"]);
+    let m: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let waves = m["waves"].as_array().unwrap();
+    assert_eq!(waves.len(), 1, "{m:#}");
+    let prod: Vec<&str> =
+        waves[0]["clusters"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(prod, ["cluster-c", "cluster-d"]);
+    // cluster-c desires NEW and has not started it: it still runs OLD.
+    assert_eq!(waves[0]["clusters"][0]["running"], OLD);
+
+    // Labels from clusters/*.yaml; with a release, the state on that release counts.
+    let eu = run(&["status", NEW, "--repo", &f.url, "-l", "region=eu", "--state", "not-started", "-o", "json"]);
+    let m: Matrix = serde_json::from_slice(&eu.stdout).unwrap();
+    let names: Vec<&str> = m.waves.iter().flat_map(|w| &w.clusters).map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["cluster-c"]);
+    assert_eq!(m.waves[0].clusters[0].labels.get("region").map(String::as_str), Some("eu"));
+
+    // -o json has the exact time the table shows as an age; -o wide shows it too.
+    let json = run(&["status", "--repo", &f.url, "--cluster", "cluster-b", "-o", "json"]);
+    let m: Matrix = serde_json::from_slice(&json.stdout).unwrap();
+    let b = &m.waves[0].clusters[0];
+    assert_eq!((b.name.as_str(), b.running.as_deref()), ("cluster-b", Some(OLD)));
+    let seen = b.last_seen.expect("cluster-b reported").to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let wide = stdout(&run(&["status", "--repo", &f.url, "--cluster", "cluster-b", "-o", "wide"]));
+    println!("{wide}");
+    assert!(wide.contains(&format!("  cluster-b  {OLD}  {seen}  failure*")), "{wide}");
+
+    let typo = run(&["status", "--repo", &f.url, "--cluster", "cluster-z"]);
+    assert_eq!(typo.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&typo.stderr);
+    assert!(err.contains("no cluster cluster-z in this fleet; its clusters: cluster-a, cluster-b"), "{err}");
+    let bad = run(&["status", "--repo", &f.url, "--state", "broken"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("expected one of success, failure"));
 }
 
 /// A description with terminal controls (what a forged or careless status could carry) reaches

@@ -137,6 +137,11 @@ pub struct ForgeArgs {
     /// The GitHub App's private key (the PEM file GitHub generates); read at every renewal.
     #[arg(long, env = "FLEETGATE_FORGE_APP_KEY_FILE", value_name = "FILE")]
     pub forge_app_key_file: Option<PathBuf>,
+    /// Agent: the details link of each forge status, `{cluster}` and `{release}` replaced, e.g.
+    /// `https://grafana.example.com/d/fleet?var-cluster={cluster}&var-release={release}`
+    /// (config file: `forge: {statusUrl}`).
+    #[arg(long, env = "FLEETGATE_FORGE_STATUS_URL", value_name = "URL")]
+    pub forge_status_url: Option<String>,
 }
 
 impl ForgeArgs {
@@ -149,6 +154,7 @@ impl ForgeArgs {
             app_id: self.forge_app_id,
             app_installation_id: self.forge_app_installation_id,
             app_key_file: self.forge_app_key_file.clone(),
+            status_url: self.forge_status_url.clone(),
         }
     }
 }

@@ -6,8 +6,12 @@
 //! text from the repo and its notes through [`make_terminal_safe`] (no control characters); `-o json`
 //! and `-o yaml` print it faithfully, escaped by their encoders.
 //!
+//! `--wave`, `--cluster`, `--state` and `-l key=value` choose the clusters shown (every output);
+//! those failing at a glance come first in each wave ([`Matrix::select`]). Tables say how long ago
+//! each cluster reported ("3 m ago"); `-o wide`, `-o json` and `-o yaml` carry the exact times.
+//!
 //! `-o wide` drops the terminal's width limit (every release column, full ids, descriptions on one
-//! line); `-o html [--out FILE]` writes the matrix as one self-contained page
+//! line, exact times); `-o html [--out FILE]` writes the matrix as one self-contained page
 //! ([`crate::status::html`]), with release links from `--commit-url-template`.
 //!
 //! Exit codes: 0 shown; 1 when RELEASE was given and a cluster reports `failure` or `error` for it;
@@ -16,6 +20,7 @@
 use super::args::{GitAccess, read_fleet_remembering};
 use super::output::{OutputFormat, colours, make_terminal_safe, terminal_width};
 use crate::model::error_chain;
+use crate::status::matrix::{RowFilter, StateFilter, parse_label};
 use crate::status::{
     CommitUrl, HtmlOptions, Matrix, RenderOptions, State, VerifiedNotes, render_html, render_release, render_table,
 };
@@ -51,6 +56,31 @@ pub struct Args {
     /// Time between refreshes with --watch.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub interval: Duration,
+    /// Only the clusters of this wave; repeatable.
+    #[arg(long, value_name = "WAVE")]
+    pub wave: Vec<String>,
+    /// Only this cluster; repeatable.
+    #[arg(long, value_name = "CLUSTER")]
+    pub cluster: Vec<String>,
+    /// Only clusters in this state on RELEASE, else on their desired release: success, failure,
+    /// error, pending, unknown or not-started; repeatable.
+    #[arg(long, value_name = "STATE", value_parser = |s: &str| s.parse::<StateFilter>())]
+    pub state: Vec<StateFilter>,
+    /// Only clusters with this label (`metadata.labels` of clusters/<name>.yaml); repeatable,
+    /// every one must match.
+    #[arg(short = 'l', long = "selector", value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub labels: Vec<(String, String)>,
+}
+
+impl Args {
+    fn filter(&self) -> RowFilter {
+        RowFilter {
+            waves: self.wave.clone(),
+            clusters: self.cluster.clone(),
+            states: self.state.clone(),
+            labels: self.labels.clone(),
+        }
+    }
 }
 
 /// `-o` of `fleetgate status`: the shared formats, and `wide` and `html`.
@@ -117,7 +147,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn show(args: &Args, matrix: Matrix) -> anyhow::Result<ExitCode> {
+fn show(args: &Args, mut matrix: Matrix) -> anyhow::Result<ExitCode> {
+    // Filters and the failures-first order apply to every output, so a pipeline reads what a
+    // person sees. An unknown release is reported below, by `only`.
+    matrix.select(&args.filter(), args.release.as_deref())?;
     let mut matrix = match &args.release {
         Some(id) => matrix.only(id).with_context(|| {
             let known: Vec<&str> = matrix.releases.iter().map(|r| r.id.as_str()).take(5).collect();
@@ -153,7 +186,12 @@ fn show(args: &Args, matrix: Matrix) -> anyhow::Result<ExitCode> {
         (format, _) => {
             // Wide: no line is cut or wrapped short of this.
             let width = if format == StatusFormat::Wide { 10_000 } else { terminal_width() };
-            let opts = RenderOptions { width, colours: colours() };
+            let opts = RenderOptions {
+                width,
+                colours: colours(),
+                now: chrono::Utc::now(),
+                exact_times: format == StatusFormat::Wide,
+            };
             // Text from the repo and its notes, without anything a terminal acts on.
             matrix.for_each_text_mut(make_terminal_safe);
             let text = match &args.release {

@@ -223,7 +223,13 @@ mod tests {
     use rstest::rstest;
 
     fn settings(kind: ForgeKind, url: &str, repository: &str) -> ForgeConfig {
-        ForgeConfig { kind, url: url.into(), repository: repository.into(), token: TokenSource::Given }
+        ForgeConfig {
+            kind,
+            url: url.into(),
+            repository: repository.into(),
+            token: TokenSource::Given,
+            status_url: None,
+        }
     }
 
     #[rstest]

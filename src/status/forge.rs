@@ -52,7 +52,7 @@ pub(crate) fn forge_name(kind: ForgeKind) -> &'static str {
 pub const FORGE_TOKEN_ENV: &str = "FLEETGATE_FORGE_TOKEN";
 
 /// The forge as one source configures it, every field optional: the agent's flags and its config
-/// file (`forge: {kind, url, repository, tokenFile}`, or `appId`, `appInstallationId` and
+/// file (`forge: {kind, url, repository, tokenFile, statusUrl}`, or `appId`, `appInstallationId` and
 /// `appKeyFile` for a GitHub App instead of the token), or the flags of `fleetgate promote` /
 /// `rollback --open-pr`. Never the fleet repo: whoever can push to it could otherwise send the
 /// token to an address of their choosing.
@@ -72,6 +72,8 @@ pub struct ForgeSettings {
     pub app_installation_id: Option<u64>,
     /// ... and its private key (PEM).
     pub app_key_file: Option<PathBuf>,
+    /// The details link of each status (agent only): a [`StatusUrl`] template.
+    pub status_url: Option<String>,
 }
 
 impl ForgeSettings {
@@ -85,6 +87,7 @@ impl ForgeSettings {
             app_id: higher.app_id.or(self.app_id),
             app_installation_id: higher.app_installation_id.or(self.app_installation_id),
             app_key_file: higher.app_key_file.or(self.app_key_file),
+            status_url: higher.status_url.or(self.status_url),
         }
     }
 
@@ -130,6 +133,7 @@ impl ForgeSettings {
             url: self.url.ok_or(missing("--forge-url"))?,
             repository: self.repository.ok_or(missing("--forge-repository"))?,
             token,
+            status_url: self.status_url.as_deref().map(StatusUrl::parse).transpose()?,
         }))
     }
 }
@@ -141,6 +145,30 @@ pub struct ForgeConfig {
     pub url: String,
     pub repository: String,
     pub token: TokenSource,
+    /// Where each status's details link leads (agent only; `None`: no link).
+    pub status_url: Option<StatusUrl>,
+}
+
+/// The details link of a forge status (`target_url`): a page about one cluster and release —
+/// a dashboard, the agent's logs — with `{cluster}` and `{release}` replaced. The agent's own
+/// setting like the rest of the forge's: the fleet repo cannot point people's clicks elsewhere.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusUrl(String);
+
+impl StatusUrl {
+    /// Accepts only http(s) templates, so the forge's link can only open a web page.
+    pub fn parse(template: &str) -> Result<StatusUrl, ForgeError> {
+        if !(template.starts_with("https://") || template.starts_with("http://")) {
+            return Err(ForgeError::StatusUrl(template.to_string()));
+        }
+        Ok(StatusUrl(template.to_string()))
+    }
+
+    /// The link for `cluster` and `release`, each percent-encoded as a path segment (a tag name
+    /// may hold `/`).
+    pub fn fill(&self, cluster: &str, release: &str) -> String {
+        self.0.replace("{cluster}", &encode_path_segment(cluster)).replace("{release}", &encode_path_segment(release))
+    }
 }
 
 /// Where a token came from, so errors can say which one to fix.
@@ -217,6 +245,8 @@ pub enum ForgeError {
          --forge-repository, and a token from --forge-token-file or ${FORGE_TOKEN_ENV})"
     )]
     Incomplete { missing: &'static str },
+    #[error("status URL template {0:?}: must start with https:// or http://")]
+    StatusUrl(String),
     #[error("GitHub App settings: {reason}")]
     AppSettings { reason: &'static str },
     #[error("GitHub App private key {file}: {reason}")]
@@ -295,6 +325,7 @@ pub struct ForgeBackend {
     repository: String,
     token: Token,
     client: reqwest::Client,
+    status_url: Option<StatusUrl>,
 }
 
 impl ForgeBackend {
@@ -329,13 +360,23 @@ impl ForgeBackend {
             return Err(ForgeError::InvalidRepository { forge, repository: repository.to_string(), expected });
         }
         let client = api_client(forge, &api)?;
-        Ok(ForgeBackend { kind, api, repository: repository.to_string(), token, client })
+        Ok(ForgeBackend { kind, api, repository: repository.to_string(), token, client, status_url: None })
     }
 
     /// A backend for `forge`, its token obtained now (so a rotated Secret is picked up by the
     /// next one, and a GitHub App's token is fresh).
     pub async fn from_config(forge: &ForgeConfig) -> Result<ForgeBackend, ForgeError> {
-        ForgeBackend::new(forge.kind, &forge.url, &forge.repository, Token::obtain(forge).await?)
+        let backend = ForgeBackend::new(forge.kind, &forge.url, &forge.repository, Token::obtain(forge).await?)?;
+        Ok(match &forge.status_url {
+            Some(url) => backend.with_status_url(url.clone()),
+            None => backend,
+        })
+    }
+
+    /// Statuses without a link of their own get one from `url`.
+    pub fn with_status_url(mut self, url: StatusUrl) -> ForgeBackend {
+        self.status_url = Some(url);
+        self
     }
 
     pub fn kind(&self) -> ForgeKind {
@@ -359,8 +400,12 @@ impl ForgeBackend {
         };
         headers.push(("user-agent", user_agent()));
         headers.push(("content-type", "application/json".to_string()));
-        if let Some(url) = &status.target_url {
-            body["target_url"] = Value::String(url.clone());
+        let link = status
+            .target_url
+            .clone()
+            .or_else(|| Some(self.status_url.as_ref()?.fill(&status.cluster, &status.release)));
+        if let Some(url) = link {
+            body["target_url"] = Value::String(url);
         }
         ForgeRequest { url, headers, body }
     }
@@ -635,6 +680,25 @@ mod tests {
     #[case("a.b_c-d~e", "a.b_c-d~e")]
     fn gitlab_project_paths_are_encoded(#[case] raw: &str, #[case] encoded: &str) {
         assert_eq!(encode_path_segment(raw), encoded);
+    }
+
+    #[rstest]
+    #[case(ForgeKind::Github)]
+    #[case(ForgeKind::Gitea)]
+    #[case(ForgeKind::Gitlab)]
+    fn the_status_url_template_fills_each_forges_details_link(#[case] kind: ForgeKind) {
+        let url = StatusUrl::parse("https://grafana.example.com/d/fleet?var-cluster={cluster}&var-release={release}")
+            .unwrap();
+        let backend = ForgeBackend::new(kind, "https://forge.example.com", "o/r", Token::new("t")).unwrap();
+        let status = Status::new("cluster-a", "rel/2", "c0ffee", State::Failure, "rolled back");
+        assert!(backend.request(&status).body.get("target_url").is_none(), "no template, no link");
+        let backend = backend.with_status_url(url);
+        let body = backend.request(&status).body;
+        assert_eq!(body["target_url"], "https://grafana.example.com/d/fleet?var-cluster=cluster-a&var-release=rel%2F2");
+        // A link the status carries itself wins.
+        let own = status.with_target_url("https://example.com/own");
+        assert_eq!(backend.request(&own).body["target_url"], "https://example.com/own");
+        assert!(matches!(StatusUrl::parse("javascript:alert(1)//{cluster}"), Err(ForgeError::StatusUrl(_))));
     }
 
     #[rstest]

@@ -295,7 +295,14 @@ pub fn render_html(m: &Matrix, opts: &HtmlOptions) -> String {
             escape(&wave.name)
         );
         for row in &wave.clusters {
-            let _ = write!(out, "<tr><th class=\"cluster\">{}</th>", escape(&row.name));
+            // What it runs and when it was heard from, under its name (exact: the page is a snapshot).
+            let _ = write!(
+                out,
+                "<tr><th class=\"cluster\">{}<div class=\"sum\">runs {} · last seen {}</div></th>",
+                escape(&row.name),
+                escape(row.running.as_deref().unwrap_or("—")),
+                time(row.last_seen)
+            );
             for (col, cell) in m.releases.iter().zip(&row.cells) {
                 let (class, shown) = cell_state(cell);
                 let _ = write!(

@@ -9,13 +9,13 @@
 //! verify are listed beside them (`unverified`, each `"verified": false` with its reason) so a
 //! person sees a forgery, and nothing counts it.
 
-use super::model::{GateFigure, PAUSED_PREFIX, State, Status, StatusSet, UnverifiedStatus, truncate};
+use super::model::{GateFigure, PAUSED_PREFIX, State, Status, StatusSet, UnverifiedStatus, running, truncate};
 use super::waves::{Decision, Member, Move, may_start};
 use crate::model::{ApprovalRecord, Fleet};
 use chrono::{DateTime, Utc};
 use owo_colors::OwoColorize;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 
 /// A release tag: its id (the tag name), its commit, and when it was cut.
@@ -117,7 +117,19 @@ pub struct WaveRows {
 #[serde(rename_all = "camelCase")]
 pub struct ClusterRow {
     pub name: String,
+    /// Its `metadata.labels` at the branch tip (`-l key=value` selects by them).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
     pub desired_release: Option<String>,
+    /// What it runs by its own verified word ([`StatusSet::running`]): differs from the desired
+    /// release while one is on its way, after a rollback, a block or a pause. `None` before any
+    /// release settled there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<String>,
+    /// When its agent was last heard from: `reportedAt` of its newest verified entry (the agent's
+    /// clock), `None` when it never reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_seen: Option<DateTime<Utc>>,
     /// Why the cluster is held where it is, when it is: the setting in Git that pauses it, else
     /// its agent's own `pending` status saying it is paused (a flag or annotation on the spoke).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -127,10 +139,20 @@ pub struct ClusterRow {
 }
 
 impl ClusterRow {
-    /// The cluster's newest verified status over all releases. `reportedAt` is the agent's own
-    /// clock: good enough to pick what to show, never used to decide anything.
+    /// The cluster's newest verified status over all releases, in its agent's own order
+    /// ([`Status::recency`]).
     pub fn newest_status(&self) -> Option<&Status> {
-        self.cells.iter().filter_map(|c| c.status.as_ref()).max_by_key(|s| s.reported_at)
+        self.cells.iter().filter_map(|c| c.status.as_ref()).max_by_key(|s| s.recency())
+    }
+
+    /// The row at a glance, what `--state` selects and the order puts first: its state on the
+    /// release in `column` when one is focused (`fleetgate status RELEASE`), else on its desired
+    /// release, else (nothing desired) its newest entry's. `None`: not reported on it.
+    pub fn glance(&self, column: Option<usize>) -> Option<State> {
+        match column.and_then(|i| self.cells.get(i)).or_else(|| self.cells.iter().find(|c| c.desired)) {
+            Some(cell) => cell.state,
+            None => self.newest_status().map(|s| s.state),
+        }
     }
 }
 
@@ -248,7 +270,17 @@ impl Matrix {
                 let by = held.description.strip_prefix(PAUSED_PREFIX).filter(|_| held.state == State::Pending)?;
                 Some(by.split(';').next().unwrap_or_default().to_string())
             });
-            let row = ClusterRow { name: m.name.clone(), desired_release: m.desired_release.clone(), paused, cells };
+            // One sort of the cluster's entries serves both what it runs and when it was seen.
+            let newest_first = statuses.latest_per_release(&m.name);
+            let row = ClusterRow {
+                name: m.name.clone(),
+                labels: m.labels.clone(),
+                desired_release: m.desired_release.clone(),
+                running: running(&newest_first).map(str::to_string),
+                last_seen: newest_first.first().map(|s| s.reported_at),
+                paused,
+                cells,
+            };
             match waves.iter_mut().find(|w| w.name == m.wave) {
                 Some(w) => w.clusters.push(row),
                 None => waves.push(WaveRows { name: m.wave.clone(), settings: None, clusters: vec![row] }),
@@ -281,6 +313,24 @@ impl Matrix {
         self.waves.iter().map(|w| w.clusters.len()).sum()
     }
 
+    /// Keeps the clusters `filter` selects (waves left empty go) and, in each wave, puts first
+    /// those that need someone: a `failure` or `error` at a glance ([`ClusterRow::glance`] on
+    /// `release`, else on the desired one); the rest keep their order by name. Release summaries
+    /// still count the whole fleet.
+    pub fn select(&mut self, filter: &RowFilter, release: Option<&str>) -> Result<(), FilterError> {
+        filter.check(self)?;
+        let column = release.and_then(|r| self.releases.iter().position(|c| c.id == r));
+        for wave in &mut self.waves {
+            let name = &wave.name;
+            wave.clusters.retain(|row| filter.admits(name, row, column));
+            wave.clusters.sort_by_key(|row| !needs_attention(row.glance(column)));
+        }
+        if !filter.is_empty() {
+            self.waves.retain(|w| !w.clusters.is_empty());
+        }
+        Ok(())
+    }
+
     /// Calls `f` on every string the matrix holds (ids, names, descriptions, reasons, gate
     /// figures, the strings of unknown fields), so a caller rewrites the text others wrote in
     /// place — `fleetgate status` makes the table renderers' input terminal-safe this way —
@@ -290,6 +340,111 @@ impl Matrix {
     pub fn for_each_text_mut(&mut self, mut f: impl FnMut(&mut String)) {
         self.visit(&mut f);
     }
+}
+
+/// A failure or an error: someone should look, so the row goes first.
+fn needs_attention(glance: Option<State>) -> bool {
+    matches!(glance, Some(State::Failure | State::Error))
+}
+
+/// Which clusters `fleetgate status` shows. Every criterion given must hold; the values of one
+/// criterion are alternatives (`--cluster a --cluster b` shows both).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RowFilter {
+    pub waves: Vec<String>,
+    pub clusters: Vec<String>,
+    pub states: Vec<StateFilter>,
+    /// `key=value` pairs the cluster's labels must all carry.
+    pub labels: Vec<(String, String)>,
+}
+
+/// A `--state` value: a status state, or `not-started` (no verified status on the release).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateFilter {
+    Is(State),
+    NotStarted,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FilterError {
+    #[error("--state {0:?}: expected one of success, failure, error, pending, unknown, not-started")]
+    State(String),
+    #[error("-l {0:?}: expected key=value (a label of clusters/<name>.yaml)")]
+    Label(String),
+    #[error("no wave {wave} in this fleet; its waves: {}", known.join(", "))]
+    UnknownWave { wave: String, known: Vec<String> },
+    #[error("no cluster {cluster} in this fleet; its clusters: {}", known.join(", "))]
+    UnknownCluster { cluster: String, known: Vec<String> },
+}
+
+impl std::str::FromStr for StateFilter {
+    type Err = FilterError;
+
+    fn from_str(s: &str) -> Result<StateFilter, FilterError> {
+        Ok(match s {
+            "success" => StateFilter::Is(State::Success),
+            "failure" => StateFilter::Is(State::Failure),
+            "error" => StateFilter::Is(State::Error),
+            "pending" => StateFilter::Is(State::Pending),
+            "unknown" => StateFilter::Is(State::Unknown),
+            "not-started" => StateFilter::NotStarted,
+            other => return Err(FilterError::State(other.to_string())),
+        })
+    }
+}
+
+/// Parses `-l key=value`.
+pub fn parse_label(s: &str) -> Result<(String, String), FilterError> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(FilterError::Label(s.to_string())),
+    }
+}
+
+impl RowFilter {
+    pub fn is_empty(&self) -> bool {
+        self.waves.is_empty() && self.clusters.is_empty() && self.states.is_empty() && self.labels.is_empty()
+    }
+
+    /// A wave or cluster the fleet does not have is a typo, not an empty answer.
+    fn check(&self, m: &Matrix) -> Result<(), FilterError> {
+        let waves: Vec<String> = m.waves.iter().map(|w| w.name.clone()).collect();
+        if let Some(w) = self.waves.iter().find(|w| !waves.contains(w)) {
+            return Err(FilterError::UnknownWave { wave: w.clone(), known: waves });
+        }
+        let clusters: Vec<String> = m.waves.iter().flat_map(|w| &w.clusters).map(|c| c.name.clone()).collect();
+        if let Some(c) = self.clusters.iter().find(|c| !clusters.contains(c)) {
+            return Err(FilterError::UnknownCluster { cluster: c.clone(), known: clusters });
+        }
+        Ok(())
+    }
+
+    fn admits(&self, wave: &str, row: &ClusterRow, column: Option<usize>) -> bool {
+        let glance = row.glance(column);
+        (self.waves.is_empty() || self.waves.iter().any(|w| w == wave))
+            && (self.clusters.is_empty() || self.clusters.contains(&row.name))
+            && (self.states.is_empty()
+                || self.states.iter().any(|s| match s {
+                    StateFilter::Is(state) => glance == Some(*state),
+                    StateFilter::NotStarted => glance.is_none(),
+                }))
+            && self.labels.iter().all(|(k, v)| row.labels.get(k) == Some(v))
+    }
+}
+
+/// How long before `now` `then` was, as a person takes it in at a glance: `42 s ago`, `3 m ago`,
+/// `5 h ago`, `12 d ago`. A time after `now` (the writer's clock ahead of the reader's) reads
+/// `in 2 m` rather than pretending to be the past.
+pub fn age(then: DateTime<Utc>, now: DateTime<Utc>) -> String {
+    let secs = (now - then).num_seconds();
+    let n = secs.unsigned_abs();
+    let amount = match n {
+        0..60 => format!("{n} s"),
+        60..3_600 => format!("{} m", n / 60),
+        3_600..86_400 => format!("{} h", n / 3_600),
+        _ => format!("{} d", n / 86_400),
+    };
+    if secs < 0 { format!("in {amount}") } else { format!("{amount} ago") }
 }
 
 /// Values whose strings [`Matrix::for_each_text_mut`] visits.
@@ -363,9 +518,11 @@ impl Texts for WaveRows {
 
 impl Texts for ClusterRow {
     fn visit(&mut self, f: &mut dyn FnMut(&mut String)) {
-        let ClusterRow { name, desired_release, paused, cells } = self;
+        let ClusterRow { name, labels, desired_release, running, last_seen: _, paused, cells } = self;
         f(name);
+        labels.values_mut().for_each(|v| f(v));
         desired_release.visit(f);
+        running.visit(f);
         paused.visit(f);
         cells.visit(f);
     }
@@ -442,6 +599,26 @@ pub struct RenderOptions {
     /// Terminal columns; every line fits in it.
     pub width: usize,
     pub colours: bool,
+    /// The reader's clock, for relative ages.
+    pub now: DateTime<Utc>,
+    /// Exact RFC 3339 times instead of relative ages (`-o wide`).
+    pub exact_times: bool,
+}
+
+impl RenderOptions {
+    /// `t` as this rendering shows times; `never` when there is none.
+    fn when(&self, t: Option<DateTime<Utc>>) -> String {
+        match t {
+            None => "never".to_string(),
+            Some(t) if self.exact_times => t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            Some(t) => age(t, self.now),
+        }
+    }
+
+    /// Columns a time takes: an RFC 3339 second, or the longest common age (`120 d ago`).
+    fn time_width(&self) -> usize {
+        if self.exact_times { 20 } else { 9 }
+    }
 }
 
 const MIN_CELL: usize = 8;
@@ -555,9 +732,18 @@ pub fn render_table(m: &Matrix, opts: RenderOptions) -> String {
     }
     let name_w = name_width(m, opts.width);
     let ids: Vec<&str> = m.releases.iter().map(|r| r.id.as_str()).collect();
-    let heads = headers(&ids, opts.width.saturating_sub(name_w));
+    let seen_w = opts.time_width();
+    // RUNNING takes at most a header's width; the release columns get what is left.
+    let heads = headers(&ids, opts.width.saturating_sub(name_w + 2 + MAX_HEADER + 2 + seen_w));
+    // What a cluster runs, named as its release's column is (`…15-001` when headers are short).
+    let running = |row: &ClusterRow| match &row.running {
+        Some(r) => ids.iter().position(|id| id == r).map_or_else(|| truncate(r, MAX_HEADER), |i| heads[i].clone()),
+        None => "—".to_string(),
+    };
+    let rows = m.waves.iter().flat_map(|w| &w.clusters);
+    let running_w = rows.map(|r| running(r).chars().count()).max().unwrap_or(0).max("RUNNING".len());
     let mut widths = Vec::new();
-    let mut used = name_w;
+    let mut used = name_w + 2 + running_w + 2 + seen_w;
     for h in &heads {
         let w = h.chars().count().max(MIN_CELL);
         if used + 2 + w > opts.width {
@@ -568,7 +754,7 @@ pub fn render_table(m: &Matrix, opts: RenderOptions) -> String {
     }
     let shown = widths.len().max(1);
 
-    let mut line = pad("CLUSTER", name_w);
+    let mut line = format!("{}  {}  {}", pad("CLUSTER", name_w), pad("RUNNING", running_w), pad("LAST SEEN", seen_w));
     for (h, w) in heads.iter().zip(&widths) {
         let _ = write!(line, "  {}", pad(h, *w));
     }
@@ -580,7 +766,12 @@ pub fn render_table(m: &Matrix, opts: RenderOptions) -> String {
     for wave in &m.waves {
         let _ = writeln!(out, "{}", wave_heading(wave, opts));
         for row in &wave.clusters {
-            let mut line = pad(&format!("  {}", truncate(&row.name, name_w - 2)), name_w);
+            let mut line = format!(
+                "{}  {}  {}",
+                pad(&format!("  {}", truncate(&row.name, name_w - 2)), name_w),
+                pad(&running(row), running_w),
+                pad(&opts.when(row.last_seen), seen_w)
+            );
             for (cell, w) in row.cells.iter().zip(&widths) {
                 let mut text = cell.shown_state().to_string();
                 if cell.desired {
@@ -661,8 +852,12 @@ pub fn render_release(m: &Matrix, release: &str, opts: RenderOptions) -> Option<
     }
     let name_w = name_width(m, opts.width);
     const STATE_W: usize = 8;
-    let desc_w = opts.width.saturating_sub(name_w + STATE_W + 4).max(10);
-    let header = format!("{}  {}  DESCRIPTION", pad("CLUSTER", name_w), pad("STATE", STATE_W));
+    // How long ago the cluster said it (exact with `-o wide`), before what it said.
+    let age_w = opts.time_width();
+    let desc_at = name_w + STATE_W + age_w + 6;
+    let desc_w = opts.width.saturating_sub(desc_at).max(10);
+    let header =
+        format!("{}  {}  {}  DESCRIPTION", pad("CLUSTER", name_w), pad("STATE", STATE_W), pad("REPORTED", age_w));
     let _ = writeln!(out, "\n{}", if opts.colours { header.bold().to_string() } else { header });
     for wave in &m.waves {
         let _ = writeln!(out, "{}", wave_heading(wave, opts));
@@ -691,16 +886,21 @@ pub fn render_release(m: &Matrix, release: &str, opts: RenderOptions) -> Option<
                 lines.extend(wrap(&claim, desc_w, 2));
             }
             let mut lines = lines.into_iter();
+            let reported = match &cell.status {
+                Some(s) => opts.when(Some(s.reported_at)),
+                None => "—".to_string(),
+            };
             let _ = writeln!(
                 out,
-                "{}  {}{}  {}",
+                "{}  {}{}  {}  {}",
                 pad(&format!("  {}", truncate(&row.name, name_w - 2)), name_w),
                 paint(text, cell.state, opts.colours),
                 " ".repeat(STATE_W.saturating_sub(text.chars().count())),
+                pad(&reported, age_w),
                 lines.next().unwrap_or_default()
             );
             for more in lines {
-                let _ = writeln!(out, "{}{more}", " ".repeat(name_w + STATE_W + 4));
+                let _ = writeln!(out, "{}{more}", " ".repeat(desc_at));
             }
         }
     }
@@ -742,6 +942,11 @@ mod tests {
             .collect()
     }
 
+    /// When the example's newest statuses were written; renderings look from 3 minutes later.
+    fn t0() -> DateTime<Utc> {
+        "2025-03-15T12:00:00Z".parse().unwrap()
+    }
+
     fn example() -> Matrix {
         let members = vec![
             Member::new("cluster-a", "canary", Some("rel-20250315-001")),
@@ -752,8 +957,15 @@ mod tests {
         ];
         let rels = releases(8);
         let mut set = StatusSet::new();
-        let mut put =
-            |c: &str, r: usize, st: State, d: &str| set.insert(Status::new(c, &rels[r].id, &rels[r].commit, st, d));
+        // Older releases were reported earlier, in the agents' order and on their clocks.
+        let mut put = |c: &str, r: usize, st: State, d: &str| {
+            let mut s = Status::new(c, &rels[r].id, &rels[r].commit, st, d);
+            (s.sequence, s.reported_at) = (Some(100 - r as u64), t0() - chrono::Duration::hours(r as i64));
+            if st == State::Failure {
+                s.rollback_to = Some(rels[1].id.clone());
+            }
+            set.insert(s);
+        };
         put("cluster-a", 0, State::Success, "all 4 gates passed over 10m bake");
         put("cluster-b", 0, State::Failure, "rolled back to rel-20250314-001: error-rate 7.3 % > 5 %");
         for r in 1..8 {
@@ -766,7 +978,7 @@ mod tests {
     }
 
     fn plain(width: usize) -> RenderOptions {
-        RenderOptions { width, colours: false }
+        RenderOptions { width, colours: false, now: t0() + chrono::Duration::minutes(3), exact_times: false }
     }
 
     #[test]
@@ -791,6 +1003,112 @@ mod tests {
         assert!(table.contains("paused: a (fleet.yaml spec.paused), b (the agent's --paused flag: INC-7)"), "{table}");
         let detail = render_release(&m, &rels[0].id, plain(100)).unwrap();
         assert!(detail.contains("fleet.yaml spec.paused"), "{detail}");
+    }
+
+    fn names(m: &Matrix) -> Vec<(&str, &str)> {
+        m.waves.iter().flat_map(|w| w.clusters.iter().map(move |c| (w.name.as_str(), c.name.as_str()))).collect()
+    }
+
+    #[test]
+    fn failures_come_first_in_their_wave_and_the_rest_keep_name_order() {
+        let mut m = example();
+        m.select(&RowFilter::default(), None).unwrap();
+        assert_eq!(
+            names(&m),
+            [
+                ("canary", "cluster-b"),
+                ("canary", "cluster-a"),
+                ("early", "cluster-c"),
+                ("prod", "eu-west-prod-1"),
+                ("prod", "us-east-prod-2")
+            ]
+        );
+        // Focused on the older release, where cluster-b succeeded: name order again.
+        let mut m = example();
+        m.select(&RowFilter::default(), Some("rel-20250314-001")).unwrap();
+        assert_eq!(names(&m)[..2], [("canary", "cluster-a"), ("canary", "cluster-b")]);
+    }
+
+    #[rstest::rstest]
+    #[case(RowFilter { waves: vec!["prod".into()], ..Default::default() }, &["eu-west-prod-1", "us-east-prod-2"])]
+    #[case(RowFilter { clusters: vec!["cluster-c".into(), "cluster-a".into()], ..Default::default() }, &["cluster-a", "cluster-c"])]
+    #[case(RowFilter { states: vec![StateFilter::Is(State::Failure)], ..Default::default() }, &["cluster-b"])]
+    // On its desired release: us-east-prod-2 succeeded on rel-…14 it is pinned to.
+    #[case(RowFilter { states: vec!["success".parse().unwrap()], ..Default::default() }, &["cluster-a", "us-east-prod-2"])]
+    #[case(RowFilter { states: vec!["not-started".parse().unwrap()], ..Default::default() }, &["cluster-c", "eu-west-prod-1"])]
+    #[case(RowFilter { labels: vec![("region".into(), "eu".into())], ..Default::default() }, &["cluster-a", "eu-west-prod-1"])]
+    // Criteria together: every one must hold.
+    #[case(RowFilter { labels: vec![("region".into(), "eu".into())], waves: vec!["prod".into()], ..Default::default() }, &["eu-west-prod-1"])]
+    #[case(RowFilter { states: vec![StateFilter::Is(State::Error)], ..Default::default() }, &[])]
+    fn filters_keep_the_clusters_that_match_every_criterion(#[case] filter: RowFilter, #[case] expected: &[&str]) {
+        let mut m = example();
+        for row in m.waves.iter_mut().flat_map(|w| &mut w.clusters) {
+            if ["cluster-a", "eu-west-prod-1"].contains(&row.name.as_str()) {
+                row.labels.insert("region".into(), "eu".into());
+            }
+        }
+        m.select(&filter, None).unwrap();
+        let mut shown: Vec<&str> = names(&m).into_iter().map(|(_, c)| c).collect();
+        shown.sort();
+        assert_eq!(shown, expected);
+        // Waves with nothing left are not shown.
+        assert!(m.waves.iter().all(|w| !w.clusters.is_empty()));
+    }
+
+    #[test]
+    fn filters_name_what_the_fleet_does_not_have() {
+        let err = example().select(&RowFilter { waves: vec!["canery".into()], ..Default::default() }, None);
+        assert_eq!(err.unwrap_err().to_string(), "no wave canery in this fleet; its waves: canary, early, prod");
+        let err = example().select(&RowFilter { clusters: vec!["cluster-z".into()], ..Default::default() }, None);
+        assert!(
+            err.unwrap_err().to_string().starts_with("no cluster cluster-z in this fleet; its clusters: cluster-a")
+        );
+        assert_eq!("broken".parse::<StateFilter>(), Err(FilterError::State("broken".into())));
+        assert_eq!(parse_label("tier=prod"), Ok(("tier".into(), "prod".into())));
+        assert_eq!(parse_label("tier"), Err(FilterError::Label("tier".into())));
+    }
+
+    #[rstest::rstest]
+    #[case(0, "0 s ago")]
+    #[case(59, "59 s ago")]
+    #[case(180, "3 m ago")]
+    #[case(3_599, "59 m ago")]
+    #[case(7_200, "2 h ago")]
+    #[case(86_400 * 12 + 5, "12 d ago")]
+    #[case(-120, "in 2 m")]
+    fn ages_read_at_a_glance(#[case] secs: i64, #[case] expected: &str) {
+        assert_eq!(age(t0(), t0() + chrono::Duration::seconds(secs)), expected);
+    }
+
+    #[test]
+    fn rows_say_what_runs_and_when_the_agent_was_heard_from() {
+        let m = example();
+        let row = |name: &str| m.waves.iter().flat_map(|w| &w.clusters).find(|c| c.name == name).unwrap();
+        // Rolled back from rel-…15 to rel-…14: runs the target, desires the failed one.
+        let b = row("cluster-b");
+        assert_eq!(
+            (b.running.as_deref(), b.desired_release.as_deref()),
+            (Some("rel-20250314-001"), Some("rel-20250315-001"))
+        );
+        assert_eq!(b.last_seen, Some(t0()));
+        assert_eq!(row("cluster-a").running.as_deref(), Some("rel-20250315-001"));
+        // Desires rel-…15, has not started it: still runs what succeeded last.
+        let c = row("cluster-c");
+        assert_eq!(
+            (c.running.as_deref(), c.last_seen),
+            (Some("rel-20250314-001"), Some(t0() - chrono::Duration::hours(1)))
+        );
+        let v = serde_json::to_value(&m).unwrap();
+        assert_eq!(v["waves"][0]["clusters"][1]["running"], "rel-20250314-001");
+        assert_eq!(v["waves"][0]["clusters"][1]["lastSeen"], "2025-03-15T12:00:00Z");
+
+        let table = render_table(&m, plain(80));
+        println!("{table}");
+        assert!(table.contains("CLUSTER           RUNNING  LAST SEEN  …15-001"), "{table}");
+        assert!(table.contains("  cluster-b       …14-001  3 m ago    failure*  success"), "{table}");
+        assert!(table.contains("  cluster-c       …14-001  1 h ago    —*        success"), "{table}");
+        let wide = render_table(&m, RenderOptions { exact_times: true, ..plain(300) });
+        assert!(wide.contains("  cluster-b       rel-20250314-001  2025-03-15T12:00:00Z  failure*"), "{wide}");
     }
 
     #[test]
@@ -819,9 +1137,9 @@ mod tests {
             assert!(line.chars().count() <= 80, "too wide: {line:?}");
         }
         assert!(text.contains("…15-001"), "{text}");
-        assert!(text.contains("  cluster-b       failure*  success"), "{text}");
+        assert!(text.contains("  cluster-b       …14-001  3 m ago    failure*  success"), "{text}");
         assert!(text.contains("rel-20250315-001  1/4 clusters success, 1 failure, 2 not started"), "{text}");
-        assert!(text.contains("2 older releases\nnot shown (-o json has all)"), "{text}");
+        assert!(text.contains("4 older releases\nnot shown (-o json has all)"), "{text}");
         println!("{text}");
     }
 
@@ -835,7 +1153,7 @@ mod tests {
     #[test]
     fn colours_only_when_asked() {
         assert!(!render_table(&example(), plain(80)).contains('\u{1b}'));
-        let coloured = render_table(&example(), RenderOptions { width: 80, colours: true });
+        let coloured = render_table(&example(), RenderOptions { colours: true, ..plain(80) });
         assert!(coloured.contains('\u{1b}'));
     }
 
@@ -847,11 +1165,13 @@ mod tests {
         }
         // Wrapped under the description column, never cut.
         assert!(
-            text.contains("  cluster-b       failure   rolled back to rel-20250314-001: error-rate 7.3 % >\n"),
+            text.contains(
+                "  cluster-b       failure   3 m ago    rolled back to rel-20250314-001:\n                                       error-rate 7.3 % > 5 %\n"
+            ),
             "{text}"
         );
-        assert!(text.contains("\n                            5 %\n"), "{text}");
-        assert!(text.contains("blocked: cluster-b in earlier wave canary failed"), "{text}");
+        assert!(text.contains("  cluster-c       —         —          blocked: cluster-b"), "{text}");
+        assert!(text.contains("blocked: cluster-b in earlier wave canary"), "{text}");
         assert!(text.contains("not targeted: desires rel-20250314-001"), "{text}");
         assert!(render_release(&example(), "rel-0", plain(80)).is_none());
         println!("{text}");

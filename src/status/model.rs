@@ -208,6 +208,31 @@ impl Status {
     pub fn context(&self) -> String {
         context(&self.cluster)
     }
+
+    /// The release its cluster runs once it wrote this entry, when the entry settles that: the
+    /// release itself after `success`, the rollback target after a rollback. `None` while a
+    /// release is on its way (`pending`) or when the agent could not finish (`error`): then the
+    /// cluster still runs what an earlier entry settled.
+    pub fn settles_on(&self) -> Option<&str> {
+        match self.state {
+            State::Success => Some(&self.release),
+            State::Failure => self.rollback_to.as_deref(),
+            State::Pending | State::Error | State::Unknown => None,
+        }
+    }
+
+    /// Orders one cluster's entries across releases: by the signed sequence, its agent's own
+    /// order, and by `reportedAt` only where a sequence is missing (unsigned schema-1 entries).
+    pub fn recency(&self) -> (Option<u64>, DateTime<Utc>) {
+        (self.sequence, self.reported_at)
+    }
+}
+
+/// What a cluster runs, from its latest entry per release, newest first
+/// ([`StatusSet::latest_per_release`]): the release the first settling entry names
+/// ([`Status::settles_on`]).
+pub fn running<'a>(newest_first: &[&'a Status]) -> Option<&'a str> {
+    newest_first.iter().find_map(|s| s.settles_on())
 }
 
 /// Collapses whitespace runs (newlines included) into single spaces.
@@ -382,6 +407,23 @@ impl StatusSet {
         self.unverified.get(cluster).and_then(|r| r.get(release)).map(Vec::as_slice).unwrap_or(&[])
     }
 
+    /// The cluster's latest verified entry on each release it reported on, newest first
+    /// ([`Status::recency`]).
+    pub fn latest_per_release(&self, cluster: &str) -> Vec<&Status> {
+        let mut latest: Vec<&Status> =
+            self.by_cluster.get(cluster).into_iter().flat_map(|r| r.values().filter_map(|h| h.last())).collect();
+        latest.sort_by_key(|s| std::cmp::Reverse(s.recency()));
+        latest
+    }
+
+    /// What the cluster runs by its own verified word: the release its newest settling entry
+    /// ([`Status::settles_on`]) names. A `pending` entry on a newer release does not change it
+    /// (the cluster is on its way there), nor does an `error` (the agent could not finish).
+    /// `None` when nothing it said settles it yet.
+    pub fn running(&self, cluster: &str) -> Option<&str> {
+        running(&self.latest_per_release(cluster))
+    }
+
     /// Latest verified status of every cluster that reported on `release`, in no particular order.
     pub fn for_release<'a>(&'a self, release: &'a str) -> impl Iterator<Item = &'a Status> + 'a {
         self.by_cluster.values().filter_map(move |r| r.get(release).and_then(|h| h.last()))
@@ -418,6 +460,50 @@ mod tests {
         s.reported_at = at(secs);
         s.sequence = Some(secs as u64);
         s
+    }
+
+    /// cluster-a's entry on `release` at `secs` (its sequence).
+    fn on(release: &str, state: State, secs: i64) -> Status {
+        Status { release: release.into(), ..status(state, secs) }
+    }
+
+    #[rstest::rstest]
+    // Succeeded on rel-8: runs it.
+    #[case(&[("rel-7", State::Success, 1), ("rel-8", State::Success, 3)], Some("rel-8"))]
+    // Rolled back from rel-8 to rel-7: runs the target, whatever rel-7's own entry says.
+    #[case(&[("rel-7", State::Success, 1), ("rel-8", State::Pending, 2), ("rel-8", State::Failure, 3)], Some("rel-7"))]
+    // On its way to rel-8, or failed to finish it: still runs rel-7.
+    #[case(&[("rel-7", State::Success, 1), ("rel-8", State::Pending, 2)], Some("rel-7"))]
+    #[case(&[("rel-7", State::Success, 1), ("rel-8", State::Error, 2)], Some("rel-7"))]
+    // Back to rel-7 by Git after rel-8 succeeded: rel-7's newer success counts, not its older one.
+    #[case(&[("rel-7", State::Success, 1), ("rel-8", State::Success, 2), ("rel-7", State::Success, 3)], Some("rel-7"))]
+    // Nothing settled yet.
+    #[case(&[("rel-8", State::Pending, 1)], None)]
+    #[case(&[], None)]
+    fn a_cluster_runs_what_its_newest_settling_entry_names(
+        #[case] entries: &[(&str, State, i64)],
+        #[case] expected: Option<&str>,
+    ) {
+        let mut set = StatusSet::new();
+        for (release, state, secs) in entries {
+            let mut s = on(release, *state, *secs);
+            if *state == State::Failure {
+                s.rollback_to = Some("rel-7".into());
+            }
+            set.insert(s);
+        }
+        assert_eq!(set.running("cluster-a"), expected);
+    }
+
+    #[test]
+    fn the_signed_sequence_orders_entries_across_releases_not_the_clock() {
+        let mut set = StatusSet::new();
+        // A clock running days ahead on the older entry does not make it the newer word.
+        set.insert(Status { reported_at: at(1_000_000), ..on("rel-7", State::Success, 1) });
+        set.insert(on("rel-8", State::Success, 2));
+        let order: Vec<&str> = set.latest_per_release("cluster-a").iter().map(|s| s.release.as_str()).collect();
+        assert_eq!(order, ["rel-8", "rel-7"]);
+        assert_eq!(set.running("cluster-a"), Some("rel-8"));
     }
 
     #[test]

@@ -78,6 +78,10 @@ pub struct ClusterWait {
     pub state: Standing,
     /// What Git asks the cluster to run now.
     pub desired: Option<String>,
+    /// What it runs by its own word ([`super::StatusSet::running`], as `fleetgate status` shows
+    /// it): after a rollback, the release it went back to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub running: Option<String>,
     /// The description of its latest status on the release.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
@@ -147,6 +151,7 @@ pub fn observe(view: &FleetView, release: &str, clusters: &[String]) -> Vec<Clus
                 wave: member.map(|m| m.wave.clone()).unwrap_or_default(),
                 state,
                 desired,
+                running: view.statuses.running(c).map(str::to_string),
                 description: latest.map(|s| s.description.clone()),
                 rolled_back_to: latest.and_then(|s| s.rollback_to.clone()),
             }
@@ -209,6 +214,7 @@ mod tests {
             wave: "prod".into(),
             state,
             desired: Some("rel-2".into()),
+            running: Some("rel-1".into()),
             description: Some("baking".into()),
             rolled_back_to: None,
         }

@@ -37,6 +37,7 @@ use super::model::{AWAITING_APPROVAL_PREFIX, PAUSED_PREFIX, State, Status, Statu
 use crate::model::{Fleet, FleetConfig, rendezvous};
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// A cluster as wave gating sees it: its wave and the release it should run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -49,11 +50,20 @@ pub struct Member {
     /// The setting that pauses it, when Git does (`fleet.yaml` or its own `spec.paused`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paused: Option<String>,
+    /// Its `metadata.labels` at the branch tip (what `fleetgate status -l` selects by).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 impl Member {
     pub fn new(name: impl Into<String>, wave: impl Into<String>, desired: Option<&str>) -> Member {
-        Member { name: name.into(), wave: wave.into(), desired_release: desired.map(str::to_string), paused: None }
+        Member {
+            name: name.into(),
+            wave: wave.into(),
+            desired_release: desired.map(str::to_string),
+            paused: None,
+            labels: BTreeMap::new(),
+        }
     }
 }
 
@@ -76,6 +86,7 @@ pub fn members_placed_by(tip: &FleetConfig, trusted: &FleetConfig) -> Vec<Member
         .values()
         .map(|c| Member {
             paused: tip.paused(c.name()).map(|by| by.setting(c.name())),
+            labels: c.metadata.labels.clone(),
             ..Member::new(
                 c.name(),
                 placements.get(c.name()).map_or(last, |p| waves[p.wave].name.as_str()),

@@ -60,6 +60,7 @@ pub struct Fleet {
 }
 
 /// canary: cluster-a, cluster-b · prod: cluster-c, cluster-d (pinned to OLD). The fleet wants NEW.
+/// cluster-a and cluster-c carry the label `region: eu`.
 /// OLD succeeded everywhere; on NEW cluster-a succeeded, cluster-b failed and rolled back.
 pub fn fleet() -> Fleet {
     let daemon = GitDaemon::start().unwrap();
@@ -72,9 +73,13 @@ pub fn fleet() -> Fleet {
             "apiVersion: fleetgate.io/v1alpha1\nkind: Fleet\nmetadata:\n  name: redis-fleet\nspec:\n  operator:\n    name: redis-operator\n    namespace: redis-system\n  release: {release}\n  waves: [canary, prod]\n  rollout:\n    maxFailedClusters: 2\n"
         )
     };
-    write(w, "clusters/cluster-a.yaml", &cluster("cluster-a", "canary", None));
+    // Labelled as a platform team would (`fleetgate status -l region=eu`).
+    let in_eu = |name: &str, text: String| {
+        text.replace(&format!("  name: {name}\n"), &format!("  name: {name}\n  labels:\n    region: eu\n"))
+    };
+    write(w, "clusters/cluster-a.yaml", &in_eu("cluster-a", cluster("cluster-a", "canary", None)));
     write(w, "clusters/cluster-b.yaml", &cluster("cluster-b", "canary", None));
-    write(w, "clusters/cluster-c.yaml", &cluster("cluster-c", "prod", None));
+    write(w, "clusters/cluster-c.yaml", &in_eu("cluster-c", cluster("cluster-c", "prod", None)));
     write(w, "clusters/cluster-d.yaml", &cluster("cluster-d", "prod", Some(OLD)));
     let mut commits = Vec::new();
     for (id, date) in [(OLD, "2025-03-01T10:00:00Z"), (NEW, "2025-03-15T10:00:00Z")] {
