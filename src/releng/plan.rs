@@ -399,7 +399,7 @@ impl Judge<'_> {
     /// stricter, since the plan cannot know each agent's promotion mode.
     fn requires_approval(&self, wave: &str, tag: &ReleaseTag) -> bool {
         let required = |config: &FleetConfig| {
-            config.fleet.wave(wave).is_some_and(|(_, w)| w.approval == ApprovalSetting::Required)
+            config.fleet.spec.wave(wave).is_some_and(|(_, w)| w.approval == ApprovalSetting::Required)
         };
         let signed = self
             .repo
@@ -467,8 +467,9 @@ pub fn branch_name(repo: &FleetRepo, rev: &str) -> Option<String> {
         return Some(rev.to_string());
     }
     let remote = repo.git().find_branch(rev, git2::BranchType::Remote).ok()?;
-    let full = remote.get().name()?.strip_prefix("refs/remotes/")?.to_string();
-    full.split_once('/').map(|(_, branch)| branch.to_string())
+    // `origin/main`: the remote's name, then the branch's.
+    let short = remote.name().ok()??.to_string();
+    short.split_once('/').map(|(_, branch)| branch.to_string())
 }
 
 #[cfg(test)]
