@@ -16,8 +16,11 @@ use releng_common::*;
 fn fleet_on_rel_1() -> Fixture {
     let f = Fixture::new();
     let fleet = FLEET.replace("waves: [canary, prod]", "waves: [canary, {name: prod, approval: required}]");
-    std::fs::write(f.repo.join("fleet.yaml"), fleet.replace("  # release: rel-0\n", "  # release: rel-0\n  release: rel-1\n"))
-        .unwrap();
+    std::fs::write(
+        f.repo.join("fleet.yaml"),
+        fleet.replace("  # release: rel-0\n", "  # release: rel-0\n  release: rel-1\n"),
+    )
+    .unwrap();
     f.git(&["commit", "-qam", "prod needs approval; the fleet runs rel-1"]);
     f.release("rel-1", "v1.0.0");
     for c in ["cluster-a", "cluster-b", "cluster-c"] {
@@ -33,8 +36,11 @@ fn promotion_branch(f: &Fixture, branch: &str, clusters: &[&str], release: &str)
     for c in clusters {
         let path = f.repo.join(format!("clusters/{c}.yaml"));
         let text = std::fs::read_to_string(&path).unwrap();
-        std::fs::write(&path, text.replace("  # release: rel-0\n", &format!("  # release: rel-0\n  release: {release}\n")))
-            .unwrap();
+        std::fs::write(
+            &path,
+            text.replace("  # release: rel-0\n", &format!("  # release: rel-0\n  release: {release}\n")),
+        )
+        .unwrap();
     }
     f.git(&["commit", "-qam", &format!("promote {release} to {}", clusters.join(", "))]);
     f.git(&["checkout", "-q", "main"]);
@@ -61,13 +67,28 @@ fn a_promotion_into_a_wave_that_requires_approval_plans_as_needs_with_each_clust
     let clusters = v["clusters"].as_array().unwrap();
     let moves: Vec<(&str, &str, &str, &str)> = clusters
         .iter()
-        .map(|c| (c["cluster"].as_str().unwrap(), c["wave"].as_str().unwrap(), c["from"].as_str().unwrap(), c["to"].as_str().unwrap()))
+        .map(|c| {
+            (
+                c["cluster"].as_str().unwrap(),
+                c["wave"].as_str().unwrap(),
+                c["from"].as_str().unwrap(),
+                c["to"].as_str().unwrap(),
+            )
+        })
         .collect();
-    assert_eq!(moves, [("cluster-a", "canary", "rel-1", "rel-2"), ("cluster-b", "prod", "rel-1", "rel-2")], "cluster-c stays");
+    assert_eq!(
+        moves,
+        [("cluster-a", "canary", "rel-1", "rel-2"), ("cluster-b", "prod", "rel-1", "rel-2")],
+        "cluster-c stays"
+    );
     for c in clusters {
         assert_eq!(c["lastKnownGood"], "rel-1", "{c:#}");
         assert_eq!(c["signer"], f.fpr.as_str(), "{c:#}");
-        assert_eq!((c["crd"]["compared"].as_bool(), c["crd"]["compatible"].as_bool()), (Some(true), Some(true)), "{c:#}");
+        assert_eq!(
+            (c["crd"]["compared"].as_bool(), c["crd"]["compatible"].as_bool()),
+            (Some(true), Some(true)),
+            "{c:#}"
+        );
         assert_eq!(c["crdBaselines"][0]["release"], "rel-1", "against what the cluster last ran: {c:#}");
         assert_eq!(c["refused"], serde_json::json!([]), "{c:#}");
     }

@@ -140,7 +140,14 @@ fn print(args: &Args, r: &PlanReport, posted: Option<&Posted>) -> anyhow::Result
     }
     for c in &r.clusters {
         let m = &c.moves;
-        let line = format!("{:<20} wave {:<10} {} -> {:<14} CRDs {}", m.cluster, m.wave, m.from_or_none(), m.to, c.crd.summary());
+        let line = format!(
+            "{:<20} wave {:<10} {} -> {:<14} CRDs {}",
+            m.cluster,
+            m.wave,
+            m.from_or_none(),
+            m.to,
+            c.crd.summary()
+        );
         println!("  {}  {}", terminal_text(&line), verdict(c.verdict()));
         for b in &c.refused {
             println!("      refused: {}", terminal_text(&b.to_string()));
@@ -159,7 +166,9 @@ fn print(args: &Args, r: &PlanReport, posted: Option<&Posted>) -> anyhow::Result
     }
     match r.verdict {
         Verdict::Refused => next("fix what is refused (a new release, or the policy), push, and plan again"),
-        Verdict::Needs => next("merge when reviewed; then give what is needed (approvals, signatures) and watch with `fleetgate status`"),
+        Verdict::Needs => next(
+            "merge when reviewed; then give what is needed (approvals, signatures) and watch with `fleetgate status`",
+        ),
         Verdict::Ok if r.clusters.is_empty() => {}
         Verdict::Ok => next("merge when reviewed; then watch the clusters with `fleetgate status`"),
     }

@@ -98,7 +98,9 @@ pub enum Blocker {
 fn admission_line(objects: &[ObjectRefusal], fixes: &[AdmissionFix]) -> String {
     let refused: Vec<String> = objects
         .iter()
-        .flat_map(|o| o.rules.iter().map(move |r| format!("{}: {} (refused by {})", o.object, r.reason, r.policies.join(", "))))
+        .flat_map(|o| {
+            o.rules.iter().map(move |r| format!("{}: {} (refused by {})", o.object, r.reason, r.policies.join(", ")))
+        })
         .collect();
     let mut m = format!("admission refuses {}", refused.join("; "));
     for f in fixes {
@@ -259,7 +261,8 @@ pub fn plan(repo: &FleetRepo, req: &PlanRequest, trust: &TrustConfig) -> Result<
     let revoked = SignedReleases::default()
         .revocations(&checkout, &trust.keyring, &TagPins::in_memory(), &fleet)
         .map_err(|e| verify_error(&req.head, e))?;
-    let mut judge = Judge { repo, req, trust, checkout, head: &head_state, successes, revoked, admission: BTreeMap::new() };
+    let mut judge =
+        Judge { repo, req, trust, checkout, head: &head_state, successes, revoked, admission: BTreeMap::new() };
 
     let mut clusters = Vec::new();
     for m in moves {
@@ -363,7 +366,8 @@ impl Judge<'_> {
         // An approval never holds a move back (docs/WAVES.md); the undo of the newest is one too.
         moving_back |= undo == Some(to.as_str());
         if !moving_back && self.requires_approval(&plan.moves.wave, tag) {
-            let tagged = self.repo.git().find_reference(&format!("refs/tags/{}", approval_tag(&to, &plan.moves.wave))).is_ok();
+            let tagged =
+                self.repo.git().find_reference(&format!("refs/tags/{}", approval_tag(&to, &plan.moves.wave))).is_ok();
             plan.needs.push(Need::Approval { release: to.clone(), wave: plan.moves.wave.clone(), tagged });
         }
 
@@ -478,7 +482,12 @@ mod tests {
 
     fn cluster(name: &str, needs: Vec<Need>, refused: Vec<Blocker>) -> ClusterPlan {
         ClusterPlan {
-            moves: ClusterMove { cluster: name.into(), wave: "prod".into(), from: Some("rel-1".into()), to: "rel-2".into() },
+            moves: ClusterMove {
+                cluster: name.into(),
+                wave: "prod".into(),
+                from: Some("rel-1".into()),
+                to: "rel-2".into(),
+            },
             last_known_good: Some("rel-1".into()),
             signer: None,
             crd_baselines: Vec::new(),
@@ -505,13 +514,21 @@ mod tests {
         assert_eq!(needs.summary(), "needs: b: approval of rel-2 for wave prod: `fleetgate approve rel-2 --wave prod`");
         let refused = report(vec![cluster("b", vec![approval], vec![]), cluster("c", vec![], vec![revoked])]);
         assert_eq!(refused.verdict, Verdict::Refused);
-        assert!(refused.summary().starts_with("refused: c: rel-2 is revoked by the signed release rel-3"), "{}", refused.summary());
+        assert!(
+            refused.summary().starts_with("refused: c: rel-2 is revoked by the signed release rel-3"),
+            "{}",
+            refused.summary()
+        );
         assert_eq!(report(vec![]).summary(), "ok: no cluster moves");
     }
 
     #[test]
     fn the_comment_carries_its_marker_and_every_finding() {
-        let r = report(vec![cluster("b", vec![Need::Signature { release: "rel-2".into(), reason: "not signed".into() }], vec![])]);
+        let r = report(vec![cluster(
+            "b",
+            vec![Need::Signature { release: "rel-2".into(), reason: "not signed".into() }],
+            vec![],
+        )]);
         let md = r.markdown();
         assert!(md.starts_with(COMMENT_MARKER), "{md}");
         assert!(md.contains("| b | prod | rel-1 | rel-2 | nothing to compare with | needs |"), "{md}");

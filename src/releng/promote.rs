@@ -66,7 +66,12 @@ pub(super) fn moves_between(
         .select(&Target::Fleet)?
         .into_iter()
         .filter(|c| was(c) != is(c))
-        .map(|c| ClusterMove { wave: state.wave_of(&c).to_string(), from: was(&c), to: is(&c).unwrap_or_default(), cluster: c })
+        .map(|c| ClusterMove {
+            wave: state.wave_of(&c).to_string(),
+            from: was(&c),
+            to: is(&c).unwrap_or_default(),
+            cluster: c,
+        })
         .collect())
 }
 

@@ -349,10 +349,16 @@ impl ForgeBackend {
     pub fn request(&self, status: &Status) -> ForgeRequest {
         let gitlab = gitlab_state(status.state, status.started_at.is_some() || status.applied_at.is_some());
         let target_url = status.target_url.as_deref();
-        self.status_request(&status.commit, &status.context(), (status.state.as_str(), gitlab), &status.description, target_url)
+        self.status_request(
+            &status.commit,
+            &status.context(),
+            (status.state.as_str(), gitlab),
+            &status.description,
+            target_url,
+        )
     }
 
-    /// A commit-status request: `states` is the state as GitHub and Gitea name it, then as GitLab does.
+    /// A commit-status request; the state as GitHub and Gitea name it, then as GitLab does.
     fn status_request(
         &self,
         sha: &str,
@@ -396,7 +402,13 @@ impl ForgeBackend {
     ///
     /// # Errors
     /// As [`send`](Self::send).
-    pub async fn set_status(&self, sha: &str, context: &str, state: State, description: &str) -> Result<(), ForgeError> {
+    pub async fn set_status(
+        &self,
+        sha: &str,
+        context: &str,
+        state: State,
+        description: &str,
+    ) -> Result<(), ForgeError> {
         let req = self.status_request(sha, context, (state.as_str(), gitlab_state(state, false)), description, None);
         self.post(req, sha).await
     }
@@ -419,9 +431,12 @@ impl ForgeBackend {
         let (api, repo) = (&self.api, &self.repository);
         let into_base = |v: &Value| base.is_none_or(|b| v == b);
         let (listed, head_of, base_of, number_of): (Value, &[&str], &[&str], &str) = match self.kind {
-            ForgeKind::Github => {
-                (self.get(&format!("{api}/repos/{repo}/commits/{head}/pulls"), head).await?, &[], &["base", "ref"], "number")
-            }
+            ForgeKind::Github => (
+                self.get(&format!("{api}/repos/{repo}/commits/{head}/pulls"), head).await?,
+                &[],
+                &["base", "ref"],
+                "number",
+            ),
             ForgeKind::Gitea => {
                 // Gitea finds a commit's pull request by its merge commit only: look for the head
                 // among the recently updated ones, merged or not.
@@ -455,16 +470,17 @@ impl ForgeBackend {
     /// As [`send`](Self::send).
     pub async fn upsert_comment(&self, pull: u64, marker: &str, body: &str) -> Result<u64, ForgeError> {
         let (api, repo) = (&self.api, &self.repository);
-        let (list, edit): (String, Box<dyn Fn(u64) -> String>) = match self.kind {
-            ForgeKind::Github | ForgeKind::Gitea => (
-                format!("{api}/repos/{repo}/issues/{pull}/comments"),
-                Box::new(move |id| format!("{api}/repos/{repo}/issues/comments/{id}")),
-            ),
+        // Where the comments are listed, and the prefix of one comment's URL.
+        let (list, one) = match self.kind {
+            ForgeKind::Github | ForgeKind::Gitea => {
+                (format!("{api}/repos/{repo}/issues/{pull}/comments"), format!("{api}/repos/{repo}/issues/comments"))
+            }
             ForgeKind::Gitlab => {
                 let notes = format!("{api}/projects/{}/merge_requests/{pull}/notes", encode_path_segment(repo));
-                (notes.clone(), Box::new(move |id| format!("{notes}/{id}")))
+                (notes.clone(), notes)
             }
         };
+        let edit = |id: u64| format!("{one}/{id}");
         let what = format!("pull request {pull}");
         let existing = self.get(&list, &what).await?;
         let ours = existing
@@ -515,7 +531,8 @@ impl ForgeBackend {
                 }
                 ForgeKind::Gitlab => {
                     let project = encode_path_segment(repo);
-                    let found = self.get(&format!("{api}/projects/{project}/merge_requests/{pull}/approvals"), head).await?;
+                    let found =
+                        self.get(&format!("{api}/projects/{project}/merge_requests/{pull}/approvals"), head).await?;
                     let logins = found["approved_by"].as_array().into_iter().flatten();
                     for login in logins.filter_map(|a| a["user"]["username"].as_str()) {
                         out.push(ForgeApproval { login: login.to_string(), pull, body: String::new() });
