@@ -567,24 +567,30 @@ fn tag_message(
 fn check_admission(req: &CreateRequest, plan: &Plan) -> Result<Option<AdmissionOverride>, RelengError> {
     let content = ReleaseContent { release: plan.release.clone(), files: plan.files.clone() };
     let release = UnverifiedRelease::new(plan.release.name(), content);
-    let Some((refused, objects, fixes)) = admission(&req.admission_baseline, &plan.config, &release)? else {
-        return Ok(None);
-    };
+    let Some(refused) = admission(&req.admission_baseline, &plan.config, &release)? else { return Ok(None) };
     if let Some(reason) = &req.allow_admission {
-        let violations = refused.violations.iter().map(ToString::to_string).collect();
+        let violations = refused.error.violations.iter().map(ToString::to_string).collect();
         return Ok(Some(AdmissionOverride { reason: reason.clone(), violations }));
     }
-    Err(Refusal::Admission { objects, fixes }.into())
+    Err(Refusal::Admission { objects: refused.objects, fixes: refused.fixes }.into())
+}
+
+/// What admission refused in a release, as [`admission`] reports it.
+pub(super) struct AdmissionRefused {
+    pub error: AdmissionError,
+    /// Every refused object, each rule it breaks once.
+    pub objects: Vec<ObjectRefusal>,
+    /// The policy lines that would admit them, where a person adds them.
+    pub fixes: Vec<AdmissionFix>,
 }
 
 /// Admission of `release` as an agent would judge it: `baseline` narrowed by the policies of
-/// `config`. `None`: admitted; else what refused it, every refused object (each rule once), and
-/// the policy lines that would admit them, where a person adds them.
+/// `config`. `None`: admitted.
 pub(super) fn admission(
     baseline: &AdmissionBaseline,
     config: &FleetConfig,
     release: &UnverifiedRelease,
-) -> Result<Option<(AdmissionError, Vec<ObjectRefusal>, Vec<AdmissionFix>)>, RelengError> {
+) -> Result<Option<AdmissionRefused>, RelengError> {
     let policy = AdmissionPolicy::effective(baseline.spec.clone(), &config.admission_policies);
     // Namespace-less objects go where the agents put them: the release's spec.namespace.
     let Err(refused) = admission_offline(&policy, release)? else { return Ok(None) };
@@ -600,8 +606,7 @@ pub(super) fn admission(
             lines: f.lines,
         })
         .collect();
-    let objects = refused.by_object();
-    Ok(Some((refused, objects, fixes)))
+    Ok(Some(AdmissionRefused { objects: refused.by_object(), error: refused, fixes }))
 }
 
 fn check_mapping(repo: &FleetRepo, plan: &Plan) -> Result<(), RelengError> {

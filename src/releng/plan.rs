@@ -423,7 +423,7 @@ impl Judge<'_> {
         let content = ReleaseContent { release: tag.release.clone(), files: release_files(self.repo, tag)? };
         let release = UnverifiedRelease::new(&tag.id, content);
         let blocker = super::create::admission(&self.req.admission_baseline, &self.head.config, &release)?
-            .map(|(_, objects, fixes)| Blocker::Admission { objects, fixes });
+            .map(|refused| Blocker::Admission { objects: refused.objects, fixes: refused.fixes });
         self.admission.insert(tag.id.clone(), blocker.clone());
         Ok(blocker)
     }
