@@ -21,6 +21,7 @@ mod hints;
 mod init;
 mod output;
 mod pause;
+mod plan;
 mod promote;
 mod reconcile;
 mod release;
@@ -75,6 +76,9 @@ pub enum Command {
     Release(release::Command),
     /// Promote a release to a cluster, a wave or the fleet (a commit on a branch, optionally a PR).
     Promote(promote::Args),
+    /// Say what merging a promotion PR will do to each cluster, before the merge (for CI; --post
+    /// publishes it as commit status fleetgate/plan and a PR comment).
+    Plan(plan::Args),
     /// Put clusters back on their previous release (a revert commit, optionally a PR).
     Rollback(rollback::Args),
     /// Pause a cluster, a wave or the fleet: its agents start no release and correct no drift
@@ -147,6 +151,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Validate(a) => validate::run(a).await,
         Command::Release(c) => release::run(c).await,
         Command::Promote(a) => promote::run(a).await,
+        Command::Plan(a) => plan::run(a).await,
         Command::Rollback(a) => rollback::run(a).await,
         Command::Pause(a) => pause::run(a, true).await,
         Command::Resume(a) => pause::run(a, false).await,

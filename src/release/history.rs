@@ -100,12 +100,16 @@ pub struct Standing<'a> {
 
 /// Whether the cluster may move to `target` (see the module documentation).
 pub fn check_move(target: &VerifiedRelease, standing: &Standing<'_>) -> Result<(), VerifyError> {
-    let id = target.id();
+    judge_move(target.id(), target.release().spec.sequence, standing)
+}
+
+/// [`check_move`] of release `id` with signed `sequence`, for a judge that holds no verified
+/// release: `fleetgate plan` says before a merge what the agent will decide after it.
+pub fn judge_move(id: &str, sequence: Option<u64>, standing: &Standing<'_>) -> Result<(), VerifyError> {
     if let Some(by) = standing.revoked.get(id) {
         return Err(VerifyError::Revoked { release: id.to_string(), by: by.clone() });
     }
     let Some(newest) = standing.newest else { return Ok(()) };
-    let sequence = target.release().spec.sequence;
     let older = sequence.is_none_or(|s| s < newest.sequence);
     if !older || standing.signed_decision || standing.undo == Some(id) {
         return Ok(());

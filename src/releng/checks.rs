@@ -135,14 +135,26 @@ pub fn verify_release(
     cluster: &str,
     trust: &TrustConfig,
 ) -> Result<String, RelengError> {
+    let checkout = Checkout::open_local(repo.path(), Some(base))
+        .map_err(|e| RelengError::Verify { id: id.to_string(), source: Box::new(e.into()) })?;
+    verify_release_in(&checkout, id, cluster, trust)
+}
+
+/// [`verify_release`] against the configuration at `checkout`'s tip (any commit, e.g. a pull
+/// request's head).
+pub fn verify_release_in(
+    checkout: &Checkout,
+    id: &str,
+    cluster: &str,
+    trust: &TrustConfig,
+) -> Result<String, RelengError> {
     let env = |source: VerifyError| RelengError::Verify { id: id.to_string(), source: Box::new(source) };
-    let checkout = Checkout::open_local(repo.path(), Some(base)).map_err(|e| env(e.into()))?;
-    let desired = resolve_release(&checkout, cluster, id).map_err(|e| RelengError::Resolve {
+    let desired = resolve_release(checkout, cluster, id).map_err(|e| RelengError::Resolve {
         id: id.to_string(),
-        base: base.to_string(),
+        base: checkout.branch().to_string(),
         source: Box::new(e),
     })?;
-    match verify(&checkout, &desired, trust, &mut TagPins::in_memory()) {
+    match verify(checkout, &desired, trust, &mut TagPins::in_memory()) {
         Ok(v) => Ok(v.signer().unwrap_or_default().to_string()),
         Err(VerifyError::MappingMismatch { findings, .. }) => {
             Err(Refusal::MappingInconsistent { findings: findings.iter().map(|f| f.to_string()).collect() }.into())

@@ -22,7 +22,8 @@ use super::repo::{FleetRepo, ReleaseTag, TreeEdit};
 use super::sign::{self, Signer};
 use super::successes::Successes;
 use super::{AdmissionFix, Refusal, RelengError, check_release_id};
-use crate::manifests::admission::{AdmissionPolicy, PolicyOrigin};
+use crate::manifests::AdmissionError;
+use crate::manifests::admission::{AdmissionPolicy, ObjectRefusal, PolicyOrigin};
 use crate::model::{
     self, AdmissionBaseline, ChartSource, CrdVersions, Document, FleetConfig, ImageRef, NamedImage, RELEASE_FILE,
     Release, ReleaseSpec, Requirements, default_manifests,
@@ -566,26 +567,46 @@ fn tag_message(
 fn check_admission(req: &CreateRequest, plan: &Plan) -> Result<Option<AdmissionOverride>, RelengError> {
     let content = ReleaseContent { release: plan.release.clone(), files: plan.files.clone() };
     let release = UnverifiedRelease::new(plan.release.name(), content);
-    let policy = AdmissionPolicy::effective(req.admission_baseline.spec.clone(), &plan.config.admission_policies);
-    // Namespace-less objects go where the agents put them: the release's spec.namespace.
-    let Err(refused) = admission_offline(&policy, &release)? else { return Ok(None) };
+    let Some(refused) = admission(&req.admission_baseline, &plan.config, &release)? else { return Ok(None) };
     if let Some(reason) = &req.allow_admission {
-        let violations = refused.violations.iter().map(ToString::to_string).collect();
+        let violations = refused.error.violations.iter().map(ToString::to_string).collect();
         return Ok(Some(AdmissionOverride { reason: reason.clone(), violations }));
     }
+    Err(Refusal::Admission { objects: refused.objects, fixes: refused.fixes }.into())
+}
+
+/// What admission refused in a release, as [`admission`] reports it.
+pub(super) struct AdmissionRefused {
+    pub error: AdmissionError,
+    /// Every refused object, each rule it breaks once.
+    pub objects: Vec<ObjectRefusal>,
+    /// The policy lines that would admit them, where a person adds them.
+    pub fixes: Vec<AdmissionFix>,
+}
+
+/// Admission of `release` as an agent would judge it: `baseline` narrowed by the policies of
+/// `config`. `None`: admitted.
+pub(super) fn admission(
+    baseline: &AdmissionBaseline,
+    config: &FleetConfig,
+    release: &UnverifiedRelease,
+) -> Result<Option<AdmissionRefused>, RelengError> {
+    let policy = AdmissionPolicy::effective(baseline.spec.clone(), &config.admission_policies);
+    // Namespace-less objects go where the agents put them: the release's spec.namespace.
+    let Err(refused) = admission_offline(&policy, release)? else { return Ok(None) };
     let fixes = policy
         .fixes(&refused)
         .into_iter()
         .map(|f| AdmissionFix {
             file: match &f.policy {
-                PolicyOrigin::Baseline => req.admission_baseline.describe(),
-                PolicyOrigin::Repo(name) => plan.config.admission_policy_files.get(name).cloned().unwrap_or_default(),
+                PolicyOrigin::Baseline => baseline.describe(),
+                PolicyOrigin::Repo(name) => config.admission_policy_files.get(name).cloned().unwrap_or_default(),
             },
             policy: f.policy.to_string(),
             lines: f.lines,
         })
         .collect();
-    Err(Refusal::Admission { objects: refused.by_object(), fixes }.into())
+    Ok(Some(AdmissionRefused { objects: refused.by_object(), error: refused, fixes }))
 }
 
 fn check_mapping(repo: &FleetRepo, plan: &Plan) -> Result<(), RelengError> {

@@ -10,6 +10,8 @@
 //!   commit is exactly the promotion of those clusters, otherwise an explicit change.
 //!
 //! [`approve`] writes the signed tag that approves a release for a wave that requires it.
+//! [`plan`] says, on a promotion pull request before it is merged, what each moving cluster's
+//! agent will make of it (refuse, wait for people, or go), and posts that on the forge.
 //!
 //! [`push`] sends the results to a remote and [`forge_pr`] opens the pull/merge request;
 //! [`publish`] is promote and rollback with both, as the commands run them. Everything
@@ -24,6 +26,7 @@ pub mod create;
 pub mod desired;
 pub mod forge_pr;
 pub mod pause;
+pub mod plan;
 pub mod promote;
 pub mod publish;
 pub mod push;
@@ -218,6 +221,8 @@ pub enum RelengError {
     Push { remote: String, reason: String },
     #[error(transparent)]
     Forge(#[from] forge_pr::ForgeError),
+    #[error("publishing the plan on the forge")]
+    PlanPost(#[source] crate::status::ForgeError),
     #[error(transparent)]
     Chart(#[from] chart::ChartError),
     #[error(transparent)]

@@ -49,16 +49,27 @@ impl ClusterMove {
 
 /// The clusters `change` moves (in wave order), each with its release before and after.
 pub(super) fn moves(state: &FleetState, change: &DesiredChange) -> Result<Vec<ClusterMove>, RelengError> {
-    let before = state.assignments();
-    let after = state.assignments_after(change);
+    moves_between(state, &state.assignments(), &state.assignments_after(change))
+}
+
+/// The clusters of `state` whose desired release differs between `before` and `after`
+/// ([`FleetState::assignments`] of two commits, or of one and a change), in `state`'s wave order.
+/// A cluster `before` does not know moves from nothing.
+pub(super) fn moves_between(
+    state: &FleetState,
+    before: &BTreeMap<String, Option<String>>,
+    after: &BTreeMap<String, Option<String>>,
+) -> Result<Vec<ClusterMove>, RelengError> {
+    let was = |c: &str| before.get(c).cloned().flatten();
+    let is = |c: &str| after.get(c).cloned().flatten();
     Ok(state
         .select(&Target::Fleet)?
         .into_iter()
-        .filter(|c| before[c] != after[c])
+        .filter(|c| was(c) != is(c))
         .map(|c| ClusterMove {
             wave: state.wave_of(&c).to_string(),
-            from: before[&c].clone(),
-            to: after[&c].clone().unwrap_or_default(),
+            from: was(&c),
+            to: is(&c).unwrap_or_default(),
             cluster: c,
         })
         .collect())

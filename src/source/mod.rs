@@ -730,6 +730,14 @@ impl Checkout {
         }
     }
 
+    /// A checkout of an existing local repository at commit `tip`, named `label` in messages:
+    /// a pull request's head, which no local branch may name in a CI clone.
+    pub fn open_local_at(path: &Path, label: &str, tip: Oid) -> Result<Checkout, SourceError> {
+        let repo = Repository::open(path)?;
+        let tip = repo.find_commit(tip)?.id();
+        Ok(Checkout { repo, branch: label.to_string(), tip, refused: BTreeMap::new() })
+    }
+
     pub fn branch(&self) -> &str {
         &self.branch
     }

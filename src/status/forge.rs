@@ -16,6 +16,9 @@
 //! `GET /repos/{o}/{r}/commits/{sha}/pulls` and `…/pulls/{n}/reviews`, Gitea's
 //! `GET /repos/{o}/{r}/pulls?state=all&sort=recentupdate` (the newest 50) and `…/pulls/{n}/reviews`, and GitLab's
 //! `GET /projects/{id}/repository/commits/{sha}/merge_requests` and `…/merge_requests/{iid}/approvals`.
+//! The same lookup finds the pull request `fleetgate plan --post` comments on
+//! ([`ForgeBackend::upsert_comment`]: `issues/{n}/comments` on GitHub and Gitea, `merge_requests/{iid}/notes`
+//! on GitLab), next to its `fleetgate/plan` status ([`ForgeBackend::set_status`]).
 //!
 //! Descriptions are cut to 140 characters (GitHub's documented limit), for every forge alike.
 
@@ -385,27 +388,46 @@ impl ForgeBackend {
 
     /// The exact request [`send`](Self::send) makes for `status`.
     pub fn request(&self, status: &Status) -> ForgeRequest {
-        let description = truncate(&status.description, MAX_DESCRIPTION);
-        let sha = &status.commit;
-        let mut headers = self.auth_headers();
-        let (url, mut body) = match self.kind {
-            ForgeKind::Github | ForgeKind::Gitea => (
-                format!("{}/repos/{}/statuses/{sha}", self.api, self.repository),
-                json!({"state": status.state.as_str(), "description": description, "context": status.context()}),
-            ),
-            ForgeKind::Gitlab => (
-                format!("{}/projects/{}/statuses/{sha}", self.api, encode_path_segment(&self.repository)),
-                json!({"state": gitlab_state(status), "name": status.context(), "description": description}),
-            ),
-        };
-        headers.push(("user-agent", user_agent()));
-        headers.push(("content-type", "application/json".to_string()));
+        let gitlab = gitlab_state(status.state, status.started_at.is_some() || status.applied_at.is_some());
+        // The status's own link, else the agent's statusUrl for this cluster and release.
         let link = status
             .target_url
             .clone()
             .or_else(|| Some(self.status_url.as_ref()?.fill(&status.cluster, &status.release)));
-        if let Some(url) = link {
-            body["target_url"] = Value::String(url);
+        self.status_request(
+            &status.commit,
+            &status.context(),
+            (status.state.as_str(), gitlab),
+            &status.description,
+            link.as_deref(),
+        )
+    }
+
+    /// A commit-status request; the state as GitHub and Gitea name it, then as GitLab does.
+    fn status_request(
+        &self,
+        sha: &str,
+        context: &str,
+        (state, gitlab): (&str, &str),
+        description: &str,
+        target_url: Option<&str>,
+    ) -> ForgeRequest {
+        let description = truncate(description, MAX_DESCRIPTION);
+        let mut headers = self.auth_headers();
+        let (url, mut body) = match self.kind {
+            ForgeKind::Github | ForgeKind::Gitea => (
+                format!("{}/repos/{}/statuses/{sha}", self.api, self.repository),
+                json!({"state": state, "description": description, "context": context}),
+            ),
+            ForgeKind::Gitlab => (
+                format!("{}/projects/{}/statuses/{sha}", self.api, encode_path_segment(&self.repository)),
+                json!({"state": gitlab, "name": context, "description": description}),
+            ),
+        };
+        headers.push(("user-agent", user_agent()));
+        headers.push(("content-type", "application/json".to_string()));
+        if let Some(url) = target_url {
+            body["target_url"] = Value::String(url.to_string());
         }
         ForgeRequest { url, headers, body }
     }
@@ -418,12 +440,113 @@ impl ForgeBackend {
     /// (400/422), [`ForgeError::RateLimited`] (403/429 with rate-limit headers, or 429), else
     /// [`ForgeError::Unexpected`] or [`ForgeError::Transport`].
     pub async fn send(&self, status: &Status) -> Result<(), ForgeError> {
-        let req = self.request(status);
+        self.post(self.request(status), &status.commit).await
+    }
+
+    /// Sets commit status `context` (not a cluster's: `fleetgate/plan`) on commit `sha`.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send).
+    pub async fn set_status(
+        &self,
+        sha: &str,
+        context: &str,
+        state: State,
+        description: &str,
+    ) -> Result<(), ForgeError> {
+        let req = self.status_request(sha, context, (state.as_str(), gitlab_state(state, false)), description, None);
+        self.post(req, sha).await
+    }
+
+    async fn post(&self, req: ForgeRequest, sha: &str) -> Result<(), ForgeError> {
         let mut builder = self.client.post(&req.url).json(&req.body);
         for (name, value) in &req.headers {
             builder = builder.header(*name, value);
         }
-        self.exchange(builder, &req.url, &status.commit).await.map(drop)
+        self.exchange(builder, &req.url, sha).await.map(drop)
+    }
+
+    /// The open or closed pull (merge) requests whose head is commit `head`, into branch `base`
+    /// when given: GitHub's `commits/{sha}/pulls`, Gitea's [`RECENT_PULLS`] most recently
+    /// updated, GitLab's `commits/{sha}/merge_requests` (whose head is still `head`).
+    ///
+    /// # Errors
+    /// As [`send`](Self::send).
+    pub async fn pull_requests(&self, head: &str, base: Option<&str>) -> Result<Vec<u64>, ForgeError> {
+        let (api, repo) = (&self.api, &self.repository);
+        let into_base = |v: &Value| base.is_none_or(|b| v == b);
+        let (listed, head_of, base_of, number_of): (Value, &[&str], &[&str], &str) = match self.kind {
+            ForgeKind::Github => (
+                self.get(&format!("{api}/repos/{repo}/commits/{head}/pulls"), head).await?,
+                &[],
+                &["base", "ref"],
+                "number",
+            ),
+            ForgeKind::Gitea => {
+                // Gitea finds a commit's pull request by its merge commit only: look for the head
+                // among the recently updated ones, merged or not.
+                let recent = format!("{api}/repos/{repo}/pulls?state=all&sort=recentupdate&limit={RECENT_PULLS}");
+                (self.get(&recent, head).await?, &["head", "sha"], &["base", "ref"], "number")
+            }
+            ForgeKind::Gitlab => {
+                let project = encode_path_segment(repo);
+                let url = format!("{api}/projects/{project}/repository/commits/{head}/merge_requests");
+                // GitLab lists every request that ever contained the commit; only one whose head is still it counts.
+                (self.get(&url, head).await?, &["sha"], &["target_branch"], "iid")
+            }
+        };
+        let at = |v: &Value, path: &[&str]| path.iter().fold(v.clone(), |v, k| v[*k].clone());
+        Ok(listed
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| head_of.is_empty() || at(p, head_of) == head)
+            .filter(|p| into_base(&at(p, base_of)))
+            .filter_map(|p| p[number_of].as_u64())
+            .collect())
+    }
+
+    /// Writes `body` as a comment of pull (merge) request `pull`: edits the comment that holds
+    /// `marker` when there is one (so each run updates one comment instead of adding another),
+    /// else adds a comment. GitHub and Gitea: `issues/{n}/comments` and `issues/comments/{id}`;
+    /// GitLab: `merge_requests/{iid}/notes`. Returns the comment's id.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send).
+    pub async fn upsert_comment(&self, pull: u64, marker: &str, body: &str) -> Result<u64, ForgeError> {
+        let (api, repo) = (&self.api, &self.repository);
+        // Where the comments are listed, and the prefix of one comment's URL.
+        let (list, one) = match self.kind {
+            ForgeKind::Github | ForgeKind::Gitea => {
+                (format!("{api}/repos/{repo}/issues/{pull}/comments"), format!("{api}/repos/{repo}/issues/comments"))
+            }
+            ForgeKind::Gitlab => {
+                let notes = format!("{api}/projects/{}/merge_requests/{pull}/notes", encode_path_segment(repo));
+                (notes.clone(), notes)
+            }
+        };
+        let edit = |id: u64| format!("{one}/{id}");
+        let what = format!("pull request {pull}");
+        let existing = self.get(&list, &what).await?;
+        let ours = existing
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["body"].as_str().is_some_and(|b| b.contains(marker)))
+            .and_then(|c| c["id"].as_u64());
+        let builder = match (ours, self.kind) {
+            (Some(id), ForgeKind::Gitlab) => self.client.put(edit(id)),
+            (Some(id), _) => self.client.patch(edit(id)),
+            (None, _) => self.client.post(&list),
+        };
+        let builder = self.auth_headers().into_iter().fold(builder, |b, (name, value)| b.header(name, value));
+        let (code, text) = self.exchange(builder.json(&json!({ "body": body })), &list, &what).await?;
+        let answer: Value = serde_json::from_str(&text).unwrap_or_default();
+        answer["id"].as_u64().or(ours).ok_or_else(|| ForgeError::Unexpected {
+            forge: forge_name(self.kind),
+            status: code.as_u16(),
+            message: "the comment written has no id".to_string(),
+        })
     }
 
     /// The approvals given on the pull (merge) requests whose head is `head` and whose target is
@@ -436,53 +559,28 @@ impl ForgeBackend {
     pub async fn approvals(&self, head: &str, base: &str) -> Result<Vec<ForgeApproval>, ForgeError> {
         let (api, repo) = (&self.api, &self.repository);
         let mut out = Vec::new();
-        let reviews = |v: &Value, pull: u64, out: &mut Vec<ForgeApproval>| {
-            for r in v.as_array().into_iter().flatten() {
-                let counts =
-                    r["state"] == "APPROVED" && r["commit_id"] == head && r["dismissed"] != true && r["stale"] != true;
-                if let (true, Some(login)) = (counts, r["user"]["login"].as_str()) {
-                    let body = r["body"].as_str().unwrap_or_default().to_string();
-                    out.push(ForgeApproval { login: login.to_string(), pull, body });
+        for pull in self.pull_requests(head, Some(base)).await? {
+            match self.kind {
+                ForgeKind::Github | ForgeKind::Gitea => {
+                    let found = self.get(&format!("{api}/repos/{repo}/pulls/{pull}/reviews"), head).await?;
+                    for r in found.as_array().into_iter().flatten() {
+                        let counts = r["state"] == "APPROVED"
+                            && r["commit_id"] == head
+                            && r["dismissed"] != true
+                            && r["stale"] != true;
+                        if let (true, Some(login)) = (counts, r["user"]["login"].as_str()) {
+                            let body = r["body"].as_str().unwrap_or_default().to_string();
+                            out.push(ForgeApproval { login: login.to_string(), pull, body });
+                        }
+                    }
                 }
-            }
-        };
-        match self.kind {
-            ForgeKind::Github => {
-                let pulls = self.get(&format!("{api}/repos/{repo}/commits/{head}/pulls"), head).await?;
-                let into_base = pulls.as_array().into_iter().flatten().filter(|p| p["base"]["ref"] == base);
-                for number in into_base.filter_map(|p| p["number"].as_u64()) {
-                    let found = self.get(&format!("{api}/repos/{repo}/pulls/{number}/reviews"), head).await?;
-                    reviews(&found, number, &mut out);
-                }
-            }
-            ForgeKind::Gitea => {
-                // Gitea finds a commit's pull request by its merge commit only: look for the head
-                // among the recently updated ones, merged or not.
-                let recent = format!("{api}/repos/{repo}/pulls?state=all&sort=recentupdate&limit={RECENT_PULLS}");
-                let pulls = self.get(&recent, head).await?;
-                let heads = pulls
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter(|p| p["head"]["sha"] == head && p["base"]["ref"] == base);
-                for number in heads.filter_map(|p| p["number"].as_u64()) {
-                    let found = self.get(&format!("{api}/repos/{repo}/pulls/{number}/reviews"), head).await?;
-                    reviews(&found, number, &mut out);
-                }
-            }
-            ForgeKind::Gitlab => {
-                let project = encode_path_segment(repo);
-                let project = format!("{api}/projects/{project}");
-                let mrs = self.get(&format!("{project}/repository/commits/{head}/merge_requests"), head).await?;
-                // GitLab's approvals belong to the request; only one whose head is still `head` counts.
-                for mr in
-                    mrs.as_array().into_iter().flatten().filter(|m| m["sha"] == head && m["target_branch"] == base)
-                {
-                    let Some(iid) = mr["iid"].as_u64() else { continue };
-                    let found = self.get(&format!("{project}/merge_requests/{iid}/approvals"), head).await?;
+                ForgeKind::Gitlab => {
+                    let project = encode_path_segment(repo);
+                    let found =
+                        self.get(&format!("{api}/projects/{project}/merge_requests/{pull}/approvals"), head).await?;
                     let logins = found["approved_by"].as_array().into_iter().flatten();
                     for login in logins.filter_map(|a| a["user"]["username"].as_str()) {
-                        out.push(ForgeApproval { login: login.to_string(), pull: iid, body: String::new() });
+                        out.push(ForgeApproval { login: login.to_string(), pull, body: String::new() });
                     }
                 }
             }
@@ -591,11 +689,11 @@ pub(crate) fn github_headers() -> [(&'static str, String); 2] {
     [("accept", "application/vnd.github+json".to_string()), ("x-github-api-version", GITHUB_API_VERSION.to_string())]
 }
 
-/// GitLab has no `error` or `failure`: both are `failed`. An agent at work (applying or baking) is
-/// `running`; one waiting for its wave is `pending`.
-fn gitlab_state(status: &Status) -> &'static str {
-    match status.state {
-        State::Pending if status.started_at.is_some() || status.applied_at.is_some() => "running",
+/// GitLab has no `error` or `failure`: both are `failed`. An agent at work (applying or baking:
+/// `running`) is `running`; one waiting for its wave is `pending`.
+fn gitlab_state(state: State, running: bool) -> &'static str {
+    match state {
+        State::Pending if running => "running",
         State::Pending | State::Unknown => "pending",
         State::Success => "success",
         State::Failure | State::Error => "failed",
@@ -712,7 +810,7 @@ mod tests {
         if started {
             s = s.started(chrono::Utc::now());
         }
-        assert_eq!(gitlab_state(&s), expected);
+        assert_eq!(gitlab_state(s.state, s.started_at.is_some()), expected);
     }
 
     #[rstest]
