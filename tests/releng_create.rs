@@ -672,7 +672,8 @@ fn admission_refuses_before_signing_with_every_violation_and_the_lines_that_admi
             "allowedClusterScopedKinds: [CustomResourceDefinition.apiextensions.k8s.io, ClusterRole.rbac.authorization.k8s.io, \
              ClusterRoleBinding.rbac.authorization.k8s.io, ValidatingWebhookConfiguration.admissionregistration.k8s.io, \
              MutatingWebhookConfiguration.admissionregistration.k8s.io, PriorityClass.scheduling.k8s.io]",
-            "allowedRbac: [wildcard, nodesProxy]",
+            // The baseline's own clusterPods stays: each line replaces the whole field.
+            "allowedRbac: [clusterPods, wildcard, nodesProxy]",
             "podSecurity: privileged",
         ]
     );
