@@ -70,7 +70,8 @@ async fn a_release_whose_release_yaml_is_1_5_gb_is_refused_by_size_and_the_clust
     let outcome = within("rel-2", 180, agent.reconcile()).await.unwrap();
     let Outcome::Refused { release, reason } = &outcome else { panic!("expected a refusal, got {outcome:?}") };
     assert_eq!(release, "rel-2");
-    assert!(reason.contains(&format!("release.yaml: {SIZE} bytes, over the 4194304-byte limit")), "{reason}");
+    let limit = fleetgate::model::MAX_YAML_BYTES;
+    assert!(reason.contains(&format!("release.yaml: {SIZE} bytes, over the {limit}-byte limit")), "{reason}");
     let statuses = fleet.statuses(&junk);
     assert_eq!(statuses.last().map(|s| s.state), Some(State::Error), "{statuses:?}");
     assert!(statuses.last().unwrap().description.contains(&format!("{SIZE} bytes")), "{statuses:?}");

@@ -1037,15 +1037,13 @@ impl Agent {
             Ok(accept) => accept,
             Err(why) => return Ok(Err(Blocker::Admission(why))),
         };
-        // The dry run first: it asks the API server, object by object, whether the agent may write
-        // the release at all (ApplyError::Forbidden names what its RBAC lacks), before the gates
-        // read live state with the same credentials.
-        match self.engine.dry_run(&admitted).await {
-            Ok(_) => {}
-            // Taking over a live object fleetgate did not apply: refused like any admission rule.
-            Err(e @ ApplyError::Admission(_)) => return Ok(Err(Blocker::Admission(error_chain(&e)))),
-            Err(e) if e.class() == ErrorClass::Stalling => return Ok(Err(Blocker::DryRun(error_chain(&e)))),
-            Err(e) => return Err(e.into()),
+        // The dry run before the gates: it asks the API server, object by object, whether the agent
+        // may write the release at all, and what its RBAC lacks (ApplyError::Forbidden) is said
+        // before a gate meets the same 403 reading live state. Its verdicts on the release itself
+        // come after the gates', which say more.
+        let dry_run = self.engine.dry_run(&admitted).await;
+        if let Err(e @ ApplyError::Forbidden(_)) = dry_run {
+            return Err(e.into());
         }
         let report = gates::preapply(
             &self.services.client,
@@ -1055,9 +1053,15 @@ impl Agent {
             PREAPPLY_CALL_TIMEOUT,
         )
         .await?;
-        match report.blocked {
-            Some(block) => Ok(Err(Blocker::Gate(block))),
-            None => Ok(Ok((admitted, kept))),
+        if let Some(block) = report.blocked {
+            return Ok(Err(Blocker::Gate(block)));
+        }
+        match dry_run {
+            Ok(_) => Ok(Ok((admitted, kept))),
+            // Taking over a live object fleetgate did not apply: refused like any admission rule.
+            Err(e @ ApplyError::Admission(_)) => Ok(Err(Blocker::Admission(error_chain(&e)))),
+            Err(e) if e.class() == ErrorClass::Stalling => Ok(Err(Blocker::DryRun(error_chain(&e)))),
+            Err(e) => Err(e.into()),
         }
     }
 
