@@ -317,7 +317,7 @@ promote rel-1
 start_agent() { # start_agent CLUSTER: one agent process; its pid in $DIR/agent-CLUSTER.pid
   local c=$1
   # shellcheck disable=SC2086 # DEMO_AGENT_ENV is a list of NAME=VALUE
-  env ${DEMO_AGENT_ENV:-} "$FG" agent --repo "$REPO_URL" --cluster "$c" --kubeconfig "$DIR/clusters/$c.agent.kubeconfig" \
+  env ${DEMO_AGENT_ENV:-} "$FG" agent --repo "$REPO_URL" --cluster "$c" --fleet redis-fleet --kubeconfig "$DIR/clusters/$c.agent.kubeconfig" \
     --trusted-keys "$DIR/trusted.asc" --approver-keys "$DIR/approvers.asc" --state-dir "$DIR/agents/$c" --interval "${DEMO_INTERVAL:-5s}" --lease-duration "${DEMO_LEASE_DURATION:-5s}" \
     --listen "127.0.0.1:${AGENT_PORT[$c]}" --log-format json "${AGENT_FORGE_FLAGS[@]}" >>"$DIR/agent-$c.log" 2>&1 &
   echo $! >"$DIR/agent-$c.pid"

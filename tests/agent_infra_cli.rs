@@ -73,6 +73,8 @@ async fn the_agent_process_runs_its_services_and_hands_over_on_sigterm() {
         bare.to_str().unwrap(),
         "--cluster",
         "cluster-a",
+        "--fleet",
+        "redis-fleet",
         "--trusted-keys",
         key.to_str().unwrap(),
         "--listen",

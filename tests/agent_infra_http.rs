@@ -137,6 +137,25 @@ async fn signed_webhooks_wake_the_loop_and_bad_ones_do_not() {
         f.hook(&[("x-github-event", "ping".into()), ("x-hub-signature-256", github_signature(b"{}"))], b"{}").await;
     assert_eq!((status, answer["reason"].as_str()), (200, Some("pong")));
     assert_eq!(f.woken().await, None);
+
+    // Someone who captured the first signed delivery sends it again: 409, no wake, counted.
+    let (status, answer) = f
+        .hook(&[("x-github-event", "push".into()), ("x-hub-signature-256", github_signature(PUSH_MAIN))], PUSH_MAIN)
+        .await;
+    assert_eq!((status, answer["triggered"].as_bool()), (409, Some(false)), "{answer}");
+    assert!(answer["reason"].as_str().unwrap().contains("a replay"), "{answer}");
+    // A signed push from an hour ago, never seen: too old.
+    let old = format!(
+        r#"{{"ref":"refs/heads/main","repository":{{"pushed_at":{}}}}}"#,
+        chrono::Utc::now().timestamp() - 3600
+    );
+    let old: &'static [u8] = Box::leak(old.into_boxed_str()).as_bytes();
+    let (status, answer) = f.hook(&[("x-hub-signature-256", github_signature(old))], old).await;
+    assert_eq!(status, 409, "{answer}");
+    assert!(answer["reason"].as_str().unwrap().contains("older than the 300 s replay window"), "{answer}");
+    assert_eq!(f.woken().await, None);
+    let (_, metrics) = f.get("/metrics").await;
+    assert!(metrics.contains("fleetgate_webhook_replays_total{cluster=\"canary\"} 2"), "{metrics}");
 }
 
 #[tokio::test]

@@ -51,9 +51,10 @@ const EVERYTHING: &[&str] = &[
     "--set=approvers[0]=ana",
 ];
 
-/// The two values the chart has no default for, as deploy/config.yaml sets them: with these the
+/// The three values the chart has no default for, as deploy/config.yaml sets them: with these the
 /// chart's defaults render deploy/'s objects.
-const REQUIRED: &[&str] = &["--set=repo=https://git.example.com/platform/fleet.git", "--set=cluster=canary"];
+const REQUIRED: &[&str] =
+    &["--set=repo=https://git.example.com/platform/fleet.git", "--set=cluster=canary", "--set=fleet=redis-fleet"];
 
 fn chart_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/chart")

@@ -232,8 +232,13 @@ pub struct AgentConfig {
     /// Forge logins whose approval of the promotion PR approves a release for such a wave too
     /// (the forge authenticates them; needs `forge`). Empty: only signed tags count.
     pub approvers: Vec<String>,
-    /// The fleet every release must name; `None`: pinned from the first accepted `fleet.yaml`.
+    /// The fleet every release must name; `None`: the name the state pinned, else (with
+    /// `pin_first_fleet`) the first accepted `fleet.yaml`'s.
     pub fleet: Option<String>,
+    /// `--pin-first-fleet`: an agent without `fleet` and without a pinned name may take the name
+    /// of the first release it accepts. Otherwise [`super::services::AgentServices::start`]
+    /// refuses to start, since whoever pushes first would choose the fleet (docs/SECURITY.md).
+    pub pin_first_fleet: bool,
     /// The status key file (OpenSSH Ed25519 private key); `None`: the key in the Secret
     /// `fleetgate-status-key-<cluster>`, generated on first start ([`super::identity`]).
     pub status_key: Option<PathBuf>,
@@ -323,6 +328,7 @@ pub struct AgentSettings {
     #[serde(default)]
     pub approvers: Vec<String>,
     pub fleet: Option<String>,
+    pub pin_first_fleet: Option<bool>,
     pub status_key: Option<PathBuf>,
 }
 
@@ -443,6 +449,7 @@ impl AgentSettings {
             approver_keys: if higher.approver_keys.is_empty() { self.approver_keys } else { higher.approver_keys },
             approvers: if higher.approvers.is_empty() { self.approvers } else { higher.approvers },
             fleet: higher.fleet.or(self.fleet),
+            pin_first_fleet: higher.pin_first_fleet.or(self.pin_first_fleet),
             status_key: higher.status_key.or(self.status_key),
         }
     }
@@ -548,6 +555,7 @@ impl AgentSettings {
             approver_keys: optional_key_files(&self.approver_keys)?,
             approvers: self.approvers,
             fleet: self.fleet,
+            pin_first_fleet: self.pin_first_fleet.unwrap_or(false),
             status_key: self.status_key,
             cluster,
         })

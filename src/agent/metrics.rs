@@ -13,6 +13,7 @@
 //! | `fleetgate_leader` | gauge (1 while this process leads) | |
 //! | `fleetgate_paused` | gauge (1 while the agent holds its cluster: flag, annotation, `spec.paused`) | |
 //! | `fleetgate_triggers_total` | counter | `source` (startup, poll, webhook, git-refs, request) |
+//! | `fleetgate_webhook_replays_total` | counter (signed deliveries refused as replays or stale) | |
 //! | `fleetgate_notifications_total` | counter | `endpoint`, `outcome` (delivered, failed: no retry left, dropped: queue full) |
 
 use super::state::{AgentState, Phase};
@@ -120,6 +121,7 @@ pub struct Metrics {
     leader: Gauge,
     paused: Gauge,
     triggers: Family<SourceLabels, Counter>,
+    webhook_replays: Counter,
     notifications: NotificationOutcomes,
 }
 
@@ -137,6 +139,7 @@ impl Metrics {
         let paused = Gauge::default();
         let triggers = Family::<SourceLabels, Counter>::default();
         let notifications = NotificationOutcomes::default();
+        let webhook_replays = Counter::default();
         let seconds = prometheus_client::registry::Unit::Seconds;
         registry.register_with_unit(
             "reconcile_duration",
@@ -161,6 +164,11 @@ impl Metrics {
         registry.register("leader", "1 while this process holds the leader Lease", leader.clone());
         registry.register("paused", "1 while the agent holds its cluster on the release it runs", paused.clone());
         registry.register("triggers", "Loop wake-ups by trigger source", triggers.clone());
+        registry.register(
+            "webhook_replays",
+            "Signed webhook deliveries refused as replays or as older than the replay window",
+            webhook_replays.clone(),
+        );
         registry.register("notifications", "Notifications by endpoint and outcome", notifications.0.clone());
         let metrics = Metrics {
             registry,
@@ -173,6 +181,7 @@ impl Metrics {
             leader,
             paused,
             triggers,
+            webhook_replays,
             notifications,
         };
         metrics.observe_state(&AgentState::default());
@@ -236,6 +245,10 @@ impl Metrics {
 
     pub fn record_trigger(&self, source: TriggerSource) {
         self.triggers.get_or_create(&SourceLabels { source: source.as_str() }).inc();
+    }
+
+    pub fn record_webhook_replay(&self) {
+        self.webhook_replays.inc();
     }
 
     /// The notification counter, for the notifier to count into.

@@ -19,6 +19,12 @@
 //! * `teams`: an Adaptive Card (1.4) in the `attachments` envelope — what a Teams workflow
 //!   ("When a Teams webhook request is received") accepts. Not the legacy MessageCard: it only
 //!   worked through Office 365 connectors, which Microsoft retired.
+//!
+//! What Git supplies (commit subjects, authors, trailers, release ids, messages quoting them) is
+//! written by whoever can push, so in the chat formats it is text, never markup: Slack's `&`, `<`,
+//! `>` become the entities Slack documents (`<!channel>` and `<https://evil|click>` show as
+//! written, and ping or link nobody), and Teams' Markdown characters (`\ [ ] * _ ` ~`) are
+//! backslash-escaped (`[click](https://evil)` is no link). The structured `fleetgate` details stay as they are.
 //! * `webhook`: `text` and the details only, signed (see [`sign`]): `X-Fleetgate-Timestamp: T`
 //!   (Unix seconds) and `X-Fleetgate-Signature: sha256=HEX`, HEX the HMAC-SHA256 with the secret
 //!   of `--notify-secret-file NAME=FILE` over `T.` followed by the exact body bytes. A receiver
@@ -447,7 +453,7 @@ pub fn body(format: Format, cluster: &str, n: &Notification, at: DateTime<Utc>) 
     let mut details = serde_json::to_value(n).expect("a notification serializes");
     details["cluster"] = json!(cluster);
     details["at"] = json!(at);
-    let text = n.text(cluster);
+    let text = escape(format, &n.text(cluster));
     match format {
         Format::Webhook => json!({ "text": text, "fleetgate": details }),
         Format::Slack => json!({ "text": text, "blocks": slack_blocks(&text, cluster, n), "fleetgate": details }),
@@ -464,8 +470,28 @@ pub fn body(format: Format, cluster: &str, n: &Notification, at: DateTime<Utc>) 
     }
 }
 
-/// Title, value pairs both chat formats show.
-fn facts(cluster: &str, n: &Notification) -> Vec<(&'static str, String)> {
+/// `s` as plain text in `format`'s markup (module docs): Slack's mrkdwn controls as entities,
+/// Teams' Markdown characters backslash-escaped; a `webhook` body is JSON, read by a program.
+fn escape(format: Format, s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match (format, c) {
+            (Format::Slack, '&') => out.push_str("&amp;"),
+            (Format::Slack, '<') => out.push_str("&lt;"),
+            (Format::Slack, '>') => out.push_str("&gt;"),
+            // Without `[` and `]` no link can be written; emphasis and code need the others.
+            (Format::Teams, '\\' | '[' | ']' | '*' | '_' | '`' | '~') => {
+                out.push('\\');
+                out.push(c);
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// Title, value pairs both chat formats show, the values escaped for `format`.
+fn facts(format: Format, cluster: &str, n: &Notification) -> Vec<(&'static str, String)> {
     let mut facts = vec![("Release", n.release.clone())];
     let scope = match &n.about.wave {
         Some(wave) => format!("{cluster} (wave {wave})"),
@@ -491,18 +517,18 @@ fn facts(cluster: &str, n: &Notification) -> Vec<(&'static str, String)> {
     if let Some(p) = &n.about.released_by {
         facts.push(("Released by", by(p.tagger.as_deref().unwrap_or(&p.author), p)));
     }
-    facts
+    facts.into_iter().map(|(t, v)| (t, escape(format, &v))).collect()
 }
 
 fn slack_blocks(text: &str, cluster: &str, n: &Notification) -> serde_json::Value {
     // Slack refuses a message (400, not retried) whose section text passes 3000 characters, a
     // field 2000, or a section with more than 10 fields: cut them to fit.
-    let fields: Vec<_> = facts(cluster, n)
+    let fields: Vec<_> = facts(Format::Slack, cluster, n)
         .into_iter()
         .take(10)
         .map(|(t, v)| json!({ "type": "mrkdwn", "text": truncate(&format!("*{t}*\n{v}"), 2000) }))
         .collect();
-    let why = truncate(&format!("{}: {}", n.reason, n.message), 3000);
+    let why = truncate(&escape(Format::Slack, &format!("{}: {}", n.reason, n.message)), 3000);
     json!([
         { "type": "section", "text": { "type": "mrkdwn", "text": truncate(text, 3000) } },
         { "type": "section", "fields": fields },
@@ -516,7 +542,7 @@ fn teams_card(text: &str, cluster: &str, n: &Notification) -> serde_json::Value 
         NotificationKind::Started | NotificationKind::Applied | NotificationKind::Paused => "Default",
         _ => "Attention",
     };
-    let facts: Vec<_> = facts(cluster, n).into_iter().map(|(t, v)| json!({ "title": t, "value": v })).collect();
+    let facts: Vec<_> = facts(Format::Teams, cluster, n).into_iter().map(|(t, v)| json!({ "title": t, "value": v })).collect();
     json!({
         "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
         "type": "AdaptiveCard",
@@ -524,7 +550,7 @@ fn teams_card(text: &str, cluster: &str, n: &Notification) -> serde_json::Value 
         "body": [
             { "type": "TextBlock", "text": text, "weight": "Bolder", "wrap": true, "color": colour },
             { "type": "FactSet", "facts": facts },
-            { "type": "TextBlock", "text": format!("{}: {}", n.reason, n.message), "wrap": true, "isSubtle": true },
+            { "type": "TextBlock", "text": escape(Format::Teams, &format!("{}: {}", n.reason, n.message)), "wrap": true, "isSubtle": true },
         ],
     })
 }
@@ -839,7 +865,7 @@ mod tests {
         assert_eq!(v["blocks"][0]["text"]["text"], v["text"]);
         let fields = v["blocks"][1]["fields"].to_string();
         assert!(fields.contains("*Gate*\\nerror-rate: 7.1% (threshold 5%)"), "{fields}");
-        assert!(fields.contains("Ann <ann@example.com> — promote rel-2 to canary, signed by ABCD1234"), "{fields}");
+        assert!(fields.contains("Ann &lt;ann@example.com&gt; — promote rel-2 to canary, signed by ABCD1234"), "{fields}");
     }
 
     #[test]
@@ -854,6 +880,58 @@ mod tests {
         let facts = card["body"][1]["facts"].as_array().unwrap();
         assert!(facts.contains(&json!({"title": "Cluster", "value": "canary (wave canary)"})), "{facts:?}");
         assert!(facts.contains(&json!({"title": "Rolled back to", "value": "rel-1"})), "{facts:?}");
+    }
+
+    /// A pusher's commit subject (and author, and a refusal message quoting a tag) reaches the chat
+    /// as text: no `@channel` ping, no disguised link, no bold.
+    fn from_a_pusher() -> Notification {
+        let mut n = Notification::new(NotificationKind::Refused, "rel-2", "SignatureInvalid", "tag <!here> & more");
+        n.about.promoted_by = Some(Provenance {
+            commit: "c0ffee".into(),
+            author: "Eve <eve@example.com>".into(),
+            subject: "<!channel> urgent: <https://evil.example|approve here> [click](https://evil.example) *now*"
+                .into(),
+            trailers: vec![],
+            tagger: None,
+            signer: None,
+        });
+        n
+    }
+
+    #[rstest]
+    #[case("<!channel> & <https://evil|click>", "&lt;!channel&gt; &amp; &lt;https://evil|click&gt;")]
+    #[case("plain rel-2 (wave canary)", "plain rel-2 (wave canary)")]
+    fn slack_markup_in_git_text_becomes_entities(#[case] raw: &str, #[case] escaped: &str) {
+        assert_eq!(escape(Format::Slack, raw), escaped);
+    }
+
+    #[rstest]
+    #[case("[click](https://evil)", "\\[click\\](https://evil)")]
+    #[case("*bold* _it_ `code` ~x~ a\\b", "\\*bold\\* \\_it\\_ \\`code\\` \\~x\\~ a\\\\b")]
+    #[case("canary (wave canary)", "canary (wave canary)")]
+    fn teams_markdown_in_git_text_is_backslash_escaped(#[case] raw: &str, #[case] escaped: &str) {
+        assert_eq!(escape(Format::Teams, raw), escaped);
+    }
+
+    #[test]
+    fn a_commit_subject_pings_and_links_nobody_in_slack() {
+        let v = body(Format::Slack, "canary", &from_a_pusher(), DateTime::from_timestamp(AT, 0).unwrap());
+        let rendered = [v["text"].to_string(), v["blocks"].to_string()].concat();
+        for markup in ["<!channel>", "<!here>", "<https://evil.example|approve here>", " & "] {
+            assert!(!rendered.contains(markup), "{markup} reached Slack as markup: {rendered}");
+        }
+        assert!(rendered.contains("&lt;!channel&gt; urgent: &lt;https://evil.example|approve here&gt;"), "{rendered}");
+        assert!(rendered.contains("tag &lt;!here&gt; &amp; more"), "{rendered}");
+        // The structured details keep what Git said, for programs.
+        assert_eq!(v["fleetgate"]["promotedBy"]["subject"].as_str().unwrap().get(..10), Some("<!channel>"));
+    }
+
+    #[test]
+    fn a_commit_subject_links_nobody_in_teams() {
+        let v = body(Format::Teams, "canary", &from_a_pusher(), DateTime::from_timestamp(AT, 0).unwrap());
+        let card = v["attachments"][0]["content"].to_string();
+        assert!(!card.contains("[click](https://evil.example)"), "{card}");
+        assert!(card.contains("\\\\[click\\\\](https://evil.example) \\\\*now\\\\*"), "{card}");
     }
 
     #[test]

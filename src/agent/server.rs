@@ -21,6 +21,10 @@
 //! a request that cannot authenticate from its headers alone (no signature header, a wrong GitLab
 //! token, a signature that is not hex) gets 401 — none of them has its body read. Bodies that must
 //! be read (HMAC schemes, or no secret) are read as a stream, abandoned past [`MAX_BODY_BYTES`]
+//! (413) or after [`BODY_TIMEOUT`] (408). A signed delivery is accepted once: its HMAC (which
+//! only the secret's holders can make, unlike a delivery-id header) is remembered, and the same
+//! signature again, or a push payload whose signed `repository.pushed_at` is older than
+//! [`REPLAY_WINDOW`], gets 409 and counts in `fleetgate_webhook_replays_total`. Bodies that must
 //! (413) or after [`BODY_TIMEOUT`] (408). `/healthz`, `/readyz` and `/metrics` share no limit with
 //! it, so a flood of deliveries does not make the probes fail. Every connection must send each
 //! request head within [`HEADER_TIMEOUT`] or it is closed, so connections that never finish a
@@ -58,6 +62,11 @@ pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a client may take to send a request head (hyper's default is 30 s; probes and
 /// forges send theirs at once).
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How old a signed push may be (its payload's `repository.pushed_at`) and still wake the loop.
+pub const REPLAY_WINDOW: Duration = Duration::from_secs(5 * 60);
+/// Signatures of accepted deliveries remembered; the oldest is forgotten first. Only deliveries
+/// that carry a valid HMAC are remembered, so only the secret's holders fill it.
+const REMEMBERED_DELIVERIES: usize = 1024;
 
 /// Liveness and readiness inputs, shared by the loop (which marks the first sync) and the server.
 #[derive(Debug, Clone)]
@@ -229,6 +238,39 @@ pub enum HookRefused {
         "the body is neither empty nor a JSON push payload ({message}); set the webhook's content type to application/json"
     )]
     NotJson { message: String },
+    #[error("this signed delivery was accepted before (a replay); the agent polls anyway, nothing to redeliver")]
+    Replayed,
+    #[error("this signed push is from {age_secs} s ago, older than the {window_secs} s replay window; check the clock if it is new")]
+    Stale { age_secs: u64, window_secs: u64 },
+}
+
+/// The signatures of the signed deliveries accepted so far (at most [`REMEMBERED_DELIVERIES`]).
+#[derive(Debug, Default)]
+struct SeenDeliveries(std::sync::Mutex<std::collections::VecDeque<Vec<u8>>>);
+
+impl SeenDeliveries {
+    /// Accepts a delivery with `signature` whose payload is `body` at `now` (Unix seconds), once:
+    /// [`HookRefused::Replayed`] for a signature seen before, [`HookRefused::Stale`] for a push
+    /// older than [`REPLAY_WINDOW`].
+    fn admit(&self, signature: &[u8], body: &[u8], now: u64) -> Result<(), HookRefused> {
+        let pushed_at = serde_json::from_slice::<serde_json::Value>(body)
+            .ok()
+            .and_then(|v| v.get("repository")?.get("pushed_at")?.as_u64());
+        if let Some(at) = pushed_at
+            && now.saturating_sub(at) > REPLAY_WINDOW.as_secs()
+        {
+            return Err(HookRefused::Stale { age_secs: now - at, window_secs: REPLAY_WINDOW.as_secs() });
+        }
+        let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.iter().any(|s| s == signature) {
+            return Err(HookRefused::Replayed);
+        }
+        if seen.len() == REMEMBERED_DELIVERIES {
+            seen.pop_front();
+        }
+        seen.push_back(signature.to_vec());
+        Ok(())
+    }
 }
 
 /// An HMAC signature from the headers, to be checked against the body once it is read.
@@ -276,6 +318,7 @@ pub enum ServerError {
 struct Shared {
     state: ServerState,
     hooks: Arc<Semaphore>,
+    seen: SeenDeliveries,
 }
 
 pub fn router(state: ServerState) -> Router {
@@ -284,7 +327,11 @@ pub fn router(state: ServerState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/hooks/git", post(git_hook))
-        .with_state(Arc::new(Shared { state, hooks: Arc::new(Semaphore::new(MAX_CONCURRENT_HOOKS)) }))
+        .with_state(Arc::new(Shared {
+            state,
+            hooks: Arc::new(Semaphore::new(MAX_CONCURRENT_HOOKS)),
+            seen: SeenDeliveries::default(),
+        }))
 }
 
 async fn readyz(State(s): State<Arc<Shared>>) -> Response {
@@ -336,10 +383,13 @@ async fn git_hook(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
     if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
         return too_large();
     }
-    if let Err(why) = s.webhook.authenticate_headers(&headers) {
-        tracing::warn!(reason = %why, "refused a webhook call");
-        return answer(StatusCode::UNAUTHORIZED, false, &why.to_string());
-    }
+    let signed = match s.webhook.authenticate_headers(&headers) {
+        Ok(check) => check.map(|c| c.signature),
+        Err(why) => {
+            tracing::warn!(reason = %why, "refused a webhook call");
+            return answer(StatusCode::UNAUTHORIZED, false, &why.to_string());
+        }
+    };
     // Only a delivery that gets this far reads its body, so only those need one of the few slots.
     let Ok(_slot) = shared.hooks.clone().try_acquire_owned() else {
         tracing::warn!("refused a webhook call: {MAX_CONCURRENT_HOOKS} deliveries in flight");
@@ -360,7 +410,17 @@ async fn git_hook(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
             return answer(StatusCode::REQUEST_TIMEOUT, false, &why);
         }
     };
-    match s.webhook.judge(&headers, &body) {
+    let judged = s.webhook.judge(&headers, &body);
+    // Judged authentic: now whether it was seen before (a refused delivery is not remembered).
+    if let (Ok(_), Some(signature)) = (&judged, &signed) {
+        let now = chrono::Utc::now().timestamp().max(0) as u64;
+        if let Err(why) = shared.seen.admit(signature, &body, now) {
+            tracing::warn!(reason = %why, "refused a webhook call");
+            s.metrics.record_webhook_replay();
+            return answer(StatusCode::CONFLICT, false, &why.to_string());
+        }
+    }
+    match judged {
         Ok(Hook::Sync) => {}
         Ok(Hook::Ping) => return answer(StatusCode::OK, false, "pong"),
         Ok(Hook::OtherBranch(branch)) => {
@@ -494,6 +554,31 @@ mod tests {
     fn authentication(#[case] pairs: Vec<(&'static str, String)>, #[case] ok: bool) {
         let w = WebhookConfig::new("main", Some(b"s3cret".to_vec()));
         assert_eq!(w.judge(&headers(&pairs), b"{}").is_ok(), ok);
+    }
+
+    #[test]
+    fn a_signed_delivery_is_accepted_once_and_only_while_fresh() {
+        let seen = SeenDeliveries::default();
+        let now = 1_700_000_000;
+        let push = |at: u64| format!(r#"{{"ref":"refs/heads/main","repository":{{"pushed_at":{at}}}}}"#);
+        assert_eq!(seen.admit(b"sig-1", push(now - 10).as_bytes(), now), Ok(()));
+        assert_eq!(seen.admit(b"sig-1", push(now - 10).as_bytes(), now + 1), Err(HookRefused::Replayed));
+        assert_eq!(seen.admit(b"sig-2", b"", now), Ok(()), "an empty body has no time, its signature counts");
+        assert_eq!(seen.admit(b"sig-2", b"", now + 3600), Err(HookRefused::Replayed));
+        assert_eq!(
+            seen.admit(b"sig-3", push(now - 301).as_bytes(), now),
+            Err(HookRefused::Stale { age_secs: 301, window_secs: 300 })
+        );
+    }
+
+    #[test]
+    fn the_oldest_signature_is_forgotten_first() {
+        let seen = SeenDeliveries::default();
+        for i in 0..=REMEMBERED_DELIVERIES {
+            assert_eq!(seen.admit(&i.to_be_bytes(), b"", 0), Ok(()));
+        }
+        assert_eq!(seen.admit(&REMEMBERED_DELIVERIES.to_be_bytes(), b"", 0), Err(HookRefused::Replayed));
+        assert_eq!(seen.admit(&0usize.to_be_bytes(), b"", 0), Ok(()), "forgotten");
     }
 
     #[test]

@@ -31,6 +31,12 @@ pub enum StartError {
     Forge(#[from] crate::status::ForgeError),
     #[error("this cluster's status key")]
     Identity(#[from] super::identity::IdentityError),
+    #[error(
+        "no fleet name given and none pinned in the state ConfigMap {configmap}: pass --fleet NAME (`fleet:` in the \
+         config file), the metadata.name of the fleet repo's fleet.yaml; or --pin-first-fleet to take the name of the \
+         first release this agent accepts, which lets whoever pushes first choose it (docs/SECURITY.md)"
+    )]
+    FleetNotGiven { configmap: String },
 }
 
 /// The running infrastructure of one agent. Fields are public so the loop can borrow them
@@ -73,6 +79,11 @@ impl AgentServices {
         .await?;
         let store = StateStore::new(client.clone(), &config.state_namespace, &config.cluster);
         let state = store.load().await?;
+        // Without a name, the first tip this agent reads would choose the fleet: a pusher could
+        // make a fresh agent adopt another fleet's releases signed by the same key.
+        if config.fleet.is_none() && state.trust().fleet.is_none() && !config.pin_first_fleet {
+            return Err(StartError::FleetNotGiven { configmap: store.name().to_string() });
+        }
         let metrics = Arc::new(Metrics::new(&config.cluster));
         metrics.observe_state(&state);
 

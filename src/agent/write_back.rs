@@ -215,7 +215,7 @@ fn push(repo: &Repository, url: &str, credentials: &Credentials, commit: Oid, br
         rejection = status.map(str::to_string);
         Ok(())
     });
-    let mut options = credentials.push_options(url, callbacks);
+    let mut options = credentials.push_options(callbacks);
     let result = remote.push(&[format!("{PUSH_REF}:refs/heads/{branch}")], Some(&mut options));
     drop(options);
     match (result, rejection) {

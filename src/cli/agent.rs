@@ -160,9 +160,15 @@ pub struct Args {
     #[arg(long = "approver", env = "FLEETGATE_APPROVERS", value_name = "LOGIN", value_delimiter = ',')]
     approvers: Vec<String>,
     /// The fleet's name (fleet.yaml metadata.name) every release must name in spec.fleet
-    /// [default: the name in the first fleet.yaml this agent accepts, remembered in its state].
+    /// [default: the name this agent's state pinned; required when there is none yet, unless
+    /// --pin-first-fleet].
     #[arg(long, env = "FLEETGATE_FLEET", value_name = "NAME")]
     fleet: Option<String>,
+    /// Without --fleet and with no name pinned yet, take the fleet name of the first release this
+    /// agent accepts. Whoever pushes before that first sync then chooses the fleet, including
+    /// another fleet's releases signed by the same key (docs/SECURITY.md).
+    #[arg(long, env = "FLEETGATE_PIN_FIRST_FLEET", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pin_first_fleet: Option<bool>,
     /// This cluster's status key: an unencrypted OpenSSH Ed25519 private key file [default: the
     /// Secret fleetgate-status-key-<cluster> in the state namespace, generated on first start].
     #[arg(long, env = "FLEETGATE_STATUS_KEY", value_name = "FILE")]
@@ -220,6 +226,7 @@ impl Args {
             approver_keys: self.approver_keys,
             approvers: self.approvers,
             fleet: self.fleet,
+            pin_first_fleet: self.pin_first_fleet,
             status_key: self.status_key,
         };
         Ok(file.overlay(flags).resolve()?)
@@ -272,7 +279,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     tracing::info!(
         cluster = %config.cluster,
-        repo = %config.repo.url(),
+        repo = %crate::model::redact_userinfo(&config.repo.url()),
         branch = %config.branch,
         identity = %config.identity,
         leader_election = config.leader_election.is_some(),

@@ -21,6 +21,22 @@ pub fn error_chain(err: &(dyn Error + 'static)) -> String {
     out
 }
 
+/// A repo URL as messages may show it: its path kept (which repo it is), a password in its user
+/// info replaced by `…`, and for `http(s)://` a user name alone too, since forges take a token
+/// there (`https://ghp_…@github.com/…`). An SSH user (`ssh://git@host`, `git@host:path`) is no
+/// secret and stays. Every place that prints a repo URL (errors, logs, `/readyz`) passes it here.
+pub fn redact_userinfo(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else { return url.to_string() };
+    let hidden = match rest[..at].split_once(':') {
+        Some((user, _password)) => format!("{user}:…"),
+        None if scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https") => "…".to_string(),
+        None => return url.to_string(),
+    };
+    format!("{scheme}://{hidden}{}", &rest[at..])
+}
+
 /// `url` as messages may show it: scheme, host and port, then `/…` when it had more. A webhook
 /// URL's path is its secret (Slack's `https://hooks.slack.com/services/T…/B…/…`), and user info
 /// or a query may hold credentials; logs, Events and statuses get only where it points.
@@ -45,6 +61,19 @@ mod tests {
     enum Middle {
         #[error("fetching git://host/fleet.git")]
         Fetch(#[source] Inner),
+    }
+
+    #[rstest::rstest]
+    #[case("https://user:s3cret-token@git.example.com/platform/fleet.git", "https://user:…@git.example.com/platform/fleet.git")]
+    #[case("https://ghp_s3cret@github.com/acme/fleet.git", "https://…@github.com/acme/fleet.git")]
+    #[case("http://oauth2:s3cret@10.0.0.1:3000/fleet.git", "http://oauth2:…@10.0.0.1:3000/fleet.git")]
+    #[case("ssh://git@git.example.com/fleet.git", "ssh://git@git.example.com/fleet.git")]
+    #[case("ssh://git:s3cret@git.example.com/fleet.git", "ssh://git:…@git.example.com/fleet.git")]
+    #[case("git@github.com:acme/fleet.git", "git@github.com:acme/fleet.git")]
+    #[case("https://git.example.com/a@b/fleet.git", "https://git.example.com/a@b/fleet.git")]
+    #[case("/srv/fleet.git", "/srv/fleet.git")]
+    fn repo_urls_lose_their_secrets_only(#[case] url: &str, #[case] shown: &str) {
+        assert_eq!(redact_userinfo(url), shown);
     }
 
     #[rstest::rstest]

@@ -31,7 +31,7 @@ pub use approval::*;
 pub use checks::*;
 pub use cluster::*;
 pub use config::*;
-pub use error_chain::{error_chain, redacted_url};
+pub use error_chain::{error_chain, redact_userinfo, redacted_url};
 pub use error_class::*;
 pub use finding::*;
 pub use fleet::*;

@@ -40,7 +40,7 @@ pub fn push(repo: &FleetRepo, remote: &str, refs: &[String], access: &Credential
         }
         Ok(())
     });
-    let mut opts = access.push_options(&url, cbs);
+    let mut opts = access.push_options(cbs);
     let specs: Vec<String> = refs.iter().map(|r| format!("{r}:{r}")).collect();
     let pushed = r.push(&specs, Some(&mut opts));
     drop(opts);

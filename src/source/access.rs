@@ -17,11 +17,9 @@
 //!   the caller as generic network errors. Whoever reports a failed connection passes its error
 //!   through [`explain_refusal`], which gives back the refusal this thread recorded
 //!   (`ErrorCode::Certificate`, with the [`HostKeyError`] or the TLS verdict).
-//! * **Proxies**: `HTTPS_PROXY` (either case) is honoured for `https://` URLs unless `NO_PROXY`
-//!   covers the host, as reqwest does for the agent's HTTP. Nothing else is proxied: libgit2, which
-//!   serves `http://`, would connect to the server itself whatever it is told (libgit2 issue
-//!   #5650), so an `HTTP_PROXY` that covers an `http://` repo is not passed on and a warning says
-//!   the connection goes direct. `ssh://` and `git://` connect directly.
+//! * **Proxies**: `HTTPS_PROXY` and `HTTP_PROXY` (either case) are honoured for `https://` and
+//!   `http://` URLs unless `NO_PROXY` covers the host, as reqwest does for the agent's HTTP (both
+//!   schemes are fleetgate's own transport). `ssh://` and `git://` connect directly.
 
 use super::Credentials;
 use git2::cert::Cert;
@@ -277,6 +275,12 @@ fn check_certificate(
     Ok(CertificateCheckStatus::CertificatePassthrough)
 }
 
+/// libgit2's proxy options: none. `https://` and `http://` go through the proxy in fleetgate's own
+/// transport ([`super::https`]); `ssh://` and `git://` connect directly.
+pub fn no_libgit2_proxy<'a>() -> ProxyOptions<'a> {
+    ProxyOptions::new()
+}
+
 /// What to tell someone whose HTTPS connection failed its certificate check.
 pub const CA_HINT: &str = "if the server's certificate is issued by a private CA, give that CA's certificate (PEM) \
      as caFile: key `caFile` of the Git credentials Secret, --git-ca-file for the agent, --ca-file for the CLI";
@@ -308,34 +312,19 @@ impl Credentials {
         cb
     }
 
-    /// libgit2's proxy options for `url`: none. `https://` goes through the proxy in fleetgate's
-    /// own transport; an `http://` URL an `HTTP_PROXY` covers is reached directly, with a warning
-    /// (see the module's doc: libgit2 would not use it).
-    pub fn proxy_options<'a>(&self, url: &str) -> ProxyOptions<'a> {
-        static DIRECT_HTTP: std::sync::Once = std::sync::Once::new();
-        if let Some(p) = self.proxy.for_url(url).filter(|_| url.starts_with("http://")) {
-            DIRECT_HTTP.call_once(|| {
-                tracing::warn!(
-                    url,
-                    proxy = p,
-                    "HTTP_PROXY is not used for http:// Git URLs (libgit2 proxies only https://); connecting directly"
-                );
-            });
-        }
-        ProxyOptions::new()
-    }
-
-    /// Fetch options for `url` with `callbacks` (from [`Credentials::callbacks`]) and the proxy.
-    pub fn fetch_options<'a>(&self, url: &str, callbacks: RemoteCallbacks<'a>) -> FetchOptions<'a> {
+    /// Fetch options with `callbacks` (from [`Credentials::callbacks`]): no libgit2 proxy, no
+    /// redirect followed.
+    pub fn fetch_options<'a>(&self, callbacks: RemoteCallbacks<'a>) -> FetchOptions<'a> {
         let mut opts = FetchOptions::new();
-        opts.remote_callbacks(callbacks).proxy_options(self.proxy_options(url));
+        opts.remote_callbacks(callbacks).proxy_options(no_libgit2_proxy()).follow_redirects(git2::RemoteRedirect::None);
         opts
     }
 
-    /// Push options for `url` with `callbacks` (from [`Credentials::callbacks`]) and the proxy.
-    pub fn push_options<'a>(&self, url: &str, callbacks: RemoteCallbacks<'a>) -> PushOptions<'a> {
+    /// Push options with `callbacks` (from [`Credentials::callbacks`]): no libgit2 proxy, no
+    /// redirect followed.
+    pub fn push_options<'a>(&self, callbacks: RemoteCallbacks<'a>) -> PushOptions<'a> {
         let mut opts = PushOptions::new();
-        opts.remote_callbacks(callbacks).proxy_options(self.proxy_options(url));
+        opts.remote_callbacks(callbacks).proxy_options(no_libgit2_proxy()).follow_redirects(git2::RemoteRedirect::None);
         opts
     }
 }

@@ -1,8 +1,11 @@
-//! Git's smart HTTP protocol over `https://` on fleetgate's own HTTP client ([`crate::http`]:
-//! rustls), registered as libgit2's `https` transport. libgit2's built-in HTTPS would bring OpenSSL
-//! into every process: a TLS context and the whole system CA bundle parsed into memory at start,
-//! whether or not a repo is ever reached over HTTPS (about 2 MiB of the agent's resident memory,
-//! docs/BENCHMARKS.md "Agent footprint"). `http://`, `ssh://` and `git://` stay libgit2's.
+//! Git's smart HTTP protocol over `https://` and `http://` on fleetgate's own HTTP client
+//! ([`crate::http`]: rustls), registered as libgit2's `https` and `http` transports. libgit2's
+//! built-in HTTPS would bring OpenSSL into every process: a TLS context and the whole system CA
+//! bundle parsed into memory at start, whether or not a repo is ever reached over HTTPS (about 2
+//! MiB of the agent's resident memory, docs/BENCHMARKS.md "Agent footprint"). Its plain HTTP follows
+//! a redirect of the first request to any port of the same host, and, told to follow one, to any
+//! host, credentials asked for there included; here no redirect is followed for either scheme.
+//! `ssh://` and `git://` stay libgit2's.
 //!
 //! A connection does what the [`Credentials`] of its operation say: [`Credentials::callbacks`],
 //! which every fetch, push and ls-remote fleetgate makes asks for first, hands them to this thread
@@ -17,7 +20,8 @@
 //!   `git_helpers` (the CLI on a person's machine), Git's credential helpers are asked once the
 //!   server answers 401, as `git` does.
 //! * **Proxy**: [`ProxyEnv::for_url`](super::ProxyEnv::for_url) of the credentials (`CONNECT`
-//!   tunnel); the environment is not read again here.
+//!   tunnel for `https://`, `HTTP_PROXY` forwarding for `http://`); the environment is not read
+//!   again here.
 //! * **Refusals say why**: a certificate that chains to no trusted root is recorded for
 //!   [`explain_refusal`](super::explain_refusal) (an `ErrorCode::Certificate`, not retried), an
 //!   answer 401 is a credentials error, and a server that does not speak smart HTTP is named.
@@ -49,16 +53,18 @@ fn register() {
     REGISTER.call_once(|| {
         // SAFETY: libgit2 reads its list of transports without a lock. Every connection fleetgate
         // makes passes here first, and `Once` holds them all until the registration is done.
-        let registered = unsafe {
-            git2::transport::register("https", |remote| {
-                let credentials = CONNECTION.with(|c| c.borrow().clone()).ok_or_else(|| {
-                    git2::Error::from_str("an HTTPS connection was made without fleetgate's Git connection settings")
-                })?;
-                Transport::smart(remote, true, Https { credentials, client: OnceLock::new() })
-            })
-        };
-        if let Err(e) = registered {
-            tracing::error!("registering the https:// Git transport: {e}");
+        for scheme in ["https", "http"] {
+            let registered = unsafe {
+                git2::transport::register(scheme, |remote| {
+                    let credentials = CONNECTION.with(|c| c.borrow().clone()).ok_or_else(|| {
+                        git2::Error::from_str("an HTTP connection was made without fleetgate's Git connection settings")
+                    })?;
+                    Transport::smart(remote, true, Https { credentials, client: OnceLock::new() })
+                })
+            };
+            if let Err(e) = registered {
+                tracing::error!("registering the {scheme}:// Git transport: {e}");
+            }
         }
     });
 }
@@ -122,6 +128,7 @@ impl SmartSubtransport for Https {
         Ok(Box::new(Exchange {
             client: self.client(&url)?,
             credentials: self.credentials.clone(),
+            shown: crate::model::redact_userinfo(&url),
             url,
             service,
             listing,
@@ -140,6 +147,8 @@ struct Exchange {
     client: reqwest::Client,
     credentials: Arc<Credentials>,
     url: String,
+    /// `url` as messages show it: a token in its user info is not repeated in logs and `/readyz`.
+    shown: String,
     service: &'static str,
     /// GET `info/refs` (the refs advertised) rather than POST to the service.
     listing: bool,
@@ -163,7 +172,7 @@ impl Exchange {
         let mut asked_helpers = false;
         loop {
             let (head, chunks) = self.request(body.clone(), auth.clone())?;
-            let (status, headers) = head.map_err(|e| failed(&self.url, e))?;
+            let (status, headers) = head.map_err(|e| failed(&self.shown, e))?;
             let header = |name| headers.get(name).and_then(|v: &reqwest::header::HeaderValue| v.to_str().ok());
             if status == reqwest::StatusCode::UNAUTHORIZED {
                 if auth.is_none() && self.credentials.git_helpers && !asked_helpers {
@@ -174,21 +183,21 @@ impl Exchange {
                     }
                 }
                 return Err(io::Error::other(if auth.is_some() {
-                    format!("{}: the remote rejected the configured credentials (HTTP 401)", self.url)
+                    format!("{}: the remote rejected the configured credentials (HTTP 401)", self.shown)
                 } else {
-                    format!("{}: the remote asks for credentials and none are configured (HTTP 401)", self.url)
+                    format!("{}: the remote asks for credentials and none are configured (HTTP 401)", self.shown)
                 }));
             }
             if status.is_redirection() {
                 return Err(io::Error::other(format!(
                     "{}: the server redirects (HTTP {status}) to {}; fleetgate follows no redirect, which would take \
                      the token along: give the repo's URL as the redirect names it",
-                    self.url,
+                    self.shown,
                     header(reqwest::header::LOCATION).unwrap_or("nowhere"),
                 )));
             }
             if !status.is_success() {
-                return Err(io::Error::other(format!("{}: the server answered HTTP {status}", self.url)));
+                return Err(io::Error::other(format!("{}: the server answered HTTP {status}", self.shown)));
             }
             let expected = if self.listing {
                 format!("application/x-{}-advertisement", self.service)
@@ -199,7 +208,7 @@ impl Exchange {
             if content_type != Some(expected.as_str()) {
                 return Err(io::Error::other(format!(
                     "{}: not a Git smart HTTP server (answered {} instead of {expected}); check the repo URL",
-                    self.url,
+                    self.shown,
                     content_type.unwrap_or("no content type"),
                 )));
             }
@@ -249,7 +258,7 @@ impl Exchange {
             }
         });
         let head = futures::executor::block_on(head_rx)
-            .map_err(|_| io::Error::other(format!("{}: the HTTP request was dropped", self.url)))?;
+            .map_err(|_| io::Error::other(format!("{}: the HTTP request was dropped", self.shown)))?;
         Ok((head, chunks))
     }
 
@@ -298,7 +307,7 @@ impl Read for Exchange {
             match futures::executor::block_on(body.chunks.recv()) {
                 None => return Ok(0),
                 Some(Ok(chunk)) => body.unread = chunk,
-                Some(Err(e)) => return Err(failed(&self.url, e)),
+                Some(Err(e)) => return Err(failed(&self.shown, e)),
             }
         }
         let n = buf.len().min(body.unread.len());

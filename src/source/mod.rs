@@ -44,7 +44,7 @@ pub use notes_schedule::NotesSchedule;
 pub use template::*;
 pub use tree::*;
 
-use crate::model::ErrorClass;
+use crate::model::{ErrorClass, redact_userinfo};
 use git2::{AutotagOption, Direction, FetchPrune, Oid, RemoteCallbacks, Repository};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -329,6 +329,8 @@ pub struct SyncOutcome {
 /// A fleet repo mirrored into a state directory.
 pub struct Source {
     url: String,
+    /// `url` as errors and logs show it ([`redact_userinfo`]): no token from its user info.
+    shown_url: String,
     branch: String,
     state_dir: PathBuf,
     mirror: Repository,
@@ -343,7 +345,7 @@ pub struct Source {
 
 impl std::fmt::Debug for Source {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Source").field("url", &self.url).field("branch", &self.branch).finish_non_exhaustive()
+        f.debug_struct("Source").field("url", &self.shown_url).field("branch", &self.branch).finish_non_exhaustive()
     }
 }
 
@@ -368,8 +370,10 @@ impl Source {
         let path = state_dir.join("mirror.git");
         let mirror = if path.exists() { Repository::open_bare(&path) } else { Repository::init_bare(&path) }
             .map_err(|e| state(&e))?;
+        let url = normalize_url(url);
         Ok(Source {
-            url: normalize_url(url),
+            shown_url: redact_userinfo(&url),
+            url,
             branch: "main".to_string(),
             state_dir: state_dir.to_path_buf(),
             mirror,
@@ -446,24 +450,25 @@ impl Source {
     fn classify(&self, e: git2::Error, attempts: u32) -> SourceError {
         use git2::{ErrorClass as C, ErrorCode};
         let e = explain_refusal(e);
-        let message = e.message().to_string();
+        // libgit2 and the HTTPS transport may quote the URL they were given, user info and all.
+        let message = e.message().replace(&self.url, &self.shown_url);
         // A refused host is a configuration matter: retrying would only knock again. First: its
         // message says where credentials go, which is no authentication failure.
         if e.code() == ErrorCode::Certificate {
             return if self.url.starts_with("https://") || self.url.starts_with("http://") {
-                SourceError::Certificate { url: self.url.clone(), message }
+                SourceError::Certificate { url: self.shown_url.clone(), message }
             } else {
-                SourceError::HostKey { url: self.url.clone(), message }
+                SourceError::HostKey { url: self.shown_url.clone(), message }
             };
         }
         if e.code() == ErrorCode::Auth || message.contains("credentials") {
-            return SourceError::Auth { url: self.url.clone(), message };
+            return SourceError::Auth { url: self.shown_url.clone(), message };
         }
         match e.class() {
             C::Net | C::Ssh | C::Http | C::Ssl | C::Os => {
-                SourceError::Network { url: self.url.clone(), message, attempts }
+                SourceError::Network { url: self.shown_url.clone(), message, attempts }
             }
-            _ => SourceError::Remote { url: self.url.clone(), message },
+            _ => SourceError::Remote { url: self.shown_url.clone(), message },
         }
     }
 
@@ -480,7 +485,7 @@ impl Source {
                     if !matches!(err, SourceError::Network { .. }) || attempt >= self.retry.attempts.max(1) {
                         return Err(err);
                     }
-                    tracing::warn!(url = %self.url, attempt, error = %err, "git network error, retrying in {wait:?}");
+                    tracing::warn!(url = %self.shown_url, attempt, error = %err, "git network error, retrying in {wait:?}");
                     std::thread::sleep(wait);
                     wait = (wait * 2).min(self.retry.max);
                 }
@@ -493,7 +498,7 @@ impl Source {
         self.with_retries(|s| {
             s.stats.ls_remotes += 1;
             let mut remote = s.mirror.remote_anonymous(&s.url)?;
-            let proxy = s.credentials.proxy_options(&s.url);
+            let proxy = access::no_libgit2_proxy();
             let conn = remote.connect_auth(Direction::Fetch, Some(s.callbacks()), Some(proxy))?;
             let refs =
                 conn.list()?.iter().filter(|h| s.wanted(h.name())).map(|h| (h.name().to_string(), h.oid())).collect();
@@ -550,13 +555,13 @@ impl Source {
                 seen.set(p.received_bytes() as u64);
                 p.received_bytes() as u64 <= limit
             });
-            let mut opts = s.credentials.fetch_options(&s.url, callbacks);
+            let mut opts = s.credentials.fetch_options(callbacks);
             opts.prune(FetchPrune::On).download_tags(AutotagOption::None).update_fetchhead(false);
             remote.fetch(specs, Some(&mut opts), Some("fleetgate fetch"))
         });
         match result {
             Err(_) if received.get() > limit => Err(SourceError::PackTooLarge {
-                url: self.url.clone(),
+                url: self.shown_url.clone(),
                 what: what.to_string(),
                 received: received.get(),
                 limit,
@@ -611,11 +616,11 @@ impl Source {
         let mut remote = self.ls_remote()?;
         let branch = self.branch_ref();
         if !remote.refs.contains_key(&branch) {
-            return Err(SourceError::BranchNotFound { url: self.url.clone(), branch: self.branch.clone() });
+            return Err(SourceError::BranchNotFound { url: self.shown_url.clone(), branch: self.branch.clone() });
         }
         let tags = remote.refs.keys().filter(|n| n.starts_with("refs/tags/")).count();
         if tags > self.limits.max_tags {
-            return Err(SourceError::TooManyTags { url: self.url.clone(), count: tags, limit: self.limits.max_tags });
+            return Err(SourceError::TooManyTags { url: self.shown_url.clone(), count: tags, limit: self.limits.max_tags });
         }
         self.refused.retain(|name, r| remote.refs.get(name) == Some(&r.oid));
         remote.refs.retain(|name, _| !self.refused.contains_key(name));
@@ -705,7 +710,7 @@ impl Checkout {
         let tip = match repo.refname_to_id(&format!("refs/heads/{branch}")) {
             Ok(oid) => oid,
             Err(e) if e.code() == git2::ErrorCode::NotFound => {
-                return Err(SourceError::BranchNotFound { url: origin.to_string(), branch: branch.to_string() });
+                return Err(SourceError::BranchNotFound { url: redact_userinfo(origin), branch: branch.to_string() });
             }
             Err(e) => return Err(e.into()),
         };

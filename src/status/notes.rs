@@ -274,7 +274,7 @@ fn push(repo: &Repository, remote: &GitRemote, refname: &str) -> Result<Option<S
         }
         Ok(())
     });
-    let mut opts = remote.access.push_options(&remote.url, cbs);
+    let mut opts = remote.access.push_options(cbs);
     let result = r.push(&[format!("{refname}:{refname}")], Some(&mut opts));
     drop(opts);
     match result {
@@ -295,7 +295,7 @@ fn push(repo: &Repository, remote: &GitRemote, refname: &str) -> Result<Option<S
 pub fn sync(repo: &Repository, remote: &GitRemote) -> Result<(), NotesError> {
     let fetch_err = |source| NotesError::Fetch { url: remote.url.clone(), source: explain_refusal(source) };
     let mut r = repo.remote_anonymous(&remote.url).map_err(fetch_err)?;
-    let mut opts = remote.access.fetch_options(&remote.url, remote.callbacks());
+    let mut opts = remote.access.fetch_options(remote.callbacks());
     opts.update_fetchhead(false);
     // The tracking refs mirror the remote exactly; refs deleted there are dropped here too.
     opts.prune(git2::FetchPrune::On);

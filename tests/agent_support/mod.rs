@@ -239,6 +239,7 @@ impl Fleet {
         AgentSettings {
             repo: Some(self.url.clone()),
             cluster: Some(name.into()),
+            fleet: Some(FLEET_NAME.into()),
             status_key: Some(self.status_key(name)),
             kubeconfig: Some(self.agent_identity.kubeconfig_path().to_path_buf()),
             trusted_keys: vec![self.trusted.clone()],
@@ -283,6 +284,7 @@ impl Fleet {
     pub fn agent_command(&self, name: &str, port: u16, lease_seconds: u64, write_back: bool) -> Command {
         let mut cmd = Command::new(BIN);
         cmd.env("POD_NAME", name).args(["--log=info", "agent", "--repo", &self.url, "--cluster", CLUSTER]);
+        cmd.args(["--fleet", FLEET_NAME]);
         cmd.arg("--status-key").arg(self.status_key(CLUSTER));
         cmd.arg("--kubeconfig").arg(self.agent_identity.kubeconfig_path());
         cmd.arg("--trusted-keys").arg(&self.trusted);
