@@ -14,12 +14,12 @@
 
 use super::state::{Phase, Severity, Transition, state_configmap_name};
 use crate::model::error_chain;
+use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Client;
 use kube::api::{Api, ObjectMeta, PostParams};
-use chrono::{DateTime, Utc};
 use std::error::Error;
 
 /// `reportingController` of every Event the agent writes.

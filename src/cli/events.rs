@@ -86,10 +86,15 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     .collect::<Vec<_>>();
     if !args.output.print_machine(&rows)? {
         if rows.is_empty() {
-            eprintln!("no Events in namespace {} for {}", args.namespace, match &args.for_object {
+            let about = match &args.for_object {
                 Some((kind, name)) => format!("{kind}/{name}"),
-                None => format!("cluster {}'s agent (check --cluster and --namespace; Events expire after 1 h by default)", args.cluster),
-            });
+                None => format!("cluster {}'s agent (check --cluster and --namespace)", args.cluster),
+            };
+            // Said on stderr: stdout stays an empty table for scripts.
+            eprintln!(
+                "no Events in namespace {} about {about}; the API server keeps Events for 1 h by default",
+                args.namespace
+            );
         } else {
             print!("{}", table(&terminal_safe(&rows)?, Utc::now()));
         }
