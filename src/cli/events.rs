@@ -6,9 +6,8 @@
 //!
 //! The cluster is reached through the global `--kubeconfig` / `--context`. Reads only.
 
-use super::args::KubeArgs;
+use super::args::{AgentRef, KubeArgs};
 use super::output::{OutputFormat, terminal_safe, terminal_width};
-use crate::agent::config::DEFAULT_STATE_NAMESPACE;
 use crate::agent::events::{is_agents, last_seen};
 use crate::status::matrix::age;
 use crate::status::truncate;
@@ -22,13 +21,10 @@ use std::time::Duration;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The cluster whose agent's Events to show (its name in the fleet repo).
-    #[arg(long, value_name = "NAME")]
-    pub cluster: String,
-    /// Namespace of the agent (and of the object given with --for).
-    #[arg(short = 'n', long, default_value = DEFAULT_STATE_NAMESPACE)]
-    pub namespace: String,
-    /// The Events about this object of the namespace instead, e.g. `Deployment/redis-operator`.
+    #[command(flatten)]
+    pub agent: AgentRef,
+    /// The Events about this object of --namespace instead, whoever wrote them, e.g.
+    /// `Deployment/redis-operator`.
     #[arg(long = "for", value_name = "KIND/NAME", value_parser = parse_object)]
     pub for_object: Option<(String, String)>,
     /// Only Events seen within this long, e.g. `1h`, `30m`.
@@ -71,15 +67,15 @@ pub struct EventRow {
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let client =
         args.kube.access().client().await.context("connecting to the cluster (check --kubeconfig and --context)")?;
-    let events = Api::<Event>::namespaced(client, &args.namespace)
+    let events = Api::<Event>::namespaced(client, &args.agent.namespace)
         .list(&ListParams::default())
         .await
-        .with_context(|| format!("listing the Events of namespace {} (check --namespace)", args.namespace))?
+        .with_context(|| format!("listing the Events of namespace {} (check --namespace)", args.agent.namespace))?
         .items;
     let since = args.since.and_then(|d| chrono::Duration::from_std(d).ok()).map(|d| Utc::now() - d);
     let rows = rows(&events, |e| match &args.for_object {
         Some((kind, name)) => regards(e, kind, name),
-        None => is_agents(e, &args.cluster),
+        None => is_agents(e, &args.agent.cluster),
     })
     .into_iter()
     .filter(|r| since.is_none_or(|s| r.last_seen >= s))
@@ -88,12 +84,12 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         if rows.is_empty() {
             let about = match &args.for_object {
                 Some((kind, name)) => format!("{kind}/{name}"),
-                None => format!("cluster {}'s agent (check --cluster and --namespace)", args.cluster),
+                None => format!("cluster {}'s agent (check --cluster and --namespace)", args.agent.cluster),
             };
             // Said on stderr: stdout stays an empty table for scripts.
             eprintln!(
                 "no Events in namespace {} about {about}; the API server keeps Events for 1 h by default",
-                args.namespace
+                args.agent.namespace
             );
         } else {
             print!("{}", table(&terminal_safe(&rows)?, Utc::now()));

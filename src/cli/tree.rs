@@ -6,9 +6,8 @@
 //! The cluster is reached through the global `--kubeconfig` / `--context`. Reads only. Exit 2 when
 //! there is no inventory (wrong cluster, namespace or context, or nothing applied yet).
 
-use super::args::KubeArgs;
+use super::args::{AgentRef, KubeArgs};
 use super::output::{OutputFormat, terminal_text};
-use crate::agent::config::DEFAULT_STATE_NAMESPACE;
 use crate::apply::{ApplyOptions, Engine, Inventory, InventoryEntry, inventory_name};
 use anyhow::Context as _;
 use std::collections::BTreeMap;
@@ -16,12 +15,8 @@ use std::process::ExitCode;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The cluster whose applied objects to show (its name in the fleet repo).
-    #[arg(long, value_name = "NAME")]
-    pub cluster: String,
-    /// Namespace of the agent (its inventory ConfigMap).
-    #[arg(short = 'n', long, default_value = DEFAULT_STATE_NAMESPACE)]
-    pub namespace: String,
+    #[command(flatten)]
+    pub agent: AgentRef,
     /// The global `--kubeconfig` / `--context` (set by [`super::run`]).
     #[arg(skip)]
     pub kube: KubeArgs,
@@ -32,13 +27,13 @@ pub struct Args {
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let client =
         args.kube.access().client().await.context("connecting to the cluster (check --kubeconfig and --context)")?;
-    let options = ApplyOptions::for_cluster(&args.namespace, &args.cluster);
+    let options = ApplyOptions::for_cluster(&args.agent.namespace, &args.agent.cluster);
     let inventory = Engine::new(client, options.clone()).inventory().await.context("reading the agent's inventory")?;
     let Some(inventory) = inventory else {
         anyhow::bail!(
             "no inventory ConfigMap {}/{}: check that --cluster names a cluster whose agent has applied a \
              release, that --namespace is its agent's namespace, and that --kubeconfig/--context reach that cluster",
-            args.namespace,
+            args.agent.namespace,
             inventory_name(&options)
         );
     };
