@@ -247,7 +247,7 @@ pub struct AgentConfig {
 impl AgentConfig {
     /// `fleetgate-state-<cluster>`.
     pub fn state_configmap_name(&self) -> String {
-        format!("fleetgate-state-{}", self.cluster)
+        super::state::state_configmap_name(&self.cluster)
     }
 
     /// `fleetgate-agent-<cluster>`.

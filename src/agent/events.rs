@@ -7,9 +7,14 @@
 //! Each Event is created anew (no series aggregation): transitions are rare and each message
 //! matters, whereas kube-runtime's `Recorder` folds Events with the same reason into one series and
 //! keeps only the first message.
+//!
+//! The read side is here too: [`is_agents`] tells the agent's own Events of a cluster from the
+//! rest of the namespace, [`last_seen`] when an Event (new or core API) last happened; `fleetgate
+//! events` lists them.
 
-use super::state::{Phase, Severity, Transition};
+use super::state::{Phase, Severity, Transition, state_configmap_name};
 use crate::model::error_chain;
+use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -119,6 +124,29 @@ fn action_of(t: &Transition) -> &'static str {
     }
 }
 
+/// True for an Event `cluster`'s agent wrote: reported by [`REPORTING_CONTROLLER`] about that
+/// cluster's state ConfigMap (agents of other clusters may share the namespace).
+pub fn is_agents(event: &Event, cluster: &str) -> bool {
+    let regarding = event.regarding.as_ref();
+    event.reporting_controller.as_deref() == Some(REPORTING_CONTROLLER)
+        && regarding.and_then(|r| r.kind.as_deref()) == Some("ConfigMap")
+        && regarding.and_then(|r| r.name.as_deref()) == Some(state_configmap_name(cluster).as_str())
+}
+
+/// When `event` last happened: its series' last observation, else its own time. Events written
+/// through the core API (kubelet, controller-manager) carry only the deprecated timestamps or
+/// their creation time.
+pub fn last_seen(event: &Event) -> Option<DateTime<Utc>> {
+    let time = event
+        .series
+        .as_ref()
+        .map(|s| &s.last_observed_time.0)
+        .or(event.event_time.as_ref().map(|t| &t.0))
+        .or(event.deprecated_last_timestamp.as_ref().map(|t| &t.0))
+        .or(event.metadata.creation_timestamp.as_ref().map(|t| &t.0))?;
+    DateTime::from_timestamp(time.as_second(), u32::try_from(time.subsec_nanosecond()).ok()?)
+}
+
 /// `s` cut to at most `max` bytes on a character boundary, ending in "…" when cut.
 pub fn cut(s: &str, max: usize) -> String {
     if s.len() <= max {
@@ -144,6 +172,36 @@ mod tests {
         assert!(c.len() <= MAX_NOTE_BYTES, "{}", c.len());
         assert!(c.ends_with('…'));
         assert!(c.len() >= MAX_NOTE_BYTES - 4);
+    }
+
+    #[test]
+    fn the_agents_events_are_its_own_about_its_state() {
+        let event = |controller: &str, kind: &str, name: &str| Event {
+            reporting_controller: Some(controller.into()),
+            regarding: Some(ObjectReference { kind: Some(kind.into()), name: Some(name.into()), ..Default::default() }),
+            ..Default::default()
+        };
+        assert!(is_agents(&event(REPORTING_CONTROLLER, "ConfigMap", "fleetgate-state-eu-1"), "eu-1"));
+        assert!(!is_agents(&event(REPORTING_CONTROLLER, "ConfigMap", "fleetgate-state-eu-2"), "eu-1"));
+        assert!(!is_agents(&event("kubelet", "ConfigMap", "fleetgate-state-eu-1"), "eu-1"));
+        assert!(!is_agents(&event(REPORTING_CONTROLLER, "Secret", "fleetgate-state-eu-1"), "eu-1"));
+    }
+
+    #[test]
+    fn last_seen_prefers_the_series_then_the_event_time() {
+        use k8s_openapi::api::events::v1::EventSeries;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let at = |secs: i64| k8s_openapi::jiff::Timestamp::from_second(secs).unwrap();
+        let mut e = Event::default();
+        assert_eq!(last_seen(&e), None);
+        e.metadata.creation_timestamp = Some(Time(at(10)));
+        assert_eq!(last_seen(&e), DateTime::from_timestamp(10, 0));
+        e.deprecated_last_timestamp = Some(Time(at(20)));
+        assert_eq!(last_seen(&e), DateTime::from_timestamp(20, 0));
+        e.event_time = Some(MicroTime(at(30)));
+        assert_eq!(last_seen(&e), DateTime::from_timestamp(30, 0));
+        e.series = Some(EventSeries { count: 2, last_observed_time: MicroTime(at(40)) });
+        assert_eq!(last_seen(&e), DateTime::from_timestamp(40, 0));
     }
 
     #[test]

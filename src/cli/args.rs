@@ -1,7 +1,7 @@
 //! Argument groups several commands share, each a `#[command(flatten)]` struct: one spelling,
 //! one default and one help text per flag across the binary.
 
-use crate::agent::config::KubeAccess;
+use crate::agent::config::{DEFAULT_STATE_NAMESPACE, KubeAccess};
 use crate::model::ForgeKind;
 use crate::releng::publish::PublishOptions;
 use crate::releng::{RelengError, Signer, Target};
@@ -239,6 +239,18 @@ impl KubeArgs {
             (path, context) => KubeAccess::Kubeconfig { path: path.clone(), context: context.clone() },
         }
     }
+}
+
+/// One cluster's agent as its API server holds it (events, tree): the cluster's name and the
+/// agent's namespace.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AgentRef {
+    /// The cluster's name in the fleet repo (clusters/<NAME>.yaml).
+    #[arg(long, value_name = "NAME")]
+    pub cluster: String,
+    /// Namespace of the cluster's agent (its state, inventory and Events).
+    #[arg(short = 'n', long, default_value = DEFAULT_STATE_NAMESPACE)]
+    pub namespace: String,
 }
 
 /// Fetches `source` and reads the fleet view at its branch tip (status, version). Blocking.

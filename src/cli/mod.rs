@@ -15,6 +15,7 @@ mod check_crd;
 mod cluster;
 mod completion;
 mod diff;
+mod events;
 mod get;
 #[cfg(test)]
 mod hints;
@@ -27,6 +28,7 @@ mod reconcile;
 mod release;
 mod rollback;
 mod status;
+mod tree;
 mod validate;
 mod version;
 mod wait;
@@ -101,6 +103,10 @@ pub enum Command {
     Cluster(cluster::Command),
     /// Show live vs desired objects of a cluster as a unified diff.
     Diff(diff::Args),
+    /// Show the Kubernetes Events a cluster's agent recorded (each transition, each error).
+    Events(events::Args),
+    /// Show the objects the release a cluster's agent last applied put in the cluster (its inventory).
+    Tree(tree::Args),
     /// Offline CRD compatibility verdict between two CRD files.
     CheckCrd(check_crd::Args),
     /// Print a shell completion script: `source <(fleetgate completion bash)`.
@@ -163,6 +169,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Diff(mut a) => {
             a.kube = cli.kube;
             diff::run(a).await
+        }
+        Command::Events(mut a) => {
+            a.kube = cli.kube;
+            events::run(a).await
+        }
+        Command::Tree(mut a) => {
+            a.kube = cli.kube;
+            tree::run(a).await
         }
         Command::Reconcile(mut a) => {
             a.kube = cli.kube;

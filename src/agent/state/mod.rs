@@ -11,5 +11,5 @@ pub use machine::*;
 pub use outbox::Outbox;
 pub use store::{
     CLUSTER_LABEL, PAUSED_ANNOTATION, Peeked, RECONCILE_HANDLED_ANNOTATION, RECONCILE_REQUEST_ANNOTATION, StateError,
-    StateStore,
+    StateStore, state_configmap_name,
 };

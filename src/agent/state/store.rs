@@ -233,6 +233,12 @@ pub struct Peeked {
     pub paused: Option<String>,
 }
 
+/// The state ConfigMap of `cluster`'s agents: `fleetgate-state-<cluster>`; the agent's Events are
+/// about it ([`crate::agent::events`]).
+pub fn state_configmap_name(cluster: &str) -> String {
+    format!("fleetgate-state-{cluster}")
+}
+
 /// Loads and saves one cluster's [`AgentState`] in its ConfigMap. Writes carry the last seen
 /// `resourceVersion`; on a conflict the store reloads and re-applies the change to the fresh state
 /// (which may then refuse it, e.g. when another writer already moved the phase on).
@@ -251,7 +257,7 @@ impl StateStore {
         StateStore {
             api: Api::namespaced(client, namespace),
             namespace: namespace.to_string(),
-            name: format!("fleetgate-state-{cluster}"),
+            name: state_configmap_name(cluster),
             cluster: cluster.to_string(),
             cache: tokio::sync::Mutex::new(None),
         }
