@@ -16,18 +16,16 @@
 //!
 //! Findings inside a tag's tree are located as `<tag>:<path>` (what `git show` takes).
 
-use crate::apply::builtin_scope;
+use crate::apply::admission_offline;
 use crate::gates::crd_compat;
-use crate::manifests::admission::{AdmissionPolicy, LiveApi};
-use crate::manifests::{AdmissionError, ManifestError, ManifestSet, crds_in_files};
+use crate::manifests::admission::AdmissionPolicy;
+use crate::manifests::crds_in_files;
 use crate::model::error_chain;
 use crate::model::{
     ConfigError, Finding, FleetConfig, Location, PromotionMode, RELEASE_FILE, Release, Rule, ordering_findings,
 };
 use crate::model::{ReleaseAdmissionPolicySpec, RepoTree, TreeError, spoke_setting_findings};
-use crate::release::{
-    Keyring, ReleaseContent, ReleaseFiles, UnverifiedRelease, read_release, split_signed_tag, verify_commit,
-};
+use crate::release::{Keyring, ReleaseContent, UnverifiedRelease, read_release, split_signed_tag, verify_commit};
 use crate::source::{Checkout, GitTree, SourceError, TagRef};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde::Serialize;
@@ -276,21 +274,6 @@ fn check_tag(
         findings.extend(located(&format!("{}:", tag.name), admission_findings(&tree, &tag.name, c, baseline)));
     }
     Ok((ReleaseCheck { id: tag.name.clone(), commit: tag.commit.to_string(), signature, findings }, content))
-}
-
-/// The agent namespace assumed offline (deploy/'s): webhooks must not intercept it.
-const DEPLOYED_AGENT_NAMESPACE: &str = "fleetgate-system";
-
-/// Admission by `policy` without a cluster, as an agent set up from deploy/ would judge
-/// `release`: scopes from the built-in table and the release's CRDs, namespace-less objects in
-/// the release's `spec.namespace`. What needs the live API (served groups beyond the built-in
-/// ones, adoption) is the agent's alone. The outer error: the manifests do not parse.
-pub fn admission_offline(
-    policy: &AdmissionPolicy,
-    release: &dyn ReleaseFiles,
-) -> Result<Result<(), AdmissionError>, ManifestError> {
-    let set = ManifestSet::from_release(release, &builtin_scope)?;
-    Ok(policy.check(&set, &LiveApi::offline(Vec::new(), DEPLOYED_AGENT_NAMESPACE)))
 }
 
 /// [`admission_offline`] of a release tag: `baseline` narrowed by the policies of the tag's own

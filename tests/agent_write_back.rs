@@ -110,10 +110,14 @@ fn a_rollback_is_written_back_as_a_pin_of_this_cluster_only() {
     assert!(err.contains("GateFailed: pod-restarts observed 4 > threshold 3"), "{err}");
     assert!(err.contains("fleetgate promote rel-2 --cluster cluster-a"), "{err}");
 
-    // Reverting the write-back asks for rel-2 again: a promotion, which rollback then undoes.
+    // Reverting the write-back asks for rel-2 again: a promotion now. No status says another
+    // release succeeded on cluster-a, so rollback does not guess a target; it names the flag.
     git(&repo, &["revert", "--no-edit", "HEAD"]);
-    let undone = rollback(&FleetRepo::open(&repo).unwrap(), &request, None).unwrap();
-    assert_eq!(undone.clusters.iter().map(|m| m.to.as_str()).collect::<Vec<_>>(), ["rel-1"]);
+    let err = rollback(&FleetRepo::open(&repo).unwrap(), &request, None).unwrap_err().to_string();
+    assert!(
+        err.contains("nothing to go back to") && err.contains("fleetgate rollback --cluster cluster-a --to ID"),
+        "{err}"
+    );
 }
 
 /// A write-back tried again later (the first push failed, or the agent was killed before it)

@@ -125,10 +125,12 @@ async fn a_token_in_the_repo_url_is_not_shown_in_errors() {
     for url in [format!("http://oauth2:{TOKEN}@{server}/fleet.git"), format!("http://{TOKEN}@127.0.0.1:9/fleet.git")] {
         let retry = RetryPolicy { attempts: 1, initial: Duration::from_millis(10), max: Duration::from_millis(10) };
         let state = state.clone();
-        let err = tokio::task::spawn_blocking(move || Source::open(&url, &state, Credentials::default())?.with_retry(retry).sync().map(drop))
-            .await
-            .unwrap()
-            .expect_err("no repo there");
+        let err = tokio::task::spawn_blocking(move || {
+            Source::open(&url, &state, Credentials::default())?.with_retry(retry).sync().map(drop)
+        })
+        .await
+        .unwrap()
+        .expect_err("no repo there");
         let message = fleetgate::model::error_chain(&err);
         println!("{message}");
         assert!(!message.contains(TOKEN), "the token is shown: {message}");

@@ -293,7 +293,7 @@ fn validate_and_the_agent_judge_by_the_baseline_narrowed_by_the_release_policies
     let permissive = remote.dir.path().join("permissive-baseline.yaml");
     std::fs::write(
         &permissive,
-        "apiVersion: fleetgate.io/v1alpha1\nkind: ReleaseAdmissionPolicy\nmetadata: {name: permissive}\nspec: {podSecurity: privileged}\n",
+        "apiVersion: fleetgate.io/v1alpha1\nkind: ReleaseAdmissionPolicy\nmetadata: {name: permissive}\nspec: {podSecurity: privileged, allowedRbac: [clusterPods]}\n",
     )
     .unwrap();
 

@@ -542,7 +542,8 @@ fn teams_card(text: &str, cluster: &str, n: &Notification) -> serde_json::Value 
         NotificationKind::Started | NotificationKind::Applied | NotificationKind::Paused => "Default",
         _ => "Attention",
     };
-    let facts: Vec<_> = facts(Format::Teams, cluster, n).into_iter().map(|(t, v)| json!({ "title": t, "value": v })).collect();
+    let facts: Vec<_> =
+        facts(Format::Teams, cluster, n).into_iter().map(|(t, v)| json!({ "title": t, "value": v })).collect();
     json!({
         "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
         "type": "AdaptiveCard",
@@ -865,7 +866,10 @@ mod tests {
         assert_eq!(v["blocks"][0]["text"]["text"], v["text"]);
         let fields = v["blocks"][1]["fields"].to_string();
         assert!(fields.contains("*Gate*\\nerror-rate: 7.1% (threshold 5%)"), "{fields}");
-        assert!(fields.contains("Ann &lt;ann@example.com&gt; — promote rel-2 to canary, signed by ABCD1234"), "{fields}");
+        assert!(
+            fields.contains("Ann &lt;ann@example.com&gt; — promote rel-2 to canary, signed by ABCD1234"),
+            "{fields}"
+        );
     }
 
     #[test]

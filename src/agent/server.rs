@@ -240,7 +240,9 @@ pub enum HookRefused {
     NotJson { message: String },
     #[error("this signed delivery was accepted before (a replay); the agent polls anyway, nothing to redeliver")]
     Replayed,
-    #[error("this signed push is from {age_secs} s ago, older than the {window_secs} s replay window; check the clock if it is new")]
+    #[error(
+        "this signed push is from {age_secs} s ago, older than the {window_secs} s replay window; check the clock if it is new"
+    )]
     Stale { age_secs: u64, window_secs: u64 },
 }
 

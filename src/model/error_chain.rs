@@ -64,7 +64,10 @@ mod tests {
     }
 
     #[rstest::rstest]
-    #[case("https://user:s3cret-token@git.example.com/platform/fleet.git", "https://user:…@git.example.com/platform/fleet.git")]
+    #[case(
+        "https://user:s3cret-token@git.example.com/platform/fleet.git",
+        "https://user:…@git.example.com/platform/fleet.git"
+    )]
     #[case("https://ghp_s3cret@github.com/acme/fleet.git", "https://…@github.com/acme/fleet.git")]
     #[case("http://oauth2:s3cret@10.0.0.1:3000/fleet.git", "http://oauth2:…@10.0.0.1:3000/fleet.git")]
     #[case("ssh://git@git.example.com/fleet.git", "ssh://git@git.example.com/fleet.git")]

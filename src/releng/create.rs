@@ -22,6 +22,7 @@ use super::repo::{FleetRepo, ReleaseTag, TreeEdit};
 use super::sign::{self, Signer};
 use super::successes::Successes;
 use super::{AdmissionFix, Refusal, RelengError, check_release_id};
+use crate::apply::admission_offline;
 use crate::manifests::AdmissionError;
 use crate::manifests::admission::{AdmissionPolicy, ObjectRefusal, PolicyOrigin};
 use crate::model::{
@@ -30,7 +31,6 @@ use crate::model::{
 };
 use crate::release::{ReleaseContent, UnverifiedRelease, mapping};
 use crate::status::{self, State};
-use crate::validate::admission_offline;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

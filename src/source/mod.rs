@@ -620,7 +620,11 @@ impl Source {
         }
         let tags = remote.refs.keys().filter(|n| n.starts_with("refs/tags/")).count();
         if tags > self.limits.max_tags {
-            return Err(SourceError::TooManyTags { url: self.shown_url.clone(), count: tags, limit: self.limits.max_tags });
+            return Err(SourceError::TooManyTags {
+                url: self.shown_url.clone(),
+                count: tags,
+                limit: self.limits.max_tags,
+            });
         }
         self.refused.retain(|name, r| remote.refs.get(name) == Some(&r.oid));
         remote.refs.retain(|name, _| !self.refused.contains_key(name));
