@@ -162,6 +162,27 @@ impl ForgeArgs {
 /// The variable `--token-env` reads when not given.
 const DEFAULT_TOKEN_ENV: &str = "FLEETGATE_GIT_TOKEN";
 
+/// The fleet repo a read-only command mirrors to read statuses and the fleet (status, wait, get
+/// agents, audit): where it is, which branch, how to reach it.
+#[derive(Debug, Clone, clap::Args)]
+pub struct FleetRepoArgs {
+    /// The fleet repo: a local path or a URL (git://, ssh://, https://).
+    #[arg(long, env = "FLEETGATE_REPO")]
+    pub repo: String,
+    /// The tracked branch whose fleet.yaml and clusters/ define the fleet.
+    #[arg(long, default_value = "main")]
+    pub branch: String,
+    #[command(flatten)]
+    pub git: GitAccess,
+}
+
+impl FleetRepoArgs {
+    /// A throw-away mirror of the repo (`prefix` names its temp dir), not yet synced.
+    pub fn open_mirror(&self, prefix: &str) -> anyhow::Result<(tempfile::TempDir, Source)> {
+        self.git.open_mirror(&self.repo, &self.branch, prefix)
+    }
+}
+
 /// How to reach a repo given by URL (validate, diff, status, promote, rollback, release create).
 /// HTTPS_PROXY/NO_PROXY are honoured for https:// URLs (libgit2 cannot proxy http://).
 #[derive(Debug, Clone, clap::Args)]

@@ -10,7 +10,7 @@
 //! Exit codes: 0 every record shown verified; 1 some did not (they are shown, marked why);
 //! 2 bad usage, unreachable repo, or an invalid fleet configuration.
 
-use super::args::GitAccess;
+use super::args::FleetRepoArgs;
 use super::output::{OutputFormat, terminal_safe};
 use crate::model::FleetConfig;
 use crate::status::StatusKeys;
@@ -21,12 +21,8 @@ use std::process::ExitCode;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The fleet repo: a local path or a URL (git://, ssh://, https://).
-    #[arg(long, env = "FLEETGATE_REPO")]
-    pub repo: String,
-    /// The tracked branch whose clusters/ register the status keys.
-    #[arg(long, default_value = "main")]
-    pub branch: String,
+    #[command(flatten)]
+    pub fleet: FleetRepoArgs,
     /// Only this cluster's records.
     #[arg(long, value_name = "NAME")]
     pub cluster: Option<String>,
@@ -34,8 +30,6 @@ pub struct Args {
     /// (2025-03-15, UTC) or a duration ago (24h, 7d).
     #[arg(long, value_name = "T", value_parser = parse_since)]
     pub since: Option<DateTime<Utc>>,
-    #[command(flatten)]
-    pub git: GitAccess,
     #[arg(short = 'o', long, value_enum, default_value_t)]
     pub output: OutputFormat,
 }
@@ -57,7 +51,7 @@ fn parse_since(text: &str) -> Result<DateTime<Utc>, String> {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let (_state, mut source) = args.git.open_mirror(&args.repo, &args.branch, "fleetgate-audit")?;
+    let (_state, mut source) = args.fleet.open_mirror("fleetgate-audit")?;
     let filter = Filter { cluster: args.cluster.clone(), since: args.since };
     let records = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<Record>> {
         source.sync().with_context(|| format!("reading {}", source.url()))?;

@@ -7,7 +7,7 @@
 //! (no such context, API server down, RBAC) gets `unreachable: <error>` in its row and keeps what
 //! Git says; the table is always printed. Reads only: nothing is created or changed.
 
-use super::args::{GitAccess, KubeArgs, read_fleet};
+use super::args::{FleetRepoArgs, KubeArgs, read_fleet};
 use super::output::{OutputFormat, terminal_safe, terminal_width};
 use crate::agent::config::{DEFAULT_STATE_NAMESPACE, KubeAccess, lease_name};
 use crate::agent::state::{PAUSED_ANNOTATION, StateStore};
@@ -29,14 +29,8 @@ pub enum Command {
 
 #[derive(Debug, clap::Args)]
 pub struct AgentsArgs {
-    /// The fleet repo: a local path or a URL (git://, ssh://, https://).
-    #[arg(long, env = "FLEETGATE_REPO")]
-    pub repo: String,
-    /// The tracked branch whose clusters/ lists the fleet.
-    #[arg(long, default_value = "main")]
-    pub branch: String,
     #[command(flatten)]
-    pub git: GitAccess,
+    pub fleet: FleetRepoArgs,
     /// The kubeconfig context of a cluster whose context is not named like it; repeatable.
     #[arg(long, value_name = "CLUSTER=CONTEXT", value_parser = parse_mapping)]
     pub context_for: Vec<(String, String)>,
@@ -95,7 +89,7 @@ pub struct AgentRow {
 /// `kube`: the global flags; only `--kubeconfig` counts here (each cluster has its own context).
 pub async fn run(command: Command, kube: KubeArgs) -> anyhow::Result<ExitCode> {
     let Command::Agents(args) = command;
-    let (_state, mut source) = args.git.open_mirror(&args.repo, &args.branch, "fleetgate-get")?;
+    let (_state, mut source) = args.fleet.open_mirror("fleetgate-get")?;
     let view = tokio::task::spawn_blocking(move || read_fleet(&mut source)).await??;
     let matrix = view.matrix();
     let contexts: BTreeMap<String, String> = args.context_for.iter().cloned().collect();

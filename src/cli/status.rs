@@ -17,7 +17,7 @@
 //! Exit codes: 0 shown; 1 when RELEASE was given and a cluster reports `failure` or `error` for it;
 //! 2 bad usage, unreachable repo, or an invalid fleet configuration.
 
-use super::args::{GitAccess, read_fleet_remembering};
+use super::args::{FleetRepoArgs, read_fleet_remembering};
 use super::output::{OutputFormat, colours, make_terminal_safe, terminal_width};
 use crate::model::error_chain;
 use crate::status::matrix::{RowFilter, StateFilter, parse_label};
@@ -32,14 +32,8 @@ use std::time::Duration;
 pub struct Args {
     /// Show this release in detail (descriptions and wave-gating reasons).
     pub release: Option<String>,
-    /// The fleet repo: a local path or a URL (git://, ssh://, https://).
-    #[arg(long, env = "FLEETGATE_REPO")]
-    pub repo: String,
-    /// The tracked branch whose fleet.yaml and clusters/ define the fleet.
-    #[arg(long, default_value = "main")]
-    pub branch: String,
     #[command(flatten)]
-    pub git: GitAccess,
+    pub fleet: FleetRepoArgs,
     #[arg(short = 'o', long, value_enum, default_value_t)]
     pub output: StatusFormat,
     /// With `-o html`: write the page to FILE instead of stdout (with --watch, rewritten on each
@@ -108,7 +102,7 @@ impl StatusFormat {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let (_state, mut source) = args.git.open_mirror(&args.repo, &args.branch, "fleetgate-status")?;
+    let (_state, mut source) = args.fleet.open_mirror("fleetgate-status")?;
     // Notes verified by the last run (or refresh) are not checked again; see VerifiedNotes.
     let mut memo = VerifiedNotes::default_path().map_or_else(VerifiedNotes::new, VerifiedNotes::open);
     loop {
@@ -156,7 +150,7 @@ fn show(args: &Args, mut matrix: Matrix) -> anyhow::Result<ExitCode> {
             let known: Vec<&str> = matrix.releases.iter().map(|r| r.id.as_str()).take(5).collect();
             format!(
                 "no release tag {id} (a tag on a commit with release.yaml) in {}; newest releases: {}",
-                args.repo,
+                args.fleet.repo,
                 if known.is_empty() { "none".to_string() } else { known.join(", ") }
             )
         })?,

@@ -12,7 +12,7 @@
 //! clusters still waited for; 2 bad usage, an unknown release, cluster or wave, or a repo that
 //! cannot be read at the start (later read errors are reported and retried until the timeout).
 
-use super::args::{GitAccess, TargetArgs, read_fleet};
+use super::args::{FleetRepoArgs, TargetArgs, read_fleet};
 use super::output::{OutputFormat, colours, terminal_text};
 use crate::model::error_chain;
 use crate::status::wait::{self, ClusterWait, Standing, Verdict};
@@ -30,14 +30,8 @@ pub struct Args {
     pub release: String,
     #[command(flatten)]
     pub target: TargetArgs,
-    /// The fleet repo: a local path or a URL (git://, ssh://, https://).
-    #[arg(long, env = "FLEETGATE_REPO")]
-    pub repo: String,
-    /// The tracked branch whose fleet.yaml and clusters/ define the fleet.
-    #[arg(long, default_value = "main")]
-    pub branch: String,
     #[command(flatten)]
-    pub git: GitAccess,
+    pub fleet: FleetRepoArgs,
     /// Give up after this long (exit 124), e.g. `90s`, `10m`.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
@@ -59,7 +53,7 @@ struct Waited<'a> {
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let deadline = Instant::now() + args.timeout;
-    let (_state, source) = args.git.open_mirror(&args.repo, &args.branch, "fleetgate-wait")?;
+    let (_state, source) = args.fleet.open_mirror("fleetgate-wait")?;
     let (release, target) = (args.release.clone(), args.target.target());
     // The first reading decides which clusters count; anything wrong with it ends the wait.
     let (mut source, first) = tokio::task::spawn_blocking(move || {
