@@ -87,6 +87,10 @@ use std::time::Duration;
 pub const LABEL_RELEASE: &str = "fleetgate.io/release";
 /// Standard "who manages this" label; always `fleetgate`.
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// What fleetgate's own installation made (deploy/, `fleetgate agent rbac`): value `fleetgate`.
+/// A Namespace carrying it was made for a release to land in ([`made_for_fleetgate`]).
+pub const LABEL_PART_OF: &str = "app.kubernetes.io/part-of";
+
 /// Which inventory (one per agent installation) an object belongs to. Prune only ever deletes
 /// objects that still carry this label with the engine's inventory id.
 pub const LABEL_INVENTORY: &str = "fleetgate.io/inventory";
@@ -245,7 +249,7 @@ pub(crate) fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) ->
 /// them; both labelled `app.kubernetes.io/part-of: fleetgate`): a release shipping the same
 /// Namespace takes it over without an adopt annotation. It was never someone else's.
 fn made_for_fleetgate(m: &Manifest, live: &DynamicObject) -> bool {
-    m.key.is("", "Namespace") && live.labels().get("app.kubernetes.io/part-of").is_some_and(|v| v == "fleetgate")
+    m.key.is("", "Namespace") && live.labels().get(LABEL_PART_OF).is_some_and(|v| v == "fleetgate")
 }
 
 /// The message of an API error without kube's wrapping.

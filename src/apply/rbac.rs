@@ -233,8 +233,7 @@ impl AgentRbac {
     /// cluster where the release never ran nothing else has created it yet — so the output
     /// applies as it is (`kubectl apply -f`), before the agent's first pass.
     pub fn to_yaml(&self, agent_namespace: &str) -> String {
-        let labels =
-            serde_json::json!({"app.kubernetes.io/name": AGENT_ROLE, "app.kubernetes.io/part-of": "fleetgate"});
+        let labels = serde_json::json!({"app.kubernetes.io/name": AGENT_ROLE, super::LABEL_PART_OF: "fleetgate"});
         let subjects =
             serde_json::json!([{"kind": "ServiceAccount", "name": AGENT_ROLE, "namespace": agent_namespace}]);
         let meta = |ns: Option<&str>| {
@@ -246,7 +245,7 @@ impl AgentRbac {
         };
         let namespaces = self.namespaces.keys().map(|ns| {
             serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
-                "metadata": {"name": ns, "labels": {"app.kubernetes.io/part-of": "fleetgate"}}})
+                "metadata": {"name": ns, "labels": {super::LABEL_PART_OF: "fleetgate"}}})
         });
         let mut docs: Vec<serde_json::Value> = namespaces.collect();
         docs.extend([
