@@ -49,6 +49,7 @@ const EVERYTHING: &[&str] = &[
     "--set=trustedKeys.configMapName=release-signers",
     "--set=approverKeys.secretName=fleetgate-approver-keys",
     "--set=approvers[0]=ana",
+    "--set=planPullRequests=true",
 ];
 
 /// The three values the chart has no default for, as deploy/config.yaml sets them: with these the
@@ -304,6 +305,7 @@ fn every_value_becomes_agent_configuration_on_a_mounted_path() {
     assert_eq!(settings.drift_interval, Some(std::time::Duration::from_secs(300)));
     assert_eq!(settings.promotions, Some(PromotionMode::Signed));
     assert_eq!(settings.approvers, ["ana"]);
+    assert_eq!(settings.plan_pull_requests, Some(true));
     let forge_token = settings.forge.token_file.clone().expect("forge.tokenFile");
 
     let deployment = find(&objects, "Deployment fleetgate-system/fleetgate-agent");
