@@ -71,9 +71,9 @@ async fn open_promotion(fleet: &Fleet, gitea: &Gitea, token: &Path, id: &str, cl
 
 /// Every status Gitea holds for `context` on `sha`, oldest first.
 async fn statuses_of(gitea: &Gitea, sha: &str, context: &str) -> Vec<Value> {
-    let all = gitea.api(reqwest::Method::GET, &format!("/repos/{}/statuses/{sha}", gitea.repository(REPO)), None);
-    let mut found: Vec<Value> =
-        all.await.unwrap().as_array().unwrap().iter().filter(|s| s["context"] == context).cloned().collect();
+    let path = format!("/repos/{}/statuses/{sha}", gitea.repository(REPO));
+    let all = gitea.api(reqwest::Method::GET, &path, None).await.unwrap();
+    let mut found: Vec<Value> = all.as_array().unwrap().iter().filter(|s| s["context"] == context).cloned().collect();
     found.reverse();
     found
 }
@@ -106,8 +106,7 @@ async fn promotion_prs_carry_the_plan_the_cluster_they_move_makes_of_them_before
     fleet.release_with(&["--allow-admission", "signed to show the spoke refusing it"], "rel-3", |render| {
         let path = render.join("deployment.yaml");
         let text = std::fs::read_to_string(&path).unwrap();
-        let privileged =
-            text.replace("          image:", "          securityContext: {privileged: true}\n          image:");
+        let privileged = text.replace("allowPrivilegeEscalation: false", "privileged: true");
         std::fs::write(&path, privileged).unwrap();
     });
 
