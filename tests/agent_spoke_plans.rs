@@ -56,13 +56,15 @@ fn fleetgate(fleet: &Fleet, gitea: &Gitea, token: &Path, args: &[&str]) -> Outpu
         .unwrap()
 }
 
-/// `fleetgate promote ID --cluster CLUSTER --open-pr`; the PR's number and head.
-async fn open_promotion(fleet: &Fleet, gitea: &Gitea, token: &Path, id: &str, cluster: &str) -> (u64, String) {
+/// `fleetgate promote ID --cluster CLUSTER --open-pr` (`--fleet` for `fleet`); the PR's number
+/// and head.
+async fn open_promotion(fleet: &Fleet, gitea: &Gitea, token: &Path, id: &str, target: &str) -> (u64, String) {
     let keys = fleet.trusted.to_str().unwrap();
-    let out =
-        fleetgate(fleet, gitea, token, &["promote", id, "--cluster", cluster, "--open-pr", "--trusted-keys", keys]);
+    let to: &[&str] = if target == "fleet" { &["--fleet"] } else { &["--cluster", target] };
+    let args = [&["promote", id][..], to, &["--open-pr", "--trusted-keys", keys]].concat();
+    let out = fleetgate(fleet, gitea, token, &args);
     assert!(out.status.success(), "promote {id}: {}", String::from_utf8_lossy(&out.stderr));
-    let branch = format!("promote/{id}-{cluster}");
+    let branch = format!("promote/{id}-{target}");
     let pulls = gitea.pulls(REPO, "open").await.unwrap();
     let pr =
         pulls.iter().find(|p| p["head"]["ref"] == branch.as_str()).unwrap_or_else(|| panic!("{branch}: {pulls:#?}"));
@@ -123,7 +125,7 @@ async fn promotion_prs_carry_the_plan_the_cluster_they_move_makes_of_them_before
         plan_pull_requests: Some(true),
         ..fleet.settings()
     };
-    let mut agent = fleet.agent_with(settings).await;
+    let mut agent = fleet.agent_with(settings.clone()).await;
     assert_eq!(
         within("rel-1 applies", 180, agent.reconcile()).await.unwrap(),
         fleetgate::agent::Outcome::Succeeded("rel-1".into())
@@ -131,7 +133,7 @@ async fn promotion_prs_carry_the_plan_the_cluster_they_move_makes_of_them_before
 
     let (good, good_head) = open_promotion(&fleet, &gitea, &token, "rel-2", "cluster-a").await;
     let (_, bad_head) = open_promotion(&fleet, &gitea, &token, "rel-3", "cluster-a").await;
-    let (_, other_head) = open_promotion(&fleet, &gitea, &token, "rel-2", "cluster-b").await;
+    let (other, other_head) = open_promotion(&fleet, &gitea, &token, "rel-2", "cluster-b").await;
 
     let planned = within("the agent plans the open PRs", 180, agent.plan_pull_requests()).await;
     assert_eq!(planned.len(), 3, "{planned:#?}");
@@ -216,4 +218,36 @@ async fn promotion_prs_carry_the_plan_the_cluster_they_move_makes_of_them_before
     let on_new = statuses_of(&gitea, &new_head, CONTEXT).await;
     assert_eq!(on_new.len(), 1, "{on_new:#?}");
     assert!(on_new[0]["description"].as_str().unwrap().starts_with("rel-2 applies here: 1 created"), "{on_new:#?}");
+
+    // Restarted, in its loop: the first pass, then the open PRs. A fleet-wide promotion opened
+    // meanwhile gets its plan; the heads planned before carry theirs on the forge already.
+    drop(agent);
+    let (_, fleet_head) = open_promotion(&fleet, &gitea, &token, "rel-2", "fleet").await;
+    let restarted = fleet.agent_with(settings.clone()).await;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = restarted.run(async {
+        let _ = stopped.await;
+    });
+    let story = async {
+        let on_fleet = eventually("the agent's loop plans the fleet-wide PR", 120, || async {
+            Some(statuses_of(&gitea, &fleet_head, CONTEXT).await).filter(|s| !s.is_empty())
+        })
+        .await;
+        let described = on_fleet[0]["description"].as_str().unwrap();
+        assert!(described.starts_with("rel-2 applies here: 1 created, 1 changed, 1 pruned, "), "{described}");
+        let _ = stop.send(());
+    };
+    let ((), _) = tokio::join!(story, run);
+
+    // Restarted again: nothing left to plan but the PR that does not move the cluster.
+    let mut again = fleet.agent_with(settings).await;
+    let planned = within("a restarted agent lists the PRs", 60, again.plan_pull_requests()).await;
+    assert_eq!(planned, [Planned { pull: other, head: other_head.clone(), plan: SpokePlan::Unchanged }]);
+    for head in [&new_head, &bad_head, &fleet_head] {
+        assert_eq!(statuses_of(&gitea, head, CONTEXT).await.len(), 1, "{head} is not planned twice");
+    }
+    println!(
+        "{CONTEXT} on the promotion PRs:\n  rel-2: {}\n  rel-3: {}",
+        on_new[0]["description"], on_bad[0]["description"]
+    );
 }

@@ -25,9 +25,10 @@
 //!
 //! Paced so the pass stays first: at most one listing every [`PLAN_INTERVAL`], after a pass and
 //! only when no operation is in flight, within [`PLAN_BUDGET`]; each head is judged once (a push
-//! makes a new head, and a new plan). A head that could not be judged (the forge or the API
-//! server away) is tried again at the next listing; errors are logged, never fatal. The memory
-//! of judged heads is the process's: a restarted agent judges the open heads once more.
+//! makes a new head, and a new plan): the agent remembers the heads it judged, and a head that
+//! carries `fleetgate/plan/<cluster>` on the forge already (a restarted agent's, another
+//! replica's) is not judged again. A head that could not be judged (the forge or the API server
+//! away) is tried again at the next listing; errors are logged, never fatal.
 
 use super::config::AgentConfig;
 use super::reconcile::{Agent, Check, Prechecked, ReconcileError, movement};
@@ -186,6 +187,18 @@ impl Agent {
         for pull in &pulls {
             if self.plans.judged(&pull.head) {
                 continue;
+            }
+            // The forge remembers what an earlier run of the agent (or another replica) posted.
+            match backend.has_status(&pull.head, &context).await {
+                Ok(true) => {
+                    self.plans.remember(&pull.head);
+                    continue;
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(pull = pull.number, error = %error_chain(&e), "could not read the head's statuses; trying at the next listing");
+                    continue;
+                }
             }
             let plan = match Box::pin(self.plan_pull(pull)).await {
                 Ok(plan) => plan,

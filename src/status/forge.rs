@@ -18,7 +18,11 @@
 //! `GET /projects/{id}/repository/commits/{sha}/merge_requests` and `…/merge_requests/{iid}/approvals`.
 //! The same lookup finds the pull request `fleetgate plan --post` comments on
 //! ([`ForgeBackend::upsert_comment`]: `issues/{n}/comments` on GitHub and Gitea, `merge_requests/{iid}/notes`
-//! on GitLab), next to its `fleetgate/plan` status ([`ForgeBackend::set_status`]).
+//! on GitLab), next to its `fleetgate/plan` status ([`ForgeBackend::set_status`]). The open pull
+//! requests an agent plans ([`ForgeBackend::open_pull_requests`]) are GitHub's and Gitea's
+//! `GET /repos/{o}/{r}/pulls?state=open` and GitLab's `GET /projects/{id}/merge_requests?state=opened`;
+//! whether a head carries the agent's plan already, `commits/{sha}/statuses`
+//! ([`ForgeBackend::has_status`]).
 //!
 //! Descriptions are cut to 140 characters (GitHub's documented limit), for every forge alike.
 
@@ -555,6 +559,25 @@ impl ForgeBackend {
             })
             .take(RECENT_PULLS)
             .collect())
+    }
+
+    /// Whether commit `sha` carries a status of `context` already (whatever its state): GitHub's
+    /// and Gitea's `commits/{sha}/statuses`, GitLab's `repository/commits/{sha}/statuses?name=…`.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send).
+    pub async fn has_status(&self, sha: &str, context: &str) -> Result<bool, ForgeError> {
+        let (api, repo) = (&self.api, &self.repository);
+        let (url, name) = match self.kind {
+            ForgeKind::Github => (format!("{api}/repos/{repo}/commits/{sha}/statuses?per_page=100"), "context"),
+            ForgeKind::Gitea => (format!("{api}/repos/{repo}/commits/{sha}/statuses?limit=50"), "context"),
+            ForgeKind::Gitlab => {
+                let (project, context) = (encode_path_segment(repo), encode_path_segment(context));
+                (format!("{api}/projects/{project}/repository/commits/{sha}/statuses?name={context}"), "name")
+            }
+        };
+        let listed = self.get(&url, sha).await?;
+        Ok(listed.as_array().into_iter().flatten().any(|s| s[name] == context))
     }
 
     /// Writes `body` as a comment of pull (merge) request `pull`: edits the comment that holds
