@@ -257,7 +257,7 @@ print(p["number"], p["html_url"], p["head"]["sha"])' "promote/$1-fleet")
   ok "forge: Gitea — PR #$number $url merged through Gitea's API; its push webhook wakes the agents"
 }
 
-declare -A AGENT_PORT
+declare -A AGENT_PORT=()
 plans_on_pr() { # plans_on_pr BRANCH NUMBER: the CI's plan posted on the PR, then each running agent's own
   info "fleetgate plan --post (what CI runs on the PR; the verdict is commit status fleetgate/plan):"
   { "$FG" plan --repo "$WORK" --base main --head "$1" --trusted-keys "$DIR/trusted.asc" --post "${FORGE_FLAGS[@]}" 2>&1 || true; } |

@@ -706,7 +706,7 @@ impl Agent {
 
     /// The fleet this agent belongs to: `--fleet`, else pinned from the first accepted release,
     /// else (before any) the tip's `fleet.yaml`.
-    pub(super) fn fleet_name(&self, config: &FleetConfig) -> String {
+    fn fleet_name(&self, config: &FleetConfig) -> String {
         self.trust.fleet.clone().unwrap_or_else(|| config.fleet.name().to_string())
     }
 
@@ -1058,10 +1058,9 @@ impl Agent {
             Err(e) if e.class() == ErrorClass::Stalling => return Ok(Err(Blocker::Admission(error_chain(&e)))),
             Err(e) => return Err(e.into()),
         };
-        let kept = match (returning, check) {
-            (true, Check::Pass) => self.keep_wider_crds(&mut admitted, Some("Verify")).await?,
-            (true, Check::Plan) => self.keep_wider_crds(&mut admitted, None).await?,
-            (false, _) => Vec::new(),
+        let kept = match returning {
+            true => self.keep_wider_crds(&mut admitted, (check == Check::Pass).then_some("Verify")).await?,
+            false => Vec::new(),
         };
         // Gates read with the agent's permissions: only the release's own kinds, or the spoke's.
         let allowed = &self.services.config.allowed_gate_kinds;

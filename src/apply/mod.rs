@@ -15,6 +15,9 @@
 //!                       → inventory records (what was sent, what the server stored)
 //!                       → ConfigMap release-manifest-<id>
 //! prune()               delete what N had and N+1 dropped (CRDs only when allowed)
+//! ── before, changing nothing ──
+//! dry_run(admitted)     the dry run and adoption check of apply() alone (the pre-apply gate)
+//! changes(admitted, d)  what apply() and prune() would do to each object (spoke plans)
 //! ── on failure ──
 //! apply(admit(N)) ; prune() ; restore(snapshot)      CR state back, not just the image
 //! ```
