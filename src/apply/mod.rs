@@ -289,7 +289,7 @@ pub(crate) fn is_not_found(e: &kube::Error) -> bool {
 #[derive(Debug)]
 pub struct DryRun {
     /// Objects whose dry run must wait for an earlier phase (see the module docs).
-    pub deferred: Vec<DeferredDryRun>,
+    deferred: Vec<DeferredDryRun>,
     results: phases::DryRuns,
     /// Objects the apply would leave alone (neither dry-run nor applied).
     left_alone: BTreeSet<ObjectKey>,
@@ -688,6 +688,21 @@ pub(crate) fn is_label_value(v: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_object_is_unchanged_when_only_what_every_write_moves_differs() {
+        let object = |rv: &str, manager: &str, data: &str| -> DynamicObject {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "c", "namespace": "n", "resourceVersion": rv,
+                             "managedFields": [{"manager": manager, "operation": "Apply"}]},
+                "data": {"k": data},
+            }))
+            .unwrap()
+        };
+        assert!(same_content(&object("1", "fleetgate", "v"), &object("2", "someone", "v")));
+        assert!(!same_content(&object("1", "fleetgate", "v"), &object("1", "fleetgate", "w")));
+    }
 
     #[test]
     fn label_values() {
