@@ -113,7 +113,7 @@ impl Agent {
 
     async fn write_or_queue(&self, publisher: &Publisher, status: &Status) -> Result<Delivery, StatusError> {
         let outbox = self.outbox();
-        let waiting = match self.waiting(&outbox).await {
+        let waiting = match Box::pin(self.waiting(&outbox)).await {
             Ok(waiting) => waiting,
             Err(e) => {
                 tracing::warn!(error = %error_chain(&e), outbox = outbox.name(), "the status outbox is unreadable; writing without it");
@@ -196,7 +196,7 @@ impl Agent {
     /// At the start of a pass whose sync reached Git: writes what the outbox holds.
     pub(super) async fn deliver_waiting(&self, checkout: &Checkout) {
         let outbox = self.outbox();
-        let waiting = match self.waiting(&outbox).await {
+        let waiting = match Box::pin(self.waiting(&outbox)).await {
             Ok(w) if w.is_empty() => return,
             Ok(w) => w,
             Err(e) => {

@@ -493,8 +493,13 @@ impl StateStore {
     }
 
     /// The sealed state: verified when the key exists, created when neither exists, migrated
-    /// when only the ConfigMap does (an earlier agent's).
-    async fn fetch_or_create(&self) -> Result<Persisted, StateError> {
+    /// when only the ConfigMap does (an earlier agent's). Boxed: every step of a pass awaits
+    /// it; inline, its requests outgrow a debug build's test thread stack.
+    fn fetch_or_create(&self) -> std::pin::Pin<Box<dyn Future<Output = Result<Persisted, StateError>> + Send + '_>> {
+        Box::pin(self.fetch_verify_or_create())
+    }
+
+    async fn fetch_verify_or_create(&self) -> Result<Persisted, StateError> {
         // Three attempts: a create or a migration can race another replica's; then both exist.
         for _ in 0..3 {
             let key = AgentKey::read(&self.secrets, &self.key_secret()).await?;
