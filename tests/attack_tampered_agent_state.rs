@@ -1,8 +1,9 @@
 //! The ConfigMap writer (docs/SECURITY.md): a ServiceAccount allowed to write ConfigMaps in the
 //! agent's namespace, and nothing else, attacks what the agent keeps there. It forges an outbox
 //! entry (a `success` the agent would sign on delivery) and edits the trust memory (a rejection
-//! cleared, `newest` rewound, another cluster's status key re-pinned), then deletes the state and
-//! writes one in the format of the agent before states were sealed. The agent signs nothing
+//! cleared, `newest` rewound, another cluster's status key re-pinned), writes back a sealed copy
+//! saved before a rejection, then deletes the state and writes one in the format of the agent
+//! before states were sealed. The agent signs nothing
 //! forged, applies nothing, and says why, naming the ConfigMap. An agent upgraded over a real
 //! previous-version state migrates it once, keeping only what makes it stricter.
 //!
@@ -129,6 +130,9 @@ async fn a_configmap_writer_forges_an_outbox_success_and_edits_trust_memory_and_
     fleet.promote("rel-1");
     let mut agent = fleet.agent().await;
     assert_eq!(within("rel-1", 90, agent.reconcile()).await.unwrap(), Outcome::Succeeded("rel-1".into()));
+    // What anyone who may read ConfigMaps can keep: the sealed state before rel-2's rejection.
+    let admin_configmaps: Api<ConfigMap> = Api::namespaced(fleet.cluster.client(), AGENT_NS);
+    let before_rejection = admin_configmaps.get(STATE).await.unwrap().data.unwrap();
     let rel2 = blocked_release(&fleet, "rel-2");
     fleet.promote("rel-2");
     assert!(matches!(within("rel-2", 90, agent.reconcile()).await.unwrap(), Outcome::Blocked { .. }));
@@ -146,9 +150,19 @@ async fn a_configmap_writer_forges_an_outbox_success_and_edits_trust_memory_and_
     assert!(events.contains(&format!("dropped an entry of the status outbox {OUTBOX} (rel-2 success")), "{events}");
     assert!(events.contains("does not verify") && events.contains("carries no hmacSha256"), "{events}");
 
-    // 2. Trust memory edited: rel-2's rejection cleared, `newest` gone, cluster-b's status key
-    //    pinned to the attacker's.
+    // 2. The saved copy written back (its MAC is the agent's own): refused as older than the
+    //    state the agent last wrote; the real one back is accepted again.
     let configmaps: Api<ConfigMap> = Api::namespaced(writer.clone(), AGENT_NS);
+    let current = configmaps.get(STATE).await.unwrap().data.unwrap();
+    write_configmap(&writer, STATE, before_rejection).await;
+    let err = within("pass", 90, agent.pass()).await.unwrap_err();
+    assert_eq!(err.reason(), "StateUnauthenticated");
+    assert!(error_chain(&err).contains("a saved copy written back"), "{}", error_chain(&err));
+    write_configmap(&writer, STATE, current).await;
+    assert_eq!(within("pass", 90, agent.pass()).await.unwrap(), Outcome::Rejected("rel-2".into()));
+
+    // 3. Trust memory edited: rel-2's rejection cleared, `newest` gone, cluster-b's status key
+    //    pinned to the attacker's.
     let mut data = configmaps.get(STATE).await.unwrap().data.unwrap();
     assert!(data["trust"].contains("\"newest\"") && data["rejected"].contains("rel-2"), "{data:?}");
     let b_key = pinned_key(&fleet, "cluster-b");
@@ -174,7 +188,7 @@ async fn a_configmap_writer_forges_an_outbox_success_and_edits_trust_memory_and_
     let refused = start_refused(&fleet).await;
     assert!(refused.contains(&format!("state ConfigMap {AGENT_NS}/{STATE} is refused")), "{refused}");
 
-    // 3. The state deleted (everything remembered at once), then one written in the format of
+    // 4. The state deleted (everything remembered at once), then one written in the format of
     //    the agent before states were sealed: refused too, the key says the state was sealed.
     configmaps.delete(STATE, &Default::default()).await.unwrap();
     let refused = start_refused(&fleet).await;

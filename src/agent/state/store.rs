@@ -24,6 +24,11 @@
 //! can make the agent stricter, the rest is named in a report ([`StateStore::take_migration_report`]),
 //! then the key is made and the state written back sealed. This happens once: with the key in place
 //! an unsealed state is refused like any other forgery.
+//!
+//! **Replays.** A sealed state carries `generation`, one more at every write. A store refuses a
+//! state older than the newest it wrote or read: a saved copy written back (forgetting a
+//! rejection recorded since) is refused while the agent runs. A restarted agent has no such
+//! memory (docs/SECURITY.md, left open).
 
 use super::machine::{AgentState, Failure, Operation, Phase, Progress, Return, Rollback, TransitionError};
 use crate::apply::{AgentKey, AgentKeyError};
@@ -54,6 +59,8 @@ mod key {
     pub const WRITE_BACK: &str = "writeBack";
     /// The MAC of every other key ([`super::seal`]).
     pub const MAC: &str = "hmacSha256";
+    /// Counts the agent's writes ([`super::generation`]).
+    pub const GENERATION: &str = "generation";
 }
 const SCHEMA: &str = "fleetgate.io/agent-state/v1";
 /// What the state's MAC is computed under (the outbox has its own domain under the same key).
@@ -66,6 +73,11 @@ fn mac_parts<'a>(namespace: &'a str, name: &'a str, data: &'a BTreeMap<String, S
         .into_iter()
         .chain(data.iter().filter(|(k, _)| *k != key::MAC).flat_map(|(k, v)| [k.as_bytes(), v.as_bytes()]))
         .collect()
+}
+
+/// The write count in sealed `data` (0 before the agent counted).
+fn generation(data: &BTreeMap<String, String>) -> u64 {
+    data.get(key::GENERATION).and_then(|g| g.parse().ok()).unwrap_or(0)
 }
 
 /// `data` with its MAC added.
@@ -332,6 +344,8 @@ pub struct StateStore {
     cache: tokio::sync::Mutex<Option<Persisted>>,
     /// What the migration of an unsealed state dropped, until someone takes it.
     migration: std::sync::Mutex<Option<String>>,
+    /// The highest generation this store wrote or read.
+    newest_generation: std::sync::atomic::AtomicU64,
 }
 
 impl StateStore {
@@ -345,6 +359,7 @@ impl StateStore {
             cluster: cluster.to_string(),
             cache: tokio::sync::Mutex::new(None),
             migration: std::sync::Mutex::new(None),
+            newest_generation: Default::default(),
         }
     }
 
@@ -457,9 +472,11 @@ impl StateStore {
                 return Ok((next, out));
             }
             let mut object = base.object.clone();
-            object.data = Some(seal(&base.key, &self.namespace, &self.name, to_data(&next)));
+            let written = generation(&object.data.clone().unwrap_or_default()) + 1;
+            object.data = Some(self.sealed(&base.key, &next, written));
             match self.api.replace(&self.name, &PostParams::default(), &object).await {
                 Ok(saved) => {
+                    self.newest_generation.fetch_max(written, std::sync::atomic::Ordering::Relaxed);
                     *cache = Some(Persisted { state: next.clone(), object: saved, key: base.key });
                     return Ok((next, out));
                 }
@@ -508,6 +525,14 @@ impl StateStore {
                 (Some(object), Some(key)) => {
                     let data = object.data.clone().unwrap_or_default();
                     open(&key, &self.namespace, &self.name, &data).map_err(|p| self.refused(p))?;
+                    let read = generation(&data);
+                    let newest = self.newest_generation.fetch_max(read, std::sync::atomic::Ordering::Relaxed);
+                    if read < newest {
+                        return Err(self.refused(format!(
+                            "it is older than the state this agent last wrote or read (generation {read} < {newest}): \
+                             a saved copy written back"
+                        )));
+                    }
                     return Ok(Persisted { state: self.decode(&object)?, object, key });
                 }
                 (None, Some(_)) => {
@@ -542,7 +567,7 @@ impl StateStore {
         let (state, dropped) = self.decode(&object)?.unauthenticated_remains();
         let key = self.create_key().await?;
         let mut sealed = object.clone();
-        sealed.data = Some(seal(&key, &self.namespace, &self.name, to_data(&state)));
+        sealed.data = Some(self.sealed(&key, &state, 1));
         match self.api.replace(&self.name, &PostParams::default(), &sealed).await {
             Ok(object) => {
                 let report = format!(
@@ -560,6 +585,13 @@ impl StateStore {
             Err(kube::Error::Api(s)) if s.is_conflict() => Ok(None),
             Err(e) => Err(self.kube_error("sealing", e)),
         }
+    }
+
+    /// `state` as sealed data of write number `generation`.
+    fn sealed(&self, key: &AgentKey, state: &AgentState, generation: u64) -> BTreeMap<String, String> {
+        let mut data = to_data(state);
+        data.insert(key::GENERATION.into(), generation.to_string());
+        seal(key, &self.namespace, &self.name, data)
     }
 
     fn key_secret(&self) -> String {
@@ -607,7 +639,7 @@ impl StateStore {
                 labels: Some(self.labels()),
                 ..Default::default()
             },
-            data: Some(seal(key, &self.namespace, &self.name, to_data(&AgentState::default()))),
+            data: Some(self.sealed(key, &AgentState::default(), 1)),
             ..Default::default()
         }
     }
