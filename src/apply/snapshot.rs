@@ -58,10 +58,11 @@ const KEY_DATA: &str = "key";
 /// What a snapshot's MAC is computed under (the agent key authenticates other stores too).
 const SNAPSHOT_DOMAIN: &str = "fleetgate snapshot v1";
 
-/// The agent's secret key (32 random bytes in Secret `<inventory>-snapshot-key`): HMAC-SHA256
-/// over what the agent stores in the cluster and reads back with trust — snapshots, the
-/// last-known-good store. Each store MACs under its own `domain`, so a MAC of one is never a MAC
-/// of the other.
+/// A secret key of the agent (32 random bytes in a Secret of its namespace): HMAC-SHA256 over
+/// what the agent stores in the cluster and reads back with trust. Secret
+/// `<inventory>-snapshot-key` authenticates snapshots, applied records and the last-known-good
+/// store; `fleetgate-state-key-<cluster>` the agent's state and status outbox. Each store MACs
+/// under its own `domain`, so a MAC of one is never a MAC of the other.
 #[derive(Clone)]
 pub struct AgentKey(zeroize::Zeroizing<Vec<u8>>);
 

@@ -573,7 +573,8 @@ impl StateStore {
                 let report = format!(
                     "state ConfigMap {}/{} carried no MAC (written by an agent before states were sealed, or by \
                      someone else): kept its rejections, revocations, newest release and tag pins (they can only make \
-                     the agent stricter), dropped {}; re-derived from the signed repo at the next pass; sealed now",
+                     the agent stricter), dropped {} (taken again from the signed repo, or done again, at the next pass); \
+                     sealed now",
                     self.namespace,
                     self.name,
                     if dropped.is_empty() { "nothing".to_string() } else { dropped.join(", ") }
