@@ -346,6 +346,9 @@ pub struct StateStore {
     migration: std::sync::Mutex<Option<String>>,
     /// The highest generation this store wrote or read.
     newest_generation: std::sync::atomic::AtomicU64,
+    /// The state key once read or made: a load then costs one request, not two (a reset, which
+    /// deletes the key, takes a restart anyway).
+    key: std::sync::OnceLock<AgentKey>,
 }
 
 impl StateStore {
@@ -360,6 +363,7 @@ impl StateStore {
             cache: tokio::sync::Mutex::new(None),
             migration: std::sync::Mutex::new(None),
             newest_generation: Default::default(),
+            key: std::sync::OnceLock::new(),
         }
     }
 
@@ -519,7 +523,10 @@ impl StateStore {
     async fn fetch_verify_or_create(&self) -> Result<Persisted, StateError> {
         // Three attempts: a create or a migration can race another replica's; then both exist.
         for _ in 0..3 {
-            let key = AgentKey::read(&self.secrets, &self.key_secret()).await?;
+            let key = match self.key.get() {
+                Some(key) => Some(key.clone()),
+                None => AgentKey::read(&self.secrets, &self.key_secret()).await?.inspect(|k| self.remember(k)),
+            };
             let object = self.api.get_opt(&self.name).await.map_err(|e| self.kube_error("reading", e))?;
             match (object, key) {
                 (Some(object), Some(key)) => {
@@ -601,7 +608,14 @@ impl StateStore {
 
     async fn create_key(&self) -> Result<AgentKey, StateError> {
         let labels = self.labels();
-        Ok(AgentKey::create(&self.secrets, &self.key_secret(), labels).await?)
+        let key = AgentKey::create(&self.secrets, &self.key_secret(), labels).await?;
+        self.remember(&key);
+        Ok(key)
+    }
+
+    fn remember(&self, key: &AgentKey) {
+        // Set once: a second value could only be the same Secret read again.
+        let _ = self.key.set(key.clone());
     }
 
     fn refused(&self, problem: String) -> StateError {
