@@ -158,6 +158,38 @@ async fn signed_webhooks_wake_the_loop_and_bad_ones_do_not() {
     assert!(metrics.contains("fleetgate_webhook_replays_total{cluster=\"canary\"} 2"), "{metrics}");
 }
 
+/// A restart forgets the signatures seen, but not the window: a signed push captured before the
+/// restart and sent again after it gets 409 (the restarted agent's first pass synced after that
+/// push anyway), and a push made after the restart is welcome.
+#[tokio::test]
+async fn a_delivery_captured_before_a_restart_is_refused_after_it() {
+    let push_at = |at: i64| -> &'static [u8] {
+        let body = format!(r#"{{"ref":"refs/heads/main","repository":{{"pushed_at":{at}}}}}"#);
+        Box::leak(body.into_boxed_str()).as_bytes()
+    };
+    let mut before = start(Some(SECRET)).await;
+    before.leadership.send_replace(Leadership::Leading);
+    let captured = push_at(chrono::Utc::now().timestamp());
+    let headers = [("x-github-event", "push".to_string()), ("x-hub-signature-256", github_signature(captured))];
+    assert_eq!(before.hook(&headers, captured).await.0, 202);
+    assert!(before.woken().await.is_some());
+    before.server.stop().await;
+    // The push's second is over before the new process starts (its time has a second's grain).
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    let mut after = start(Some(SECRET)).await;
+    after.leadership.send_replace(Leadership::Leading);
+    let (status, answer) = after.hook(&headers, captured).await;
+    assert_eq!((status, answer["triggered"].as_bool()), (409, Some(false)), "{answer}");
+    assert!(answer["reason"].as_str().unwrap().contains("before this agent started"), "{answer}");
+    assert_eq!(after.woken().await, None);
+    let (_, metrics) = after.get("/metrics").await;
+    assert!(metrics.contains("fleetgate_webhook_replays_total{cluster=\"canary\"} 1"), "{metrics}");
+    let fresh = push_at(chrono::Utc::now().timestamp());
+    assert_eq!(after.hook(&[("x-hub-signature-256", github_signature(fresh))], fresh).await.0, 202);
+    assert!(after.woken().await.is_some());
+}
+
 #[tokio::test]
 async fn unsigned_setup_accepts_empty_bodies_and_explains_bad_ones() {
     let mut f = start(None).await;

@@ -1,7 +1,8 @@
 //! The agent's state store against a real API server: the state ConfigMap is created on first
 //! load, every transition is persisted so a new process (a restart) resumes mid-operation, two
 //! writers conflict on resourceVersion and the loser re-applies its change to the fresh state, and a
-//! damaged ConfigMap is refused with a way out instead of being silently reset.
+//! ConfigMap edited by anyone but the agent (its MAC fails) is refused with a way out instead of
+//! being silently reset.
 
 use chrono::Utc;
 use fleetgate::agent::state::{Failure, Next, Phase, Progress, StateError, StateStore, TransitionError};
@@ -106,14 +107,17 @@ async fn state_survives_a_restart_mid_operation_and_damage_is_refused() {
     assert!(matches!(err, StateError::Transition(TransitionError::WrongPhase { .. })), "{err}");
     assert_eq!(configmaps.get("fleetgate-state-canary").await.unwrap().metadata.resource_version, before);
 
-    // Damage: refused with a way out, never reset to empty (that would forget rejections and pins).
+    // An edit by anyone but the agent (its MAC no longer verifies): refused with a way out, never
+    // reset to empty (that would forget rejections and pins).
     let patch = serde_json::json!({ "data": { "phase": "Dancing" } });
     configmaps.patch("fleetgate-state-canary", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-    let err = within("corrupt", 30, StateStore::new(agent.clone(), NS, "canary").load()).await.unwrap_err();
+    let err = within("edited", 30, StateStore::new(agent.clone(), NS, "canary").load()).await.unwrap_err();
     let text = err.to_string();
-    assert!(matches!(err, StateError::Corrupt { .. }), "{text}");
+    assert!(matches!(err, StateError::Unauthenticated { .. }), "{text}");
     assert!(
-        text.contains("Dancing") && text.contains("kubectl -n fleetgate-system get configmap fleetgate-state-canary"),
+        text.contains("does not verify")
+            && text.contains("kubectl -n fleetgate-system get configmap fleetgate-state-canary")
+            && text.contains("delete it and Secret fleetgate-system/fleetgate-state-key-canary"),
         "{text}"
     );
 }

@@ -6,9 +6,12 @@
 //! A status is kept in the state ConfigMap with the step that decided it until it is written or
 //! queued here ([`AgentState::unreported`](super::state::AgentState::unreported)); what an agent
 //! killed in between left there is delivered at the start of the next agent's first pass.
+//!
+//! An outbox entry whose MAC does not verify ([`super::state::outbox`]) is never signed nor
+//! written: it is dropped with an error log and a Warning Event `OutboxEntryRefused`.
 
 use super::reconcile::Agent;
-use super::state::Outbox;
+use super::state::{Outbox, StateError};
 use crate::model::{error_chain, stop_point};
 use crate::source::Checkout;
 use crate::status::{NotesError, Publisher, Status, StatusBackend, StatusError};
@@ -32,7 +35,29 @@ fn git_unreachable(e: &StatusError) -> bool {
 impl Agent {
     fn outbox(&self) -> Outbox {
         let config = &self.services.config;
-        Outbox::new(self.services.client.clone(), &config.state_namespace, &config.cluster)
+        Outbox::new(
+            self.services.client.clone(),
+            &config.state_namespace,
+            &config.cluster,
+            self.services.state_key.clone(),
+        )
+    }
+
+    /// The verified waiting statuses of `outbox`; entries refused as not the agent's own are
+    /// reported (they were taken out of the outbox).
+    async fn waiting(&self, outbox: &Outbox) -> Result<Vec<Status>, StateError> {
+        let (waiting, refused) = outbox.load().await?;
+        for r in refused {
+            let note = format!(
+                "dropped an entry of the status outbox {} ({}): {}; it is not delivered",
+                outbox.name(),
+                r.entry,
+                r.reason
+            );
+            tracing::error!(outbox = outbox.name(), "{note}");
+            self.services.record_warning("OutboxEntryRefused", "Deliver", &note).await;
+        }
+        Ok(waiting)
     }
 
     /// Writes the statuses waiting in `outbox` (oldest first) until one cannot reach Git;
@@ -88,7 +113,7 @@ impl Agent {
 
     async fn write_or_queue(&self, publisher: &Publisher, status: &Status) -> Result<Delivery, StatusError> {
         let outbox = self.outbox();
-        let waiting = match outbox.load().await {
+        let waiting = match Box::pin(self.waiting(&outbox)).await {
             Ok(waiting) => waiting,
             Err(e) => {
                 tracing::warn!(error = %error_chain(&e), outbox = outbox.name(), "the status outbox is unreadable; writing without it");
@@ -171,7 +196,7 @@ impl Agent {
     /// At the start of a pass whose sync reached Git: writes what the outbox holds.
     pub(super) async fn deliver_waiting(&self, checkout: &Checkout) {
         let outbox = self.outbox();
-        let waiting = match outbox.load().await {
+        let waiting = match Box::pin(self.waiting(&outbox)).await {
             Ok(w) if w.is_empty() => return,
             Ok(w) => w,
             Err(e) => {

@@ -96,6 +96,7 @@ impl ReconcileError {
             ReconcileError::Verify(e) => e.class(),
             ReconcileError::Promotion(e) => e.class(),
             ReconcileError::Lkg(e) => e.class(),
+            ReconcileError::State(e) if e.is_unauthenticated() => ErrorClass::Stalling,
             ReconcileError::State(_) | ReconcileError::Status(_) | ReconcileError::Transition(_) => {
                 ErrorClass::Retryable
             }
@@ -107,6 +108,7 @@ impl ReconcileError {
         match self {
             ReconcileError::Source(_) => "SourceFailed",
             ReconcileError::Resolve(_) => "ResolveFailed",
+            ReconcileError::State(e) if e.is_unauthenticated() => "StateUnauthenticated",
             ReconcileError::State(_) => "StateFailed",
             ReconcileError::Gates(_) => "GatesFailed",
             ReconcileError::Apply(e) => e.reason(),

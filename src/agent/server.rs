@@ -24,8 +24,13 @@
 //! (413) or after [`BODY_TIMEOUT`] (408). A signed delivery is accepted once: its HMAC (which
 //! only the secret's holders can make, unlike a delivery-id header) is remembered, and the same
 //! signature again, or a push payload whose signed `repository.pushed_at` is older than
-//! [`REPLAY_WINDOW`], gets 409 and counts in `fleetgate_webhook_replays_total`. Bodies that must
-//! (413) or after [`BODY_TIMEOUT`] (408). `/healthz`, `/readyz` and `/metrics` share no limit with
+//! [`REPLAY_WINDOW`] or than the server's start, gets 409 and counts in
+//! `fleetgate_webhook_replays_total`. The signatures seen are kept in memory only; a restart
+//! does not reopen the window for push payloads, because a push from before the start is
+//! refused: the agent's first pass after a start syncs anyway, so such a delivery has nothing to
+//! say (a forge's retry after an outage gets 409 and is not needed). A delivery without a time
+//! (an empty body) may come once more after a restart: all it can do is wake one poll.
+//! `/healthz`, `/readyz` and `/metrics` share no limit with
 //! it, so a flood of deliveries does not make the probes fail. Every connection must send each
 //! request head within [`HEADER_TIMEOUT`] or it is closed, so connections that never finish a
 //! request do not pile up.
@@ -244,26 +249,42 @@ pub enum HookRefused {
         "this signed push is from {age_secs} s ago, older than the {window_secs} s replay window; check the clock if it is new"
     )]
     Stale { age_secs: u64, window_secs: u64 },
+    #[error(
+        "this signed push is from {before_secs} s before this agent started (a replay, or a retry after an outage); the agent's first pass synced after it, nothing to redeliver"
+    )]
+    BeforeStart { before_secs: u64 },
 }
 
-/// The signatures of the signed deliveries accepted so far (at most [`REMEMBERED_DELIVERIES`]).
-#[derive(Debug, Default)]
-struct SeenDeliveries(std::sync::Mutex<std::collections::VecDeque<Vec<u8>>>);
+/// The signatures of the signed deliveries accepted since the server started (at most
+/// [`REMEMBERED_DELIVERIES`]), and when it started.
+#[derive(Debug)]
+struct SeenDeliveries {
+    seen: std::sync::Mutex<std::collections::VecDeque<Vec<u8>>>,
+    /// Unix seconds.
+    started: u64,
+}
 
 impl SeenDeliveries {
+    fn new(started: u64) -> SeenDeliveries {
+        SeenDeliveries { seen: Default::default(), started }
+    }
+
     /// Accepts a delivery with `signature` whose payload is `body` at `now` (Unix seconds), once:
     /// [`HookRefused::Replayed`] for a signature seen before, [`HookRefused::Stale`] for a push
-    /// older than [`REPLAY_WINDOW`].
+    /// older than [`REPLAY_WINDOW`], [`HookRefused::BeforeStart`] for one from before the start.
     fn admit(&self, signature: &[u8], body: &[u8], now: u64) -> Result<(), HookRefused> {
         let pushed_at = serde_json::from_slice::<serde_json::Value>(body)
             .ok()
             .and_then(|v| v.get("repository")?.get("pushed_at")?.as_u64());
-        if let Some(at) = pushed_at
-            && now.saturating_sub(at) > REPLAY_WINDOW.as_secs()
-        {
-            return Err(HookRefused::Stale { age_secs: now - at, window_secs: REPLAY_WINDOW.as_secs() });
+        if let Some(at) = pushed_at {
+            if now.saturating_sub(at) > REPLAY_WINDOW.as_secs() {
+                return Err(HookRefused::Stale { age_secs: now - at, window_secs: REPLAY_WINDOW.as_secs() });
+            }
+            if at < self.started {
+                return Err(HookRefused::BeforeStart { before_secs: self.started - at });
+            }
         }
-        let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         if seen.iter().any(|s| s == signature) {
             return Err(HookRefused::Replayed);
         }
@@ -332,7 +353,7 @@ pub fn router(state: ServerState) -> Router {
         .with_state(Arc::new(Shared {
             state,
             hooks: Arc::new(Semaphore::new(MAX_CONCURRENT_HOOKS)),
-            seen: SeenDeliveries::default(),
+            seen: SeenDeliveries::new(chrono::Utc::now().timestamp().max(0) as u64),
         }))
 }
 
@@ -560,8 +581,8 @@ mod tests {
 
     #[test]
     fn a_signed_delivery_is_accepted_once_and_only_while_fresh() {
-        let seen = SeenDeliveries::default();
         let now = 1_700_000_000;
+        let seen = SeenDeliveries::new(now - 60);
         let push = |at: u64| format!(r#"{{"ref":"refs/heads/main","repository":{{"pushed_at":{at}}}}}"#);
         assert_eq!(seen.admit(b"sig-1", push(now - 10).as_bytes(), now), Ok(()));
         assert_eq!(seen.admit(b"sig-1", push(now - 10).as_bytes(), now + 1), Err(HookRefused::Replayed));
@@ -571,11 +592,16 @@ mod tests {
             seen.admit(b"sig-3", push(now - 301).as_bytes(), now),
             Err(HookRefused::Stale { age_secs: 301, window_secs: 300 })
         );
+        // Inside the window but from before the server started (a restart): the first pass read it.
+        assert_eq!(
+            seen.admit(b"sig-4", push(now - 61).as_bytes(), now),
+            Err(HookRefused::BeforeStart { before_secs: 1 })
+        );
     }
 
     #[test]
     fn the_oldest_signature_is_forgotten_first() {
-        let seen = SeenDeliveries::default();
+        let seen = SeenDeliveries::new(0);
         for i in 0..=REMEMBERED_DELIVERIES {
             assert_eq!(seen.admit(&i.to_be_bytes(), b"", 0), Ok(()));
         }

@@ -20,7 +20,10 @@ pub enum StartError {
     #[error(transparent)]
     Config(#[from] super::config::ConfigError),
     #[error("agent state (is the state namespace created and does the agent's RBAC allow configmaps there?)")]
-    State(#[from] StateError),
+    State(#[source] StateError),
+    /// The state or its key refused as not the agent's own: no RBAC hint, the error says it all.
+    #[error(transparent)]
+    StateRefused(StateError),
     #[error(transparent)]
     Server(#[from] ServerError),
     #[error(transparent)]
@@ -37,6 +40,12 @@ pub enum StartError {
          first release this agent accepts, which lets whoever pushes first choose it (docs/SECURITY.md)"
     )]
     FleetNotGiven { configmap: String },
+}
+
+impl From<StateError> for StartError {
+    fn from(e: StateError) -> StartError {
+        if e.is_unauthenticated() { StartError::StateRefused(e) } else { StartError::State(e) }
+    }
 }
 
 /// The running infrastructure of one agent. Fields are public so the loop can borrow them
@@ -56,6 +65,8 @@ pub struct AgentServices {
     pub notifier: Option<Notifier>,
     /// Signs this cluster's status entries (and only this cluster's).
     pub status_signer: crate::status::StatusSigner,
+    /// Seals the state and the status outbox ([`StateStore::key`]).
+    pub state_key: crate::apply::AgentKey,
     pub health: Health,
     server: HttpServer,
     _ref_watcher: Option<RefWatcher>,
@@ -79,6 +90,7 @@ impl AgentServices {
         .await?;
         let store = StateStore::new(client.clone(), &config.state_namespace, &config.cluster);
         let state = store.load().await?;
+        let state_key = store.key().await?;
         // Without a name, the first tip this agent reads would choose the fleet: a pusher could
         // make a fresh agent adopt another fleet's releases signed by the same key.
         if config.fleet.is_none() && state.trust().fleet.is_none() && !config.pin_first_fleet {
@@ -139,6 +151,13 @@ impl AgentServices {
         .await?;
 
         let events = EventRecorder::new(client.clone(), &config.identity);
+        if let Some(report) = store.take_migration_report()
+            && let Ok(regarding) = store.object_ref().await
+            && let Err(e) =
+                events.publish(&regarding, super::state::Severity::Warning, "StateMigrated", "Load", &report).await
+        {
+            tracing::warn!(error = %error_chain(&e), "could not record an Event");
+        }
         let notifier = (!config.notify.is_empty())
             .then(|| Notifier::new(config.notify.clone(), &config.cluster, config.notify_timeout))
             .transpose()?
@@ -159,6 +178,7 @@ impl AgentServices {
             events,
             notifier,
             status_signer,
+            state_key,
             health,
             server,
             _ref_watcher: ref_watcher,

@@ -58,10 +58,11 @@ const KEY_DATA: &str = "key";
 /// What a snapshot's MAC is computed under (the agent key authenticates other stores too).
 const SNAPSHOT_DOMAIN: &str = "fleetgate snapshot v1";
 
-/// The agent's secret key (32 random bytes in Secret `<inventory>-snapshot-key`): HMAC-SHA256
-/// over what the agent stores in the cluster and reads back with trust — snapshots, the
-/// last-known-good store. Each store MACs under its own `domain`, so a MAC of one is never a MAC
-/// of the other.
+/// A secret key of the agent (32 random bytes in a Secret of its namespace): HMAC-SHA256 over
+/// what the agent stores in the cluster and reads back with trust. Secret
+/// `<inventory>-snapshot-key` authenticates snapshots, applied records and the last-known-good
+/// store; `fleetgate-state-key-<cluster>` the agent's state and status outbox. Each store MACs
+/// under its own `domain`, so a MAC of one is never a MAC of the other.
 #[derive(Clone)]
 pub struct AgentKey(zeroize::Zeroizing<Vec<u8>>);
 
@@ -95,6 +96,74 @@ impl AgentKey {
     pub fn verify(&self, domain: &str, parts: &[&[u8]], hex: &str) -> bool {
         let Some(bytes) = decode_hex(hex) else { return false };
         self.hmac(domain, parts).verify_slice(&bytes).is_ok()
+    }
+}
+
+/// Why an [`AgentKey`] Secret could not be read or made.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentKeyError {
+    #[error("{action} Secret {name} (does the agent's RBAC allow get and create on secrets in its namespace?)")]
+    Kube { action: &'static str, name: String, source: Box<kube::Error> },
+    #[error(
+        "the agent key Secret {name} holds no 32-byte key; delete it to have a new one made (what it authenticated then no longer verifies)"
+    )]
+    Short { name: String },
+}
+
+impl From<AgentKeyError> for ApplyError {
+    fn from(e: AgentKeyError) -> ApplyError {
+        match e {
+            AgentKeyError::Kube { action, name, source } => {
+                ApplyError::Kube { action: format!("{action} Secret {name}"), source: *source }
+            }
+            AgentKeyError::Short { name } => {
+                let reason = AgentKeyError::Short { name: name.clone() }.to_string();
+                ApplyError::Snapshot { id: name, reason }
+            }
+        }
+    }
+}
+
+impl AgentKey {
+    /// The key in Secret `name` of `secrets`' namespace; None when there is no such Secret.
+    pub async fn read(secrets: &Api<Secret>, name: &str) -> Result<Option<AgentKey>, AgentKeyError> {
+        let secret = secrets.get_opt(name).await.map_err(|e| AgentKeyError::Kube {
+            action: "reading",
+            name: name.to_string(),
+            source: Box::new(e),
+        })?;
+        secret.map(|s| Self::from_secret(s, name)).transpose()
+    }
+
+    fn from_secret(secret: Secret, name: &str) -> Result<AgentKey, AgentKeyError> {
+        let bytes = secret.data.and_then(|mut d| d.remove(KEY_DATA)).map(|b| b.0).unwrap_or_default();
+        if bytes.len() < 32 {
+            return Err(AgentKeyError::Short { name: name.to_string() });
+        }
+        Ok(AgentKey::from_bytes(bytes))
+    }
+
+    /// Makes Secret `name` with a new key (32 random bytes) labelled `labels`; when another
+    /// replica made it first, that one's key.
+    pub async fn create(
+        secrets: &Api<Secret>,
+        name: &str,
+        labels: BTreeMap<String, String>,
+    ) -> Result<AgentKey, AgentKeyError> {
+        let key: [u8; 32] = rand::random();
+        let secret = Secret {
+            metadata: ObjectMeta { name: Some(name.to_string()), labels: Some(labels), ..Default::default() },
+            data: Some(BTreeMap::from([(KEY_DATA.to_string(), ByteString(key.to_vec()))])),
+            ..Default::default()
+        };
+        let kube = |action| move |e| AgentKeyError::Kube { action, name: name.to_string(), source: Box::new(e) };
+        match secrets.create(&PostParams::default(), &secret).await {
+            Ok(created) => Self::from_secret(created, name),
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                Self::from_secret(secrets.get(name).await.map_err(kube("reading"))?, name)
+            }
+            Err(e) => Err(kube("creating")(e)),
+        }
     }
 }
 
@@ -134,23 +203,7 @@ impl Engine {
 
     /// The agent key if it exists; None before anything needed it.
     pub(crate) async fn existing_agent_key(&self) -> Result<Option<AgentKey>, ApplyError> {
-        let name = self.agent_key_name();
-        let secret = self.secrets().get_opt(&name).await.map_err(kube_err(format!("reading Secret {name}")))?;
-        secret.map(|s| self.read_agent_key(s)).transpose()
-    }
-
-    fn read_agent_key(&self, secret: Secret) -> Result<AgentKey, ApplyError> {
-        let name = self.agent_key_name();
-        let bytes = secret.data.and_then(|mut d| d.remove(KEY_DATA)).map(|b| b.0).unwrap_or_default();
-        if bytes.len() < 32 {
-            return Err(ApplyError::Snapshot {
-                id: name.clone(),
-                reason: format!(
-                    "the agent key Secret {name} holds no 32-byte key; delete it to have a new one made (existing snapshots then no longer verify)"
-                ),
-            });
-        }
-        Ok(AgentKey::from_bytes(bytes))
+        AgentKey::read(&self.secrets(), &self.agent_key_name()).await.map_err(ApplyError::from)
     }
 
     /// The agent key, created (32 random bytes) when it does not exist yet.
@@ -158,26 +211,9 @@ impl Engine {
         if let Some(key) = self.existing_agent_key().await? {
             return Ok(key);
         }
-        let api = self.secrets();
-        let name = self.agent_key_name();
-        let key: [u8; 32] = rand::random();
-        let secret = Secret {
-            metadata: ObjectMeta {
-                name: Some(name.clone()),
-                labels: Some(self.options.own_labels(&[])),
-                ..Default::default()
-            },
-            data: Some(BTreeMap::from([(KEY_DATA.to_string(), ByteString(key.to_vec()))])),
-            ..Default::default()
-        };
-        match api.create(&PostParams::default(), &secret).await {
-            Ok(created) => self.read_agent_key(created),
-            // Another replica made it first: use that one.
-            Err(kube::Error::Api(e)) if e.code == 409 => {
-                self.read_agent_key(api.get(&name).await.map_err(kube_err(format!("reading Secret {name}")))?)
-            }
-            Err(e) => Err(kube_err(format!("creating Secret {name}"))(e)),
-        }
+        AgentKey::create(&self.secrets(), &self.agent_key_name(), self.options.own_labels(&[]))
+            .await
+            .map_err(ApplyError::from)
     }
 
     /// Stores a snapshot of every object of the release the inventory records (None when

@@ -21,6 +21,7 @@ const FOREIGN: &[(&str, &str)] = &[
     ("--include-crds", "helm"),
     ("--kube-version", "helm"),
     ("--server-side", "kubectl"),
+    ("--show-managed-fields", "kubectl"),
     ("--for", "kubectl events"),
     ("--notes", "git log"),
     ("--delete", "git push"),

@@ -68,7 +68,7 @@ pub fn fetch_statuses(repo: &FleetRepo, remote: &str, access: &Credentials) -> R
     let Some(url) = url else { return Ok(false) };
     let git_remote = GitRemote::new(url).with_access(access.clone());
     status::sync(repo.git(), &git_remote)
-        .map_err(|source| RelengError::StatusFetch { remote: remote.to_string(), source })?;
+        .map_err(|source| RelengError::StatusFetch { remote: crate::model::redact_userinfo(remote), source })?;
     Ok(true)
 }
 

@@ -32,6 +32,8 @@ pub fn push(repo: &FleetRepo, remote: &str, refs: &[String], access: &Credential
         }
     };
     let url = r.url().unwrap_or(remote).to_string();
+    // What errors show: the URL without the token of its user info.
+    let shown = crate::model::redact_userinfo(&url);
     let refused: RefCell<Vec<String>> = RefCell::new(Vec::new());
     let mut cbs = access.callbacks(&url);
     cbs.push_update_reference(|refname, status| {
@@ -51,11 +53,11 @@ pub fn push(repo: &FleetRepo, remote: &str, refs: &[String], access: &Credential
         } else {
             ""
         };
-        RelengError::Push { remote: url.clone(), reason: format!("{}{hint}", e.message()) }
+        RelengError::Push { remote: shown.clone(), reason: format!("{}{hint}", e.message()) }
     })?;
     let refused = refused.into_inner();
     if !refused.is_empty() {
-        return Err(RelengError::Push { remote: url, reason: format!("the remote refused {}", refused.join("; ")) });
+        return Err(RelengError::Push { remote: shown, reason: format!("the remote refused {}", refused.join("; ")) });
     }
-    Ok(Pushed { remote: remote.to_string(), refs: refs.to_vec() })
+    Ok(Pushed { remote: crate::model::redact_userinfo(remote), refs: refs.to_vec() })
 }

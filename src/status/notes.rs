@@ -46,6 +46,11 @@ impl GitRemote {
         GitRemote { url: url.into(), access: Credentials::default() }
     }
 
+    /// The URL as errors show it: without the password or token of its user info.
+    fn shown_url(&self) -> String {
+        crate::model::redact_userinfo(&self.url)
+    }
+
     pub fn with_access(mut self, access: Credentials) -> GitRemote {
         self.access = access;
         self
@@ -161,7 +166,7 @@ pub fn write(
             sync(repo, remote)?;
         }
     }
-    Err(NotesError::Contended { url: remote.url.clone(), refname, attempts: MAX_PUSH_ATTEMPTS, last })
+    Err(NotesError::Contended { url: remote.shown_url(), refname, attempts: MAX_PUSH_ATTEMPTS, last })
 }
 
 /// After an accepted push the remote holds the local tip: the tracking ref says so, as git's
@@ -281,7 +286,7 @@ fn push(repo: &Repository, remote: &GitRemote, refname: &str) -> Result<Option<S
         Ok(()) => Ok(refused.into_inner()),
         Err(e) if e.code() == ErrorCode::NotFastForward => Ok(Some(e.message().to_string())),
         Err(e) => {
-            Err(NotesError::Push { url: remote.url.clone(), refname: refname.to_string(), source: explain_refusal(e) })
+            Err(NotesError::Push { url: remote.shown_url(), refname: refname.to_string(), source: explain_refusal(e) })
         }
     }
 }
@@ -293,7 +298,7 @@ fn push(repo: &Repository, remote: &GitRemote, refname: &str) -> Result<Option<S
 /// # Errors
 /// A fetch transport failure or a local repository failure.
 pub fn sync(repo: &Repository, remote: &GitRemote) -> Result<(), NotesError> {
-    let fetch_err = |source| NotesError::Fetch { url: remote.url.clone(), source: explain_refusal(source) };
+    let fetch_err = |source| NotesError::Fetch { url: remote.shown_url(), source: explain_refusal(source) };
     let mut r = repo.remote_anonymous(&remote.url).map_err(fetch_err)?;
     let mut opts = remote.access.fetch_options(remote.callbacks());
     opts.update_fetchhead(false);
@@ -557,6 +562,23 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let repo = Repository::init_bare(dir.path()).unwrap();
         (dir, repo)
+    }
+
+    /// A fleet repo URL with a token in its user info, to a Git server that is not there: the
+    /// fetch's and the push's errors name the server, never the token.
+    #[test]
+    fn errors_never_show_the_token_of_the_url() {
+        let (_dir, repo) = repo();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let remote = GitRemote::new(format!("http://fleetgate:s3cret-token@127.0.0.1:{port}/fleet.git"));
+        let fetch = crate::model::error_chain(&sync(&repo, &remote).unwrap_err());
+        let status = crate::status::Status::new("cluster-a", "rel-1", "0".repeat(40), State::Success, "ok");
+        let identity = StatusIdentity::new("fleet", crate::status::StatusSigner::generate("t").unwrap());
+        let push = crate::model::error_chain(&write(&repo, &remote, &status, &identity).unwrap_err());
+        for text in [fetch, push] {
+            assert!(text.contains(&format!("http://fleetgate:…@127.0.0.1:{port}/fleet.git")), "{text}");
+            assert!(!text.contains("s3cret-token"), "{text}");
+        }
     }
 
     #[test]

@@ -115,7 +115,8 @@ fn parse_objects(file: &str, text: &str) -> anyhow::Result<Vec<DynamicObject>> {
     Ok(out)
 }
 
-/// The agent's credentials in a test cluster, from [`TestCluster::deploy_agent`].
+/// A ServiceAccount's credentials in a test cluster: the agent's, from [`TestCluster::deploy_agent`],
+/// or another's, from [`TestCluster::service_account_identity`].
 #[derive(Clone)]
 pub struct AgentIdentity {
     kubeconfig: PathBuf,
@@ -172,9 +173,19 @@ impl TestCluster {
     /// [`deploy_agent`](Self::deploy_agent), or the Helm chart): a TokenRequest token, written
     /// into `agent.kubeconfig` in the cluster's directory.
     pub async fn agent_identity(&self) -> anyhow::Result<AgentIdentity> {
-        let token = self.service_account_token(AGENT_SERVICE_ACCOUNT.0, AGENT_SERVICE_ACCOUNT.1).await?;
-        let kubeconfig = self.dir().join("agent.kubeconfig");
-        std::fs::write(&kubeconfig, self.token_kubeconfig("fleetgate-agent", &token)?)?;
+        self.identity(AGENT_SERVICE_ACCOUNT.0, AGENT_SERVICE_ACCOUNT.1, "agent.kubeconfig").await
+    }
+
+    /// The credentials of any ServiceAccount `namespace/name` the test made (what an attack test's
+    /// attacker holds): a TokenRequest token, written into `<namespace>-<name>.kubeconfig`.
+    pub async fn service_account_identity(&self, namespace: &str, name: &str) -> anyhow::Result<AgentIdentity> {
+        self.identity(namespace, name, &format!("{namespace}-{name}.kubeconfig")).await
+    }
+
+    async fn identity(&self, namespace: &str, name: &str, file: &str) -> anyhow::Result<AgentIdentity> {
+        let token = self.service_account_token(namespace, name).await?;
+        let kubeconfig = self.dir().join(file);
+        std::fs::write(&kubeconfig, self.token_kubeconfig(name, &token)?)?;
         let client = crate::cluster::client_from_kubeconfig(&kubeconfig).await?;
         Ok(AgentIdentity { kubeconfig, client })
     }

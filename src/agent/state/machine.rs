@@ -454,6 +454,44 @@ impl AgentState {
         self.trust.revoked.clone()
     }
 
+    /// What may be taken from a state nobody authenticated (an earlier agent's, from before states
+    /// were sealed, or a forgery made to look like one): only what can make the agent stricter —
+    /// rejections, remembered revocations, the newest release that ran, signed promotions once in
+    /// force, tag pins (a pin can only refuse a tag). Everything else would let whoever wrote the
+    /// ConfigMap choose: it is dropped, and named in the returned list. Pins of status keys, the
+    /// accepted tip and the fleet name are taken again from the signed repo; an operation in
+    /// progress starts over from verification (re-applying what runs is a no-op); undelivered
+    /// statuses and an owed write-back are never signed on its word; the releases that ran here
+    /// are learnt again as they pass their bake.
+    pub fn unauthenticated_remains(self) -> (AgentState, Vec<&'static str>) {
+        let mut dropped = Vec::new();
+        let mut note = |present: bool, what: &'static str| {
+            if present {
+                dropped.push(what);
+            }
+        };
+        note(self.progress != Progress::Idle, "the operation in progress");
+        note(self.current.is_some(), "the current release");
+        note(self.last_known_good.is_some() || !self.succeeded.is_empty(), "the releases that passed here");
+        note(!self.unreported.is_empty(), "undelivered statuses");
+        note(self.write_back.is_some(), "an owed write-back");
+        note(self.trust.fleet.is_some(), "the fleet name");
+        note(self.trust.accepted_tip.is_some(), "the accepted tip");
+        note(!self.trust.status_keys.is_empty(), "status-key pins");
+        let kept = AgentState {
+            rejected: self.rejected,
+            tag_pins: self.tag_pins,
+            trust: TrustMemory {
+                signed_promotions: self.trust.signed_promotions,
+                revoked: self.trust.revoked,
+                newest: self.trust.newest,
+                ..TrustMemory::default()
+            },
+            ..AgentState::default()
+        };
+        (kept, dropped)
+    }
+
     /// Keeps the release's signed sequence with the operation (recorded while verifying).
     pub fn record_sequence(&mut self, sequence: Option<u64>) -> Result<(), TransitionError> {
         match &mut self.progress {
@@ -703,6 +741,51 @@ pub(crate) mod fixtures {
 mod tests {
     use super::fixtures::{on_rel1, t};
     use super::*;
+
+    /// An unsealed state (an earlier agent's, or a forgery in its format) gives only what makes
+    /// the agent stricter; what would let its writer choose is dropped and named.
+    #[test]
+    fn an_unauthenticated_state_keeps_only_what_makes_the_agent_stricter() {
+        let mut s = on_rel1();
+        s.trust.newest = Some(Ran { release: "rel-1".into(), sequence: 7 });
+        s.trust.revoked.insert("rel-0".into(), "rel-1".into());
+        s.trust.accepted_tip = Some("tip".into());
+        s.trust.fleet = Some("redis-fleet".into());
+        s.trust.signed_promotions = true;
+        s.pin_status_keys(&BTreeMap::from([("cluster-a".into(), "ssh-ed25519 AAAA".into())]), true);
+        let pins: TagPins = serde_json::from_value(serde_json::json!({ "pins": { "rel-1": "c1" } })).unwrap();
+        s.record_tag_pins(&pins);
+        s.observe_desired(Some("rel-2"), false);
+        s.begin("rel-2", "c2", t(10)).unwrap();
+        s.block(Failure::new("GateFailed", "7 > 5"), t(11)).unwrap();
+        s.observe_desired(Some("rel-3"), false);
+        s.begin("rel-3", "c3", t(12)).unwrap();
+        s.record_unreported(Status::new("cluster-a", "rel-3", "c3", crate::status::State::Success, "forged"));
+
+        let (kept, dropped) = s.clone().unauthenticated_remains();
+        assert_eq!(kept.rejected().keys().collect::<Vec<_>>(), ["rel-2"]);
+        assert_eq!(kept.trust().newest, s.trust().newest);
+        assert_eq!(kept.trust().revoked, s.trust().revoked);
+        assert!(kept.trust().signed_promotions);
+        assert_eq!(kept.tag_pins().get("rel-1"), Some("c1"));
+        assert_eq!((kept.phase(), kept.current(), kept.last_known_good()), (Phase::Idle, None, None));
+        assert!(kept.unreported().is_empty() && !kept.succeeded_here("rel-1"));
+        assert_eq!((kept.trust().fleet.as_ref(), kept.trust().accepted_tip.as_ref()), (None, None));
+        assert!(kept.trust().status_keys.is_empty());
+        assert_eq!(
+            dropped,
+            [
+                "the operation in progress",
+                "the current release",
+                "the releases that passed here",
+                "undelivered statuses",
+                "the fleet name",
+                "the accepted tip",
+                "status-key pins"
+            ]
+        );
+        assert_eq!(AgentState::default().unauthenticated_remains(), (AgentState::default(), vec![]));
+    }
     use rstest::rstest;
 
     fn fail(reason: &str) -> Failure {

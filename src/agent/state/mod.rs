@@ -8,7 +8,7 @@ pub mod outbox;
 pub mod store;
 
 pub use machine::*;
-pub use outbox::Outbox;
+pub use outbox::{Outbox, Refused};
 pub use store::{
     CLUSTER_LABEL, PAUSED_ANNOTATION, Peeked, RECONCILE_HANDLED_ANNOTATION, RECONCILE_REQUEST_ANNOTATION, StateError,
     StateStore, state_configmap_name,

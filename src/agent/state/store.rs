@@ -10,11 +10,31 @@
 //! owes Git, each only while there is one) — so an
 //! agent upgraded mid-operation resumes what the previous one left.
 //! Decoding checks that the operation carries what its phase needs.
+//!
+//! **Authentication.** Whoever may write ConfigMaps in the agent's namespace must not be able to
+//! edit what the agent remembers (a rejection cleared, `newest` rewound, a status key re-pinned).
+//! Every write carries `hmacSha256`: HMAC-SHA256 under the agent's state key ([`AgentKey`], Secret
+//! [`state_key_secret_name`], readable by the agent and cluster admins, not by a ConfigMap writer)
+//! of the ConfigMap's namespace, name, and every other data key and value as stored. A state whose
+//! MAC does not verify is refused ([`StateError::Unauthenticated`]), and so is a missing state once
+//! the key exists (deleting it would erase the same memory).
+//!
+//! **Migration.** A state ConfigMap without a key Secret was written by an agent from before states
+//! were sealed (or looks like one): [`AgentState::unauthenticated_remains`] keeps of it only what
+//! can make the agent stricter, the rest is named in a report ([`StateStore::take_migration_report`]),
+//! then the key is made and the state written back sealed. This happens once: with the key in place
+//! an unsealed state is refused like any other forgery.
+//!
+//! **Replays.** A sealed state carries `generation`, one more at every write. A store refuses a
+//! state older than the newest it wrote or read: a saved copy written back (forgetting a
+//! rejection recorded since) is refused while the agent runs. A restarted agent has no such
+//! memory (docs/SECURITY.md, left open).
 
 use super::machine::{AgentState, Failure, Operation, Phase, Progress, Return, Rollback, TransitionError};
+use crate::apply::{AgentKey, AgentKeyError};
 use crate::status::GateFigure;
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret};
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::{Client, Resource};
 use serde::{Deserialize, Serialize};
@@ -37,8 +57,59 @@ mod key {
     pub const SUCCEEDED: &str = "succeeded";
     pub const UNREPORTED: &str = "unreported";
     pub const WRITE_BACK: &str = "writeBack";
+    /// The MAC of every other key ([`super::seal`]).
+    pub const MAC: &str = "hmacSha256";
+    /// Counts the agent's writes ([`super::generation`]).
+    pub const GENERATION: &str = "generation";
 }
 const SCHEMA: &str = "fleetgate.io/agent-state/v1";
+/// What the state's MAC is computed under (the outbox has its own domain under the same key).
+const MAC_DOMAIN: &str = "fleetgate agent-state v1";
+
+/// What the MAC covers: the ConfigMap's `namespace` and `name`, then every data key and value but
+/// the MAC itself, in key order.
+fn mac_parts<'a>(namespace: &'a str, name: &'a str, data: &'a BTreeMap<String, String>) -> Vec<&'a [u8]> {
+    [namespace.as_bytes(), name.as_bytes()]
+        .into_iter()
+        .chain(data.iter().filter(|(k, _)| *k != key::MAC).flat_map(|(k, v)| [k.as_bytes(), v.as_bytes()]))
+        .collect()
+}
+
+/// The write count in sealed `data` (0 before the agent counted).
+fn generation(data: &BTreeMap<String, String>) -> u64 {
+    data.get(key::GENERATION).and_then(|g| g.parse().ok()).unwrap_or(0)
+}
+
+/// `data` with its MAC added.
+pub(super) fn seal(
+    key: &AgentKey,
+    namespace: &str,
+    name: &str,
+    mut data: BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    let mac = key.mac(MAC_DOMAIN, &mac_parts(namespace, name, &data));
+    data.insert(key::MAC.into(), mac);
+    data
+}
+
+/// Whether `data` carries a MAC that verifies under `key`; the error says what is wrong.
+pub(super) fn open(key: &AgentKey, namespace: &str, name: &str, data: &BTreeMap<String, String>) -> Result<(), String> {
+    let Some(mac) = data.get(key::MAC) else {
+        return Err(format!(
+            "it carries no {} although this agent sealed its state before (an earlier agent's unsealed state is \
+             migrated once, never again)",
+            key::MAC
+        ));
+    };
+    if key.verify(MAC_DOMAIN, &mac_parts(namespace, name, data), mac) {
+        Ok(())
+    } else {
+        Err(format!(
+            "its {} does not verify under the agent's state key: someone other than the agent wrote it",
+            key::MAC
+        ))
+    }
+}
 
 /// The `operation` key's JSON: every phase's data in one object, optional fields absent where a
 /// phase has none.
@@ -189,7 +260,7 @@ pub enum StateError {
     #[error(transparent)]
     Transition(#[from] TransitionError),
     #[error(
-        "state ConfigMap {namespace}/{name} is not readable as agent state ({problem}); inspect it with `kubectl -n {namespace} get configmap {name} -o yaml`, fix or delete it (deleting forgets rejections and tag pins)"
+        "state ConfigMap {namespace}/{name} is not readable as agent state ({problem}); inspect it with `kubectl -n {namespace} get configmap {name} -o yaml`; to start over, delete it and the agent's state key Secret (that forgets rejections and tag pins)"
     )]
     Corrupt { namespace: String, name: String, problem: String },
     #[error(
@@ -198,6 +269,19 @@ pub enum StateError {
     Contended { namespace: String, name: String, attempts: u32 },
     #[error("{action} state ConfigMap {namespace}/{name}")]
     Kube { action: &'static str, namespace: String, name: String, source: Box<kube::Error> },
+    #[error(
+        "{what} {namespace}/{name} is refused, nothing in it is trusted: {problem}. Find who wrote it (`kubectl -n {namespace} get configmap {name} --show-managed-fields -o yaml`); to start over, delete it and Secret {namespace}/{key_secret} (that forgets rejections, revocations and pins)"
+    )]
+    Unauthenticated { what: &'static str, namespace: String, name: String, key_secret: String, problem: String },
+    #[error("the agent's state key")]
+    Key(#[from] AgentKeyError),
+}
+
+impl StateError {
+    /// Whether the stored state was refused as not the agent's own: retrying does not help.
+    pub fn is_unauthenticated(&self) -> bool {
+        matches!(self, StateError::Unauthenticated { .. })
+    }
 }
 
 /// Label on the state ConfigMap naming the cluster it belongs to.
@@ -218,6 +302,8 @@ const MAX_CONFLICT_RETRIES: u32 = 5;
 struct Persisted {
     state: AgentState,
     object: ConfigMap,
+    /// The key `object` is sealed with.
+    key: AgentKey,
 }
 
 /// The reason in a state ConfigMap's [`PAUSED_ANNOTATION`], unless absent or `false`.
@@ -239,27 +325,45 @@ pub fn state_configmap_name(cluster: &str) -> String {
     format!("fleetgate-state-{cluster}")
 }
 
+/// Secret `fleetgate-state-key-<cluster>`: the key the state and the outbox of `cluster`'s agent
+/// are sealed with. Its existence also says that the state was sealed once.
+pub fn state_key_secret_name(cluster: &str) -> String {
+    format!("fleetgate-state-key-{cluster}")
+}
+
 /// Loads and saves one cluster's [`AgentState`] in its ConfigMap. Writes carry the last seen
 /// `resourceVersion`; on a conflict the store reloads and re-applies the change to the fresh state
 /// (which may then refuse it, e.g. when another writer already moved the phase on).
 #[derive(Debug)]
 pub struct StateStore {
     api: Api<ConfigMap>,
+    secrets: Api<Secret>,
     namespace: String,
     name: String,
     cluster: String,
     cache: tokio::sync::Mutex<Option<Persisted>>,
+    /// What the migration of an unsealed state dropped, until someone takes it.
+    migration: std::sync::Mutex<Option<String>>,
+    /// The highest generation this store wrote or read.
+    newest_generation: std::sync::atomic::AtomicU64,
+    /// The state key once read or made: a load then costs one request, not two (a reset, which
+    /// deletes the key, takes a restart anyway).
+    key: std::sync::OnceLock<AgentKey>,
 }
 
 impl StateStore {
     /// A store for `fleetgate-state-<cluster>` in `namespace`; nothing is read until [`load`](Self::load).
     pub fn new(client: Client, namespace: &str, cluster: &str) -> StateStore {
         StateStore {
-            api: Api::namespaced(client, namespace),
+            api: Api::namespaced(client.clone(), namespace),
+            secrets: Api::namespaced(client, namespace),
             namespace: namespace.to_string(),
             name: state_configmap_name(cluster),
             cluster: cluster.to_string(),
             cache: tokio::sync::Mutex::new(None),
+            migration: std::sync::Mutex::new(None),
+            newest_generation: Default::default(),
+            key: std::sync::OnceLock::new(),
         }
     }
 
@@ -271,8 +375,26 @@ impl StateStore {
         &self.namespace
     }
 
-    /// Reads the state from the API server, creating an empty state ConfigMap when there is none
-    /// (so Events have an object to point at and missing RBAC shows at start-up).
+    /// The key the state is sealed with, which seals the outbox too (loads the state if needed).
+    pub async fn key(&self) -> Result<AgentKey, StateError> {
+        let mut cache = self.cache.lock().await;
+        let persisted = match cache.take() {
+            Some(p) => p,
+            None => self.fetch_or_create().await?,
+        };
+        let key = persisted.key.clone();
+        *cache = Some(persisted);
+        Ok(key)
+    }
+
+    /// What migrating an earlier agent's unsealed state dropped, once (for a Warning Event).
+    pub fn take_migration_report(&self) -> Option<String> {
+        self.migration.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    /// Reads the state from the API server and verifies its MAC, creating a sealed empty state
+    /// ConfigMap (and the state key) when there is neither (so Events have an object to point at
+    /// and missing RBAC shows at start-up), migrating an earlier agent's unsealed state once.
     pub async fn load(&self) -> Result<AgentState, StateError> {
         let mut cache = self.cache.lock().await;
         let persisted = self.fetch_or_create().await?;
@@ -282,12 +404,13 @@ impl StateStore {
     }
 
     /// Reads the state without creating or changing anything (`fleetgate get agents`): `None`
-    /// when the agent has not written one yet.
+    /// when the agent has not written one yet. Its MAC is not checked (the reader may not read
+    /// the key): what it returns is for display, never for a decision.
     pub async fn peek(&self) -> Result<Option<Peeked>, StateError> {
         match self.api.get_opt(&self.name).await.map_err(|e| self.kube_error("reading", e))? {
             Some(object) => {
                 let paused = pause_reason(&object);
-                Ok(Some(Peeked { state: self.decode(object)?.state, paused }))
+                Ok(Some(Peeked { state: self.decode(&object)?, paused }))
             }
             None => Ok(None),
         }
@@ -353,10 +476,12 @@ impl StateStore {
                 return Ok((next, out));
             }
             let mut object = base.object.clone();
-            object.data = Some(to_data(&next));
+            let written = generation(&object.data.clone().unwrap_or_default()) + 1;
+            object.data = Some(self.sealed(&base.key, &next, written));
             match self.api.replace(&self.name, &PostParams::default(), &object).await {
                 Ok(saved) => {
-                    *cache = Some(Persisted { state: next.clone(), object: saved });
+                    self.newest_generation.fetch_max(written, std::sync::atomic::Ordering::Relaxed);
+                    *cache = Some(Persisted { state: next.clone(), object: saved, key: base.key });
                     return Ok((next, out));
                 }
                 Err(kube::Error::Api(s)) if s.is_conflict() => {
@@ -388,47 +513,148 @@ impl StateStore {
         Ok(reference)
     }
 
-    async fn fetch_or_create(&self) -> Result<Persisted, StateError> {
-        // Two attempts: a create can race another agent's create; then the object exists.
-        for _ in 0..2 {
-            match self.api.get_opt(&self.name).await.map_err(|e| self.kube_error("reading", e))? {
-                Some(object) => return self.decode(object),
-                None => {
-                    let empty = self.empty_object();
+    /// The sealed state: verified when the key exists, created when neither exists, migrated
+    /// when only the ConfigMap does (an earlier agent's). Boxed: every step of a pass awaits
+    /// it; inline, its requests outgrow a debug build's test thread stack.
+    fn fetch_or_create(&self) -> std::pin::Pin<Box<dyn Future<Output = Result<Persisted, StateError>> + Send + '_>> {
+        Box::pin(self.fetch_verify_or_create())
+    }
+
+    async fn fetch_verify_or_create(&self) -> Result<Persisted, StateError> {
+        // Three attempts: a create or a migration can race another replica's; then both exist.
+        for _ in 0..3 {
+            let key = match self.key.get() {
+                Some(key) => Some(key.clone()),
+                None => AgentKey::read(&self.secrets, &self.key_secret()).await?.inspect(|k| self.remember(k)),
+            };
+            let object = self.api.get_opt(&self.name).await.map_err(|e| self.kube_error("reading", e))?;
+            match (object, key) {
+                (Some(object), Some(key)) => {
+                    let data = object.data.clone().unwrap_or_default();
+                    open(&key, &self.namespace, &self.name, &data).map_err(|p| self.refused(p))?;
+                    let read = generation(&data);
+                    let newest = self.newest_generation.fetch_max(read, std::sync::atomic::Ordering::Relaxed);
+                    if read < newest {
+                        return Err(self.refused(format!(
+                            "it is older than the state this agent last wrote or read (generation {read} < {newest}): \
+                             a saved copy written back"
+                        )));
+                    }
+                    return Ok(Persisted { state: self.decode(&object)?, object, key });
+                }
+                (None, Some(_)) => {
+                    return Err(self.refused(format!(
+                        "it no longer exists, though this agent sealed it before (Secret {} exists): deleting it \
+                         would erase what the agent remembers",
+                        self.key_secret()
+                    )));
+                }
+                (None, None) => {
+                    let key = self.create_key().await?;
+                    let empty = self.empty_object(&key);
                     match self.api.create(&PostParams::default(), &empty).await {
-                        Ok(object) => return Ok(Persisted { state: AgentState::default(), object }),
+                        Ok(object) => return Ok(Persisted { state: AgentState::default(), object, key }),
                         Err(kube::Error::Api(s)) if s.is_already_exists() => continue,
                         Err(e) => return Err(self.kube_error("creating", e)),
                     }
                 }
+                (Some(object), None) => {
+                    if let Some(migrated) = self.migrate(object).await? {
+                        return Ok(migrated);
+                    }
+                }
             }
         }
-        Err(StateError::Contended { namespace: self.namespace.clone(), name: self.name.clone(), attempts: 2 })
+        Err(StateError::Contended { namespace: self.namespace.clone(), name: self.name.clone(), attempts: 3 })
     }
 
-    fn decode(&self, object: ConfigMap) -> Result<Persisted, StateError> {
+    /// Seals an earlier agent's state, keeping only what makes the agent stricter; None when
+    /// another writer changed it meanwhile (read again).
+    async fn migrate(&self, object: ConfigMap) -> Result<Option<Persisted>, StateError> {
+        let (state, dropped) = self.decode(&object)?.unauthenticated_remains();
+        let key = self.create_key().await?;
+        let mut sealed = object.clone();
+        sealed.data = Some(self.sealed(&key, &state, 1));
+        match self.api.replace(&self.name, &PostParams::default(), &sealed).await {
+            Ok(object) => {
+                let report = format!(
+                    "state ConfigMap {}/{} carried no MAC (written by an agent before states were sealed, or by \
+                     someone else): kept its rejections, revocations, newest release and tag pins (they can only make \
+                     the agent stricter), dropped {} (taken again from the signed repo, or done again, at the next pass); \
+                     sealed now",
+                    self.namespace,
+                    self.name,
+                    if dropped.is_empty() { "nothing".to_string() } else { dropped.join(", ") }
+                );
+                tracing::warn!(configmap = %self.name, "{report}");
+                *self.migration.lock().unwrap_or_else(|p| p.into_inner()) = Some(report);
+                Ok(Some(Persisted { state, object, key }))
+            }
+            Err(kube::Error::Api(s)) if s.is_conflict() => Ok(None),
+            Err(e) => Err(self.kube_error("sealing", e)),
+        }
+    }
+
+    /// `state` as sealed data of write number `generation`.
+    fn sealed(&self, key: &AgentKey, state: &AgentState, generation: u64) -> BTreeMap<String, String> {
+        let mut data = to_data(state);
+        data.insert(key::GENERATION.into(), generation.to_string());
+        seal(key, &self.namespace, &self.name, data)
+    }
+
+    fn key_secret(&self) -> String {
+        state_key_secret_name(&self.cluster)
+    }
+
+    async fn create_key(&self) -> Result<AgentKey, StateError> {
+        let labels = self.labels();
+        let key = AgentKey::create(&self.secrets, &self.key_secret(), labels).await?;
+        self.remember(&key);
+        Ok(key)
+    }
+
+    fn remember(&self, key: &AgentKey) {
+        // Set once: a second value could only be the same Secret read again.
+        let _ = self.key.set(key.clone());
+    }
+
+    fn refused(&self, problem: String) -> StateError {
+        StateError::Unauthenticated {
+            what: "state ConfigMap",
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            key_secret: self.key_secret(),
+            problem,
+        }
+    }
+
+    /// Decodes the state in `object` (its MAC is checked by the caller, or not at all).
+    fn decode(&self, object: &ConfigMap) -> Result<AgentState, StateError> {
         let data = object.data.clone().unwrap_or_default();
-        let state = from_data(&data).map_err(|problem| StateError::Corrupt {
+        from_data(&data).map_err(|problem| StateError::Corrupt {
             namespace: self.namespace.clone(),
             name: self.name.clone(),
             problem,
-        })?;
-        Ok(Persisted { state, object })
+        })
     }
 
-    fn empty_object(&self) -> ConfigMap {
+    fn labels(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            ("app.kubernetes.io/managed-by".to_string(), "fleetgate".to_string()),
+            ("app.kubernetes.io/component".to_string(), "agent-state".to_string()),
+            (CLUSTER_LABEL.to_string(), self.cluster.clone()),
+        ])
+    }
+
+    fn empty_object(&self, key: &AgentKey) -> ConfigMap {
         ConfigMap {
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),
                 namespace: Some(self.namespace.clone()),
-                labels: Some(BTreeMap::from([
-                    ("app.kubernetes.io/managed-by".to_string(), "fleetgate".to_string()),
-                    ("app.kubernetes.io/component".to_string(), "agent-state".to_string()),
-                    (CLUSTER_LABEL.to_string(), self.cluster.clone()),
-                ])),
+                labels: Some(self.labels()),
                 ..Default::default()
             },
-            data: Some(to_data(&AgentState::default())),
+            data: Some(self.sealed(key, &AgentState::default(), 1)),
             ..Default::default()
         }
     }
@@ -532,6 +758,42 @@ mod tests {
         let (old, new): (serde_json::Value, serde_json::Value) =
             (serde_json::from_str(operation).unwrap(), serde_json::from_str(&again["operation"]).unwrap());
         assert_eq!(old, new);
+    }
+
+    /// A ConfigMap writer without the key edits trust memory: each edit is refused, and so is a
+    /// state sealed under another key or for another ConfigMap, or with its MAC taken off.
+    #[test]
+    fn a_sealed_state_opens_and_every_edit_is_refused() {
+        let key = AgentKey::from_bytes(vec![7; 32]);
+        let (ns, name) = ("fleetgate-system", "fleetgate-state-cluster-a");
+        let mut s = on_rel1();
+        s.observe_desired(Some("rel-2"), false);
+        s.begin("rel-2", "c2", t(10)).unwrap();
+        s.block(Failure::new("GateFailed", "7 > 5"), t(11)).unwrap();
+        s.pin_status_keys(&BTreeMap::from([("cluster-a".into(), "ssh-ed25519 AAAA-real".into())]), true);
+        let sealed = seal(&key, ns, name, to_data(&s));
+        open(&key, ns, name, &sealed).unwrap();
+        assert_eq!(from_data(&sealed).unwrap(), s, "the MAC key is not part of the state");
+
+        let edited = |k: &str, v: &str| {
+            let mut d = sealed.clone();
+            d.insert(k.into(), v.into());
+            d
+        };
+        let mut unsealed = sealed.clone();
+        unsealed.remove(key::MAC);
+        for (what, data) in [
+            ("a rejection cleared", edited(key::REJECTED, "{}")),
+            ("newest rewound", edited(key::TRUST, r#"{"signedPromotions": false}"#)),
+            ("a status key re-pinned", edited(key::TRUST, &sealed[key::TRUST].replace("AAAA-real", "AAAA-attacker"))),
+            ("a key added", edited(key::UNREPORTED, "[]")),
+        ] {
+            let err = open(&key, ns, name, &data).unwrap_err();
+            assert!(err.contains("does not verify"), "{what}: {err}");
+        }
+        assert!(open(&key, ns, name, &unsealed).unwrap_err().contains("carries no hmacSha256"));
+        assert!(open(&AgentKey::from_bytes(vec![8; 32]), ns, name, &sealed).is_err(), "another key");
+        assert!(open(&key, ns, "fleetgate-state-cluster-b", &sealed).is_err(), "another cluster's ConfigMap");
     }
 
     #[rstest]
