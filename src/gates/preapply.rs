@@ -8,7 +8,8 @@
 
 use super::crd_compat::{self, Finding};
 use super::schema::{self, Violation};
-use super::{ClusterFacts, RequirementError, check_requirements};
+use super::{RequirementError, check_requirements};
+use crate::model::ClusterFacts;
 use super::{GateError, call};
 use crate::model::Requirements;
 use k8s_openapi::api::core::v1::Node;

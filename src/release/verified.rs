@@ -6,8 +6,9 @@
 //! show something (a drift report), never accepted by `apply`. Both are [`ReleaseFiles`], which is
 //! all that reading manifests needs.
 
-use super::verify::ReleaseContent;
-use crate::model::Release;
+use super::mapping::ManifestFiles;
+use super::verify::{ReleaseContent, VerifyError};
+use crate::model::{ClusterFacts, Release, select_variant};
 use std::collections::BTreeMap;
 
 /// A release's manifest files under its id: what manifests are parsed from. Deliberately not a
@@ -29,24 +30,24 @@ pub struct VerifiedRelease {
     release: Release,
     /// Manifest files of the release, keyed by path relative to the repo root, sorted.
     files: BTreeMap<String, Vec<u8>>,
+    /// Manifest files of each variant, by name, until one is selected ([`Self::for_cluster`]).
+    variants: BTreeMap<String, ManifestFiles>,
+    /// The variant this value is, once selected.
+    variant: Option<String>,
 }
 
 impl VerifiedRelease {
-    pub(crate) fn new(
-        id: String,
-        commit: String,
-        signer: Option<String>,
-        release: Release,
-        files: BTreeMap<String, Vec<u8>>,
-    ) -> Self {
-        VerifiedRelease { id, commit, signer, release, files }
+    pub(crate) fn new(id: String, commit: String, signer: Option<String>, content: ReleaseContent) -> Self {
+        let ReleaseContent { release, files, variants } = content;
+        VerifiedRelease { id, commit, signer, release, files, variants, variant: None }
     }
 
     /// Wraps content that was **not** verified, for tests of the later stages (the apply engine's
     /// integration tests enable the `test-support` feature); no build that ships has it.
     #[cfg(any(test, feature = "test-support"))]
     pub fn assume_verified(release: Release, commit: impl Into<String>, files: BTreeMap<String, Vec<u8>>) -> Self {
-        VerifiedRelease { id: release.metadata.name.clone(), commit: commit.into(), signer: None, release, files }
+        let id = release.metadata.name.clone();
+        VerifiedRelease { id, commit: commit.into(), signer: None, release, files, variants: BTreeMap::new(), variant: None }
     }
 
     /// The release id (equal to its tag name).
@@ -71,6 +72,35 @@ impl VerifiedRelease {
     /// Manifest files (path relative to the repo root → bytes), in path order.
     pub fn files(&self) -> &BTreeMap<String, Vec<u8>> {
         &self.files
+    }
+
+    /// The variant this release is, once [`Self::for_cluster`] selected one.
+    pub fn variant(&self) -> Option<&str> {
+        self.variant.as_deref()
+    }
+
+    /// The release as the cluster with `facts` and agent `labels` runs it: the variant they
+    /// select ([`select_variant`]), with its images, mapping and manifests in place of the base
+    /// rendering's — still verified, since every variant was verified with the release. A release
+    /// without variants, or one already selected, is returned as it is.
+    ///
+    /// # Errors
+    /// [`VerifyError::NoVariant`] when no variant fits (it names the facts and every selector).
+    pub fn for_cluster(
+        mut self,
+        facts: &ClusterFacts,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<VerifiedRelease, VerifyError> {
+        let chosen = match select_variant(&self.release.spec, facts, labels) {
+            Ok(Some(v)) => v.clone(),
+            Ok(None) => return Ok(self),
+            Err(source) => return Err(VerifyError::NoVariant { release: self.id.clone(), source }),
+        };
+        self.release.spec = self.release.spec.for_variant(&chosen);
+        self.files = self.variants.remove(&chosen.name).unwrap_or_default();
+        self.variants.clear();
+        self.variant = Some(chosen.name);
+        Ok(self)
     }
 }
 
