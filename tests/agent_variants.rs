@@ -49,7 +49,8 @@ fn render_variant(base: &Path, to: &Path, registry: &str, id: &str, replicas: u3
 /// replicas) and `us` (the default: [`US_REGISTRY`], 1 replica), and promotes it fleet-wide.
 /// Returns the tagged commit.
 fn release_with_variants(fleet: &Fleet, id: &str) -> String {
-    let (eu, us) = (fleet.dir.path().join(format!("variant-eu-{id}")), fleet.dir.path().join(format!("variant-us-{id}")));
+    let (eu, us) =
+        (fleet.dir.path().join(format!("variant-eu-{id}")), fleet.dir.path().join(format!("variant-us-{id}")));
     let eu_arg = format!("eu={}", eu.display());
     let us_arg = format!("us={}", us.display());
     let eu_image = format!("eu={EU_REGISTRY}:v-{id}");

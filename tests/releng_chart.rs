@@ -204,16 +204,39 @@ fn each_variant_is_rendered_with_its_values_over_the_base_and_signed_in_one_rele
     ];
     let out = create(&f, Some(&helm), "rel-1", &args);
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
-    assert!(stdout(&out).contains("variant    eu: eu.registry.example.com/redis-operator:v1.0.0 under variants/eu/ (selects region=eu)"), "{}", stdout(&out));
-    assert!(stdout(&out).contains("variant    arm: registry.example.com/redis-operator:v1.0.0-arm64 under variants/arm/ (the default)"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(
+            "variant    eu: eu.registry.example.com/redis-operator:v1.0.0 under variants/eu/ (selects region=eu)"
+        ),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stdout(&out).contains(
+            "variant    arm: registry.example.com/redis-operator:v1.0.0-arm64 under variants/arm/ (the default)"
+        ),
+        "{}",
+        stdout(&out)
+    );
 
     // The base values, then the variant's file: eu keeps prod's tag and takes its registry and
     // replicas; arm keeps prod's 3 replicas and takes its tag.
     let eu_deployment = f.show("rel-1", "variants/eu/templates/deployment.yaml");
-    assert!(eu_deployment.contains("replicas: 2") && eu_deployment.contains("image: eu.registry.example.com/redis-operator:v1.0.0"), "{eu_deployment}");
+    assert!(
+        eu_deployment.contains("replicas: 2")
+            && eu_deployment.contains("image: eu.registry.example.com/redis-operator:v1.0.0"),
+        "{eu_deployment}"
+    );
     let arm_deployment = f.show("rel-1", "variants/arm/templates/deployment.yaml");
-    assert!(arm_deployment.contains("replicas: 3") && arm_deployment.contains("image: registry.example.com/redis-operator:v1.0.0-arm64"), "{arm_deployment}");
-    assert_eq!(f.show("rel-1", "variants/eu/crds/redisclusters.yaml"), f.show("rel-1", "operator/crds/redisclusters.yaml"));
+    assert!(
+        arm_deployment.contains("replicas: 3")
+            && arm_deployment.contains("image: registry.example.com/redis-operator:v1.0.0-arm64"),
+        "{arm_deployment}"
+    );
+    assert_eq!(
+        f.show("rel-1", "variants/eu/crds/redisclusters.yaml"),
+        f.show("rel-1", "operator/crds/redisclusters.yaml")
+    );
 
     let release: serde_json::Value = serde_yaml_ng::from_str(&f.show("rel-1", "release.yaml")).unwrap();
     let variants = release["spec"]["variants"].as_array().unwrap();
@@ -225,12 +248,34 @@ fn each_variant_is_rendered_with_its_values_over_the_base_and_signed_in_one_rele
 
     // A variant whose values change a CRD is refused, naming the CRD and the variant.
     let crd_values = values("values-crd.yaml", "replicas: 2\n");
-    let templated = chart(&f, "templated", &[("templates/extra-crd.yaml", "{{- if eq (int .Values.replicas) 2 }}\napiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: backups.cache.example.com}\nspec:\n  group: cache.example.com\n  scope: Namespaced\n  names: {plural: backups, singular: backup, kind: Backup}\n  versions: [{name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object}}}]\n{{- end }}\n")]);
+    let templated = chart(
+        &f,
+        "templated",
+        &[(
+            "templates/extra-crd.yaml",
+            "{{- if eq (int .Values.replicas) 2 }}\napiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: backups.cache.example.com}\nspec:\n  group: cache.example.com\n  scope: Namespaced\n  names: {plural: backups, singular: backup, kind: Backup}\n  versions: [{name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object}}}]\n{{- end }}\n",
+        )],
+    );
     let crd_arg = format!("big={crd_values}");
-    let refused = create(&f, Some(&helm), "rel-2", &[
-        "--chart", templated.to_str().unwrap(), "--image", "registry.example.com/redis-operator:v1.0.0", "--variant", &crd_arg,
-    ]);
+    let refused = create(
+        &f,
+        Some(&helm),
+        "rel-2",
+        &[
+            "--chart",
+            templated.to_str().unwrap(),
+            "--image",
+            "registry.example.com/redis-operator:v1.0.0",
+            "--variant",
+            &crd_arg,
+        ],
+    );
     assert_eq!(refused.status.code(), Some(1), "{}", stderr(&refused));
-    assert!(stderr(&refused).contains("CRD backups.cache.example.com is in variant big but not in the base rendering (operator/)"), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused)
+            .contains("CRD backups.cache.example.com is in variant big but not in the base rendering (operator/)"),
+        "{}",
+        stderr(&refused)
+    );
     assert_eq!(f.git(&["tag", "-l"]), "rel-1");
 }

@@ -5,8 +5,8 @@
 mod releng_common;
 mod status_support;
 
-use fleetgate::release::{TagPins, VerifyError, resolve_release, verify};
 use fleetgate::model::{ClusterFacts, ImageRef};
+use fleetgate::release::{TagPins, VerifyError, resolve_release, verify};
 use fleetgate::releng::create::{CreateOutcome, CreateRequest, VariantInput};
 use fleetgate::releng::{Refusal, RelengError, Signer, sign};
 use fleetgate::source::Checkout;
@@ -761,7 +761,10 @@ fn variants_are_signed_with_the_release_one_id_one_sequence_and_refused_when_crd
 
     // Two good variants: one tag, one sequence, each variant's manifests in the signed tree.
     let report = f
-        .create(&with(vec![variant(&f, "eu", &["size"], Some("{matchLabels: {region: eu}}")), variant(&f, "us", &["size"], None)]))
+        .create(&with(vec![
+            variant(&f, "eu", &["size"], Some("{matchLabels: {region: eu}}")),
+            variant(&f, "us", &["size"], None),
+        ]))
         .unwrap();
     assert_eq!(report.mapping.sequence, Some(1));
     let names: Vec<&str> = report.mapping.variants.iter().map(|v| v.name.as_str()).collect();

@@ -1,8 +1,8 @@
 //! `spec.requires` against a live cluster: a pure check the agent calls with the facts it read from
 //! the API server (`/version` and the nodes' `kubernetes.io/arch`), so it is tested without one.
 
-use crate::model::{BadServerVersion, BadVersionRange, ClusterFacts, ErrorClass, Requirements, parse_version_range};
 use crate::model::parse_server_version;
+use crate::model::{BadServerVersion, BadVersionRange, ClusterFacts, ErrorClass, Requirements, parse_version_range};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequirementError {

@@ -266,7 +266,8 @@ pub fn check_release(release: &Release, file: &str, text: &str) -> Vec<Finding> 
         let spec = s.for_variant(v);
         spec.all_images().into_iter().map(move |(name, image)| (Some(v.name.clone()), name, image))
     });
-    let images: Vec<_> = s.all_images().into_iter().map(|(name, image)| (None, name, image)).chain(variant_images).collect();
+    let images: Vec<_> =
+        s.all_images().into_iter().map(|(name, image)| (None, name, image)).chain(variant_images).collect();
     for (variant, name, image) in images {
         let what = if name == PRIMARY_IMAGE_NAME { "image".to_string() } else { format!("image {name:?}") };
         let what = match variant {

@@ -199,7 +199,8 @@ pub fn check_variants(spec: &ReleaseSpec, mut at: impl FnMut(Rule, &str, String)
                 out.push(at(Rule::ManifestPath, "manifests", format!("variant {name}: manifests names the repo root")))
             }
             Ok(p) => {
-                let nested = |a: &str, b: &str| a == b || a.starts_with(&format!("{b}/")) || b.starts_with(&format!("{a}/"));
+                let nested =
+                    |a: &str, b: &str| a == b || a.starts_with(&format!("{b}/")) || b.starts_with(&format!("{a}/"));
                 let others = spec.variants[..i].iter().filter_map(|o| safe_relative_path(&o.manifests).ok());
                 if base.as_deref().is_some_and(|b| nested(&p, b)) || others.into_iter().any(|o| nested(&p, &o)) {
                     out.push(at(
@@ -238,7 +239,9 @@ pub fn check_variants(spec: &ReleaseSpec, mut at: impl FnMut(Rule, &str, String)
             out.push(at(
                 Rule::Variant,
                 "selector",
-                format!("variant {name}: an earlier variant has the same selector ({selector}), so it could never be chosen"),
+                format!(
+                    "variant {name}: an earlier variant has the same selector ({selector}), so it could never be chosen"
+                ),
             ));
         }
         for (k, val) in &selector.match_labels {
@@ -254,7 +257,10 @@ pub fn check_variants(spec: &ReleaseSpec, mut at: impl FnMut(Rule, &str, String)
             out.push(at(
                 Rule::Variant,
                 "architectures",
-                format!("variant {name}: architecture {a:?} is unknown; expected one of {}", KNOWN_ARCHITECTURES.join(", ")),
+                format!(
+                    "variant {name}: architecture {a:?} is unknown; expected one of {}",
+                    KNOWN_ARCHITECTURES.join(", ")
+                ),
             ));
         }
         if let Some(Err(e)) = selector.kubernetes.as_deref().map(parse_version_range) {
@@ -305,13 +311,15 @@ spec:
 
     /// eu by label, arm by architecture, new by version, then the default.
     fn four() -> ReleaseSpec {
-        spec(&[
-            variant("eu", "{matchLabels: {region: eu}}"),
-            variant("arm", "{architectures: [arm64]}"),
-            variant("new", "{kubernetes: \">=1.36\"}"),
-            variant("rest", ""),
-        ]
-        .concat())
+        spec(
+            &[
+                variant("eu", "{matchLabels: {region: eu}}"),
+                variant("arm", "{architectures: [arm64]}"),
+                variant("new", "{kubernetes: \">=1.36\"}"),
+                variant("rest", ""),
+            ]
+            .concat(),
+        )
     }
 
     #[rstest]
@@ -334,7 +342,8 @@ spec:
 
     #[test]
     fn without_a_default_a_cluster_no_selector_matches_gets_no_variant_naming_its_facts_and_the_selectors() {
-        let s = spec(&[variant("eu", "{matchLabels: {region: eu}}"), variant("arm", "{architectures: [arm64]}")].concat());
+        let s =
+            spec(&[variant("eu", "{matchLabels: {region: eu}}"), variant("arm", "{architectures: [arm64]}")].concat());
         let e = select_variant(&s, &facts("v1.31.0", &["amd64"]), &labels(&[("region", "us")])).unwrap_err();
         let text = e.to_string();
         for needle in ["Kubernetes v1.31.0", "[amd64]", "{region=us}", "eu: region=eu; arm: architectures arm64"] {
@@ -348,14 +357,20 @@ spec:
         assert_eq!(select_variant(&plain, &facts("v1.30.0", &[]), &BTreeMap::new()), Ok(None));
         let s = four();
         let eu = s.for_variant(&s.variants[0]);
-        assert_eq!((eu.image.repository.as_str(), eu.manifests.as_str()), ("eu.registry.example.com/op", "variants/eu/"));
+        assert_eq!(
+            (eu.image.repository.as_str(), eu.manifests.as_str()),
+            ("eu.registry.example.com/op", "variants/eu/")
+        );
         assert!(eu.variants.is_empty());
         assert_eq!((eu.sequence, eu.git_commit.as_str()), (s.sequence, s.git_commit.as_str()));
     }
 
     fn problems(variants: &str) -> Vec<String> {
         let s = spec(variants);
-        check_variants(&s, |rule, _, m| Finding::in_file(rule, "release.yaml", m)).into_iter().map(|f| f.message).collect()
+        check_variants(&s, |rule, _, m| Finding::in_file(rule, "release.yaml", m))
+            .into_iter()
+            .map(|f| f.message)
+            .collect()
     }
 
     #[rstest]
@@ -375,7 +390,10 @@ spec:
 
     #[test]
     fn valid_variants_have_no_findings() {
-        assert_eq!(problems(&[variant("eu", "{matchLabels: {region: eu}}"), variant("rest", "")].concat()), Vec::<String>::new());
+        assert_eq!(
+            problems(&[variant("eu", "{matchLabels: {region: eu}}"), variant("rest", "")].concat()),
+            Vec::<String>::new()
+        );
         assert_eq!(check_variants(&four(), |rule, _, m| Finding::in_file(rule, "release.yaml", m)), []);
     }
 }

@@ -507,12 +507,7 @@ fn crds_by_name(files: &ManifestFiles) -> BTreeMap<String, Value> {
 /// A variant's CRDs against the base rendering's (in `base_dir`): a CRD is one cluster-wide
 /// definition, so every variant of a release must carry exactly the base's CRDs. Each difference
 /// names the CRD and both renderings.
-pub fn check_variant_crds(
-    base_dir: &str,
-    base: &ManifestFiles,
-    variant: &str,
-    files: &ManifestFiles,
-) -> Vec<Finding> {
+pub fn check_variant_crds(base_dir: &str, base: &ManifestFiles, variant: &str, files: &ManifestFiles) -> Vec<Finding> {
     let (want, got) = (crds_by_name(base), crds_by_name(files));
     let names: BTreeSet<&String> = want.keys().chain(got.keys()).collect();
     let base_dir = base_dir.trim_end_matches('/');
@@ -520,8 +515,12 @@ pub fn check_variant_crds(
     for name in names {
         let problem = match (want.get(name), got.get(name)) {
             (Some(a), Some(b)) if a == b => continue,
-            (Some(_), Some(_)) => format!("CRD {name} differs between the base rendering ({base_dir}/) and variant {variant}"),
-            (Some(_), None) => format!("CRD {name} is in the base rendering ({base_dir}/) but not in variant {variant}"),
+            (Some(_), Some(_)) => {
+                format!("CRD {name} differs between the base rendering ({base_dir}/) and variant {variant}")
+            }
+            (Some(_), None) => {
+                format!("CRD {name} is in the base rendering ({base_dir}/) but not in variant {variant}")
+            }
             (None, _) => format!("CRD {name} is in variant {variant} but not in the base rendering ({base_dir}/)"),
         };
         out.push(Finding::in_file(
@@ -761,14 +760,22 @@ mod tests {
         let v1 = crd(&[("v1", true, true)]);
         let base = files(&[("operator/crd.yaml", &v1), ("operator/d.yaml", &deployment("op:v1", None))]);
         // Same CRD, other file, other formatting: the same definition.
-        let same = files(&[("variants/eu/all.yaml", &format!("# eu\n{}", v1.replace("{name: v1, served: true, storage: true}", "{storage: true, served: true, name: v1}")))]);
+        let same = files(&[(
+            "variants/eu/all.yaml",
+            &format!(
+                "# eu\n{}",
+                v1.replace("{name: v1, served: true, storage: true}", "{storage: true, served: true, name: v1}")
+            ),
+        )]);
         assert_eq!(check_variant_crds("operator/", &base, "eu", &same), []);
         let other = files(&[("variants/eu/crd.yaml", &crd(&[("v1", true, true), ("v2", true, false)]))]);
         let found = check_variant_crds("operator/", &base, "eu", &other);
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].rule, Rule::Variant);
         assert!(
-            found[0].message.starts_with("CRD redisclusters.cache.example.com differs between the base rendering (operator/) and variant eu"),
+            found[0].message.starts_with(
+                "CRD redisclusters.cache.example.com differs between the base rendering (operator/) and variant eu"
+            ),
             "{}",
             found[0].message
         );

@@ -47,7 +47,15 @@ impl VerifiedRelease {
     #[cfg(any(test, feature = "test-support"))]
     pub fn assume_verified(release: Release, commit: impl Into<String>, files: BTreeMap<String, Vec<u8>>) -> Self {
         let id = release.metadata.name.clone();
-        VerifiedRelease { id, commit: commit.into(), signer: None, release, files, variants: BTreeMap::new(), variant: None }
+        VerifiedRelease {
+            id,
+            commit: commit.into(),
+            signer: None,
+            release,
+            files,
+            variants: BTreeMap::new(),
+            variant: None,
+        }
     }
 
     /// The release id (equal to its tag name).

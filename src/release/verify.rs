@@ -18,8 +18,8 @@ use super::pins::{PinError, TagPins};
 use super::resolve::DesiredRelease;
 use super::trust::{Keyring, SignatureProblem, TrustConfig, split_signed_tag};
 use crate::model::{
-    Document, ErrorClass, FLEET_FILE, Finding, FleetConfig, FleetSpec, MAX_YAML_BYTES, NoVariant, RELEASE_FILE, Release,
-    check_release, join_findings, parse_document, parse_release,
+    Document, ErrorClass, FLEET_FILE, Finding, FleetConfig, FleetSpec, MAX_YAML_BYTES, NoVariant, RELEASE_FILE,
+    Release, check_release, join_findings, parse_document, parse_release,
 };
 use crate::model::{RepoTree, TreeError};
 use crate::source::{Checkout, SourceError, short};

@@ -322,7 +322,8 @@ fn content(repo: &FleetRepo, req: &CreateRequest, tip: &git2::Commit<'_>) -> Res
     let helm = chart::find_helm()?;
     let render = |input: &ChartInput, prefix: &str| -> Result<(ChartSource, Rendering), RelengError> {
         let rendered = chart::render(&helm, input, &target)?;
-        let files = rendered.files.into_iter().map(|(path, bytes)| (format!("{prefix}{path}"), (bytes, false))).collect();
+        let files =
+            rendered.files.into_iter().map(|(path, bytes)| (format!("{prefix}{path}"), (bytes, false))).collect();
         Ok((rendered.source, files))
     };
     let (source, manifests) = render(input, &default_manifests())?;
@@ -579,7 +580,8 @@ fn plan(
     let successes = Successes::read(repo, &fleet.config, &tags)?;
     let namespace = req.namespace.clone().unwrap_or_else(|| fleet.config.fleet.spec.operator.namespace.clone());
     let place = Place { fleet: fleet.config.fleet.name().to_string(), sequence, targets, namespace };
-    let bytes = |r: &Rendering| -> BTreeMap<String, Vec<u8>> { r.iter().map(|(p, (b, _))| (p.clone(), b.clone())).collect() };
+    let bytes =
+        |r: &Rendering| -> BTreeMap<String, Vec<u8>> { r.iter().map(|(p, (b, _))| (p.clone(), b.clone())).collect() };
     let files = bytes(manifests);
     let variant_files = content.variants.iter().map(|(v, r)| (v.name.clone(), bytes(r))).collect();
     let release = release_document(req, content, place, rollback_to, mapping::crd_versions(&files));
@@ -724,9 +726,12 @@ fn tag_message(
 /// `Ok(None)`: admitted; `Ok(Some)`: refused and overridden by `req.allow_admission`.
 fn check_admission(req: &CreateRequest, plan: &Plan) -> Result<Option<AdmissionOverride>, RelengError> {
     let renderings = std::iter::once((None, plan.release.spec.clone(), &plan.files)).chain(
-        plan.release.spec.variants.iter().zip(&plan.variant_files).map(|(v, (_, files))| {
-            (Some(v.name.as_str()), plan.release.spec.for_variant(v), files)
-        }),
+        plan.release
+            .spec
+            .variants
+            .iter()
+            .zip(&plan.variant_files)
+            .map(|(v, (_, files))| (Some(v.name.as_str()), plan.release.spec.for_variant(v), files)),
     );
     let mut violations = Vec::new();
     for (variant, spec, files) in renderings {
@@ -743,10 +748,11 @@ fn check_admission(req: &CreateRequest, plan: &Plan) -> Result<Option<AdmissionO
         };
         violations.extend(refused.error.violations.iter().map(ToString::to_string).map(named));
     }
-    Ok(req.allow_admission.as_ref().filter(|_| !violations.is_empty()).map(|reason| AdmissionOverride {
-        reason: reason.clone(),
-        violations,
-    }))
+    Ok(req
+        .allow_admission
+        .as_ref()
+        .filter(|_| !violations.is_empty())
+        .map(|reason| AdmissionOverride { reason: reason.clone(), violations }))
 }
 
 /// What admission refused in a release, as [`admission`] reports it.
