@@ -9,6 +9,8 @@
 //!   open in order across variants, and `fleetgate status` shows both variants;
 //! * the unsigned branch relabels a cluster in `clusters/` to give it the other variant: the
 //!   cluster keeps the variant its own agent's labels select.
+//! * a cluster no variant fits (no default) refuses the release before applying anything, with an
+//!   `error` status naming its facts and every selector.
 
 mod agent_support;
 
@@ -169,4 +171,37 @@ async fn relabelling_a_cluster_on_the_unsigned_branch_does_not_give_it_another_v
     fleet.commit_and_push("cluster-a, again");
     assert_eq!(pass(&mut a, "cluster-a after the relabel").await, Outcome::UpToDate);
     assert_eq!(operator_deployment(fleet.cluster.client()).await, (format!("{US_REGISTRY}:v-rel-1"), 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_no_variant_fits_refuses_the_release_naming_its_facts_and_the_selectors() {
+    let fleet = Fleet::start("variants-none", false).await;
+    // Only an eu variant, and no default.
+    let eu = fleet.dir.path().join("variant-eu-only");
+    let (eu_arg, eu_image) = (format!("eu={}", eu.display()), format!("eu={EU_REGISTRY}:v-rel-1"));
+    let args =
+        ["--variant", &eu_arg, "--variant-selector", "eu={matchLabels: {region: eu}}", "--variant-image", &eu_image];
+    let commit = fleet.release_with(&args, "rel-1", |render| render_variant(render, &eu, EU_REGISTRY, "rel-1", 2));
+    fleet.promote("rel-1");
+
+    let mut a = fleet.agent_with(in_region(fleet.settings(), "ap")).await;
+    let reason = match pass(&mut a, "cluster-a rel-1").await {
+        Outcome::Refused { release, reason } if release == "rel-1" => reason,
+        other => panic!("expected rel-1 refused, got {other:?}"),
+    };
+    for said in [
+        "no variant fits this cluster (Kubernetes v1.",
+        "agent labels {region=ap}",
+        "the variants select: eu: region=eu",
+    ] {
+        assert!(reason.contains(said), "{said}: {reason}");
+    }
+    let last = fleet.statuses(&commit).pop().unwrap();
+    assert_eq!(last.state, State::Error);
+    assert!(
+        last.description.starts_with("refused, nothing applied: release rel-1 has no variant for this cluster: "),
+        "{}",
+        last.description
+    );
+    assert_eq!(fleet.operator_image().await, None, "nothing was applied");
 }
