@@ -8,9 +8,11 @@
 //!   its agent's labels select (the live Deployment's image and replicas say so), the waves
 //!   open in order across variants, and `fleetgate status` shows both variants;
 //! * the unsigned branch relabels a cluster in `clusters/` to give it the other variant: the
-//!   cluster keeps the variant its own agent's labels select.
+//!   cluster keeps the variant its own agent's labels select;
 //! * a cluster no variant fits (no default) refuses the release before applying anything, with an
-//!   `error` status naming its facts and every selector.
+//!   `error` status naming its facts and every selector;
+//! * a variant that fails its gates rolls back to the previous release in the variant the
+//!   cluster runs.
 
 mod agent_support;
 
@@ -51,6 +53,11 @@ fn render_variant(base: &Path, to: &Path, registry: &str, id: &str, replicas: u3
 /// replicas) and `us` (the default: [`US_REGISTRY`], 1 replica), and promotes it fleet-wide.
 /// Returns the tagged commit.
 fn release_with_variants(fleet: &Fleet, id: &str) -> String {
+    release_with_variants_edited(fleet, id, |_| {})
+}
+
+/// [`release_with_variants`] after `edit` changed the eu variant's rendering (its folder).
+fn release_with_variants_edited(fleet: &Fleet, id: &str, edit: impl FnOnce(&Path)) -> String {
     let (eu, us) =
         (fleet.dir.path().join(format!("variant-eu-{id}")), fleet.dir.path().join(format!("variant-us-{id}")));
     let eu_arg = format!("eu={}", eu.display());
@@ -72,6 +79,7 @@ fn release_with_variants(fleet: &Fleet, id: &str) -> String {
     let commit = fleet.release_with(&args, id, |render| {
         render_variant(render, &eu, EU_REGISTRY, id, 2);
         render_variant(render, &us, US_REGISTRY, id, 1);
+        edit(&eu);
     });
     fleet.promote(id);
     commit
@@ -204,4 +212,28 @@ async fn a_cluster_no_variant_fits_refuses_the_release_naming_its_facts_and_the_
         last.description
     );
     assert_eq!(fleet.operator_image().await, None, "nothing was applied");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_variant_that_fails_its_gates_rolls_back_to_the_previous_release_in_the_same_variant() {
+    let fleet = Fleet::start("variants-rollback", true).await;
+    fleet.set_gates("20s", STRICT_RESTARTS);
+    release_with_variants(&fleet, "rel-1");
+    let mut a = fleet.agent_with(in_region(fleet.settings(), "eu")).await;
+    assert_eq!(within("rel-1", 120, a.reconcile()).await.unwrap(), Outcome::Succeeded("rel-1".into()));
+
+    // rel-2's eu variant crash-loops (its us variant would not): the eu cluster fails its gate and
+    // goes back to rel-1, from the last-known-good store, in the variant its facts select there.
+    let rel2 = release_with_variants_edited(&fleet, "rel-2", crash_looping);
+    assert_eq!(
+        within("rel-2", 240, a.reconcile()).await.unwrap(),
+        Outcome::RolledBack { release: "rel-2".into(), to: Some("rel-1".into()) }
+    );
+    assert_eq!(operator_deployment(fleet.cluster.client()).await, (format!("{EU_REGISTRY}:v-rel-1"), 2));
+    let failure = fleet.statuses(&rel2).pop().unwrap();
+    assert_eq!(
+        (failure.state, failure.rollback_to.as_deref(), failure.variant.as_deref()),
+        (State::Failure, Some("rel-1"), Some("eu"))
+    );
+    assert!(failure.description.starts_with("rolled back to rel-1: pod-restarts"), "{}", failure.description);
 }
