@@ -8,7 +8,8 @@
 //!   its agent's labels select (the live Deployment's image and replicas say so), the waves
 //!   open in order across variants, and `fleetgate status` shows both variants;
 //! * the unsigned branch relabels a cluster in `clusters/` to give it the other variant: the
-//!   cluster keeps the variant its own agent's labels select;
+//!   cluster keeps the variant its own agent's labels select, and `fleetgate diff --label`
+//!   selects as the agent does;
 //! * a cluster no variant fits (no default) refuses the release before applying anything, with an
 //!   `error` status naming its facts and every selector;
 //! * a variant that fails its gates rolls back to the previous release in the variant the
@@ -179,6 +180,26 @@ async fn relabelling_a_cluster_on_the_unsigned_branch_does_not_give_it_another_v
     fleet.commit_and_push("cluster-a, again");
     assert_eq!(pass(&mut a, "cluster-a after the relabel").await, Outcome::UpToDate);
     assert_eq!(operator_deployment(fleet.cluster.client()).await, (format!("{US_REGISTRY}:v-rel-1"), 1));
+
+    // `fleetgate diff` selects as the agent does: with the agent's labels, no drift; with the
+    // labels the branch claims, the eu rendering, which is not what runs.
+    let diff = |region: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_fleetgate"))
+            .args(["diff", "--repo", &fleet.url, "--cluster", CLUSTER, "--label", &format!("region={region}")])
+            .arg("--kubeconfig")
+            .arg(fleet.cluster.kubeconfig_path())
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let (code, text) = diff("us");
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.starts_with("cluster cluster-a: desired release rel-1, variant us ("), "{text}");
+    let (code, text) = diff("eu");
+    assert_eq!(code, Some(1), "{text}");
+    let wanted = format!("image: {EU_REGISTRY}:v-rel-1");
+    assert!(text.contains("variant eu") && text.lines().any(|l| l.starts_with('-') && l.ends_with(&wanted)), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

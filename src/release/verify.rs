@@ -107,7 +107,7 @@ impl VerifyError {
 }
 
 /// A release's `release.yaml` and manifest files as read from one tree.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ReleaseContent {
     pub release: Release,
     /// Manifest files of the base rendering (`spec.manifests`), path relative to the repo root → bytes.
