@@ -1,6 +1,7 @@
 //! `fleetgate diff --repo PATH|URL --cluster NAME`: live objects of a cluster against the release
 //! Git says it should run, as unified diffs over the fields the release sets (server defaults,
-//! status and bookkeeping fields never show).
+//! status and bookkeeping fields never show). A release with variants is compared in the variant
+//! the cluster's live facts and its agent's labels (`--label`) select, as the agent selects it.
 //!
 //! Exit 0 no drift, 1 drift (an object differs or is missing), 2 usage, repository or cluster
 //! error. Changes nothing; the agent (or `fleetgate agent`'s next apply) corrects drift.
