@@ -1024,6 +1024,36 @@ mod tests {
         assert!(detail.contains("fleet.yaml spec.paused"), "{detail}");
     }
 
+    #[test]
+    fn the_variant_each_cluster_ran_shows_in_its_cell_and_before_its_description() {
+        let rels = releases(2);
+        let members = vec![
+            Member::new("a", "canary", Some(&rels[0].id)),
+            Member::new("b", "canary", Some(&rels[0].id)),
+            Member::new("c", "canary", Some(&rels[0].id)),
+        ];
+        let mut set = StatusSet::new();
+        let ran = |c: &str, variant: Option<&str>| {
+            Status::new(c, &rels[0].id, &rels[0].commit, State::Success, "all gates passed")
+                .of_variant(variant.map(str::to_string))
+        };
+        set.insert(ran("a", Some("eu")));
+        set.insert(ran("b", Some("us-east-mirror")));
+        set.insert(ran("c", None));
+        let origin = Origin { branch: "main".into(), revision: "0123456789abcdef".into() };
+        let m = Matrix::build(&fleet(), &members, &rels, &set, &origin, Utc::now());
+        let table = render_table(&m, plain(120));
+        let row = |name: &str| table.lines().find(|l| l.starts_with(&format!("  {name} "))).unwrap().to_string();
+        assert!(row("a").contains("success* eu "), "{table}");
+        assert!(row("b").contains("success* us-east-mirror "), "{table}");
+        // The column is as wide as its widest cell: the next column starts at the same place.
+        let next = |name: &str| row(name).find("—").unwrap();
+        assert_eq!((next("a"), next("c")), (next("b"), next("b")), "{table}");
+        let detail = render_release(&m, &rels[0].id, plain(100)).unwrap();
+        assert!(detail.contains("variant eu: all gates passed"), "{detail}");
+        assert!(detail.contains("  c ") && !detail.contains("variant : "), "{detail}");
+    }
+
     fn names(m: &Matrix) -> Vec<(&str, &str)> {
         m.waves.iter().flat_map(|w| w.clusters.iter().map(move |c| (w.name.as_str(), c.name.as_str()))).collect()
     }
