@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! wake ─► sync (ls-remote, fetch if changed) ─► judge the tip ─► resolve ─► state.next()
-//!   Start:  verify + check the move ─► wave gate ─► approval ─► pre-apply gates + dry run ─► baseline
+//!   Start:  verify + check the move ─► variant (the cluster's facts, the agent's labels) ─► wave gate
+//!           ─► approval ─► pre-apply gates + dry run ─► baseline
 //!           ─► snapshot ─► apply + prune ─► bake ─► success │ failure ─► rollback (rollback.rs)
 //!   Resume: Verifying → start over · Applying → apply again, bake · Baking → bake on
 //!           · RollingBack → roll back again (every step is idempotent)

@@ -48,7 +48,7 @@ pub struct CreateArgs {
     #[arg(long = "variant", value_name = "NAME=FILE|DIR")]
     pub variants: Vec<String>,
     /// Which clusters run variant NAME, as YAML over facts the cluster's agent owns:
-    /// NAME={matchLabels: {region: eu}, architectures: [arm64], kubernetes: ">=1.30"} (matchLabels
+    /// `NAME={matchLabels: {region: eu}, architectures: [arm64], kubernetes: ">=1.30"}` (matchLabels
     /// against the agent's own --label settings). Only the last variant may have none: it is the
     /// default.
     #[arg(long = "variant-selector", value_name = "NAME=YAML")]
