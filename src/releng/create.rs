@@ -4,6 +4,11 @@
 //! ([`super::baseline`]). An incompatible CRD change goes through only when the release accepts
 //! it (`spec.acceptCrdChanges`, signed, and honoured by every agent's CRD gate).
 //!
+//! Variants ([`VariantInput`], `--variant`) are further renderings of the same release under
+//! `variants/<name>/`, listed in `release.yaml` `spec.variants` with their selectors and images
+//! and signed with it: each is checked like the base (mapping, admission), and each must carry
+//! exactly the base's CRDs.
+//!
 //! Admission runs before anything is signed, as the agents will judge the release: their
 //! baseline ([`CreateRequest::admission_baseline`]) narrowed by the branch's
 //! `ReleaseAdmissionPolicy` documents (the tag's tree carries the same `policies/`), without a
