@@ -727,6 +727,7 @@ fn variant(f: &Fixture, name: &str, fields: &[&str], selector: Option<&str>) -> 
         selector: selector.map(|s| serde_yaml_ng::from_str(s).unwrap()),
         image: Some(ImageRef { repository, tag: "v1.0.0".into(), digest: None }),
         images: Vec::new(),
+        platforms: Default::default(),
     }
 }
 
@@ -796,5 +797,43 @@ fn variants_are_signed_with_the_release_one_id_one_sequence_and_refused_when_crd
             assert!(differences.contains("variants/ manifests differ"), "{differences}")
         }
         other => panic!("expected the id to be refused, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_variant_pins_its_image_per_architecture_inside_a_multi_arch_index() {
+    let f = Fixture::new();
+    let base = f.manifests("render", "v1.0.0", "v1alpha2", &["size"], &[]);
+    let digest = |c: &str| format!("sha256:{}", c.repeat(64));
+    let index = format!("{IMAGE_REPO}:v1.0.0@{}", digest("0"));
+    let dir = f.manifests("render-multi", "v1.0.0", "v1alpha2", &["size"], &[]);
+    std::fs::write(dir.join("deployment.yaml"), deployment_yaml(&index)).unwrap();
+    let variants = fleetgate::releng::create::parse_variants(
+        &[format!("multi={}", dir.display())],
+        &[],
+        &[format!("multi={index}")],
+        &[format!("multi=amd64@{}", digest("a")), format!("multi=arm64@{}", digest("b"))],
+    )
+    .unwrap();
+    let report = f.create(&CreateRequest { variants, ..f.request("rel-1", &base, "v1.0.0") }).unwrap();
+    let recorded: Vec<&String> = report.mapping.variants[0].platforms["operator"].keys().collect();
+    assert_eq!(recorded, ["amd64", "arm64"]);
+    assert!(f.show("rel-1", "release.yaml").contains(&format!("arm64: {}", digest("b"))));
+
+    // A cluster whose nodes all have their image in the index runs the variant; one with a node
+    // of another architecture is told which architectures the images are built for.
+    let verified = agent_verify(&f, "cluster-a", "rel-1").unwrap();
+    let on = |archs: &[&str]| ClusterFacts {
+        server_version: "v1.36.0".into(),
+        architectures: archs.iter().map(|a| a.to_string()).collect(),
+    };
+    let mixed = verified.clone().for_cluster(&on(&["amd64", "arm64"]), &Default::default()).unwrap();
+    assert_eq!(mixed.variant(), Some("multi"));
+    match verified.for_cluster(&on(&["amd64", "s390x"]), &Default::default()) {
+        Err(e @ VerifyError::NoVariant { .. }) => {
+            let said = fleetgate::model::error_chain(&e);
+            assert!(said.contains("[amd64, s390x]") && said.contains("multi: images for amd64|arm64"), "{said}");
+        }
+        other => panic!("expected no variant to fit, got {other:?}"),
     }
 }

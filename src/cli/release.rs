@@ -57,6 +57,12 @@ pub struct CreateArgs {
     /// --extra-image called IMAGE (NAME.IMAGE=IMAGE); repeatable.
     #[arg(long = "variant-image", value_name = "NAME[.IMAGE]=IMAGE")]
     pub variant_images: Vec<String>,
+    /// The digest of one architecture's image inside the multi-arch index a variant's image pins
+    /// (NAME=ARCH@sha256:… for its --image, NAME.IMAGE=ARCH@sha256:… for an --extra-image;
+    /// repeatable): the variant then runs only on clusters whose every node is of a listed
+    /// architecture.
+    #[arg(long = "variant-platform", value_name = "NAME[.IMAGE]=ARCH@DIGEST")]
+    pub variant_platforms: Vec<String>,
     /// The Operator image: REPOSITORY:TAG[@sha256:DIGEST].
     #[arg(long)]
     pub image: String,
@@ -196,7 +202,12 @@ fn create_and_push(args: &CreateArgs, access: &Credentials) -> Result<Created, R
         branch: args.branch.clone(),
         admission_baseline: AdmissionBaseline::read_or_shipped(args.admission_policy.as_deref())?,
         allow_admission: args.allow_admission.clone(),
-        variants: create::parse_variants(&args.variants, &args.variant_selectors, &args.variant_images)?,
+        variants: create::parse_variants(
+            &args.variants,
+            &args.variant_selectors,
+            &args.variant_images,
+            &args.variant_platforms,
+        )?,
     };
     let repo = FleetRepo::open(&args.repo)?;
     // The clusters' statuses choose the CRD baselines and the default rollback target: read the

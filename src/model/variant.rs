@@ -12,7 +12,7 @@
 //! ```
 
 use super::{Finding, ImageRef, KNOWN_ARCHITECTURES, NamedImage, ReleaseSpec, Rule, parse_version_range};
-use super::{is_dns_label, is_label_key, is_label_value, safe_relative_path};
+use super::{is_digest, is_dns_label, is_label_key, is_label_value, safe_relative_path};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -23,8 +23,9 @@ use std::fmt;
 pub struct Variant {
     /// A DNS-1123 label (`eu`, `arm`), shown in statuses.
     pub name: String,
-    /// Which clusters run it. Only the last variant may leave it out: it is then the default,
-    /// run by every cluster no earlier variant matches.
+    /// Which clusters run it. Only the last variant may leave it out (unless it pins images per
+    /// architecture, which choose by themselves): it is then the default, run by every cluster no
+    /// earlier variant matches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<VariantSelector>,
     /// The variant's manager image (`spec.image` of the variant).
@@ -38,6 +39,36 @@ pub struct Variant {
     /// its own file, then `--set`), when `release create --chart` rendered it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub values_digest: Option<String>,
+    /// Images per architecture: for an image of the variant (`operator` or a further image's
+    /// name) pinned to a multi-arch index by digest, the digest of each architecture's image in
+    /// that index. The variant runs only on clusters whose every node's architecture is listed
+    /// for each such image (the node pulls its own architecture's image from the index).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub platforms: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+impl Variant {
+    /// Whether this variant may run on a cluster with `facts`: its selector matches (none: any
+    /// cluster) and, for every image it pins per architecture, every node's architecture has one.
+    pub fn fits(&self, facts: &ClusterFacts, labels: &BTreeMap<String, String>) -> bool {
+        let built_for = |archs: &BTreeMap<String, String>| facts.architectures.iter().all(|a| archs.contains_key(a));
+        self.selector.as_ref().is_none_or(|s| s.matches(facts, labels)) && self.platforms.values().all(built_for)
+    }
+
+    /// What the variant asks of a cluster, for people: its selector, and the architectures its
+    /// images are built for (`region=eu; images for amd64|arm64`).
+    pub fn asks(&self) -> String {
+        let mut parts: Vec<String> = self.selector.iter().map(ToString::to_string).collect();
+        let mut archs: Vec<&str> = Vec::new();
+        for per_arch in self.platforms.values() {
+            let these: Vec<&str> = per_arch.keys().map(String::as_str).collect();
+            archs = if archs.is_empty() { these } else { archs.into_iter().filter(|a| these.contains(a)).collect() };
+        }
+        if !self.platforms.is_empty() {
+            parts.push(format!("images for {}", archs.join("|")));
+        }
+        if parts.is_empty() { "any cluster".to_string() } else { parts.join("; ") }
+    }
 }
 
 /// What a cluster must be to run a variant: every given part must hold.
@@ -152,16 +183,12 @@ pub fn select_variant<'r>(
     if spec.variants.is_empty() {
         return Ok(None);
     }
-    let chosen = spec.variants.iter().find(|v| v.selector.as_ref().is_none_or(|s| s.matches(facts, labels)));
+    let chosen = spec.variants.iter().find(|v| v.fits(facts, labels));
     chosen.map(Some).ok_or_else(|| NoVariant {
         server_version: facts.server_version.clone(),
         architectures: facts.architectures.clone(),
         labels: labels.clone(),
-        selectors: spec
-            .variants
-            .iter()
-            .map(|v| format!("{}: {}", v.name, v.selector.as_ref().map(ToString::to_string).unwrap_or_default()))
-            .collect(),
+        selectors: spec.variants.iter().map(|v| format!("{}: {}", v.name, v.asks())).collect(),
     })
 }
 
@@ -213,7 +240,8 @@ pub fn check_variants(spec: &ReleaseSpec, mut at: impl FnMut(Rule, &str, String)
             Err(e) => out.push(at(Rule::ManifestPath, "manifests", format!("variant {name}: manifests: {e}"))),
         }
         let Some(selector) = &v.selector else {
-            if i != last {
+            // One that pins images per architecture still chooses: by the nodes' architectures.
+            if i != last && v.platforms.is_empty() {
                 out.push(at(
                     Rule::Variant,
                     "variants",
@@ -265,6 +293,41 @@ pub fn check_variants(spec: &ReleaseSpec, mut at: impl FnMut(Rule, &str, String)
         }
         if let Some(Err(e)) = selector.kubernetes.as_deref().map(parse_version_range) {
             out.push(at(Rule::Variant, "kubernetes", format!("variant {name}: {e}")));
+        }
+    }
+    for v in &spec.variants {
+        out.extend(check_platforms(spec, v).into_iter().map(|m| at(Rule::Variant, "platforms", m)));
+    }
+    out
+}
+
+/// A variant's images per architecture: each names one of its images, pinned to an index by
+/// digest, each architecture known and each digest a digest.
+fn check_platforms(spec: &ReleaseSpec, v: &Variant) -> Vec<String> {
+    let images = spec.for_variant(v).all_images();
+    let mut out = Vec::new();
+    for (image, per_arch) in &v.platforms {
+        let name = &v.name;
+        match images.iter().find(|(n, _)| n == image) {
+            None => {
+                out.push(format!("variant {name}: platforms names image {image:?}, which the variant does not run"))
+            }
+            Some((_, i)) if i.digest.is_none() => out.push(format!(
+                "variant {name}: image {image} lists images per architecture but pins no digest; pin the multi-arch \
+                 index (REPOSITORY:TAG@sha256:…) they belong to"
+            )),
+            Some(_) => {}
+        }
+        if per_arch.is_empty() {
+            out.push(format!("variant {name}: image {image} lists no architecture"));
+        }
+        for (arch, digest) in per_arch {
+            if !KNOWN_ARCHITECTURES.contains(&arch.as_str()) {
+                out.push(format!("variant {name}: image {image}: architecture {arch:?} is unknown"));
+            }
+            if !is_digest(digest) {
+                out.push(format!("variant {name}: image {image} for {arch}: {digest:?} is not sha256:<64 hex>"));
+            }
         }
     }
     out
@@ -395,5 +458,38 @@ spec:
             Vec::<String>::new()
         );
         assert_eq!(check_variants(&four(), |rule, _, m| Finding::in_file(rule, "release.yaml", m)), []);
+    }
+
+    #[test]
+    fn a_variant_with_images_per_architecture_runs_only_where_every_node_has_its_image() {
+        let d = |c: &str| format!("sha256:{}", c.repeat(64));
+        let multi = format!(
+            "    - name: multi\n      image: {{repository: r.example.com/op, tag: v1, digest: \"{}\"}}\n      \
+             manifests: variants/multi/\n      platforms:\n        operator: {{amd64: \"{}\", arm64: \"{}\"}}\n",
+            d("0"),
+            d("a"),
+            d("b")
+        );
+        let s = spec(&[multi.clone(), variant("other", "")].concat());
+        assert_eq!(check_variants(&s, |rule, _, m| Finding::in_file(rule, "release.yaml", m)), []);
+        let pick = |archs: &[&str]| {
+            select_variant(&s, &facts("v1.30.0", archs), &BTreeMap::new()).unwrap().unwrap().name.clone()
+        };
+        assert_eq!(pick(&["amd64", "arm64"]), "multi");
+        assert_eq!(pick(&["s390x", "amd64"]), "other", "a node of an architecture the index lacks");
+        let only = spec(&multi);
+        let e = select_variant(&only, &facts("v1.30.0", &["s390x"]), &BTreeMap::new()).unwrap_err();
+        assert!(e.to_string().contains("the variants select: multi: images for amd64|arm64"), "{e}");
+
+        // An index is pinned by digest; architectures and digests are checked.
+        let unpinned = multi.replace(&format!(", digest: \"{}\"", d("0")), "");
+        assert!(problems(&unpinned).iter().any(|m| m.contains("pins no digest")), "{:?}", problems(&unpinned));
+        let bad = multi.replace("arm64:", "arm65:").replace(&d("a"), "sha256:xyz").replace("operator:", "webhook:");
+        let found = problems(&bad);
+        for needle in
+            ["names image \"webhook\", which the variant does not run", "\"arm65\" is unknown", "\"sha256:xyz\" is not"]
+        {
+            assert!(found.iter().any(|m| m.contains(needle)), "{needle}: {found:?}");
+        }
     }
 }

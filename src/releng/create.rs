@@ -100,6 +100,9 @@ pub struct VariantInput {
     pub image: Option<ImageRef>,
     /// Further images that replace the release's of the same name in this variant.
     pub images: Vec<NamedImage>,
+    /// Images per architecture: image name (`operator` or a further image's) → architecture →
+    /// the digest of that architecture's image in the multi-arch index the image pins.
+    pub platforms: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// Where variant NAME's manifests go in the release commit.
@@ -189,11 +192,13 @@ pub fn parse_named_image(s: &str) -> Result<NamedImage, RelengError> {
 }
 
 /// The variants of `--variant NAME=FILE|DIR` (in order), with their `--variant-selector
-/// NAME=YAML` and `--variant-image NAME[.IMAGE]=REF` settings.
+/// NAME=YAML`, `--variant-image NAME[.IMAGE]=REF` and `--variant-platform
+/// NAME[.IMAGE]=ARCH@DIGEST` settings.
 pub fn parse_variants(
     variants: &[String],
     selectors: &[String],
     images: &[String],
+    platforms: &[String],
 ) -> Result<Vec<VariantInput>, RelengError> {
     let split = |flag: &str, s: &str, expected: &str| {
         s.split_once('=')
@@ -203,7 +208,14 @@ pub fn parse_variants(
     let mut out: Vec<VariantInput> = Vec::new();
     for v in variants {
         let (name, source) = split("--variant", v, "NAME=VALUES.yaml (with --chart) or NAME=DIR")?;
-        out.push(VariantInput { name, source: source.into(), selector: None, image: None, images: Vec::new() });
+        out.push(VariantInput {
+            name,
+            source: source.into(),
+            selector: None,
+            image: None,
+            images: Vec::new(),
+            platforms: BTreeMap::new(),
+        });
     }
     let unknown = |flag: &str, name: &str| {
         RelengError::Usage(format!("{flag} {name}=…: there is no --variant {name}=… to apply it to"))
@@ -235,6 +247,16 @@ pub fn parse_variants(
                 digest: image.digest,
             }),
         }
+    }
+    for p in platforms {
+        let expected = "NAME[.IMAGE]=ARCH@sha256:DIGEST";
+        let (key, value) = split("--variant-platform", p, expected)?;
+        let (name, image) = key.split_once('.').unwrap_or((&key, model::PRIMARY_IMAGE_NAME));
+        let Some((arch, digest)) = value.split_once('@') else {
+            return Err(RelengError::Usage(format!("--variant-platform {p:?}: expected {expected}")));
+        };
+        let target = out.iter_mut().find(|v| v.name == name).ok_or_else(|| unknown("--variant-platform", name))?;
+        target.platforms.entry(image.to_string()).or_default().insert(arch.to_string(), digest.to_string());
     }
     Ok(out)
 }
@@ -380,6 +402,7 @@ fn variant(req: &CreateRequest, input: &VariantInput, values_digest: Option<Stri
         images,
         manifests: variant_dir(&input.name),
         values_digest,
+        platforms: input.platforms.clone(),
     })
 }
 
@@ -460,6 +483,11 @@ pub fn mapping_lines(spec: &ReleaseSpec) -> Vec<String> {
         lines.push(format!("variant {}:    {} ({selects}), manifests {}", v.name, v.image.reference(), v.manifests));
         for i in v.images.iter().filter(|i| !spec.images.contains(i)) {
             lines.push(format!("variant {}:    image {}: {}", v.name, i.name, i.image().reference()));
+        }
+        for (image, per_arch) in &v.platforms {
+            for (arch, digest) in per_arch {
+                lines.push(format!("variant {}:    image {image} for {arch}: {digest}", v.name));
+            }
         }
     }
     lines
@@ -924,12 +952,17 @@ mod tests {
 
     #[test]
     fn variant_flags_parse_in_order_with_their_selectors_and_images() {
+        let digest = |c: char| format!("sha256:{}", c.to_string().repeat(64));
         let v = parse_variants(
             &["eu=values-eu.yaml".into(), "rest=values-rest.yaml".into()],
             &["eu={matchLabels: {region: eu}, kubernetes: \">=1.30\"}".into()],
             &["eu=eu.example.com/op:v1".into(), "eu.webhook=eu.example.com/wh:v1".into()],
+            &[format!("rest=amd64@{}", digest('a')), format!("rest=arm64@{}", digest('b'))],
         )
         .unwrap();
+        let rest: Vec<(&str, &str)> =
+            v[1].platforms["operator"].iter().map(|(a, d)| (a.as_str(), d.as_str())).collect();
+        assert_eq!(rest, [("amd64", digest('a').as_str()), ("arm64", digest('b').as_str())]);
         assert_eq!(v.iter().map(|v| v.name.as_str()).collect::<Vec<_>>(), ["eu", "rest"]);
         let selector = v[0].selector.as_ref().unwrap();
         assert_eq!((selector.to_string().as_str(), v[1].selector.is_none()), ("region=eu, kubernetes >=1.30", true));
@@ -949,7 +982,7 @@ mod tests {
         #[case] needle: &str,
     ) {
         let own = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let e = parse_variants(&own(variants), &own(selectors), &own(images)).unwrap_err();
+        let e = parse_variants(&own(variants), &own(selectors), &own(images), &[]).unwrap_err();
         assert!(matches!(&e, RelengError::Usage(m) if m.contains(needle)), "{needle}: {e}");
     }
 
