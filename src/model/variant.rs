@@ -6,9 +6,10 @@
 //! configuration. Nothing on the branch (not `clusters/*.yaml` labels) takes part in the choice.
 //!
 //! ```text
-//! variants (in order) ──► first whose selector matches ──► that variant
-//!                         none matches: the last variant when it has no selector (the default)
-//!                         else NoVariant (names the facts and every selector)
+//! variants (in order) ──► the first that fits: its selector matches, and each image it pins per
+//!                         architecture has every node's architecture ──► that variant
+//!                         (a last variant without a selector fits every cluster: the default)
+//!                         none fits: NoVariant (names the facts and what every variant asks)
 //! ```
 
 use super::{Finding, ImageRef, KNOWN_ARCHITECTURES, NamedImage, ReleaseSpec, Rule, parse_version_range};
@@ -59,12 +60,15 @@ impl Variant {
     /// images are built for (`region=eu; images for amd64|arm64`).
     pub fn asks(&self) -> String {
         let mut parts: Vec<String> = self.selector.iter().map(ToString::to_string).collect();
-        let mut archs: Vec<&str> = Vec::new();
-        for per_arch in self.platforms.values() {
-            let these: Vec<&str> = per_arch.keys().map(String::as_str).collect();
-            archs = if archs.is_empty() { these } else { archs.into_iter().filter(|a| these.contains(a)).collect() };
-        }
-        if !self.platforms.is_empty() {
+        // The architectures every image pinned per architecture has.
+        let archs = self.platforms.values().fold(None::<Vec<&str>>, |common, per_arch| {
+            let these = per_arch.keys().map(String::as_str);
+            Some(match common {
+                None => these.collect(),
+                Some(common) => common.into_iter().filter(|a| per_arch.contains_key(*a)).collect(),
+            })
+        });
+        if let Some(archs) = archs {
             parts.push(format!("images for {}", archs.join("|")));
         }
         if parts.is_empty() { "any cluster".to_string() } else { parts.join("; ") }
