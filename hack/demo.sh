@@ -23,7 +23,10 @@
 #   served by a real Gitea: promotions are pull requests opened with `fleetgate promote --open-pr`
 #   and merged through Gitea's API, Gitea's push webhook (signed) wakes the agents, and the agents
 #   mirror their statuses to Gitea (release commit, PR head, write-back commit), which the demo
-#   reads back from Gitea's API. Without Gitea (or with DEMO_FORGE=git) `git daemon` serves it and
+#   reads back from Gitea's API. Before each merge, `fleetgate plan --post` puts the CI's plan on
+#   the PR (`fleetgate/plan`), and the agents, started with --plan-pull-requests, each post their
+#   own plan made in their cluster (`fleetgate/plan/<cluster>`: a dry run's counts, or why they
+#   would refuse); the demo prints them from Gitea's API. Without Gitea (or with DEMO_FORGE=git) `git daemon` serves it and
 #   promotions are merged locally.
 #
 # Environment: DEMO_DIR (keep everything there; default a temp dir, removed at the end unless
@@ -129,7 +132,7 @@ if [[ "${DEMO_FORGE:-auto}" != git ]] && "$TESTENV" gitea --check >/dev/null 2>&
   ln -s "$GITEA_REPO_PATH" "$DIR/git/fleet.git"
   REPO_URL=$GITEA_CLONE_URL ORIGIN_URL=$GITEA_PUSH_URL
   FORGE_FLAGS=(--forge-kind gitea --forge-url "$GITEA_URL" --forge-repository "$GITEA_REPOSITORY" --forge-token-file "$DIR/gitea/token")
-  AGENT_FORGE_FLAGS=("${FORGE_FLAGS[@]}" --git-token-file "$DIR/gitea/token" --webhook-secret-file "$DIR/gitea/webhook-secret")
+  AGENT_FORGE_FLAGS=("${FORGE_FLAGS[@]}" --git-token-file "$DIR/gitea/token" --webhook-secret-file "$DIR/gitea/webhook-secret" --plan-pull-requests)
   ok "forge: Gitea at $GITEA_URL — the fleet repo is $REPO_URL"
 else
   [[ "${DEMO_FORGE:-auto}" == gitea ]] && die "DEMO_FORGE=gitea, but Gitea is not built: run hack/gitea-binary.sh"
@@ -246,6 +249,7 @@ import json, sys
 p = [p for p in json.load(sys.stdin) if p["head"]["ref"] == sys.argv[1]][0]
 print(p["number"], p["html_url"], p["head"]["sha"])' "promote/$1-fleet")
   read -r number url PR_HEAD <<<"$pr"
+  plans_on_pr "promote/$1-fleet" "$number"
   # Gitea checks a new PR's mergeability in the background; it refuses a merge until it has.
   wait_for 30 "Gitea to merge PR #$number" gitea_api POST "/repos/$GITEA_REPOSITORY/pulls/$number/merge" '{"Do":"merge"}'
   git -C "$WORK" checkout -q main
@@ -253,7 +257,29 @@ print(p["number"], p["html_url"], p["head"]["sha"])' "promote/$1-fleet")
   ok "forge: Gitea — PR #$number $url merged through Gitea's API; its push webhook wakes the agents"
 }
 
-declare -A AGENT_PORT
+declare -A AGENT_PORT=()
+plans_on_pr() { # plans_on_pr BRANCH NUMBER: the CI's plan posted on the PR, then each running agent's own
+  info "fleetgate plan --post (what CI runs on the PR; the verdict is commit status fleetgate/plan):"
+  { "$FG" plan --repo "$WORK" --base main --head "$1" --trusted-keys "$DIR/trusted.asc" --post "${FORGE_FLAGS[@]}" 2>&1 || true; } |
+    sed 's/^/      /'
+  (( ${#AGENT_PORT[@]} )) || return 0
+  local head; head=$(git -C "$WORK" rev-parse "$1")
+  plans() { # the plan statuses on the PR's head, as Gitea's API lists them; fails until every cluster's is there
+    gitea_api GET "/repos/$GITEA_REPOSITORY/commits/$head/status" | python3 -c '
+import json, sys
+found = {s["context"]: s for s in json.load(sys.stdin)["statuses"]}
+want = ["fleetgate/plan"] + ["fleetgate/plan/" + c for c in sys.argv[1:]]
+for w in want:
+    if w in found:
+        print("%-26s %-8s %s" % (w, found[w]["status"], found[w]["description"]))
+sys.exit(0 if all(w in found for w in want) else 1)' "${CLUSTERS[@]}"
+  }
+  # Each agent plans open PRs after a pass, listing them at most every 30 s.
+  local start=$SECONDS
+  until plans >/dev/null 2>&1 || (( SECONDS - start > 120 )); do sleep 2; done
+  info "forge: Gitea shows the plans on PR #$2 (head ${head:0:10}) before anyone merges it:"
+  plans | sed 's/^/      /' || info "  (not every agent had posted its plan within 120 s)"
+}
 poke() { # what a forge's push webhook does: wake every agent now instead of at its next poll
   for c in "${CLUSTERS[@]}"; do
     [[ -n "${AGENT_PORT[$c]:-}" ]] && curl -fsS -X POST "http://127.0.0.1:${AGENT_PORT[$c]}/hooks/git" >/dev/null 2>&1 || true

@@ -157,6 +157,14 @@ fn three_releases_through_three_waves_with_the_canary_agent_killed_twice() {
                 && stdout.contains("fleetgate/cluster-a failure rolled back to rel-1: pod-restarts"),
             "the canary's failure and its gate on the PR:\n{stdout}"
         );
+        // Before each merge: the CI's plan, and (once the agents run) each spoke's own.
+        assert_eq!(stdout.matches("fleetgate plan --post (what CI runs on the PR").count(), 3, "{stdout}");
+        for c in ["cluster-a", "cluster-b", "cluster-c"] {
+            let context = format!("fleetgate/plan/{c} ");
+            let planned =
+                |l: &&str| l.contains(&context) && l.contains(" success ") && l.contains("rel-3 applies here: ");
+            assert!(stdout.lines().any(|l| planned(&l)), "{c}'s agent posted its plan of rel-3 on the PR:\n{stdout}");
+        }
         for c in ["cluster-a", "cluster-b", "cluster-c"] {
             let line = stdout
                 .lines()

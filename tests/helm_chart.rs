@@ -50,6 +50,7 @@ const EVERYTHING: &[&str] = &[
     "--set=approverKeys.secretName=fleetgate-approver-keys",
     "--set=approvers[0]=ana",
     "--set=labels.region=eu",
+    "--set=planPullRequests=true",
 ];
 
 /// The three values the chart has no default for, as deploy/config.yaml sets them: with these the
@@ -307,6 +308,7 @@ fn every_value_becomes_agent_configuration_on_a_mounted_path() {
     assert_eq!(settings.promotions, Some(PromotionMode::Signed));
     assert_eq!(settings.approvers, ["ana"]);
     assert_eq!(settings.labels, BTreeMap::from([("region".to_string(), "eu".to_string())]));
+    assert_eq!(settings.plan_pull_requests, Some(true));
     let forge_token = settings.forge.token_file.clone().expect("forge.tokenFile");
 
     let deployment = find(&objects, "Deployment fleetgate-system/fleetgate-agent");

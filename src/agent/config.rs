@@ -232,6 +232,9 @@ pub struct AgentConfig {
     /// Forge logins whose approval of the promotion PR approves a release for such a wave too
     /// (the forge authenticates them; needs `forge`). Empty: only signed tags count.
     pub approvers: Vec<String>,
+    /// Spoke plans ([`super::plans`]): after each pass, judge the open promotion pull requests on
+    /// `forge` that move this cluster and post `fleetgate/plan/<cluster>` on their heads.
+    pub plan_pull_requests: bool,
     /// The fleet every release must name; `None`: the name the state pinned, else (with
     /// `pin_first_fleet`) the first accepted `fleet.yaml`'s.
     pub fleet: Option<String>,
@@ -330,6 +333,7 @@ pub struct AgentSettings {
     pub approver_keys: Vec<PathBuf>,
     #[serde(default)]
     pub approvers: Vec<String>,
+    pub plan_pull_requests: Option<bool>,
     pub fleet: Option<String>,
     pub pin_first_fleet: Option<bool>,
     pub status_key: Option<PathBuf>,
@@ -389,6 +393,11 @@ pub enum ConfigError {
     FetchLimitTooSmall(u64),
     #[error("--max-tags 0 would consider no release at all; use at least 1")]
     NoTags,
+    #[error(
+        "--plan-pull-requests reads the pull requests on the agent's forge and posts its plans there: configure \
+         the forge (--forge-kind, --forge-url, --forge-repository, and its token)"
+    )]
+    PlanWithoutForge,
     #[error("prometheusSources.{name}: {problem}")]
     InvalidPrometheusSource { name: String, problem: String },
     #[error(
@@ -469,6 +478,7 @@ impl AgentSettings {
             promotion_keys: if higher.promotion_keys.is_empty() { self.promotion_keys } else { higher.promotion_keys },
             approver_keys: if higher.approver_keys.is_empty() { self.approver_keys } else { higher.approver_keys },
             approvers: if higher.approvers.is_empty() { self.approvers } else { higher.approvers },
+            plan_pull_requests: higher.plan_pull_requests.or(self.plan_pull_requests),
             fleet: higher.fleet.or(self.fleet),
             pin_first_fleet: higher.pin_first_fleet.or(self.pin_first_fleet),
             status_key: higher.status_key.or(self.status_key),
@@ -507,6 +517,10 @@ impl AgentSettings {
         let prometheus = PrometheusEndpoints::new(self.prometheus.resolve("--prometheus")?)
             .with_sources(resolve_prometheus_sources(self.prometheus_sources)?);
         let forge = self.forge.resolve()?;
+        let plan_pull_requests = self.plan_pull_requests.unwrap_or(false);
+        if plan_pull_requests && forge.is_none() {
+            return Err(ConfigError::PlanWithoutForge);
+        }
         if let Some(kind) = self.allow_gate_kinds.iter().find(|k| !is_kind_group(k)) {
             return Err(ConfigError::InvalidGateKind(kind.clone()));
         }
@@ -583,6 +597,7 @@ impl AgentSettings {
             promotion_keys: optional_key_files(&self.promotion_keys)?,
             approver_keys: optional_key_files(&self.approver_keys)?,
             approvers: self.approvers,
+            plan_pull_requests,
             fleet: self.fleet,
             pin_first_fleet: self.pin_first_fleet.unwrap_or(false),
             status_key: self.status_key,
@@ -1103,6 +1118,7 @@ mod tests {
     #[case::no_tags(|s: &mut AgentSettings| s.max_tags = Some(0), "--max-tags 0")]
     #[case::label_key(|s: &mut AgentSettings| s.labels = BTreeMap::from([("re gion".into(), "eu".into())]), "--label \"re gion=eu\"")]
     #[case::label_value(|s: &mut AgentSettings| s.labels = BTreeMap::from([("region".into(), "eu west".into())]), "is not KEY=VALUE")]
+    #[case::plan_without_forge(|s: &mut AgentSettings| s.plan_pull_requests = Some(true), "--plan-pull-requests reads the pull requests on the agent's forge")]
     fn invalid_settings_say_what_to_fix(#[case] edit: fn(&mut AgentSettings), #[case] expected: &str) {
         let dir = tempfile::tempdir().unwrap();
         let mut settings = minimal(dir.path());

@@ -43,7 +43,7 @@ impl Agent {
         let config = self.policy_config(checkout, tip, &desired.id, &desired.tag.commit.to_string())?;
         let mut admitted = self.engine.admit(&verified, &self.admission_policy(&config)).await?;
         // A release returned to (a rollback) may run under wider CRDs it kept: never narrowed.
-        self.keep_wider_crds(&mut admitted, "Drift").await?;
+        self.keep_wider_crds(&mut admitted, Some("Drift")).await?;
         self.engine.apply(admitted).await?;
         let mut named = drifted.iter().take(NAMED).cloned().collect::<Vec<_>>().join(", ");
         if drifted.len() > NAMED {

@@ -19,6 +19,8 @@
 //!   each release transition in the background to Slack, Teams or a signed webhook.
 //! * `forge_mirror` — a status also on the promotion PR's head and the write-back commit, on the
 //!   agent's forge.
+//! * [`plans`] — spoke plans: after a pass, the open promotion pull requests that move this
+//!   cluster, judged by its pre-apply checks and a dry run, posted as `fleetgate/plan/<cluster>`.
 //! * [`services`] — starts and stops all of the above as one [`AgentServices`].
 //! * [`process`] — the process the agent runs in: its tokio runtime and malloc settings.
 
@@ -32,6 +34,7 @@ pub mod lkg;
 pub mod metrics;
 pub mod notifier;
 mod outbox;
+pub mod plans;
 pub mod process;
 pub mod reconcile;
 pub mod report;

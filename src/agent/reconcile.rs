@@ -159,6 +159,20 @@ pub enum Outcome {
     },
 }
 
+/// What [`Agent::judge`] decided about a release, and what it learnt on the way (for the state).
+pub(super) struct Judged {
+    /// The verified release, or why it cannot be used here.
+    pub verdict: Result<VerifiedRelease, VerifyError>,
+    /// The recorded tag pins, with the ones this verification added.
+    pub pins: release::TagPins,
+    /// Every revocation remembered or seen now.
+    pub revoked: std::collections::BTreeMap<String, String>,
+    /// Some revocation was not remembered yet.
+    pub unseen: bool,
+    /// The fleet the release was checked against.
+    pub fleet: String,
+}
+
 /// The agent: services plus the pipeline's long-lived parts.
 pub struct Agent {
     pub(super) services: AgentServices,
@@ -191,6 +205,8 @@ pub struct Agent {
     /// rather than by a write of their own, which would stall the bake that follows a push
     /// whenever the API server stalls.
     pub(super) delivered: std::sync::Mutex<Vec<Status>>,
+    /// The pull request heads spoke plans already judged, and when they last listed them.
+    pub(super) plans: super::plans::PlanMemory,
 }
 
 impl Agent {
@@ -229,6 +245,7 @@ impl Agent {
             last_pause: None,
             about: About::default(),
             delivered: std::sync::Mutex::default(),
+            plans: super::plans::PlanMemory::default(),
         })
     }
 
@@ -276,6 +293,13 @@ impl Agent {
                     self.services.metrics.observe_reconcile(took, ReconcileResult::Error);
                     self.services.health.mark_failed(error_chain(e));
                     tracing::warn!(error = %error_chain(e), class = ?e.class(), "reconcile failed");
+                }
+            }
+            // Spoke plans after the pass, never in its way: bounded, and their errors only logged.
+            if self.plans.due(&self.services.config) {
+                tokio::select! {
+                    _ = self.plan_pull_requests() => {}
+                    () = &mut shutdown => break,
                 }
             }
             // What the pass read and built is dropped by now; the agent waits with what it keeps.
@@ -537,7 +561,7 @@ impl Agent {
 
     /// The promotion mode in force: the agent's own setting, else signed once signed, else the
     /// tip's `fleet.yaml`.
-    fn promotion_mode(&self, state: &AgentState, tip_config: &FleetConfig) -> PromotionMode {
+    pub(super) fn promotion_mode(&self, state: &AgentState, tip_config: &FleetConfig) -> PromotionMode {
         release::effective_mode(
             self.services.config.promotions,
             state.trust().signed_promotions,
@@ -617,13 +641,7 @@ impl Agent {
         // many failures halt a release come from the trusted configuration, like the policies.
         let members = status::members_placed_by(&desired.config, &config);
         let state = self.services.store.load().await?;
-        let newest = state.trust().newest.as_ref().map(|n| n.sequence);
-        let back = newest.is_some_and(|n| verified.release().spec.sequence.is_none_or(|s| s < n));
-        let movement = if back { status::Move::Back } else { status::Move::Forward };
-        // Back to a release that passed its bake here: a rollback, whoever asked for it. Back to
-        // one this cluster never ran is a promotion like any other, judged as one.
-        let returning_from =
-            state.current().filter(|c| back && *c != id && state.succeeded_here(&id)).map(str::to_string);
+        let (movement, returning_from) = movement(&state, &verified);
         let decision =
             status::may_start(&config.fleet, &members, &statuses, &cluster, &id, chrono::Utc::now(), movement);
         if !decision.allowed {
@@ -671,8 +689,9 @@ impl Agent {
         self.step(config, Step::Begin { release: id.clone(), commit }).await?;
 
         // Pre-apply gates: requirements, CRD compatibility, live CRs, admission, dry run.
-        let (admitted, kept) = match self.preapply(&verified, config, returning_from.is_some()).await {
-            Ok(Ok(admitted)) => admitted,
+        let returning = returning_from.is_some();
+        let Prechecked { admitted, kept, .. } = match self.preapply(&verified, config, returning, Check::Pass).await {
+            Ok(Ok(checked)) => checked,
             Ok(Err(blocker)) => {
                 let reason = format!("{}: {}", blocker.gate(), blocker.problems());
                 self.step(config, Step::Blocked(blocker)).await?;
@@ -729,21 +748,57 @@ impl Agent {
         tip: &TipTrust,
     ) -> Result<Result<VerifiedRelease, VerifyError>, ReconcileError> {
         let state = self.services.store.load().await?;
-        let mut pins = state.tag_pins().clone();
         self.trust.fleet = self.services.config.fleet.clone().or_else(|| state.trust().fleet.clone());
+        let judged = match self.judge(checkout, desired, tip.is_signed(), &state) {
+            Ok(judged) => judged,
+            // Reading the repo, verifying or storing a pin failed: nothing was decided.
+            Err(e) if e.class() == ErrorClass::Retryable => return Err(ReconcileError::Verify(e)),
+            Err(e) => return Ok(Err(e)),
+        };
+        if judged.unseen {
+            self.update(|s| {
+                s.remember_revocations(&judged.revoked);
+                Ok(())
+            })
+            .await?;
+        }
+        let verified = match judged.verdict {
+            Ok(v) => v,
+            Err(e) => return Ok(Err(e)),
+        };
+        self.update(|s| {
+            s.record_tag_pins(&judged.pins);
+            s.pin_fleet(&judged.fleet);
+            Ok(())
+        })
+        .await?;
+        Ok(Ok(verified))
+    }
+
+    /// The judgement of [`Self::verify`] over `state`, writing nothing: the release verified with
+    /// a copy of the recorded tag pins, then the move checked against the revocations remembered
+    /// and seen now and the newest release that ran here (`signed_decision`: the tip that asks
+    /// for it is signed by a promotion key). Spoke plans judge a pull request's head with it.
+    pub(super) fn judge(
+        &mut self,
+        checkout: &Checkout,
+        desired: &DesiredRelease,
+        signed_decision: bool,
+        state: &AgentState,
+    ) -> Result<Judged, VerifyError> {
+        let mut pins = state.tag_pins().clone();
         let fleet = self.trust.fleet.clone().unwrap_or_else(|| desired.config.fleet.name().to_string());
         let (trust, signed) = (&self.trust, &mut self.signed_releases);
         // Revocations are remembered once seen (state), so deleting the tag that revoked a
         // release never makes it runnable again.
-        let mut remembered = state.trust().revoked.clone();
-        let judged = tokio::task::block_in_place(|| {
+        let mut revoked = state.trust().revoked.clone();
+        tokio::task::block_in_place(|| {
             let verified = release::verify(checkout, desired, trust, &mut pins)?;
             let seen = signed.revocations(checkout, &trust.keyring, &pins, &fleet)?;
-            let unseen = seen.iter().any(|(r, _)| !remembered.contains_key(r));
+            let unseen = seen.iter().any(|(r, _)| !revoked.contains_key(r));
             for (release, by) in seen {
-                remembered.entry(release).or_insert(by);
+                revoked.entry(release).or_insert(by);
             }
-            let revoked = &remembered;
             let newest = state.trust().newest.as_ref();
             let undo = match newest {
                 Some(n) => signed
@@ -751,34 +806,10 @@ impl Agent {
                     .and_then(|r| r.spec.rollback_to.clone()),
                 None => None,
             };
-            let standing =
-                release::Standing { newest, undo: undo.as_deref(), revoked, signed_decision: tip.is_signed() };
-            Ok::<_, VerifyError>((release::check_move(&verified, &standing).map(|()| verified), unseen))
-        });
-        let (judged, unseen) = match judged {
-            Ok(judged) => judged,
-            // Reading the repo, verifying or storing a pin failed: nothing was decided.
-            Err(e) if e.class() == ErrorClass::Retryable => return Err(ReconcileError::Verify(e)),
-            Err(e) => return Ok(Err(e)),
-        };
-        if unseen {
-            self.update(|s| {
-                s.remember_revocations(&remembered);
-                Ok(())
-            })
-            .await?;
-        }
-        let verified = match judged {
-            Ok(v) => v,
-            Err(e) => return Ok(Err(e)),
-        };
-        self.update(|s| {
-            s.record_tag_pins(&pins);
-            s.pin_fleet(&fleet);
-            Ok(())
+            let standing = release::Standing { newest, undo: undo.as_deref(), revoked: &revoked, signed_decision };
+            let verdict = release::check_move(&verified, &standing).map(|()| verified);
+            Ok(Judged { verdict, pins, revoked, unseen, fleet })
         })
-        .await?;
-        Ok(Ok(verified))
     }
 
     /// What the apply needs ready: the gates' baseline (persisted with the operation), the
@@ -831,7 +862,7 @@ impl Agent {
             None => {
                 let mut admitted = self.engine.admit(verified, &self.admission_policy(config)).await?;
                 if returning {
-                    self.keep_wider_crds(&mut admitted, "Apply").await?;
+                    self.keep_wider_crds(&mut admitted, Some("Apply")).await?;
                 }
                 admitted
             }
@@ -1037,22 +1068,27 @@ impl Agent {
         AdmissionPolicy::effective(self.admission_baseline.clone(), &config.admission_policies)
     }
 
-    /// The manifests stage and the pre-apply gates: `Ok(admitted)` may be applied, `Err(blocker)`
+    /// The manifests stage and the pre-apply gates: `Ok(checked)` may be applied, `Err(blocker)`
     /// refuses the release, naming the check that did.
     /// A return (`returning`) first keeps the live CRDs the target would narrow, so the CRD gate
-    /// judges what will really be applied; they are returned with the set.
-    async fn preapply<'r>(
+    /// judges what will really be applied; they are returned with the set (and, in a pass,
+    /// recorded as Events; a plan keeps nothing).
+    pub(super) async fn preapply<'r>(
         &self,
         verified: &'r VerifiedRelease,
         config: &FleetConfig,
         returning: bool,
-    ) -> Result<Result<(AdmittedSet<'r>, Vec<crd_compat::KeptCrd>), Blocker>, ReconcileError> {
+        check: Check,
+    ) -> Result<Result<Prechecked<'r>, Blocker>, ReconcileError> {
         let mut admitted = match self.engine.admit(verified, &self.admission_policy(config)).await {
             Ok(admitted) => admitted,
             Err(e) if e.class() == ErrorClass::Stalling => return Ok(Err(Blocker::Admission(error_chain(&e)))),
             Err(e) => return Err(e.into()),
         };
-        let kept = if returning { self.keep_wider_crds(&mut admitted, "Verify").await? } else { Vec::new() };
+        let kept = match returning {
+            true => self.keep_wider_crds(&mut admitted, (check == Check::Pass).then_some("Verify")).await?,
+            false => Vec::new(),
+        };
         // Gates read with the agent's permissions: only the release's own kinds, or the spoke's.
         let allowed = &self.services.config.allowed_gate_kinds;
         if let Err(e) =
@@ -1084,7 +1120,7 @@ impl Agent {
             return Ok(Err(Blocker::Gate(block)));
         }
         match dry_run {
-            Ok(_) => Ok(Ok((admitted, kept))),
+            Ok(dry_run) => Ok(Ok(Prechecked { admitted, kept, dry_run })),
             // Taking over a live object fleetgate did not apply: refused like any admission rule.
             Err(e @ ApplyError::Admission(_)) => Ok(Err(Blocker::Admission(error_chain(&e)))),
             Err(e) if e.class() == ErrorClass::Stalling => Ok(Err(Blocker::DryRun(error_chain(&e)))),
@@ -1227,6 +1263,23 @@ impl Agent {
     }
 }
 
+/// Who runs the pre-apply checks ([`Agent::preapply`]): a pass, which records what it keeps as
+/// Events, or a spoke plan, which records nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Check {
+    Pass,
+    Plan,
+}
+
+/// A release through the manifests stage and the pre-apply gates ([`Agent::preapply`]).
+pub(super) struct Prechecked<'r> {
+    pub admitted: AdmittedSet<'r>,
+    /// Live CRDs a return keeps instead of the target's narrower ones.
+    pub kept: Vec<crd_compat::KeptCrd>,
+    /// The server-side dry run of `admitted`.
+    pub dry_run: crate::apply::DryRun,
+}
+
 /// Errors that stop the agent from starting at all.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentStartError {
@@ -1257,6 +1310,18 @@ fn verify_reason(e: &VerifyError) -> &'static str {
         VerifyError::NoVariant { .. } => "NoVariantFits",
         VerifyError::Pins(_) | VerifyError::Source(_) | VerifyError::Tree(_) => "VerifyFailed",
     }
+}
+
+/// Which way moving to `verified` goes from what `state` says ran here, and, when it goes back
+/// to a release that passed its bake here (a rollback, whoever asked for it), the release it
+/// returns from. Back to one this cluster never ran is a promotion like any other, judged as one.
+pub(super) fn movement(state: &AgentState, verified: &VerifiedRelease) -> (status::Move, Option<String>) {
+    let id = verified.id();
+    let newest = state.trust().newest.as_ref().map(|n| n.sequence);
+    let back = newest.is_some_and(|n| verified.release().spec.sequence.is_none_or(|s| s < n));
+    let movement = if back { status::Move::Back } else { status::Move::Forward };
+    let returning_from = state.current().filter(|c| back && *c != id && state.succeeded_here(id)).map(str::to_string);
+    (movement, returning_from)
 }
 
 /// Gates of a fleet repo without a `GatePolicy`: the seed's Kubernetes-side gates.

@@ -76,11 +76,12 @@ impl Agent {
     /// live CRD the target's would narrow ([`crd_compat::crds_to_keep`]: a stored version it
     /// lacks — the API server would refuse it, and the rollback fail at every pass — or a field,
     /// version or looser bound objects may rely on) stays as it is, with a Warning Event
-    /// `CrdKept` that says why, while everything else goes back. Returns what was kept.
+    /// `CrdKept` of `action` that says why (none without one: a plan only looks), while
+    /// everything else goes back. Returns what was kept.
     pub(super) async fn keep_wider_crds(
         &self,
         admitted: &mut AdmittedSet<'_>,
-        action: &str,
+        action: Option<&str>,
     ) -> Result<Vec<crd_compat::KeptCrd>, ReconcileError> {
         let api: Api<CustomResourceDefinition> = Api::all(self.services.client.clone());
         let mut live = Vec::new();
@@ -98,8 +99,10 @@ impl Agent {
                 continue;
             };
             admitted.keep_live_crd(crd);
-            tracing::warn!(crd = %k.name, "{k}");
-            self.services.record_warning("CrdKept", action, &k.to_string()).await;
+            if let Some(action) = action {
+                tracing::warn!(crd = %k.name, "{k}");
+                self.services.record_warning("CrdKept", action, &k.to_string()).await;
+            }
         }
         Ok(kept)
     }
@@ -121,7 +124,7 @@ impl Agent {
         };
         let verified = self.rollback_release(checkout, target).await?;
         let mut admitted = self.rollback_engine.admit(&verified, &self.admission_policy(config)).await?;
-        self.keep_wider_crds(&mut admitted, "RollingBack").await?;
+        self.keep_wider_crds(&mut admitted, Some("RollingBack")).await?;
         let changes = self.rollback_engine.apply(admitted).await?;
         stop_point::reached("rollback.after-apply").await;
         let pruned = self.rollback_engine.prune().await?;

@@ -15,6 +15,9 @@
 //!                       → inventory records (what was sent, what the server stored)
 //!                       → ConfigMap release-manifest-<id>
 //! prune()               delete what N had and N+1 dropped (CRDs only when allowed)
+//! ── before, changing nothing ──
+//! dry_run(admitted)     the dry run and adoption check of apply() alone (the pre-apply gate)
+//! changes(admitted, d)  what apply() and prune() would do to each object (spoke plans)
 //! ── on failure ──
 //! apply(admit(N)) ; prune() ; restore(snapshot)      CR state back, not just the image
 //! ```
@@ -281,6 +284,32 @@ pub(crate) fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
+/// What [`Engine::dry_run`] found: every object the server checked, as it would store it, and
+/// what [`Engine::changes`] needs to say what the apply would do.
+#[derive(Debug)]
+pub struct DryRun {
+    /// Objects whose dry run must wait for an earlier phase (see the module docs).
+    deferred: Vec<DeferredDryRun>,
+    results: phases::DryRuns,
+    /// Objects the apply would leave alone (neither dry-run nor applied).
+    left_alone: BTreeSet<ObjectKey>,
+    previous: Option<Inventory>,
+    /// Live objects fleetgate did not apply that the apply would adopt.
+    adopted: BTreeSet<ObjectKey>,
+}
+
+/// Whether the server would store `would_be` as `live` is: the same object once the fields
+/// every write moves (managed fields, resourceVersion) are set aside.
+fn same_content(live: &DynamicObject, would_be: &DynamicObject) -> bool {
+    let bare = |o: &DynamicObject| {
+        let mut o = o.clone();
+        o.metadata.managed_fields = None;
+        o.metadata.resource_version = None;
+        serde_json::to_value(o).ok()
+    };
+    bare(live) == bare(would_be)
+}
+
 /// A release that passed the manifests stage: parsed against the cluster's discovery, admitted
 /// by the policy, labelled. Only [`Engine::admit`] makes one.
 pub struct AdmittedSet<'r> {
@@ -369,14 +398,63 @@ impl Engine {
     ///
     /// Also refuses ([`ApplyError::Admission`]) taking over live objects fleetgate did not apply
     /// (see the module docs).
-    pub async fn dry_run(&self, admitted: &AdmittedSet<'_>) -> Result<Vec<DeferredDryRun>, ApplyError> {
+    pub async fn dry_run(&self, admitted: &AdmittedSet<'_>) -> Result<DryRun, ApplyError> {
         let previous = inventory::read(&self.client, &self.options).await?;
         let key = self.existing_agent_key().await?;
         let records = self.trusted_records(&admitted.set, previous.as_ref(), key.as_ref());
         let leave = self.unchanged(&admitted.resolver, &admitted.set, &records).await?;
         let (results, deferred) = self.dry_run_first(&admitted.resolver, &admitted.set, &leave).await?;
-        self.adoptions(admitted, previous.as_ref(), &results, &deferred).await?;
-        Ok(deferred)
+        let adopted = self.adoptions(admitted, previous.as_ref(), &results, &deferred).await?;
+        Ok(DryRun { deferred, results, left_alone: leave.into_keys().collect(), previous, adopted })
+    }
+
+    /// What applying `admitted` (then pruning) would do to each object, from its [`dry_run`](Self::dry_run)
+    /// and without changing anything: objects the apply would leave alone are `unchanged`; an
+    /// object the dry run found absent is `created`; one it found is `configured` when what the
+    /// server would store differs from the live object (its managed fields and resourceVersion
+    /// aside), else `unchanged`; objects the dry run deferred are `created` when nothing of that
+    /// name exists yet, else `configured` (the server cannot say before the earlier phase is
+    /// applied). What the inventory holds and `admitted` drops is `pruned`, or `retained` where
+    /// prune would keep it (the same rules). Reads each object the dry run found, once.
+    pub async fn changes(&self, admitted: &AdmittedSet<'_>, dry_run: &DryRun) -> Result<ChangeSet, ApplyError> {
+        let mut changes = ChangeSet::new(admitted.release.id());
+        for m in admitted.set.iter() {
+            let action = if dry_run.left_alone.contains(&m.key) {
+                Action::Unchanged
+            } else {
+                let live = match admitted.resolver.api(m) {
+                    Ok(api) => api.get_opt(&m.key.name).await.map_err(kube_err(format!("reading {}", m.key)))?,
+                    // Not served yet: its CRD comes with the release, so no object of it exists.
+                    Err(_) => None,
+                };
+                match (live, dry_run.results.get(&m.key)) {
+                    (None, _) => Action::Created,
+                    (Some(live), Some(would_be)) if same_content(&live, would_be) => Action::Unchanged,
+                    (Some(_), _) => Action::Configured,
+                }
+            };
+            changes.changes.push(ObjectChange { object: m.key.clone(), phase: m.phase, action });
+        }
+        let keep: BTreeSet<&ObjectKey> = admitted.set.iter().map(|m| &m.key).collect();
+        let in_use: BTreeSet<String> = admitted.set.iter().filter_map(|m| m.key.namespace.clone()).collect();
+        let adopted: Vec<ObjectKey> =
+            dry_run.previous.iter().flat_map(|p| &p.adopted).chain(&dry_run.adopted).cloned().collect();
+        let dropped = dry_run.previous.iter().flat_map(|p| p.objects.iter().chain(&p.pending_prune));
+        let mut pruned: Vec<ObjectChange> = dropped
+            .filter(|e| !keep.contains(&e.key()))
+            .map(|e| {
+                let action = match prune::plan(e, admitted.release.id(), &in_use, &adopted, self.options.prune_crds) {
+                    prune::Plan::Delete => Action::Pruned,
+                    prune::Plan::Retain(why) => Action::Retained(why),
+                };
+                ObjectChange { object: e.key(), phase: e.phase(), action }
+            })
+            .collect();
+        pruned.sort_by(|a, b| a.object.cmp(&b.object));
+        pruned.dedup_by(|a, b| a.object == b.object);
+        changes.changes.extend(pruned);
+        changes.dry_run_deferred = dry_run.deferred.clone();
+        Ok(changes)
     }
 
     /// Applies an admitted release: the objects it would not change are left alone (see the
@@ -600,6 +678,21 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_object_is_unchanged_when_only_what_every_write_moves_differs() {
+        let object = |rv: &str, manager: &str, data: &str| -> DynamicObject {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "c", "namespace": "n", "resourceVersion": rv,
+                             "managedFields": [{"manager": manager, "operation": "Apply"}]},
+                "data": {"k": data},
+            }))
+            .unwrap()
+        };
+        assert!(same_content(&object("1", "fleetgate", "v"), &object("2", "someone", "v")));
+        assert!(!same_content(&object("1", "fleetgate", "v"), &object("1", "fleetgate", "w")));
+    }
 
     fn api_error(code: u16) -> kube::Error {
         kube::Error::Api(Box::new(kube::core::Status { code, ..Default::default() }))

@@ -19,12 +19,12 @@ use std::collections::BTreeSet;
 
 /// What prune does with one pending object, decided before any API call.
 #[derive(Debug, PartialEq, Eq)]
-enum Plan {
+pub(super) enum Plan {
     Delete,
     Retain(String),
 }
 
-fn plan(
+pub(super) fn plan(
     entry: &InventoryEntry,
     release: &str,
     in_use: &BTreeSet<String>,

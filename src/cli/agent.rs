@@ -159,6 +159,11 @@ pub struct Args {
     /// for such a wave too; needs --forge-* [default: none; only signed approval tags count].
     #[arg(long = "approver", env = "FLEETGATE_APPROVERS", value_name = "LOGIN", value_delimiter = ',')]
     approvers: Vec<String>,
+    /// Spoke plans: after each pass, judge the open promotion pull requests on the forge that move
+    /// this cluster (pre-apply checks and a server-side dry run, nothing applied) and post
+    /// `fleetgate/plan/<cluster>` on their heads; needs --forge-* [default: false]. docs/PLAN.md.
+    #[arg(long, env = "FLEETGATE_PLAN_PULL_REQUESTS", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    plan_pull_requests: Option<bool>,
     /// The fleet's name (fleet.yaml metadata.name) every release must name in spec.fleet
     /// [default: the name this agent's state pinned; required when there is none yet, unless
     /// --pin-first-fleet].
@@ -230,6 +235,7 @@ impl Args {
             promotion_keys: self.promotion_keys,
             approver_keys: self.approver_keys,
             approvers: self.approvers,
+            plan_pull_requests: self.plan_pull_requests,
             fleet: self.fleet,
             pin_first_fleet: self.pin_first_fleet,
             status_key: self.status_key,

@@ -58,6 +58,10 @@ pub const NOTES_PREFIX: &str = "refs/notes/fleetgate/";
 /// diverged notes when it publishes.
 pub const NOTES_TRACKING_PREFIX: &str = "refs/fleetgate/notes-remote/";
 
+/// Where [`Source::fetch_pull_head`] puts the pull request head it fetched: outside the refs the
+/// mirror tracks, so no sync and no checkout of the branch ever reads it.
+pub const PULL_HEAD_REF: &str = "refs/fleetgate/pull-head";
+
 /// The remote's notes refs as `repo` tracks them: each cluster under [`NOTES_TRACKING_PREFIX`]
 /// with its tip.
 pub(crate) fn tracked_notes(repo: &Repository) -> Result<Vec<(String, Oid)>, git2::Error> {
@@ -608,6 +612,16 @@ impl Source {
             fast_forward_notes_ref(&self.mirror, &cluster, theirs)?;
         }
         Ok(())
+    }
+
+    /// Fetches the remote's ref `remote_ref` (a pull request's head, `refs/pull/7/head`) alone
+    /// into [`PULL_HEAD_REF`] of the mirror, bounded like every fetch ([`FetchLimits`]); returns
+    /// the commit it points to. The mirror's branch, tags and notes stay as they are; each call
+    /// replaces the ref of the one before.
+    pub fn fetch_pull_head(&mut self, remote_ref: &str) -> Result<Oid, SourceError> {
+        let spec = format!("+{remote_ref}:{PULL_HEAD_REF}");
+        self.fetch_specs(&[spec], &format!("ref {remote_ref}"))?;
+        Ok(self.mirror.refname_to_id(PULL_HEAD_REF)?)
     }
 
     /// Lists the remote and fetches only when it differs from the mirror (tags refused earlier

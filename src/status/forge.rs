@@ -18,7 +18,11 @@
 //! `GET /projects/{id}/repository/commits/{sha}/merge_requests` and `…/merge_requests/{iid}/approvals`.
 //! The same lookup finds the pull request `fleetgate plan --post` comments on
 //! ([`ForgeBackend::upsert_comment`]: `issues/{n}/comments` on GitHub and Gitea, `merge_requests/{iid}/notes`
-//! on GitLab), next to its `fleetgate/plan` status ([`ForgeBackend::set_status`]).
+//! on GitLab), next to its `fleetgate/plan` status ([`ForgeBackend::set_status`]). The open pull
+//! requests an agent plans ([`ForgeBackend::open_pull_requests`]) are GitHub's and Gitea's
+//! `GET /repos/{o}/{r}/pulls?state=open` and GitLab's `GET /projects/{id}/merge_requests?state=opened`;
+//! whether a head carries the agent's plan already, `commits/{sha}/statuses`
+//! ([`ForgeBackend::has_status`]).
 //!
 //! Descriptions are cut to 140 characters (GitHub's documented limit), for every forge alike.
 
@@ -506,6 +510,76 @@ impl ForgeBackend {
             .collect())
     }
 
+    /// The open pull (merge) requests into branch `base`, the most recently updated first, at
+    /// most [`RECENT_PULLS`]: each with its head commit and the ref its head is fetched from
+    /// (`refs/pull/N/head` on GitHub and Gitea, `refs/merge-requests/IID/head` on GitLab: the
+    /// forge keeps it in the base repository, for pull requests from forks too). GitHub's
+    /// `pulls?state=open&base=…&sort=updated`, Gitea's `pulls?state=open&sort=recentupdate`,
+    /// GitLab's `merge_requests?state=opened&target_branch=…&order_by=updated_at`.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send).
+    pub async fn open_pull_requests(&self, base: &str) -> Result<Vec<OpenPull>, ForgeError> {
+        let (api, repo) = (&self.api, &self.repository);
+        let base_q = encode_path_segment(base);
+        let what = format!("open pull requests into {base}");
+        let (listed, number_of, head_of, base_of): (Value, &str, &[&str], &[&str]) = match self.kind {
+            ForgeKind::Github => {
+                let url = format!(
+                    "{api}/repos/{repo}/pulls?state=open&base={base_q}&sort=updated&direction=desc&per_page={RECENT_PULLS}"
+                );
+                (self.get(&url, &what).await?, "number", &["head", "sha"], &["base", "ref"])
+            }
+            ForgeKind::Gitea => {
+                let url = format!("{api}/repos/{repo}/pulls?state=open&sort=recentupdate&limit={RECENT_PULLS}");
+                (self.get(&url, &what).await?, "number", &["head", "sha"], &["base", "ref"])
+            }
+            ForgeKind::Gitlab => {
+                let project = encode_path_segment(repo);
+                let url = format!(
+                    "{api}/projects/{project}/merge_requests?state=opened&target_branch={base_q}&order_by=updated_at&per_page={RECENT_PULLS}"
+                );
+                (self.get(&url, &what).await?, "iid", &["sha"], &["target_branch"])
+            }
+        };
+        let at = |v: &Value, path: &[&str]| path.iter().fold(v.clone(), |v, k| v[*k].clone());
+        Ok(listed
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| at(p, base_of) == base)
+            .filter_map(|p| {
+                let number = p[number_of].as_u64()?;
+                let head = at(p, head_of).as_str()?.to_string();
+                let git_ref = match self.kind {
+                    ForgeKind::Gitlab => format!("refs/merge-requests/{number}/head"),
+                    _ => format!("refs/pull/{number}/head"),
+                };
+                Some(OpenPull { number, head, git_ref })
+            })
+            .take(RECENT_PULLS)
+            .collect())
+    }
+
+    /// Whether commit `sha` carries a status of `context` already (whatever its state): GitHub's
+    /// and Gitea's `commits/{sha}/statuses`, GitLab's `repository/commits/{sha}/statuses?name=…`.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send).
+    pub async fn has_status(&self, sha: &str, context: &str) -> Result<bool, ForgeError> {
+        let (api, repo) = (&self.api, &self.repository);
+        let (url, name) = match self.kind {
+            ForgeKind::Github => (format!("{api}/repos/{repo}/commits/{sha}/statuses?per_page=100"), "context"),
+            ForgeKind::Gitea => (format!("{api}/repos/{repo}/commits/{sha}/statuses?limit=50"), "context"),
+            ForgeKind::Gitlab => {
+                let (project, context) = (encode_path_segment(repo), encode_path_segment(context));
+                (format!("{api}/projects/{project}/repository/commits/{sha}/statuses?name={context}"), "name")
+            }
+        };
+        let listed = self.get(&url, sha).await?;
+        Ok(listed.as_array().into_iter().flatten().any(|s| s[name] == context))
+    }
+
     /// Writes `body` as a comment of pull (merge) request `pull`: edits the comment that holds
     /// `marker` when there is one (so each run updates one comment instead of adding another),
     /// else adds a comment. GitHub and Gitea: `issues/{n}/comments` and `issues/comments/{id}`;
@@ -708,6 +782,17 @@ pub struct ForgeApproval {
     pub pull: u64,
     /// The review's text (empty on GitLab, whose approvals carry none).
     pub body: String,
+}
+
+/// An open pull (merge) request, as [`ForgeBackend::open_pull_requests`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenPull {
+    /// The pull request's number (GitLab: the merge request's iid).
+    pub number: u64,
+    /// Its head commit.
+    pub head: String,
+    /// The ref of the base repository its head can be fetched from.
+    pub git_ref: String,
 }
 
 /// Percent-encodes everything but RFC 3986 unreserved characters (GitLab wants `group%2Fproject`).

@@ -38,7 +38,7 @@ mod write_back_tip;
 
 pub use backend::{GitNotesBackend, Publisher, StatusBackend, StatusError};
 pub use forge::{
-    FORGE_TOKEN_ENV, ForgeApproval, ForgeBackend, ForgeConfig, ForgeError, ForgeSettings, Token, TokenSource,
+    FORGE_TOKEN_ENV, ForgeApproval, ForgeBackend, ForgeConfig, ForgeError, ForgeSettings, OpenPull, Token, TokenSource,
 };
 pub use github_app::GithubApp;
 pub use html::{CommitUrl, CommitUrlError, HtmlOptions, render_html};
