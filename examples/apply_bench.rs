@@ -81,6 +81,7 @@ fn release(id: &str, files: &Files) -> VerifiedRelease {
         manifests: "operator/".into(),
         namespace: None,
         deploy_timestamp: None,
+        variants: Vec::new(),
     };
     let files = files.iter().map(|(name, text)| (format!("operator/{name}"), text.clone())).collect();
     VerifiedRelease::assume_verified(Document::new("Release", id, spec), "bench", files)

@@ -49,6 +49,7 @@ const EVERYTHING: &[&str] = &[
     "--set=trustedKeys.configMapName=release-signers",
     "--set=approverKeys.secretName=fleetgate-approver-keys",
     "--set=approvers[0]=ana",
+    "--set=labels.region=eu",
     "--set=planPullRequests=true",
 ];
 
@@ -144,6 +145,7 @@ fn the_chart_lints_and_its_schema_refuses_bad_values() {
         ("forge.kind=github", "forge.url"),
         ("notify.format.oncall=webhook", "set notify.secretName"),
         ("notify.format.oncall=email", "/notify/format/oncall"),
+        ("labels.region=eu west", "/labels/region"),
         // Unknown keys, at the top and deeper down: a misspelt value is refused, not ignored.
         ("clusterName=cluster-a", "clusterName"),
         ("image.registry=registry.example.com", "registry"),
@@ -305,6 +307,7 @@ fn every_value_becomes_agent_configuration_on_a_mounted_path() {
     assert_eq!(settings.drift_interval, Some(std::time::Duration::from_secs(300)));
     assert_eq!(settings.promotions, Some(PromotionMode::Signed));
     assert_eq!(settings.approvers, ["ana"]);
+    assert_eq!(settings.labels, BTreeMap::from([("region".to_string(), "eu".to_string())]));
     assert_eq!(settings.plan_pull_requests, Some(true));
     let forge_token = settings.forge.token_file.clone().expect("forge.tokenFile");
 

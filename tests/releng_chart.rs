@@ -169,3 +169,113 @@ fn chart_problems_say_what_to_do() {
 
     assert_eq!(f.git(&["tag", "-l"]), "", "nothing was released");
 }
+
+#[test]
+fn each_variant_is_rendered_with_its_values_over_the_base_and_signed_in_one_release() {
+    let f = Fixture::new();
+    let helm = helm();
+    let dir = chart(&f, "chart", &[]);
+    let values = |name: &str, text: &str| {
+        let path = f.dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let prod = values("prod.yaml", "replicas: 3\n");
+    let eu = values("values-eu.yaml", "image:\n  repository: eu.registry.example.com/redis-operator\nreplicas: 2\n");
+    let arm = values("values-arm.yaml", "image:\n  tag: v1.0.0-arm64\n");
+    let (eu_arg, arm_arg) = (format!("eu={eu}"), format!("arm={arm}"));
+    let args = [
+        "--chart",
+        dir.to_str().unwrap(),
+        "--values",
+        &prod,
+        "--image",
+        "registry.example.com/redis-operator:v1.0.0",
+        "--variant",
+        &eu_arg,
+        "--variant-selector",
+        "eu={matchLabels: {region: eu}}",
+        "--variant-image",
+        "eu=eu.registry.example.com/redis-operator:v1.0.0",
+        "--variant",
+        &arm_arg,
+        "--variant-image",
+        "arm=registry.example.com/redis-operator:v1.0.0-arm64",
+    ];
+    let out = create(&f, Some(&helm), "rel-1", &args);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).contains(
+            "variant    eu: eu.registry.example.com/redis-operator:v1.0.0 under variants/eu/ (selects region=eu)"
+        ),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stdout(&out).contains(
+            "variant    arm: registry.example.com/redis-operator:v1.0.0-arm64 under variants/arm/ (the default)"
+        ),
+        "{}",
+        stdout(&out)
+    );
+
+    // The base values, then the variant's file: eu keeps prod's tag and takes its registry and
+    // replicas; arm keeps prod's 3 replicas and takes its tag.
+    let eu_deployment = f.show("rel-1", "variants/eu/templates/deployment.yaml");
+    assert!(
+        eu_deployment.contains("replicas: 2")
+            && eu_deployment.contains("image: eu.registry.example.com/redis-operator:v1.0.0"),
+        "{eu_deployment}"
+    );
+    let arm_deployment = f.show("rel-1", "variants/arm/templates/deployment.yaml");
+    assert!(
+        arm_deployment.contains("replicas: 3")
+            && arm_deployment.contains("image: registry.example.com/redis-operator:v1.0.0-arm64"),
+        "{arm_deployment}"
+    );
+    assert_eq!(
+        f.show("rel-1", "variants/eu/crds/redisclusters.yaml"),
+        f.show("rel-1", "operator/crds/redisclusters.yaml")
+    );
+
+    let release: serde_json::Value = serde_yaml_ng::from_str(&f.show("rel-1", "release.yaml")).unwrap();
+    let variants = release["spec"]["variants"].as_array().unwrap();
+    let digests: Vec<&str> = variants.iter().map(|v| v["valuesDigest"].as_str().unwrap()).collect();
+    let base = release["spec"]["chart"]["valuesDigest"].as_str().unwrap();
+    assert!(digests.iter().all(|d| d.starts_with("sha256:") && *d != base) && digests[0] != digests[1], "{digests:?}");
+    assert_eq!(variants[0]["selector"]["matchLabels"]["region"], "eu");
+    assert!(variants[1].get("selector").is_none(), "the last variant without a selector is the default");
+
+    // A variant whose values change a CRD is refused, naming the CRD and the variant.
+    let crd_values = values("values-crd.yaml", "replicas: 2\n");
+    let templated = chart(
+        &f,
+        "templated",
+        &[(
+            "templates/extra-crd.yaml",
+            "{{- if eq (int .Values.replicas) 2 }}\napiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: backups.cache.example.com}\nspec:\n  group: cache.example.com\n  scope: Namespaced\n  names: {plural: backups, singular: backup, kind: Backup}\n  versions: [{name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object}}}]\n{{- end }}\n",
+        )],
+    );
+    let crd_arg = format!("big={crd_values}");
+    let refused = create(
+        &f,
+        Some(&helm),
+        "rel-2",
+        &[
+            "--chart",
+            templated.to_str().unwrap(),
+            "--image",
+            "registry.example.com/redis-operator:v1.0.0",
+            "--variant",
+            &crd_arg,
+        ],
+    );
+    assert_eq!(refused.status.code(), Some(1), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused)
+            .contains("CRD backups.cache.example.com is in variant big but not in the base rendering (operator/)"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(f.git(&["tag", "-l"]), "rel-1");
+}

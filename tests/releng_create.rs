@@ -5,8 +5,9 @@
 mod releng_common;
 mod status_support;
 
+use fleetgate::model::{ClusterFacts, ImageRef};
 use fleetgate::release::{TagPins, VerifyError, resolve_release, verify};
-use fleetgate::releng::create::{CreateOutcome, CreateRequest};
+use fleetgate::releng::create::{CreateOutcome, CreateRequest, VariantInput};
 use fleetgate::releng::{Refusal, RelengError, Signer, sign};
 use fleetgate::source::Checkout;
 use fleetgate::status::State;
@@ -711,4 +712,128 @@ fn admission_refuses_before_signing_with_every_violation_and_the_lines_that_admi
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stdout(&out).contains("admission  admitted"), "{}", stdout(&out));
     assert!(!f.git(&["cat-file", "-p", "rel-2"]).contains("--allow-admission"));
+}
+
+/// Variant `name` for [`variants_are_signed_with_the_release_one_id_one_sequence_and_refused_when_crds_differ_or_a_selector_is_invalid`]:
+/// the fixture's manifests at image `<name>.registry.example.com/redis-operator:v1.0.0`, the CRD
+/// with `fields`.
+fn variant(f: &Fixture, name: &str, fields: &[&str], selector: Option<&str>) -> VariantInput {
+    let dir = f.manifests(&format!("render-{name}"), "v1.0.0", "v1alpha2", fields, &[]);
+    let repository = format!("{name}.registry.example.com/redis-operator");
+    std::fs::write(dir.join("deployment.yaml"), deployment_yaml(&format!("{repository}:v1.0.0"))).unwrap();
+    VariantInput {
+        name: name.into(),
+        source: dir,
+        selector: selector.map(|s| serde_yaml_ng::from_str(s).unwrap()),
+        image: Some(ImageRef { repository, tag: "v1.0.0".into(), digest: None }),
+        images: Vec::new(),
+        platforms: Default::default(),
+    }
+}
+
+#[test]
+fn variants_are_signed_with_the_release_one_id_one_sequence_and_refused_when_crds_differ_or_a_selector_is_invalid() {
+    let f = Fixture::new();
+    let base = f.manifests("render", "v1.0.0", "v1alpha2", &["size"], &[]);
+    let with = |variants: Vec<VariantInput>| CreateRequest { variants, ..f.request("rel-1", &base, "v1.0.0") };
+    let refused = |req: &CreateRequest| match f.create(req) {
+        Err(RelengError::Refused(Refusal::MappingInconsistent { findings })) => findings,
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+
+    // A variant whose CRD has another schema: one cluster-wide definition cannot be two.
+    let findings = refused(&with(vec![variant(&f, "eu", &["size", "shards"], Some("{matchLabels: {region: eu}}"))]));
+    assert!(
+        findings.iter().any(|x| x.contains(
+            "CRD redisclusters.cache.example.com differs between the base rendering (operator/) and variant eu"
+        )),
+        "{findings:?}"
+    );
+    // A selector no agent could be matched against, and a default that is not last.
+    let findings = refused(&with(vec![
+        variant(&f, "new", &["size"], Some("{kubernetes: newest}")),
+        variant(&f, "all", &["size"], None),
+        variant(&f, "eu", &["size"], Some("{matchLabels: {region: eu}}")),
+    ]));
+    let said = findings.join("\n");
+    assert!(said.contains("variant new: requires.kubernetes \"newest\" is not a version range"), "{said}");
+    assert!(said.contains("variant all has no selector but is not the last variant"), "{said}");
+    assert!(f.git(&["tag", "-l"]).is_empty(), "nothing is tagged when a variant is refused");
+
+    // Two good variants: one tag, one sequence, each variant's manifests in the signed tree.
+    let report = f
+        .create(&with(vec![
+            variant(&f, "eu", &["size"], Some("{matchLabels: {region: eu}}")),
+            variant(&f, "us", &["size"], None),
+        ]))
+        .unwrap();
+    assert_eq!(report.mapping.sequence, Some(1));
+    let names: Vec<&str> = report.mapping.variants.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(names, ["eu", "us"]);
+    assert_eq!(f.git(&["tag", "-l"]), "rel-1");
+    assert!(f.show("rel-1", "variants/eu/deployment.yaml").contains("eu.registry.example.com/redis-operator:v1.0.0"));
+    let yaml = f.show("rel-1", "release.yaml");
+    assert!(yaml.contains("selector:\n      matchLabels:\n        region: eu"), "{yaml}");
+
+    // What an agent verifies is the signed release; its own facts pick the rendering.
+    let verified = agent_verify(&f, "cluster-a", "rel-1").unwrap();
+    let facts = ClusterFacts { server_version: "v1.36.0".into(), architectures: vec!["amd64".into()] };
+    let region = |r: &str| std::collections::BTreeMap::from([("region".to_string(), r.to_string())]);
+    let eu = verified.clone().for_cluster(&facts, &region("eu")).unwrap();
+    assert_eq!(eu.variant(), Some("eu"));
+    assert_eq!(eu.release().spec.image.repository, "eu.registry.example.com/redis-operator");
+    assert!(eu.files().keys().all(|p| p.starts_with("variants/eu/")), "{:?}", eu.files().keys());
+    let us = verified.for_cluster(&facts, &region("ap")).unwrap();
+    assert_eq!((us.variant(), us.release().spec.sequence), (Some("us"), Some(1)));
+
+    // Cut again with the same variants: already released; with other variants: the id is taken.
+    let again = f.create(&with(vec![
+        variant(&f, "eu", &["size"], Some("{matchLabels: {region: eu}}")),
+        variant(&f, "us", &["size"], None),
+    ]));
+    assert_eq!(again.unwrap().outcome, CreateOutcome::AlreadyReleased);
+    match f.create(&with(vec![variant(&f, "eu", &["size"], Some("{matchLabels: {region: eu}}"))])) {
+        Err(RelengError::Refused(Refusal::IdReused { differences, .. })) => {
+            assert!(differences.contains("variants/ manifests differ"), "{differences}")
+        }
+        other => panic!("expected the id to be refused, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_variant_pins_its_image_per_architecture_inside_a_multi_arch_index() {
+    let f = Fixture::new();
+    let base = f.manifests("render", "v1.0.0", "v1alpha2", &["size"], &[]);
+    let digest = |c: &str| format!("sha256:{}", c.repeat(64));
+    let index = format!("{IMAGE_REPO}:v1.0.0@{}", digest("0"));
+    let dir = f.manifests("render-multi", "v1.0.0", "v1alpha2", &["size"], &[]);
+    std::fs::write(dir.join("deployment.yaml"), deployment_yaml(&index)).unwrap();
+    let variants = fleetgate::releng::create::parse_variants(
+        &[format!("multi={}", dir.display())],
+        &[],
+        &[format!("multi={index}")],
+        &[format!("multi=amd64@{}", digest("a")), format!("multi=arm64@{}", digest("b"))],
+    )
+    .unwrap();
+    let report = f.create(&CreateRequest { variants, ..f.request("rel-1", &base, "v1.0.0") }).unwrap();
+    let recorded: Vec<&String> = report.mapping.variants[0].platforms["operator"].keys().collect();
+    assert_eq!(recorded, ["amd64", "arm64"]);
+    assert!(f.show("rel-1", "release.yaml").contains(&format!("arm64: {}", digest("b"))));
+
+    // A cluster whose nodes all have their image in the index runs the variant; one with a node
+    // of another architecture is told which architectures the images are built for.
+    let verified = agent_verify(&f, "cluster-a", "rel-1").unwrap();
+    let on = |archs: &[&str]| ClusterFacts {
+        server_version: "v1.36.0".into(),
+        architectures: archs.iter().map(|a| a.to_string()).collect(),
+    };
+    let mixed = verified.clone().for_cluster(&on(&["amd64", "arm64"]), &Default::default()).unwrap();
+    assert_eq!(mixed.variant(), Some("multi"));
+    match verified.for_cluster(&on(&["amd64", "s390x"]), &Default::default()) {
+        Err(e @ VerifyError::NoVariant { .. }) => {
+            let said = fleetgate::model::error_chain(&e);
+            assert!(said.contains("[amd64, s390x]") && said.contains("multi: images for amd64|arm64"), "{said}");
+        }
+        other => panic!("expected no variant to fit, got {other:?}"),
+    }
 }

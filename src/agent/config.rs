@@ -17,7 +17,7 @@
 use super::notifier::{Endpoint, Format, NotificationKind};
 use crate::gates::{PrometheusAuth, PrometheusEndpoints, PrometheusSource};
 use crate::model::{AdmissionBaseline, BaselineError, PromotionMode, ReleaseAdmissionPolicySpec};
-use crate::model::{DEFAULT_ENDPOINT, is_dns_label};
+use crate::model::{DEFAULT_ENDPOINT, is_dns_label, is_label_key, is_label_value};
 use crate::source::{Credentials, FetchLimits};
 use crate::status::{ForgeConfig, ForgeError, ForgeSettings};
 use serde::Deserialize;
@@ -245,6 +245,9 @@ pub struct AgentConfig {
     /// The status key file (OpenSSH Ed25519 private key); `None`: the key in the Secret
     /// `fleetgate-status-key-<cluster>`, generated on first start ([`super::identity`]).
     pub status_key: Option<PathBuf>,
+    /// What this spoke is, as the operator of the spoke says (`region: eu`): a release's variant
+    /// selectors match these, never the labels of `clusters/*.yaml` on the branch.
+    pub labels: BTreeMap<String, String>,
 }
 
 impl AgentConfig {
@@ -334,6 +337,9 @@ pub struct AgentSettings {
     pub fleet: Option<String>,
     pub pin_first_fleet: Option<bool>,
     pub status_key: Option<PathBuf>,
+    /// `labels: {region: eu}`: what variant selectors match (`--label KEY=VALUE`).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -394,6 +400,21 @@ pub enum ConfigError {
     PlanWithoutForge,
     #[error("prometheusSources.{name}: {problem}")]
     InvalidPrometheusSource { name: String, problem: String },
+    #[error(
+        "--label {0:?} is not KEY=VALUE with a Kubernetes label key and value (e.g. region=eu, topology.example.com/zone=a)"
+    )]
+    InvalidLabel(String),
+}
+
+/// `--label KEY=VALUE` flags as the settings' `labels` (checked in [`AgentSettings::resolve`]).
+pub fn parse_labels(flags: &[String]) -> Result<BTreeMap<String, String>, ConfigError> {
+    flags
+        .iter()
+        .map(|f| match f.split_once('=') {
+            Some((k, v)) => Ok((k.trim().to_string(), v.trim().to_string())),
+            None => Err(ConfigError::InvalidLabel(f.clone())),
+        })
+        .collect()
 }
 
 /// The longest cluster name: `fleetgate-state-<cluster>` and `fleetgate-agent-<cluster>` must stay
@@ -461,6 +482,11 @@ impl AgentSettings {
             fleet: higher.fleet.or(self.fleet),
             pin_first_fleet: higher.pin_first_fleet.or(self.pin_first_fleet),
             status_key: higher.status_key.or(self.status_key),
+            labels: {
+                let mut labels = self.labels;
+                labels.extend(higher.labels);
+                labels
+            },
         }
     }
 
@@ -497,6 +523,9 @@ impl AgentSettings {
         }
         if let Some(kind) = self.allow_gate_kinds.iter().find(|k| !is_kind_group(k)) {
             return Err(ConfigError::InvalidGateKind(kind.clone()));
+        }
+        if let Some((k, v)) = self.labels.iter().find(|(k, v)| !is_label_key(k) || !is_label_value(v)) {
+            return Err(ConfigError::InvalidLabel(format!("{k}={v}")));
         }
         let leader_election = if self.leader_elect.unwrap_or(true) {
             let lease_duration = self.lease_duration.unwrap_or(DEFAULT_LEASE_DURATION);
@@ -572,6 +601,7 @@ impl AgentSettings {
             fleet: self.fleet,
             pin_first_fleet: self.pin_first_fleet.unwrap_or(false),
             status_key: self.status_key,
+            labels: self.labels,
             cluster,
         })
     }
@@ -965,7 +995,8 @@ mod tests {
                 "forge: {{kind: gitea, url: 'https://gitea.example.com', repository: platform/fleet, tokenFile: {}}}\n\
                  prometheus: {{default: 'http://prom:9090', thanos: 'http://thanos:9090'}}\n\
                  notifyUrl: 'https://hooks.slack.com/services/T/B/X'\n\
-                 allowGateKinds: [Certificate.cert-manager.io]\n",
+                 allowGateKinds: [Certificate.cert-manager.io]\n\
+                 labels: {{region: eu, tier: prod}}\n",
                 token.display()
             ),
         )
@@ -974,6 +1005,7 @@ mod tests {
         let flags = AgentSettings {
             prometheus: NamedUrls::parse(&["http://prom-2:9090"]),
             notify_url: NamedUrls::parse(&["oncall=https://hooks.example.com/x?a=b"]),
+            labels: parse_labels(&["tier=canary".into()]).unwrap(),
             ..minimal(dir.path())
         };
         let c = file.overlay(flags).resolve().unwrap();
@@ -992,6 +1024,10 @@ mod tests {
         let notify: Vec<(&str, String)> = c.notify.iter().map(|(n, e)| (n.as_str(), host(&e.url))).collect();
         assert_eq!(notify, [("default", "hooks.slack.com".into()), ("oncall", "hooks.example.com".into())]);
         assert_eq!(c.allowed_gate_kinds, ["Certificate.cert-manager.io"]);
+        // Labels merge key by key, the flag winning.
+        let labels: Vec<(&str, &str)> = c.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(labels, [("region", "eu"), ("tier", "canary")]);
+        assert!(parse_labels(&["region".into()]).is_err());
     }
 
     #[test]
@@ -1080,6 +1116,8 @@ mod tests {
     #[case::open_webhook_v6(|s: &mut AgentSettings| s.listen = Some("[::]:8080".parse().unwrap()), "--insecure-webhook")]
     #[case::tiny_fetch(|s: &mut AgentSettings| s.max_fetch_bytes = Some(1000), "--max-fetch-bytes 1000")]
     #[case::no_tags(|s: &mut AgentSettings| s.max_tags = Some(0), "--max-tags 0")]
+    #[case::label_key(|s: &mut AgentSettings| s.labels = BTreeMap::from([("re gion".into(), "eu".into())]), "--label \"re gion=eu\"")]
+    #[case::label_value(|s: &mut AgentSettings| s.labels = BTreeMap::from([("region".into(), "eu west".into())]), "is not KEY=VALUE")]
     #[case::plan_without_forge(|s: &mut AgentSettings| s.plan_pull_requests = Some(true), "--plan-pull-requests reads the pull requests on the agent's forge")]
     fn invalid_settings_say_what_to_fix(#[case] edit: fn(&mut AgentSettings), #[case] expected: &str) {
         let dir = tempfile::tempdir().unwrap();

@@ -247,6 +247,9 @@ pub struct About {
     /// The release's `targetClusters`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub target_clusters: Vec<String>,
+    /// The variant of the release this cluster runs (selected by its own facts), if it has variants.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
     /// The tagged commit, its tagger and the key that signed the tag.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub released_by: Option<Provenance>,
@@ -281,6 +284,7 @@ impl About {
         About {
             wave: wave.map(str::to_string),
             target_clusters: verified.map(|v| v.release().spec.target_clusters.clone()).unwrap_or_default(),
+            variant: verified.and_then(VerifiedRelease::variant).map(str::to_string),
             released_by,
             promoted_by: Provenance::of_commit(repo, checkout.tip(), promotion_signer),
         }
@@ -779,6 +783,7 @@ mod tests {
             about: Box::new(About {
                 wave: Some("canary".into()),
                 target_clusters: vec!["canary".into(), "prod-1".into()],
+                variant: None,
                 released_by: None,
                 promoted_by: Some(Provenance {
                     commit: "c0ffee".into(),

@@ -8,7 +8,7 @@
 //! after a pass ─► forge: open PRs into the tracked branch ─► each head not judged yet:
 //!   fetch refs/pull/N/head ─► desired release at merge-base(branch, head) vs at head
 //!     same (or none) ─► no status
-//!     moves ─► resolve + verify + move check (the pass's own judgement, nothing persisted)
+//!     moves ─► resolve + verify + move check (the pass's own judgement, nothing persisted) + variant
 //!            ─► pre-apply checks: admission, gate kinds, requirements, CRDs against the live
 //!               ones and their CRs, server-side dry run ─► counts of what the apply would do
 //!     ─► success "rel-2 applies here: 1 created, 1 changed, 1 pruned, 9 unchanged"
@@ -269,6 +269,11 @@ impl Agent {
             Ok(Err(e)) => return refused(error_chain(&e)),
             Err(e) if e.class() == ErrorClass::Stalling => return refused(error_chain(&e)),
             Err(e) => return Err(ReconcileError::Verify(e).into()),
+        };
+        // In the variant this cluster would run, as the pass after the merge selects it.
+        let verified = match self.for_this_cluster(verified).await? {
+            Ok(verified) => verified,
+            Err(e) => return refused(error_chain(&e)),
         };
         // The settings that judge it, as the pass after the merge will take them.
         let config = if signed {

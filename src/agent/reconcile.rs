@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! wake ─► sync (ls-remote, fetch if changed) ─► judge the tip ─► resolve ─► state.next()
-//!   Start:  verify + check the move ─► wave gate ─► approval ─► pre-apply gates + dry run ─► baseline
+//!   Start:  verify + check the move ─► variant (the cluster's facts, the agent's labels) ─► wave gate
+//!           ─► approval ─► pre-apply gates + dry run ─► baseline
 //!           ─► snapshot ─► apply + prune ─► bake ─► success │ failure ─► rollback (rollback.rs)
 //!   Resume: Verifying → start over · Applying → apply again, bake · Baking → bake on
 //!           · RollingBack → roll back again (every step is idempotent)
@@ -614,7 +615,12 @@ impl Agent {
         // Verify first: a release that cannot be trusted (or may not run here now) is refused
         // wherever its wave stands, without touching anything.
         let wave = desired.config.wave_of(&cluster);
+        // Then the variant this cluster's own facts select: none fitting is refused the same way.
         let verified = match self.verify(checkout, &desired, tip).await? {
+            Ok(verified) => self.for_this_cluster(verified).await?,
+            Err(e) => Err(e),
+        };
+        let verified = match verified {
             Ok(verified) => verified,
             Err(e) => {
                 self.about = About::read(checkout, &id, None, tip, wave);
@@ -1030,13 +1036,34 @@ impl Agent {
     }
 
     /// Resolves and verifies a release this agent already accepted once (resume, rollback
-    /// target), against the tag pins it recorded then.
+    /// target), against the tag pins it recorded then, as this cluster runs it
+    /// ([`Self::for_this_cluster`]).
     pub(super) async fn verify_known(&self, checkout: &Checkout, id: &str) -> Result<VerifiedRelease, ReconcileError> {
         let mut pins = self.services.store.load().await?.tag_pins().clone();
-        tokio::task::block_in_place(|| {
+        let verified = tokio::task::block_in_place(|| {
             let desired = release::resolve_release(checkout, &self.services.config.cluster, id)?;
             release::verify(checkout, &desired, &self.trust, &mut pins).map_err(ReconcileError::Verify)
-        })
+        })?;
+        self.for_this_cluster(verified).await?.map_err(ReconcileError::Verify)
+    }
+
+    /// `verified` as this cluster runs it: the variant its live facts (server version, node
+    /// architectures) and the agent's own `labels` select — never the branch's `clusters/`
+    /// labels. A release without variants is returned as it is, without reading the cluster.
+    /// `Ok(Err(_))`: no variant fits; `Err(_)`: the facts could not be read.
+    pub(super) async fn for_this_cluster(
+        &self,
+        verified: VerifiedRelease,
+    ) -> Result<Result<VerifiedRelease, VerifyError>, ReconcileError> {
+        if verified.release().spec.variants.is_empty() {
+            return Ok(Ok(verified));
+        }
+        let facts = gates::read_cluster_facts(&self.services.client, PREAPPLY_CALL_TIMEOUT).await?;
+        let selected = verified.for_cluster(&facts, &self.services.config.labels);
+        if let Ok(v) = &selected {
+            tracing::debug!(release = v.id(), variant = v.variant(), "variant selected by the cluster's facts");
+        }
+        Ok(selected)
     }
 
     pub(super) fn admission_policy(&self, config: &FleetConfig) -> AdmissionPolicy {
@@ -1282,6 +1309,7 @@ fn verify_reason(e: &VerifyError) -> &'static str {
         VerifyError::Revoked { .. } => "ReleaseRevoked",
         VerifyError::Downgrade { .. } => super::state::NEEDS_SIGNED_DECISION,
         VerifyError::SignedConfig { .. } => "SignedConfigInvalid",
+        VerifyError::NoVariant { .. } => "NoVariantFits",
         VerifyError::Pins(_) | VerifyError::Source(_) | VerifyError::Tree(_) => "VerifyFailed",
     }
 }

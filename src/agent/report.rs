@@ -152,7 +152,9 @@ pub struct Report {
 pub fn conclude(state: &mut AgentState, step: &Step, ctx: &Context<'_>) -> Result<Report, TransitionError> {
     let before = state.progress().clone();
     let status = |op: &Operation, st: State, description: String| {
-        let mut s = Status::new(ctx.cluster, &op.release, &op.commit, st, description).started(op.started_at);
+        let mut s = Status::new(ctx.cluster, &op.release, &op.commit, st, description)
+            .started(op.started_at)
+            .of_variant(ctx.about.variant.clone());
         s.reported_at = ctx.now;
         s
     };
@@ -529,8 +531,13 @@ mod tests {
     }
 
     #[test]
-    fn every_notification_carries_the_scope_and_who_made_the_release() {
-        let about = About { wave: Some("canary".into()), target_clusters: vec!["c".into()], ..About::default() };
+    fn every_notification_and_status_carries_the_scope_and_the_variant() {
+        let about = About {
+            wave: Some("canary".into()),
+            target_clusters: vec!["c".into()],
+            variant: Some("eu".into()),
+            ..About::default()
+        };
         let mut state = state_in(Phase::Verifying);
         for step in [
             Step::StartApply { rollback_target: None, snapshot: None, approval: None, returning: None },
@@ -538,8 +545,10 @@ mod tests {
             Step::Passed { bake_time: Duration::from_secs(5), figures: vec![figure("restarts", "0", "3", "pass")] },
         ] {
             let ctx = Context { cluster: "c", now: t(100), write_back: false, about: &about };
-            let n = conclude(&mut state, &step, &ctx).unwrap().notification.expect("a notification");
+            let report = conclude(&mut state, &step, &ctx).unwrap();
+            let n = report.notification.expect("a notification");
             assert_eq!(*n.about, about, "{step:?}");
+            assert_eq!(report.status.expect("a status").variant.as_deref(), Some("eu"), "{step:?}");
         }
     }
 

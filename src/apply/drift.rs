@@ -8,7 +8,7 @@
 use super::phases::Resolver;
 use super::{ApplyError, Engine, fields, kube_err};
 use crate::manifests::{Manifest, ManifestSet, ObjectKey};
-use crate::model::{Finding, TreeError};
+use crate::model::{ClusterFacts, Finding, TreeError};
 use crate::release::{
     ReleaseFiles, ResolveError, TagPins, TrustConfig, UnverifiedRelease, VerifiedRelease, VerifyError, read_release,
     resolve, resolve_release, verify,
@@ -17,6 +17,7 @@ use crate::source::{Checkout, SourceError};
 use futures::{StreamExt, stream};
 use serde_json::Value;
 use similar::TextDiff;
+use std::collections::BTreeMap;
 
 /// How one desired object compares with the cluster.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -104,6 +105,38 @@ impl DriftRelease {
 
     pub fn is_verified(&self) -> bool {
         matches!(self, DriftRelease::Verified(_))
+    }
+
+    /// Whether the release has variants (`spec.variants`), of which a cluster runs one.
+    pub fn has_variants(&self) -> bool {
+        let release = match self {
+            DriftRelease::Verified(r) => r.release(),
+            DriftRelease::Unverified { release, .. } => release.release(),
+        };
+        !release.spec.variants.is_empty()
+    }
+
+    /// The release as a cluster with `facts` and agent `labels` runs it (the variant they select,
+    /// as the agent selects it), and that variant's name.
+    ///
+    /// # Errors
+    /// [`VerifyError::NoVariant`] when no variant fits.
+    pub fn for_cluster(
+        self,
+        facts: &ClusterFacts,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<(DriftRelease, Option<String>), VerifyError> {
+        Ok(match self {
+            DriftRelease::Verified(r) => {
+                let r = r.for_cluster(facts, labels)?;
+                let variant = r.variant().map(str::to_string);
+                (DriftRelease::Verified(r), variant)
+            }
+            DriftRelease::Unverified { release, findings } => {
+                let (release, variant) = release.for_cluster(facts, labels)?;
+                (DriftRelease::Unverified { release, findings }, variant)
+            }
+        })
     }
 }
 

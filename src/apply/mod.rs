@@ -77,7 +77,7 @@ pub use unchanged::{AppliedRecord, SealedRecords};
 
 use crate::manifests::admission::{AdmissionError, AdmissionPolicy, LiveApi};
 use crate::manifests::{CrdNames, Manifest, ManifestError, ManifestSet, ObjectKey, Phase};
-use crate::model::ErrorClass;
+use crate::model::{ErrorClass, is_label_value};
 use crate::release::VerifiedRelease;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::DynamicObject;
@@ -675,16 +675,6 @@ impl Engine {
     }
 }
 
-/// A Kubernetes label value: at most 63 characters, alphanumerics at both ends, `-_.` inside.
-pub(crate) fn is_label_value(v: &str) -> bool {
-    let ok_end = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
-    v.len() <= 63
-        && (v.is_empty()
-            || (ok_end(v.chars().next())
-                && ok_end(v.chars().last())
-                && v.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -702,14 +692,6 @@ mod tests {
         };
         assert!(same_content(&object("1", "fleetgate", "v"), &object("2", "someone", "v")));
         assert!(!same_content(&object("1", "fleetgate", "v"), &object("1", "fleetgate", "w")));
-    }
-
-    #[test]
-    fn label_values() {
-        assert!(is_label_value("rel-20250315-001"));
-        assert!(!is_label_value("rel/1"));
-        assert!(!is_label_value("-rel"));
-        assert!(!is_label_value(&"a".repeat(64)));
     }
 
     fn api_error(code: u16) -> kube::Error {

@@ -4,7 +4,7 @@
 //! the optional `--config` file) into an [`AgentConfig`], then the agent until SIGTERM or Ctrl-C.
 
 use super::args::{ForgeArgs, GitAccess, KubeArgs};
-use crate::agent::config::NamedUrls;
+use crate::agent::config::{NamedUrls, parse_labels};
 use crate::agent::{Agent, AgentConfig, AgentServices, AgentSettings};
 use crate::model::PromotionMode;
 use anyhow::Context as _;
@@ -178,6 +178,11 @@ pub struct Args {
     /// Secret fleetgate-status-key-<cluster> in the state namespace, generated on first start].
     #[arg(long, env = "FLEETGATE_STATUS_KEY", value_name = "FILE")]
     status_key: Option<PathBuf>,
+    /// A label of this spoke, KEY=VALUE (repeatable): what a release's variant selectors
+    /// (matchLabels) match to choose the variant this cluster runs. Only the spoke's own
+    /// configuration says this; labels in the fleet repo's clusters/ never choose a variant.
+    #[arg(long = "label", env = "FLEETGATE_LABELS", value_name = "KEY=VALUE", value_delimiter = ',')]
+    labels: Vec<String>,
     /// Print this cluster's public status key (generating it if there is none yet) and exit;
     /// register it with `fleetgate cluster register NAME --status-key KEY`.
     #[arg(long)]
@@ -234,6 +239,7 @@ impl Args {
             fleet: self.fleet,
             pin_first_fleet: self.pin_first_fleet,
             status_key: self.status_key,
+            labels: parse_labels(&self.labels)?,
         };
         Ok(file.overlay(flags).resolve()?)
     }

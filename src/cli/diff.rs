@@ -1,14 +1,16 @@
 //! `fleetgate diff --repo PATH|URL --cluster NAME`: live objects of a cluster against the release
 //! Git says it should run, as unified diffs over the fields the release sets (server defaults,
-//! status and bookkeeping fields never show).
+//! status and bookkeeping fields never show). A release with variants is compared in the variant
+//! the cluster's live facts and its agent's labels (`--label`) select, as the agent selects it.
 //!
 //! Exit 0 no drift, 1 drift (an object differs or is missing), 2 usage, repository or cluster
 //! error. Changes nothing; the agent (or `fleetgate agent`'s next apply) corrects drift.
 
 use super::args::{GitAccess, KubeArgs};
 use super::output::{OutputFormat, colours};
-use crate::agent::config::DEFAULT_STATE_NAMESPACE;
+use crate::agent::config::{DEFAULT_STATE_NAMESPACE, parse_labels};
 use crate::apply::{ApplyOptions, DriftInput, DriftInputError, DriftRelease, DriftReport, DriftState, Engine};
+use crate::gates::read_cluster_facts;
 use crate::model::Finding;
 use crate::release::{ReleaseFiles, TrustConfig};
 use crate::source::open_repo;
@@ -16,6 +18,10 @@ use anyhow::Context;
 use owo_colors::OwoColorize;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
+
+/// Timeout of each call that reads the cluster's facts (server version, nodes).
+const FACTS_TIMEOUT: Duration = Duration::from_secs(15);
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -38,6 +44,10 @@ pub struct Args {
     /// Namespace of the agent (its inventory says which release was last applied).
     #[arg(short = 'n', long, default_value = DEFAULT_STATE_NAMESPACE)]
     pub namespace: String,
+    /// A label of the cluster's agent, KEY=VALUE (repeatable; its `--label`s): with the cluster's
+    /// live facts it selects the variant of a release that has variants, as the agent does.
+    #[arg(long = "label", value_name = "KEY=VALUE")]
+    pub labels: Vec<String>,
     /// Armored public key of a trusted release signer (repeatable). With it the release tag's
     /// signature is verified first; without it the tag's content is compared as it is.
     #[arg(long = "trusted-keys", value_name = "FILE")]
@@ -54,7 +64,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (repo, branch, cluster, release) =
         (args.repo.clone(), args.branch.clone(), args.cluster.clone(), args.release.clone());
     // git2 and gpgme block; keep them off the async runtime.
-    let desired = tokio::task::spawn_blocking(move || -> anyhow::Result<DriftInput> {
+    let labels = parse_labels(&args.labels)?;
+    let mut desired = tokio::task::spawn_blocking(move || -> anyhow::Result<DriftInput> {
         let opened = open_repo(&repo, branch.as_deref(), credentials)?;
         let read = DriftInput::read(opened.checkout(), &cluster, release.as_deref(), trust.as_ref());
         // Problems of a release read unchecked are shown; only an unreadable release.yaml stops
@@ -72,12 +83,24 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
 
     let client =
         args.kube.access().client().await.context("connecting to the cluster (check --kubeconfig and --context)")?;
+    // A release with variants: the one this cluster's facts and its agent's labels select.
+    let variant = if desired.release.has_variants() {
+        let facts = read_cluster_facts(&client, FACTS_TIMEOUT).await.context("reading the cluster's facts")?;
+        let (release, variant) = desired
+            .release
+            .for_cluster(&facts, &labels)
+            .context("choosing the release's variant (pass the cluster's agent labels with --label KEY=VALUE)")?;
+        desired.release = release;
+        variant
+    } else {
+        None
+    };
     let engine = Engine::new(client, ApplyOptions::for_cluster(&args.namespace, &args.cluster));
     let report = engine.drift(desired.release.files()).await.context("comparing the release with the cluster")?;
     let applied = engine.inventory().await.context("reading the agent's inventory")?.map(|i| i.release);
 
     if !args.output.print_machine(&report)? {
-        print_human(&args.cluster, &desired, applied.as_deref(), &report);
+        print_human(&args.cluster, &desired, variant.as_deref(), applied.as_deref(), &report);
     }
     Ok(if report.has_drift() { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
@@ -88,11 +111,18 @@ fn warn(id: &str, findings: &[Finding]) {
     }
 }
 
-fn print_human(cluster: &str, desired: &DriftInput, applied: Option<&str>, report: &DriftReport) {
+fn print_human(
+    cluster: &str,
+    desired: &DriftInput,
+    variant: Option<&str>,
+    applied: Option<&str>,
+    report: &DriftReport,
+) {
     let id = desired.release.files().id();
     let trust =
         if desired.release.is_verified() { "signature verified" } else { "signature not checked: pass --trusted-keys" };
-    println!("cluster {cluster}: desired release {id} ({trust})");
+    let variant = variant.map(|v| format!(", variant {v}")).unwrap_or_default();
+    println!("cluster {cluster}: desired release {id}{variant} ({trust})");
     match applied {
         Some(a) if a != id => println!("the agent last applied {a}, not {id}"),
         Some(_) => {}

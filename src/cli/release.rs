@@ -41,6 +41,28 @@ pub struct CreateArgs {
     /// A value for --chart, as `helm --set` takes it (repeatable, applied after the files).
     #[arg(long = "set", value_name = "KEY=VALUE", requires = "chart")]
     pub set: Vec<String>,
+    /// A variant of the release, rendered for the clusters its --variant-selector matches:
+    /// NAME=VALUES.yaml with --chart (that file merged over the base values), else NAME=DIR of its
+    /// rendered manifests (repeatable; clusters try the variants in this order, the first match
+    /// wins). Signed with the release as spec.variants, under the same id and sequence.
+    #[arg(long = "variant", value_name = "NAME=FILE|DIR")]
+    pub variants: Vec<String>,
+    /// Which clusters run variant NAME, as YAML over facts the cluster's agent owns:
+    /// `NAME={matchLabels: {region: eu}, architectures: [arm64], kubernetes: ">=1.30"}` (matchLabels
+    /// against the agent's own --label settings). Only the last variant may have none: it is the
+    /// default.
+    #[arg(long = "variant-selector", value_name = "NAME=YAML")]
+    pub variant_selectors: Vec<String>,
+    /// The image variant NAME runs instead of --image (NAME=IMAGE), or instead of the
+    /// --extra-image called IMAGE (NAME.IMAGE=IMAGE); repeatable.
+    #[arg(long = "variant-image", value_name = "NAME[.IMAGE]=IMAGE")]
+    pub variant_images: Vec<String>,
+    /// The digest of one architecture's image inside the multi-arch index a variant's image pins
+    /// (NAME=ARCH@sha256:… for its --image, NAME.IMAGE=ARCH@sha256:… for an --extra-image;
+    /// repeatable): the variant then runs only on clusters whose every node is of a listed
+    /// architecture.
+    #[arg(long = "variant-platform", value_name = "NAME[.IMAGE]=ARCH@DIGEST")]
+    pub variant_platforms: Vec<String>,
     /// The Operator image: REPOSITORY:TAG[@sha256:DIGEST].
     #[arg(long)]
     pub image: String,
@@ -180,6 +202,12 @@ fn create_and_push(args: &CreateArgs, access: &Credentials) -> Result<Created, R
         branch: args.branch.clone(),
         admission_baseline: AdmissionBaseline::read_or_shipped(args.admission_policy.as_deref())?,
         allow_admission: args.allow_admission.clone(),
+        variants: create::parse_variants(
+            &args.variants,
+            &args.variant_selectors,
+            &args.variant_images,
+            &args.variant_platforms,
+        )?,
     };
     let repo = FleetRepo::open(&args.repo)?;
     // The clusters' statuses choose the CRD baselines and the default rollback target: read the
@@ -231,6 +259,10 @@ fn print_human(args: &CreateArgs, c: &Created) {
         (Some(to), on) => println!("  rollback   {to} (succeeded on {})", on.join(", ")),
     }
     println!("  manifests  {} file(s) under {}", r.manifest_files, m.manifests);
+    for v in &m.variants {
+        let selects = v.selector.as_ref().map_or_else(|| "the default".to_string(), |s| format!("selects {s}"));
+        println!("  variant    {}: {} under {} ({selects})", v.name, v.image.reference(), v.manifests);
+    }
     for b in &r.crd_baselines {
         println!("  baseline   {b}: {}", b.verdict.summary());
     }

@@ -8,8 +8,9 @@
 
 use super::crd_compat::{self, Finding};
 use super::schema::{self, Violation};
-use super::{ClusterFacts, RequirementError, check_requirements};
 use super::{GateError, call};
+use super::{RequirementError, check_requirements};
+use crate::model::ClusterFacts;
 use crate::model::Requirements;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

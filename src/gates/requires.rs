@@ -1,17 +1,8 @@
 //! `spec.requires` against a live cluster: a pure check the agent calls with the facts it read from
 //! the API server (`/version` and the nodes' `kubernetes.io/arch`), so it is tested without one.
 
-use crate::model::{BadVersionRange, ErrorClass, Requirements, parse_version_range};
-use serde::Serialize;
-
-/// What the agent knows about its cluster.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ClusterFacts {
-    /// The API server's `gitVersion`, e.g. `v1.36.3`, `v1.29.4-eks-036c24b`, `v1.30.2+k3s1`.
-    pub server_version: String,
-    /// The architectures of the cluster's nodes (`kubernetes.io/arch`); duplicates are fine.
-    pub architectures: Vec<String>,
-}
+use crate::model::parse_server_version;
+use crate::model::{BadServerVersion, BadVersionRange, ClusterFacts, ErrorClass, Requirements, parse_version_range};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequirementError {
@@ -21,8 +12,8 @@ pub enum RequirementError {
     Architecture { supported: Vec<String>, unsupported: Vec<String> },
     #[error(transparent)]
     BadRange(#[from] BadVersionRange),
-    #[error("the API server reports version {version:?}, which is not MAJOR.MINOR[.PATCH]")]
-    BadServerVersion { version: String },
+    #[error(transparent)]
+    BadServerVersion(#[from] BadServerVersion),
 }
 
 impl RequirementError {
@@ -31,22 +22,6 @@ impl RequirementError {
     pub fn class(&self) -> ErrorClass {
         ErrorClass::Stalling
     }
-}
-
-/// `v1.29.4-eks-036c24b` → 1.29.4. Vendor suffixes are dropped: they are builds of that
-/// version, and semver would otherwise treat them as pre-releases that `>=1.28` does not match.
-pub fn parse_server_version(version: &str) -> Result<semver::Version, RequirementError> {
-    let bad = || RequirementError::BadServerVersion { version: version.to_string() };
-    let v = version.trim().strip_prefix('v').unwrap_or(version.trim());
-    let core = v.split(['-', '+']).next().unwrap_or_default();
-    let mut nums = core.split('.').map(|n| n.parse::<u64>());
-    let major = nums.next().ok_or_else(bad)?.map_err(|_| bad())?;
-    let minor = nums.next().ok_or_else(bad)?.map_err(|_| bad())?;
-    let patch = nums.next().transpose().map_err(|_| bad())?.unwrap_or(0);
-    if nums.next().is_some() {
-        return Err(bad());
-    }
-    Ok(semver::Version::new(major, minor, patch))
 }
 
 /// Ok when the cluster meets every requirement; else the first unmet one.

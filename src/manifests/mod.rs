@@ -542,6 +542,7 @@ pub(crate) mod tests {
             manifests: "operator/".into(),
             namespace: namespace.map(str::to_string),
             deploy_timestamp: None,
+            variants: Vec::new(),
         };
         let release: Release = Document::new("Release", "rel-1", spec);
         let files = files.iter().map(|(p, t)| (p.to_string(), t.as_bytes().to_vec())).collect();

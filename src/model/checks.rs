@@ -19,6 +19,27 @@ pub fn is_dns_label(s: &str) -> bool {
         && !s.ends_with('-')
 }
 
+/// A Kubernetes label value: at most 63 characters, alphanumerics at both ends, `-_.` inside.
+pub fn is_label_value(v: &str) -> bool {
+    let ok_end = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    v.len() <= 63
+        && (v.is_empty()
+            || (ok_end(v.chars().next())
+                && ok_end(v.chars().last())
+                && v.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))))
+}
+
+/// A Kubernetes label key: a name (a non-empty [label value](is_label_value)), optionally after a
+/// DNS prefix and `/` (`region`, `topology.example.com/region`).
+pub fn is_label_key(k: &str) -> bool {
+    let (prefix, name) = match k.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, k),
+    };
+    let prefix_ok = prefix.is_none_or(|p| !p.is_empty() && p.len() <= 253 && p.split('.').all(is_dns_label));
+    prefix_ok && !name.is_empty() && is_label_value(name)
+}
+
 /// A release id: lowercase letters, digits, `-` and `.`, starting and ending alphanumeric, at
 /// most 63 characters — valid as a Git tag, a Kubernetes label value, and in a ConfigMap name
 /// (`release-manifest-<id>`).
@@ -241,8 +262,18 @@ pub fn check_release(release: &Release, file: &str, text: &str) -> Vec<Finding> 
     if !hex(&s.git_commit) {
         bad(Rule::Schema, "gitCommit", format!("gitCommit {:?} is not a hex commit id (7 to 64 digits)", s.git_commit));
     }
-    for (name, image) in s.all_images() {
+    let variant_images = s.variants.iter().flat_map(|v| {
+        let spec = s.for_variant(v);
+        spec.all_images().into_iter().map(move |(name, image)| (Some(v.name.clone()), name, image))
+    });
+    let images: Vec<_> =
+        s.all_images().into_iter().map(|(name, image)| (None, name, image)).chain(variant_images).collect();
+    for (variant, name, image) in images {
         let what = if name == PRIMARY_IMAGE_NAME { "image".to_string() } else { format!("image {name:?}") };
+        let what = match variant {
+            Some(v) => format!("variant {v}: {what}"),
+            None => what,
+        };
         if !is_image_repository(&image.repository) {
             bad(
                 Rule::Image,
@@ -373,6 +404,7 @@ pub fn check_release(release: &Release, file: &str, text: &str) -> Vec<Finding> 
     {
         bad(Rule::Schema, "deployTimestamp", format!("deployTimestamp {t:?} is not an RFC 3339 time"));
     }
+    out.extend(super::check_variants(s, |rule, key, msg| Finding::at_key(rule, file, text, key, msg)));
     out
 }
 
@@ -391,6 +423,16 @@ mod tests {
     #[case("", false)]
     fn dns_labels(#[case] s: &str, #[case] ok: bool) {
         assert_eq!(is_dns_label(s), ok, "{s}");
+    }
+
+    #[test]
+    fn label_values_and_keys() {
+        assert!(is_label_value("rel-20250315-001"));
+        assert!(!is_label_value("rel/1"));
+        assert!(!is_label_value("-rel"));
+        assert!(!is_label_value(&"a".repeat(64)));
+        assert!(is_label_key("region") && is_label_key("topology.example.com/region"));
+        assert!(!is_label_key("") && !is_label_key("/region") && !is_label_key("a/b/c") && !is_label_key("re gion"));
     }
 
     #[rstest]

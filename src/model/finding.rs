@@ -47,6 +47,9 @@ pub enum Rule {
     /// Wave membership that is probably not what was meant: a cluster in no wave (it rolls out
     /// with the last), or one that names a wave while another wave's selector matches it.
     Wave,
+    /// A release's variants: a selector that cannot be understood or a variant that could never
+    /// be chosen, a variant whose CRDs differ from the release's.
+    Variant,
 }
 
 impl fmt::Display for Rule {

@@ -23,6 +23,7 @@ pub mod stop_point;
 mod target;
 mod template;
 mod tree;
+mod variant;
 mod wave;
 mod yaml;
 
@@ -40,6 +41,7 @@ pub use release::*;
 pub use target::{SelectError, Target};
 pub use template::*;
 pub use tree::*;
+pub use variant::*;
 pub use wave::*;
 pub use yaml::*;
 

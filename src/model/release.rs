@@ -65,6 +65,12 @@ pub struct ReleaseSpec {
     pub namespace: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deploy_timestamp: Option<String>,
+    /// Renderings of the release for different kinds of cluster, in the order they are tried
+    /// (see [`super::select_variant`]). Empty: every cluster runs `manifests`. With variants, each
+    /// cluster runs the one its own facts select; `manifests`, `image` and `images` stay the base
+    /// rendering, which tools that read one rendering (CRD baselines, `agent rbac`) read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub variants: Vec<super::Variant>,
 }
 
 pub fn default_manifests() -> String {
@@ -315,6 +321,7 @@ fn from_seed(
         manifests: take(MANIFESTS).unwrap_or_else(default_manifests),
         namespace: take(NAMESPACE),
         deploy_timestamp: take(DEPLOY_TIMESTAMP),
+        variants: Vec::new(),
     };
     Ok(Document::new(RELEASE_KIND, id, spec))
 }

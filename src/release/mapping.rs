@@ -484,6 +484,57 @@ pub fn crd_versions(files: &BTreeMap<String, Vec<u8>>) -> Vec<CrdVersions> {
     out
 }
 
+/// Every CRD among `files` by name, as parsed (what is compared, not its text: comments and key
+/// order do not make two CRDs differ).
+fn crds_by_name(files: &ManifestFiles) -> BTreeMap<String, Value> {
+    let mut out = BTreeMap::new();
+    for (path, bytes) in files {
+        let Ok(text) = std::str::from_utf8(bytes) else { continue };
+        for doc in parse_multi(path, text).unwrap_or_default() {
+            let mut objects = Vec::new();
+            flatten_lists(&doc, &mut objects);
+            for obj in objects {
+                if is_crd(str_at(obj, "apiVersion").unwrap_or(""), str_at(obj, "kind").unwrap_or("")) {
+                    let name = obj.get("metadata").and_then(|m| str_at(m, "name")).unwrap_or("?");
+                    out.insert(name.to_string(), obj.clone());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A variant's CRDs against the base rendering's (in `base_dir`): a CRD is one cluster-wide
+/// definition, so every variant of a release must carry exactly the base's CRDs. Each difference
+/// names the CRD and both renderings.
+pub fn check_variant_crds(base_dir: &str, base: &ManifestFiles, variant: &str, files: &ManifestFiles) -> Vec<Finding> {
+    let (want, got) = (crds_by_name(base), crds_by_name(files));
+    let names: BTreeSet<&String> = want.keys().chain(got.keys()).collect();
+    let base_dir = base_dir.trim_end_matches('/');
+    let mut out = Vec::new();
+    for name in names {
+        let problem = match (want.get(name), got.get(name)) {
+            (Some(a), Some(b)) if a == b => continue,
+            (Some(_), Some(_)) => {
+                format!("CRD {name} differs between the base rendering ({base_dir}/) and variant {variant}")
+            }
+            (Some(_), None) => {
+                format!("CRD {name} is in the base rendering ({base_dir}/) but not in variant {variant}")
+            }
+            (None, _) => format!("CRD {name} is in variant {variant} but not in the base rendering ({base_dir}/)"),
+        };
+        out.push(Finding::in_file(
+            Rule::Variant,
+            base_dir,
+            format!(
+                "{problem}; CRDs must be the same in every variant of a release (one definition per cluster): render \
+                 them from values every variant shares"
+            ),
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -516,6 +567,7 @@ mod tests {
                 manifests: "operator/".into(),
                 namespace: None,
                 deploy_timestamp: None,
+                variants: Vec::new(),
             },
         )
     }
@@ -698,5 +750,36 @@ mod tests {
     #[case("operator/a.yaml", "/etc/passwd", None)]
     fn links(#[case] link: &str, #[case] target: &str, #[case] expected: Option<&str>) {
         assert_eq!(resolve_link(link, target).as_deref(), expected);
+    }
+
+    #[test]
+    fn a_variant_must_carry_the_base_renderings_crds_exactly() {
+        let files = |pairs: &[(&str, &str)]| -> ManifestFiles {
+            pairs.iter().map(|(p, t)| (p.to_string(), t.as_bytes().to_vec())).collect()
+        };
+        let v1 = crd(&[("v1", true, true)]);
+        let base = files(&[("operator/crd.yaml", &v1), ("operator/d.yaml", &deployment("op:v1", None))]);
+        // Same CRD, other file, other formatting: the same definition.
+        let same = files(&[(
+            "variants/eu/all.yaml",
+            &format!(
+                "# eu\n{}",
+                v1.replace("{name: v1, served: true, storage: true}", "{storage: true, served: true, name: v1}")
+            ),
+        )]);
+        assert_eq!(check_variant_crds("operator/", &base, "eu", &same), []);
+        let other = files(&[("variants/eu/crd.yaml", &crd(&[("v1", true, true), ("v2", true, false)]))]);
+        let found = check_variant_crds("operator/", &base, "eu", &other);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].rule, Rule::Variant);
+        assert!(
+            found[0].message.starts_with(
+                "CRD redisclusters.cache.example.com differs between the base rendering (operator/) and variant eu"
+            ),
+            "{}",
+            found[0].message
+        );
+        let none = check_variant_crds("operator/", &base, "eu", &files(&[]));
+        assert!(none[0].message.contains("is in the base rendering (operator/) but not in variant eu"), "{none:?}");
     }
 }

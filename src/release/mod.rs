@@ -3,7 +3,9 @@
 //!
 //! ```text
 //! Checkout ─► resolve(cluster) ─► DesiredRelease ─► verify(trust, pins) ─► VerifiedRelease
-//!             (branch tip)                          (tag + tag's tree)
+//!             (branch tip)                          (tag + tag's tree)        │ for_cluster(facts, labels)
+//!                                                                             ▼
+//!                                                      VerifiedRelease of the variant the spoke's own facts select
 //! ```
 //!
 //! An approval of a release for a wave (a signed `approve/<release>/<wave>` tag) is verified here

@@ -13,13 +13,13 @@
 //! revocations) is [`super::promotion`]'s and [`super::history`]'s concern.
 
 use super::VerifiedRelease;
-use super::mapping::{check_mapping, read_manifests};
+use super::mapping::{ManifestFiles, check_mapping, check_variant_crds, read_manifests};
 use super::pins::{PinError, TagPins};
 use super::resolve::DesiredRelease;
 use super::trust::{Keyring, SignatureProblem, TrustConfig, split_signed_tag};
 use crate::model::{
-    ErrorClass, FLEET_FILE, Finding, FleetConfig, FleetSpec, MAX_YAML_BYTES, RELEASE_FILE, Release, check_release,
-    join_findings, parse_document, parse_release,
+    Document, ErrorClass, FLEET_FILE, Finding, FleetConfig, FleetSpec, MAX_YAML_BYTES, NoVariant, RELEASE_FILE,
+    Release, check_release, join_findings, parse_document, parse_release,
 };
 use crate::model::{RepoTree, TreeError};
 use crate::source::{Checkout, SourceError, short};
@@ -67,6 +67,8 @@ pub enum VerifyError {
     NotTargeted { release: String, cluster: String, targets: Vec<String> },
     #[error("release {release} at {commit} is inconsistent:\n{}", join_findings(findings))]
     MappingMismatch { release: String, commit: String, findings: Vec<Finding> },
+    #[error("release {release} has no variant for this cluster")]
+    NoVariant { release: String, source: NoVariant },
     #[error("the fleet configuration in release {release}'s signed tree is invalid")]
     SignedConfig { release: String, source: crate::model::ConfigError },
     #[error(transparent)]
@@ -105,11 +107,13 @@ impl VerifyError {
 }
 
 /// A release's `release.yaml` and manifest files as read from one tree.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ReleaseContent {
     pub release: Release,
-    /// Manifest files, path relative to the repo root → bytes.
+    /// Manifest files of the base rendering (`spec.manifests`), path relative to the repo root → bytes.
     pub files: BTreeMap<String, Vec<u8>>,
+    /// Manifest files of each variant (`spec.variants`), by variant name.
+    pub variants: BTreeMap<String, ManifestFiles>,
 }
 
 /// Reads `release.yaml` and its manifests from `tree` and checks them (document rules and the
@@ -169,7 +173,19 @@ pub fn read_release(
     let (files, read_findings) = read_manifests(tree, &release.spec.manifests)?;
     findings.extend(read_findings);
     findings.extend(check_mapping(tag, &release, RELEASE_FILE, &text, &files));
-    Ok((Some(ReleaseContent { release, files }), findings))
+    let mut variants = BTreeMap::new();
+    for variant in &release.spec.variants {
+        // Each variant is a whole rendering: its mapping is checked like the base's.
+        let rendering = Document { spec: release.spec.for_variant(variant), ..release.clone() };
+        let (variant_files, read_findings) = read_manifests(tree, &variant.manifests)?;
+        let variant_findings =
+            read_findings.into_iter().chain(check_mapping(None, &rendering, RELEASE_FILE, &text, &variant_files));
+        let named = |f: Finding| Finding { message: format!("variant {}: {}", variant.name, f.message), ..f };
+        findings.extend(variant_findings.map(named));
+        findings.extend(check_variant_crds(&release.spec.manifests, &files, &variant.name, &variant_files));
+        variants.insert(variant.name.clone(), variant_files);
+    }
+    Ok((Some(ReleaseContent { release, files, variants }), findings))
 }
 
 /// Verifies `desired` for its cluster. See the module documentation for the order of checks.
@@ -224,7 +240,7 @@ pub fn verify(
     if !findings.is_empty() {
         return Err(mapping_error(findings));
     }
-    Ok(VerifiedRelease::new(id.clone(), commit, Some(signer), content.release, content.files))
+    Ok(VerifiedRelease::new(id.clone(), commit, Some(signer), content))
 }
 
 /// Checks the signature of tag object `object` (named `id`); returns the signer's fingerprint.

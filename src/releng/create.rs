@@ -4,6 +4,11 @@
 //! ([`super::baseline`]). An incompatible CRD change goes through only when the release accepts
 //! it (`spec.acceptCrdChanges`, signed, and honoured by every agent's CRD gate).
 //!
+//! Variants ([`VariantInput`], `--variant`) are further renderings of the same release under
+//! `variants/<name>/`, listed in `release.yaml` `spec.variants` with their selectors and images
+//! and signed with it: each is checked like the base (mapping, admission), and each must carry
+//! exactly the base's CRDs.
+//!
 //! Admission runs before anything is signed, as the agents will judge the release: their
 //! baseline ([`CreateRequest::admission_baseline`]) narrowed by the branch's
 //! `ReleaseAdmissionPolicy` documents (the tag's tree carries the same `policies/`), without a
@@ -27,7 +32,7 @@ use crate::manifests::AdmissionError;
 use crate::manifests::admission::{AdmissionPolicy, ObjectRefusal, PolicyOrigin};
 use crate::model::{
     self, AdmissionBaseline, ChartSource, CrdVersions, Document, FleetConfig, ImageRef, NamedImage, RELEASE_FILE,
-    Release, ReleaseSpec, Requirements, default_manifests,
+    Release, ReleaseSpec, Requirements, Variant, VariantSelector, default_manifests,
 };
 use crate::release::{ReleaseContent, UnverifiedRelease, mapping};
 use crate::status::{self, State};
@@ -77,7 +82,36 @@ pub struct CreateRequest {
     pub admission_baseline: AdmissionBaseline,
     /// Sign although admission refuses, for this reason (recorded in the tag message).
     pub allow_admission: Option<String>,
+    /// Variants of the release (`spec.variants`), in the order clusters try them. Empty: one
+    /// rendering for every cluster, as before.
+    pub variants: Vec<VariantInput>,
 }
+
+/// One variant to render (`--variant NAME=FILE|DIR`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VariantInput {
+    pub name: String,
+    /// With `chart`: a values file merged over the base values (after them, before `--set`);
+    /// without: the folder of the variant's rendered manifests.
+    pub source: PathBuf,
+    /// Which clusters run it; `None` on the last variant makes it the default.
+    pub selector: Option<VariantSelector>,
+    /// The variant's manager image; default: the release's.
+    pub image: Option<ImageRef>,
+    /// Further images that replace the release's of the same name in this variant.
+    pub images: Vec<NamedImage>,
+    /// Images per architecture: image name (`operator` or a further image's) → architecture →
+    /// the digest of that architecture's image in the multi-arch index the image pins.
+    pub platforms: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// Where variant NAME's manifests go in the release commit.
+pub fn variant_dir(name: &str) -> String {
+    format!("{VARIANTS_DIR}{name}/")
+}
+
+/// The folder holding every variant's manifests (`variants/<name>/`).
+pub const VARIANTS_DIR: &str = "variants/";
 
 /// A release signed although admission refused it (`--allow-admission`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -157,10 +191,80 @@ pub fn parse_named_image(s: &str) -> Result<NamedImage, RelengError> {
     Ok(NamedImage { name: name.to_string(), repository: image.repository, tag: image.tag, digest: image.digest })
 }
 
-/// Reads every regular file under `dir` as `operator/<relative path>` → bytes (with executable
-/// bits). Symbolic links are refused: a release must carry its content, not point elsewhere.
-pub fn read_manifests(dir: &Path) -> Result<BTreeMap<String, (Vec<u8>, bool)>, RelengError> {
-    let prefix = default_manifests();
+/// The variants of `--variant NAME=FILE|DIR` (in order), with their `--variant-selector
+/// NAME=YAML`, `--variant-image NAME[.IMAGE]=REF` and `--variant-platform
+/// NAME[.IMAGE]=ARCH@DIGEST` settings.
+pub fn parse_variants(
+    variants: &[String],
+    selectors: &[String],
+    images: &[String],
+    platforms: &[String],
+) -> Result<Vec<VariantInput>, RelengError> {
+    let split = |flag: &str, s: &str, expected: &str| {
+        s.split_once('=')
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            .ok_or_else(|| RelengError::Usage(format!("{flag} {s:?}: expected {expected}")))
+    };
+    let mut out: Vec<VariantInput> = Vec::new();
+    for v in variants {
+        let (name, source) = split("--variant", v, "NAME=VALUES.yaml (with --chart) or NAME=DIR")?;
+        out.push(VariantInput {
+            name,
+            source: source.into(),
+            selector: None,
+            image: None,
+            images: Vec::new(),
+            platforms: BTreeMap::new(),
+        });
+    }
+    let unknown = |flag: &str, name: &str| {
+        RelengError::Usage(format!("{flag} {name}=…: there is no --variant {name}=… to apply it to"))
+    };
+    for s in selectors {
+        let (name, yaml) = split("--variant-selector", s, "NAME={matchLabels: {KEY: VALUE}}")?;
+        let selector: VariantSelector = serde_yaml_ng::from_str(&yaml).map_err(|e| {
+            RelengError::Usage(format!(
+                "--variant-selector {name}={yaml}: {e}; expected YAML such as {{matchLabels: {{region: eu}}, architectures: [arm64], kubernetes: \">=1.30\"}}"
+            ))
+        })?;
+        let target = out.iter_mut().find(|v| v.name == name).ok_or_else(|| unknown("--variant-selector", &name))?;
+        target.selector = Some(selector);
+    }
+    for i in images {
+        let (key, reference) = split("--variant-image", i, "NAME=IMAGE or NAME.IMAGE=IMAGE")?;
+        let (name, image_name) = match key.split_once('.') {
+            Some((n, i)) => (n.to_string(), Some(i.to_string())),
+            None => (key.clone(), None),
+        };
+        let image = parse_image(&reference)?;
+        let target = out.iter_mut().find(|v| v.name == name).ok_or_else(|| unknown("--variant-image", &name))?;
+        match image_name {
+            None => target.image = Some(image),
+            Some(n) => target.images.push(NamedImage {
+                name: n,
+                repository: image.repository,
+                tag: image.tag,
+                digest: image.digest,
+            }),
+        }
+    }
+    for p in platforms {
+        let expected = "NAME[.IMAGE]=ARCH@sha256:DIGEST";
+        let (key, value) = split("--variant-platform", p, expected)?;
+        let (name, image) = key.split_once('.').unwrap_or((&key, model::PRIMARY_IMAGE_NAME));
+        let Some((arch, digest)) = value.split_once('@') else {
+            return Err(RelengError::Usage(format!("--variant-platform {p:?}: expected {expected}")));
+        };
+        let target = out.iter_mut().find(|v| v.name == name).ok_or_else(|| unknown("--variant-platform", name))?;
+        target.platforms.entry(image.to_string()).or_default().insert(arch.to_string(), digest.to_string());
+    }
+    Ok(out)
+}
+
+/// Reads every regular file under `dir` as `<prefix><relative path>` → bytes (with executable
+/// bits); `prefix` is `operator/` or a variant's folder. Symbolic links are refused: a release
+/// must carry its content, not point elsewhere.
+pub fn read_manifests(dir: &Path, prefix: &str) -> Result<BTreeMap<String, (Vec<u8>, bool)>, RelengError> {
     let mut out = BTreeMap::new();
     let mut stack = vec![dir.to_path_buf()];
     let io = |p: &Path, source| RelengError::Io { path: p.display().to_string(), source };
@@ -206,18 +310,29 @@ pub fn read_manifests(dir: &Path) -> Result<BTreeMap<String, (Vec<u8>, bool)>, R
     Ok(out)
 }
 
-/// What goes under `operator/`: `operator/<path>` → (bytes, executable), and the chart it was
-/// rendered from, if any.
+/// Manifest files of one rendering: `<folder>/<path>` → (bytes, executable).
+type Rendering = BTreeMap<String, (Vec<u8>, bool)>;
+
+/// What goes under `operator/` (and `variants/`): the base rendering, the chart it was rendered
+/// from, if any, and each variant with its rendering.
 struct Content {
-    manifests: BTreeMap<String, (Vec<u8>, bool)>,
+    manifests: Rendering,
     chart: Option<ChartSource>,
+    variants: Vec<(Variant, Rendering)>,
 }
 
-/// The release's manifests: read from `req.manifests`, or rendered from `req.chart` for the
-/// operator identity in the fleet.yaml at `tip`.
+/// The release's manifests: read from `req.manifests` (and each variant's folder), or rendered
+/// from `req.chart` (with each variant's values on top) for the operator identity in the
+/// fleet.yaml at `tip`.
 fn content(repo: &FleetRepo, req: &CreateRequest, tip: &git2::Commit<'_>) -> Result<Content, RelengError> {
+    check_variant_inputs(req)?;
     let Some(input) = &req.chart else {
-        return Ok(Content { manifests: read_manifests(&req.manifests)?, chart: None });
+        let variants = req
+            .variants
+            .iter()
+            .map(|v| Ok((variant(req, v, None)?, read_manifests(&v.source, &variant_dir(&v.name))?)))
+            .collect::<Result<_, RelengError>>()?;
+        return Ok(Content { manifests: read_manifests(&req.manifests, &default_manifests())?, chart: None, variants });
     };
     if !req.chart_version.is_empty() {
         return Err(RelengError::Usage(
@@ -231,18 +346,71 @@ fn content(repo: &FleetRepo, req: &CreateRequest, tip: &git2::Commit<'_>) -> Res
         namespace: operator.namespace.clone(),
         kube_version: chart::kube_version(req.requires.as_ref()),
     };
-    let rendered = chart::render(&chart::find_helm()?, input, &target)?;
-    let prefix = default_manifests();
-    let manifests =
-        rendered.files.into_iter().map(|(path, bytes)| (format!("{prefix}{path}"), (bytes, false))).collect();
-    Ok(Content { manifests, chart: Some(rendered.source) })
+    let helm = chart::find_helm()?;
+    let render = |input: &ChartInput, prefix: &str| -> Result<(ChartSource, Rendering), RelengError> {
+        let rendered = chart::render(&helm, input, &target)?;
+        let files =
+            rendered.files.into_iter().map(|(path, bytes)| (format!("{prefix}{path}"), (bytes, false))).collect();
+        Ok((rendered.source, files))
+    };
+    let (source, manifests) = render(input, &default_manifests())?;
+    let mut variants = Vec::new();
+    for v in &req.variants {
+        // Helm merges values files in order and `--set` after them: the variant's file lands
+        // on the base values, and `--set` holds for every variant.
+        let values = input.values.iter().cloned().chain([v.source.clone()]).collect();
+        let (rendered, files) = render(&ChartInput { values, ..input.clone() }, &variant_dir(&v.name))?;
+        variants.push((variant(req, v, Some(rendered.values_digest))?, files));
+    }
+    Ok(Content { manifests, chart: Some(source), variants })
+}
+
+/// Variant names become folders: refuse bad or repeated ones before anything is read.
+fn check_variant_inputs(req: &CreateRequest) -> Result<(), RelengError> {
+    for (i, v) in req.variants.iter().enumerate() {
+        if !model::is_dns_label(&v.name) {
+            return Err(RelengError::Usage(format!(
+                "--variant {}=…: a variant name must be a DNS-1123 label (lowercase letters, digits, '-')",
+                v.name
+            )));
+        }
+        if req.variants[..i].iter().any(|o| o.name == v.name) {
+            return Err(RelengError::Usage(format!("--variant {} is given twice", v.name)));
+        }
+    }
+    Ok(())
+}
+
+/// `spec.variants` entry of `input`: the release's images, with the variant's replacements.
+fn variant(req: &CreateRequest, input: &VariantInput, values_digest: Option<String>) -> Result<Variant, RelengError> {
+    let mut images = req.images.clone();
+    for replacement in &input.images {
+        match images.iter_mut().find(|i| i.name == replacement.name) {
+            Some(slot) => *slot = replacement.clone(),
+            None => {
+                return Err(RelengError::Usage(format!(
+                    "--variant-image {}.{}=…: the release has no further image {:?} (--extra-image NAME=IMAGE names them)",
+                    input.name, replacement.name, replacement.name
+                )));
+            }
+        }
+    }
+    Ok(Variant {
+        name: input.name.clone(),
+        selector: input.selector.clone(),
+        image: input.image.clone().unwrap_or_else(|| req.image.clone()),
+        images,
+        manifests: variant_dir(&input.name),
+        values_digest,
+        platforms: input.platforms.clone(),
+    })
 }
 
 /// The release document `release.yaml` will hold.
 /// `crds` are the served and storage versions of the manifests' CRDs, recorded as `spec.crds`.
 fn release_document(
     req: &CreateRequest,
-    chart: Option<&ChartSource>,
+    content: &Content,
     place: Place,
     rollback_to: Option<String>,
     crds: Vec<CrdVersions>,
@@ -257,8 +425,8 @@ fn release_document(
             git_commit: req.git_commit.clone(),
             image: req.image.clone(),
             images: req.images.clone(),
-            chart_version: chart.map_or_else(|| req.chart_version.clone(), |c| c.version.clone()),
-            chart: chart.cloned(),
+            chart_version: content.chart.as_ref().map_or_else(|| req.chart_version.clone(), |c| c.version.clone()),
+            chart: content.chart.clone(),
             crd_version: req.crd_version.clone(),
             crds,
             accept_crd_changes: req.accept_crd_changes.clone(),
@@ -268,6 +436,7 @@ fn release_document(
             manifests: default_manifests(),
             namespace: Some(place.namespace),
             deploy_timestamp: None,
+            variants: content.variants.iter().map(|(v, _)| v.clone()).collect(),
         },
     )
 }
@@ -309,6 +478,18 @@ pub fn mapping_lines(spec: &ReleaseSpec) -> Vec<String> {
             lines.push(format!("architectures: {}", r.architectures.join(", ")));
         }
     }
+    for v in &spec.variants {
+        let selects = v.selector.as_ref().map_or_else(|| "the default".to_string(), |s| format!("selects {s}"));
+        lines.push(format!("variant {}:    {} ({selects}), manifests {}", v.name, v.image.reference(), v.manifests));
+        for i in v.images.iter().filter(|i| !spec.images.contains(i)) {
+            lines.push(format!("variant {}:    image {}: {}", v.name, i.name, i.image().reference()));
+        }
+        for (image, per_arch) in &v.platforms {
+            for (arch, digest) in per_arch {
+                lines.push(format!("variant {}:    image {image} for {arch}: {digest}", v.name));
+            }
+        }
+    }
     lines
 }
 
@@ -325,12 +506,15 @@ struct Place {
 struct Plan {
     tree: git2::Oid,
     operator_tree: Option<git2::Oid>,
+    variants_tree: Option<git2::Oid>,
     release: Release,
     release_text: String,
     previous: Option<ReleaseTag>,
     /// Clusters that reported `success` for the default rollback target.
     rollback_succeeded_on: Vec<String>,
     files: BTreeMap<String, Vec<u8>>,
+    /// Each variant's manifest files, in the release's order.
+    variant_files: Vec<(String, BTreeMap<String, Vec<u8>>)>,
     /// What the base commit's registered clusters ran successfully.
     successes: Successes,
     /// The base commit's configuration (its admission policies judge the release).
@@ -429,27 +613,35 @@ fn plan(
     let successes = Successes::read(repo, &fleet.config, &tags)?;
     let namespace = req.namespace.clone().unwrap_or_else(|| fleet.config.fleet.spec.operator.namespace.clone());
     let place = Place { fleet: fleet.config.fleet.name().to_string(), sequence, targets, namespace };
-    let files: BTreeMap<String, Vec<u8>> = manifests.iter().map(|(p, (b, _))| (p.clone(), b.clone())).collect();
-    let release = release_document(req, content.chart.as_ref(), place, rollback_to, mapping::crd_versions(&files));
+    let bytes =
+        |r: &Rendering| -> BTreeMap<String, Vec<u8>> { r.iter().map(|(p, (b, _))| (p.clone(), b.clone())).collect() };
+    let files = bytes(manifests);
+    let variant_files = content.variants.iter().map(|(v, r)| (v.name.clone(), bytes(r))).collect();
+    let release = release_document(req, content, place, rollback_to, mapping::crd_versions(&files));
     let release_text = release_yaml(&release)?;
 
     let mut edit = TreeEdit::new(repo.git(), Some(&base_tree))?;
     edit.remove_dir(&default_manifests())?;
-    for (path, (bytes, exec)) in manifests {
+    // Variants of an earlier release must not linger beside this one's.
+    edit.remove_dir(VARIANTS_DIR)?;
+    for (path, (bytes, exec)) in manifests.iter().chain(content.variants.iter().flat_map(|(_, r)| r)) {
         edit.put(path, bytes, *exec)?;
     }
     edit.put(RELEASE_FILE, release_text.as_bytes(), false)?;
     let tree = edit.write()?;
     let new_tree = repo.git().find_tree(tree)?;
     let operator_tree = repo.subtree_id(&new_tree, &default_manifests());
+    let variants_tree = repo.subtree_id(&new_tree, VARIANTS_DIR);
     Ok(Plan {
         tree,
         operator_tree,
+        variants_tree,
         release,
         release_text,
         previous,
         rollback_succeeded_on,
         files,
+        variant_files,
         successes,
         config: fleet.config,
     })
@@ -562,17 +754,38 @@ fn tag_message(
     m
 }
 
-/// Admission of the planned release as an agent would judge it (see the module docs).
+/// Admission of the planned release as an agent would judge it (see the module docs): the base
+/// rendering and every variant, each as the clusters that run it receive it.
 /// `Ok(None)`: admitted; `Ok(Some)`: refused and overridden by `req.allow_admission`.
 fn check_admission(req: &CreateRequest, plan: &Plan) -> Result<Option<AdmissionOverride>, RelengError> {
-    let content = ReleaseContent { release: plan.release.clone(), files: plan.files.clone() };
-    let release = UnverifiedRelease::new(plan.release.name(), content);
-    let Some(refused) = admission(&req.admission_baseline, &plan.config, &release)? else { return Ok(None) };
-    if let Some(reason) = &req.allow_admission {
-        let violations = refused.error.violations.iter().map(ToString::to_string).collect();
-        return Ok(Some(AdmissionOverride { reason: reason.clone(), violations }));
+    let renderings = std::iter::once((None, plan.release.spec.clone(), &plan.files)).chain(
+        plan.release
+            .spec
+            .variants
+            .iter()
+            .zip(&plan.variant_files)
+            .map(|(v, (_, files))| (Some(v.name.as_str()), plan.release.spec.for_variant(v), files)),
+    );
+    let mut violations = Vec::new();
+    for (variant, spec, files) in renderings {
+        let release = Document { spec, ..plan.release.clone() };
+        let content = ReleaseContent { release, files: files.clone(), variants: BTreeMap::new() };
+        let release = UnverifiedRelease::new(plan.release.name(), content);
+        let Some(refused) = admission(&req.admission_baseline, &plan.config, &release)? else { continue };
+        if req.allow_admission.is_none() {
+            return Err(Refusal::Admission { objects: refused.objects, fixes: refused.fixes }.into());
+        }
+        let named = |v: String| match variant {
+            Some(name) => format!("variant {name}: {v}"),
+            None => v,
+        };
+        violations.extend(refused.error.violations.iter().map(ToString::to_string).map(named));
     }
-    Err(Refusal::Admission { objects: refused.objects, fixes: refused.fixes }.into())
+    Ok(req
+        .allow_admission
+        .as_ref()
+        .filter(|_| !violations.is_empty())
+        .map(|reason| AdmissionOverride { reason: reason.clone(), violations }))
 }
 
 /// What admission refused in a release, as [`admission`] reports it.
@@ -648,6 +861,9 @@ fn already_released(
     if repo.subtree_id(&tree, &default_manifests()) != plan.operator_tree {
         differences.push("operator/ manifests differ".to_string());
     }
+    if repo.subtree_id(&tree, VARIANTS_DIR) != plan.variants_tree {
+        differences.push(format!("{VARIANTS_DIR} manifests differ"));
+    }
     let existing_text = repo.file_at(&tree, RELEASE_FILE)?.unwrap_or_default();
     if existing_text != plan.release_text.as_bytes() {
         let mut fields = Vec::new();
@@ -676,6 +892,10 @@ fn already_released(
         }
         if a.requires != b.requires {
             fields.push("requires differs".to_string());
+        }
+        if a.variants != b.variants {
+            let names = |s: &ReleaseSpec| s.variants.iter().map(|v| v.name.as_str()).collect::<Vec<_>>().join(", ");
+            fields.push(format!("variants [{}] vs [{}] (or their selectors, images)", names(a), names(b)));
         }
         if a.chart != b.chart {
             let show = |c: &Option<ChartSource>| {
@@ -728,6 +948,42 @@ mod tests {
         let i = parse_image(s).unwrap();
         assert_eq!((i.repository.as_str(), i.tag.as_str(), i.digest.as_deref()), (repo, tag, digest));
         assert_eq!(i.reference(), s);
+    }
+
+    #[test]
+    fn variant_flags_parse_in_order_with_their_selectors_and_images() {
+        let digest = |c: char| format!("sha256:{}", c.to_string().repeat(64));
+        let v = parse_variants(
+            &["eu=values-eu.yaml".into(), "rest=values-rest.yaml".into()],
+            &["eu={matchLabels: {region: eu}, kubernetes: \">=1.30\"}".into()],
+            &["eu=eu.example.com/op:v1".into(), "eu.webhook=eu.example.com/wh:v1".into()],
+            &[format!("rest=amd64@{}", digest('a')), format!("rest=arm64@{}", digest('b'))],
+        )
+        .unwrap();
+        let rest: Vec<(&str, &str)> =
+            v[1].platforms["operator"].iter().map(|(a, d)| (a.as_str(), d.as_str())).collect();
+        assert_eq!(rest, [("amd64", digest('a').as_str()), ("arm64", digest('b').as_str())]);
+        assert_eq!(v.iter().map(|v| v.name.as_str()).collect::<Vec<_>>(), ["eu", "rest"]);
+        let selector = v[0].selector.as_ref().unwrap();
+        assert_eq!((selector.to_string().as_str(), v[1].selector.is_none()), ("region=eu, kubernetes >=1.30", true));
+        assert_eq!(v[0].image.as_ref().unwrap().reference(), "eu.example.com/op:v1");
+        assert_eq!((v[0].images[0].name.as_str(), v[0].source.to_str()), ("webhook", Some("values-eu.yaml")));
+    }
+
+    #[rstest]
+    #[case(&["eu"], &[], &[], "expected NAME=VALUES.yaml")]
+    #[case(&["eu=a.yaml"], &["us={matchLabels: {region: us}}"], &[], "there is no --variant us")]
+    #[case(&["eu=a.yaml"], &["eu={matchLables: {region: eu}}"], &[], "unknown field `matchLables`")]
+    #[case(&["eu=a.yaml"], &[], &["eu=op"], "no tag")]
+    fn bad_variant_flags_are_usage_errors(
+        #[case] variants: &[&str],
+        #[case] selectors: &[&str],
+        #[case] images: &[&str],
+        #[case] needle: &str,
+    ) {
+        let own = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let e = parse_variants(&own(variants), &own(selectors), &own(images), &[]).unwrap_err();
+        assert!(matches!(&e, RelengError::Usage(m) if m.contains(needle)), "{needle}: {e}");
     }
 
     #[rstest]

@@ -420,7 +420,11 @@ impl Judge<'_> {
         if let Some(known) = self.admission.get(&tag.id) {
             return Ok(known.clone());
         }
-        let content = ReleaseContent { release: tag.release.clone(), files: release_files(self.repo, tag)? };
+        let content = ReleaseContent {
+            release: tag.release.clone(),
+            files: release_files(self.repo, tag)?,
+            variants: Default::default(),
+        };
         let release = UnverifiedRelease::new(&tag.id, content);
         let blocker = super::create::admission(&self.req.admission_baseline, &self.head.config, &release)?
             .map(|refused| Blocker::Admission { objects: refused.objects, fixes: refused.fixes });

@@ -150,9 +150,17 @@ fn failing_gates(status: &Status) -> impl Iterator<Item = String> + '_ {
         .map(|g| format!("failing gate {}: {} (threshold {})", g.name, g.observed, g.threshold))
 }
 
+/// The variant of the release the cluster ran, by its latest verified status.
+fn variant(cell: &Cell) -> Option<&str> {
+    cell.status.as_ref()?.variant.as_deref()
+}
+
 /// The hover text: state, description, failing gates, the wave decision, unverified entries.
 fn cell_title(row: &ClusterRow, cell: &Cell) -> String {
     let mut lines = vec![format!("{} · {}: {}", row.name, cell.release, cell_state(cell).1)];
+    if let Some(v) = variant(cell) {
+        lines.push(format!("variant {v}"));
+    }
     if let Some(s) = &cell.status {
         lines.push(s.description.clone());
         lines.extend(failing_gates(s));
@@ -182,11 +190,12 @@ fn cell_details(out: &mut String, row: &ClusterRow, col: &ReleaseColumn, cell: &
     let (_, shown) = cell_state(cell);
     let _ = write!(
         out,
-        "<div class=\"details\" hidden><h2>{} · {}</h2><p>state <b class=\"state\">{}</b>{}</p>",
+        "<div class=\"details\" hidden><h2>{} · {}</h2><p>state <b class=\"state\">{}</b>{}{}</p>",
         escape(&row.name),
         escape(&cell.release),
         escape(shown),
-        if cell.desired { " · desired release" } else { "" }
+        if cell.desired { " · desired release" } else { "" },
+        variant(cell).map(|v| format!(" · variant {}", escape(v))).unwrap_or_default()
     );
     if let Some(s) = &cell.status {
         let _ = write!(out, "<p class=\"description\">{}</p>", escape(&s.description));
@@ -313,7 +322,11 @@ pub fn render_html(m: &Matrix, opts: &HtmlOptions) -> String {
                     escape(&cell.release),
                     escape(&cell_title(row, cell)),
                     escape(shown),
-                    if cell.desired { "*" } else { "" }
+                    match (cell.desired, variant(cell)) {
+                        (desired, Some(v)) => format!("{} {}", if desired { "*" } else { "" }, escape(v)),
+                        (true, None) => "*".to_string(),
+                        (false, None) => String::new(),
+                    }
                 );
                 cell_details(&mut out, row, col, cell, opts);
                 out.push_str("</td>");

@@ -196,6 +196,9 @@ pub fn canonical_form(status: &Status) -> Vec<u8> {
         // Left out when absent, so entries without one keep the form older readers check.
         #[serde(skip_serializing_if = "Option::is_none")]
         approval: Option<&'a crate::model::ApprovalRecord>,
+        // Like `approval`: entries of releases without variants keep their older form.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        variant: Option<&'a str>,
         target_url: &'a Option<String>,
         agent_version: &'a str,
         reported_at: &'a chrono::DateTime<chrono::Utc>,
@@ -214,6 +217,7 @@ pub fn canonical_form(status: &Status) -> Vec<u8> {
         decided_at: &status.decided_at,
         rollback_to: &status.rollback_to,
         approval: status.approval.as_ref(),
+        variant: status.variant.as_deref(),
         target_url: &status.target_url,
         agent_version: &status.agent_version,
         reported_at: &status.reported_at,

@@ -193,6 +193,20 @@ impl From<&UnverifiedStatus> for UnverifiedEntry {
 }
 
 impl Cell {
+    /// The cell as the table shows it: the state, `*` on the desired release, and the variant the
+    /// cluster ran (`success* eu`).
+    fn text(&self) -> String {
+        let mut text = self.shown_state().to_string();
+        if self.desired {
+            text.push('*');
+        }
+        if let Some(variant) = self.status.as_ref().and_then(|s| s.variant.as_deref()) {
+            text.push(' ');
+            text.push_str(variant);
+        }
+        text
+    }
+
     /// The state shown: the verified one, else `unverified` where only unverified entries exist.
     fn shown_state(&self) -> &'static str {
         match (self.state, self.unverified.is_empty()) {
@@ -568,6 +582,7 @@ impl Texts for Status {
             decided_at: _,
             rollback_to,
             approval,
+            variant,
             target_url,
             agent_version,
             reported_at: _,
@@ -580,7 +595,7 @@ impl Texts for Status {
         if let Some(ApprovalRecord { by, why, wave, via }) = approval {
             [by, why, wave, via].into_iter().for_each(|s| f(s));
         }
-        [rollback_to, target_url, fleet, signature].into_iter().for_each(|s| s.visit(f));
+        [rollback_to, variant, target_url, fleet, signature].into_iter().for_each(|s| s.visit(f));
         gates.visit(f);
         extra.values_mut().for_each(|v| v.visit(f));
     }
@@ -744,8 +759,10 @@ pub fn render_table(m: &Matrix, opts: RenderOptions) -> String {
     let running_w = rows.map(|r| running(r).chars().count()).max().unwrap_or(0).max("RUNNING".len());
     let mut widths = Vec::new();
     let mut used = name_w + 2 + running_w + 2 + seen_w;
-    for h in &heads {
-        let w = h.chars().count().max(MIN_CELL);
+    for (i, h) in heads.iter().enumerate() {
+        let widest = m.waves.iter().flat_map(|w| &w.clusters).filter_map(|r| r.cells.get(i));
+        let widest = widest.map(|c| c.text().chars().count()).max().unwrap_or(0);
+        let w = h.chars().count().max(MIN_CELL).max(widest);
         if used + 2 + w > opts.width {
             break;
         }
@@ -773,10 +790,7 @@ pub fn render_table(m: &Matrix, opts: RenderOptions) -> String {
                 pad(&opts.when(row.last_seen), seen_w)
             );
             for (cell, w) in row.cells.iter().zip(&widths) {
-                let mut text = cell.shown_state().to_string();
-                if cell.desired {
-                    text.push('*');
-                }
+                let text = cell.text();
                 let padded = pad(&text, *w);
                 let _ = write!(line, "  {}{}", paint(&text, cell.state, opts.colours), &padded[text.len()..]);
             }
@@ -839,6 +853,11 @@ pub fn render_table(m: &Matrix, opts: RenderOptions) -> String {
     out
 }
 
+/// `variant eu: ` before a status's description, when the cluster ran a variant.
+fn variant_of(s: &Status) -> String {
+    s.variant.as_deref().map(|v| format!("variant {v}: ")).unwrap_or_default()
+}
+
 /// One release in detail: per cluster its state and description, or — where it has not reported
 /// yet — whether it may start and why.
 pub fn render_release(m: &Matrix, release: &str, opts: RenderOptions) -> Option<String> {
@@ -864,8 +883,8 @@ pub fn render_release(m: &Matrix, release: &str, opts: RenderOptions) -> Option<
         for row in &wave.clusters {
             let cell = &row.cells[idx];
             let description = match (&cell.status, &cell.gate, &row.desired_release) {
-                (Some(s), Some(g), _) if !g.allowed => format!("{} ({})", s.description, g.reason),
-                (Some(s), _, _) => s.description.clone(),
+                (Some(s), Some(g), _) if !g.allowed => format!("{}{} ({})", variant_of(s), s.description, g.reason),
+                (Some(s), _, _) => format!("{}{}", variant_of(s), s.description),
                 (None, _, _) if cell.desired && row.paused.is_some() => row.paused.clone().unwrap_or_default(),
                 (None, Some(g), _) if g.allowed => format!("may start: {}", g.reason),
                 (None, Some(g), _) => g.reason.clone(),
@@ -1003,6 +1022,36 @@ mod tests {
         assert!(table.contains("paused: a (fleet.yaml spec.paused), b (the agent's --paused flag: INC-7)"), "{table}");
         let detail = render_release(&m, &rels[0].id, plain(100)).unwrap();
         assert!(detail.contains("fleet.yaml spec.paused"), "{detail}");
+    }
+
+    #[test]
+    fn the_variant_each_cluster_ran_shows_in_its_cell_and_before_its_description() {
+        let rels = releases(2);
+        let members = vec![
+            Member::new("a", "canary", Some(&rels[0].id)),
+            Member::new("b", "canary", Some(&rels[0].id)),
+            Member::new("c", "canary", Some(&rels[0].id)),
+        ];
+        let mut set = StatusSet::new();
+        let ran = |c: &str, variant: Option<&str>| {
+            Status::new(c, &rels[0].id, &rels[0].commit, State::Success, "all gates passed")
+                .of_variant(variant.map(str::to_string))
+        };
+        set.insert(ran("a", Some("eu")));
+        set.insert(ran("b", Some("us-east-mirror")));
+        set.insert(ran("c", None));
+        let origin = Origin { branch: "main".into(), revision: "0123456789abcdef".into() };
+        let m = Matrix::build(&fleet(), &members, &rels, &set, &origin, Utc::now());
+        let table = render_table(&m, plain(120));
+        let row = |name: &str| table.lines().find(|l| l.starts_with(&format!("  {name} "))).unwrap().to_string();
+        assert!(row("a").contains("success* eu "), "{table}");
+        assert!(row("b").contains("success* us-east-mirror "), "{table}");
+        // The column is as wide as its widest cell: the next column starts at the same place.
+        let next = |name: &str| row(name).find("—").unwrap();
+        assert_eq!((next("a"), next("c")), (next("b"), next("b")), "{table}");
+        let detail = render_release(&m, &rels[0].id, plain(100)).unwrap();
+        assert!(detail.contains("variant eu: all gates passed"), "{detail}");
+        assert!(detail.contains("  c ") && !detail.contains("variant : "), "{detail}");
     }
 
     fn names(m: &Matrix) -> Vec<(&str, &str)> {

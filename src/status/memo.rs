@@ -41,7 +41,7 @@ use std::path::{Path, PathBuf};
 pub(crate) type Record = [u8; 32];
 
 /// First bytes of the file; changed with the layout or the encoding.
-const MAGIC: &[u8] = b"fleetgate verified notes v4\n";
+const MAGIC: &[u8] = b"fleetgate verified notes v5\n";
 /// The magic and the SHA-256 of everything after it.
 const HEADER_LEN: usize = MAGIC.len() + 32;
 
@@ -295,6 +295,7 @@ fn encode(note: &NoteContext<'_>, entries: &[Status]) -> Vec<u8> {
             decided_at,
             rollback_to,
             approval,
+            variant,
             target_url,
             agent_version,
             reported_at,
@@ -329,6 +330,7 @@ fn encode(note: &NoteContext<'_>, entries: &[Status]) -> Vec<u8> {
                 w.text(text);
             }
         });
+        w.optional(variant.as_deref(), Writer::text);
         w.optional(target_url.as_deref(), Writer::text);
         w.text(agent_version);
         w.time(reported_at);
@@ -372,6 +374,7 @@ fn decode(bytes: &[u8], note: &NoteContext<'_>) -> Option<Vec<Status>> {
         let rollback_to = r.optional(Reader::text)?;
         let approval =
             r.optional(|r| Some(ApprovalRecord { by: r.text()?, why: r.text()?, wave: r.text()?, via: r.text()? }))?;
+        let variant = r.optional(Reader::text)?;
         let target_url = r.optional(Reader::text)?;
         let agent_version = r.text()?;
         let reported_at = r.time()?;
@@ -394,6 +397,7 @@ fn decode(bytes: &[u8], note: &NoteContext<'_>) -> Option<Vec<Status>> {
             decided_at,
             rollback_to,
             approval,
+            variant,
             target_url,
             agent_version,
             reported_at,
@@ -536,6 +540,7 @@ mod tests {
                 wave: "prod".into(),
                 via: "tag approve/rel-2/prod".into(),
             })
+            .of_variant(Some("eu".into()))
             .with_target_url("https://example.com/x");
         (s.started_at, s.applied_at, s.decided_at) =
             (at("1969-07-20T20:17:40.5Z"), at("2025-01-01T00:01:00Z"), at("2025-01-01T00:11:00.123456789Z"));

@@ -113,6 +113,10 @@ pub struct Status {
     /// the entry of the release's start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<ApprovalRecord>,
+    /// The variant of the release the cluster runs (`release.yaml` `spec.variants`), chosen by
+    /// the cluster's own facts; absent for a release without variants.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
     /// Link shown by forges next to the status (optional).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_url: Option<String>,
@@ -159,6 +163,7 @@ impl Status {
             decided_at: None,
             rollback_to: None,
             approval: None,
+            variant: None,
             target_url: None,
             agent_version: crate::VERSION.to_string(),
             reported_at: Utc::now(),
@@ -191,6 +196,11 @@ impl Status {
 
     pub fn rolled_back_to(mut self, release: impl Into<String>) -> Status {
         self.rollback_to = Some(release.into());
+        self
+    }
+
+    pub fn of_variant(mut self, variant: Option<String>) -> Status {
+        self.variant = variant;
         self
     }
 

@@ -83,6 +83,7 @@ enum Field {
     DecidedAt,
     RollbackTo,
     Approval,
+    Variant,
     TargetUrl,
     AgentVersion,
     ReportedAt,
@@ -103,6 +104,7 @@ const STATUS_FIELDS: &[(&str, Field)] = &[
     ("decidedAt", Field::DecidedAt),
     ("rollbackTo", Field::RollbackTo),
     ("approval", Field::Approval),
+    ("variant", Field::Variant),
     ("targetUrl", Field::TargetUrl),
     ("agentVersion", Field::AgentVersion),
     ("reportedAt", Field::ReportedAt),
@@ -134,6 +136,7 @@ impl<'de> Deserialize<'de> for Status {
                 let mut decided_at: Option<Option<DateTime<Utc>>> = None;
                 let mut rollback_to: Option<Option<String>> = None;
                 let mut approval: Option<Option<ApprovalRecord>> = None;
+                let mut variant: Option<Option<String>> = None;
                 let mut target_url: Option<Option<String>> = None;
                 let mut agent_version: Option<String> = None;
                 let mut reported_at: Option<DateTime<Utc>> = None;
@@ -154,6 +157,7 @@ impl<'de> Deserialize<'de> for Status {
                         Key::Known(Field::DecidedAt) => once(&mut decided_at, map.next_value()?, "decidedAt")?,
                         Key::Known(Field::RollbackTo) => once(&mut rollback_to, map.next_value()?, "rollbackTo")?,
                         Key::Known(Field::Approval) => once(&mut approval, map.next_value()?, "approval")?,
+                        Key::Known(Field::Variant) => once(&mut variant, map.next_value()?, "variant")?,
                         Key::Known(Field::TargetUrl) => once(&mut target_url, map.next_value()?, "targetUrl")?,
                         Key::Known(Field::AgentVersion) => once(&mut agent_version, map.next_value()?, "agentVersion")?,
                         Key::Known(Field::ReportedAt) => once(&mut reported_at, map.next_value()?, "reportedAt")?,
@@ -177,6 +181,7 @@ impl<'de> Deserialize<'de> for Status {
                     decided_at: decided_at.flatten(),
                     rollback_to: rollback_to.flatten(),
                     approval: approval.flatten(),
+                    variant: variant.flatten(),
                     target_url: target_url.flatten(),
                     agent_version: agent_version.unwrap_or_default(),
                     reported_at: required(reported_at, "reportedAt")?,
@@ -261,6 +266,7 @@ mod tests {
                 verdict: "fail".into(),
             }])
             .rolled_back_to("rel-1")
+            .of_variant(Some("eu".into()))
             .with_target_url("https://example.com/x");
         (s.started_at, s.applied_at, s.decided_at) =
             (at("2025-01-01T00:00:00Z"), at("2025-01-01T00:01:00Z"), at("2025-01-01T00:11:00Z"));

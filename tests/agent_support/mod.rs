@@ -366,7 +366,8 @@ pub fn image_of(id: &str) -> String {
     format!("registry.example.com/redis-operator:v-{id}")
 }
 
-fn copy_dir(from: &Path, to: &Path) {
+/// Copies the folder `from` (recursively) to `to`.
+pub fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
         let entry = entry.unwrap();

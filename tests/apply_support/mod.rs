@@ -75,6 +75,7 @@ pub fn release(dir: &str, id: &str, extra: &[(&str, &str)]) -> VerifiedRelease {
         manifests: "operator/".into(),
         namespace: Some(OPERATOR_NS.to_string()),
         deploy_timestamp: None,
+        variants: Vec::new(),
     };
     let release: Release = Document::new("Release", id, spec);
     VerifiedRelease::assume_verified(release, "0123456789abcdef", files)

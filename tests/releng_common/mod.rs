@@ -175,6 +175,7 @@ impl Fixture {
             branch: None,
             admission_baseline: AdmissionBaseline::shipped(),
             allow_admission: None,
+            variants: Vec::new(),
         }
     }
 
