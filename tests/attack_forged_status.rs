@@ -104,15 +104,7 @@ async fn a_status_dated_2099_never_hides_a_later_real_failure() {
     assert_eq!(within("canary rel-1", 90, canary.reconcile()).await.unwrap(), Outcome::Succeeded("rel-1".into()));
 
     // rel-2 binds cluster-admin: the canary's admission baseline blocks it, a real `failure`.
-    let commit = fleet.release_with(&["--allow-admission", "the canary must block it"], "rel-2", |dir| {
-        std::fs::write(
-            dir.join("too-much.yaml"),
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: too-much\n\
-             roleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: cluster-admin\n\
-             subjects:\n  - kind: ServiceAccount\n    name: redis-operator\n    namespace: redis-system\n",
-        )
-        .unwrap();
-    });
+    let commit = fleet.blocked_release("rel-2");
     fleet.promote("rel-2");
     // Before the canary runs it: an unsigned forgery and — worse — an entry the canary's own key
     // signed with a clock set to 2099.

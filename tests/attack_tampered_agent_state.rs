@@ -96,19 +96,6 @@ fn forged_outbox(release: &str, commit: &str) -> BTreeMap<String, String> {
     BTreeMap::from([("statuses".to_string(), entries.to_string())])
 }
 
-/// A release that the canary's admission baseline blocks (it binds cluster-admin): a real rejection.
-fn blocked_release(fleet: &Fleet, id: &str) -> String {
-    fleet.release_with(&["--allow-admission", "the canary must block it"], id, |dir| {
-        std::fs::write(
-            dir.join("too-much.yaml"),
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: too-much\n\
-             roleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: cluster-admin\n\
-             subjects:\n  - kind: ServiceAccount\n    name: redis-operator\n    namespace: redis-system\n",
-        )
-        .unwrap();
-    })
-}
-
 /// `cluster`'s status key as registered and pinned: `ssh-ed25519 AAAA…`, without the comment.
 fn pinned_key(fleet: &Fleet, cluster: &str) -> String {
     fleet.status_public_key(cluster).split(' ').take(2).collect::<Vec<_>>().join(" ")
@@ -133,7 +120,7 @@ async fn a_configmap_writer_forges_an_outbox_success_and_edits_trust_memory_and_
     // What anyone who may read ConfigMaps can keep: the sealed state before rel-2's rejection.
     let admin_configmaps: Api<ConfigMap> = Api::namespaced(fleet.cluster.client(), AGENT_NS);
     let before_rejection = admin_configmaps.get(STATE).await.unwrap().data.unwrap();
-    let rel2 = blocked_release(&fleet, "rel-2");
+    let rel2 = fleet.blocked_release("rel-2");
     fleet.promote("rel-2");
     assert!(matches!(within("rel-2", 90, agent.reconcile()).await.unwrap(), Outcome::Blocked { .. }));
     assert!(fleet.state().await.rejected().contains_key("rel-2"));

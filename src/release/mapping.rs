@@ -469,6 +469,13 @@ fn check_crd(path: &str, text: &str, crd: &Value) -> (CrdVersions, Vec<Finding>)
 /// The served and storage versions of every CRD among `files`, as `spec.crds` records them.
 pub fn crd_versions(files: &BTreeMap<String, Vec<u8>>) -> Vec<CrdVersions> {
     let mut out = Vec::new();
+    each_crd(files, |path, text, obj| out.push(check_crd(path, text, obj).0));
+    out
+}
+
+/// Calls `f` with the path, text and object of every CRD among `files` (lists flattened; files
+/// that are not UTF-8 or not YAML are skipped: the mapping checks report those).
+fn each_crd(files: &ManifestFiles, mut f: impl FnMut(&str, &str, &Value)) {
     for (path, bytes) in files {
         let Ok(text) = std::str::from_utf8(bytes) else { continue };
         for doc in parse_multi(path, text).unwrap_or_default() {
@@ -476,31 +483,21 @@ pub fn crd_versions(files: &BTreeMap<String, Vec<u8>>) -> Vec<CrdVersions> {
             flatten_lists(&doc, &mut objects);
             for obj in objects {
                 if is_crd(str_at(obj, "apiVersion").unwrap_or(""), str_at(obj, "kind").unwrap_or("")) {
-                    out.push(check_crd(path, text, obj).0);
+                    f(path, text, obj);
                 }
             }
         }
     }
-    out
 }
 
 /// Every CRD among `files` by name, as parsed (what is compared, not its text: comments and key
 /// order do not make two CRDs differ).
 fn crds_by_name(files: &ManifestFiles) -> BTreeMap<String, Value> {
     let mut out = BTreeMap::new();
-    for (path, bytes) in files {
-        let Ok(text) = std::str::from_utf8(bytes) else { continue };
-        for doc in parse_multi(path, text).unwrap_or_default() {
-            let mut objects = Vec::new();
-            flatten_lists(&doc, &mut objects);
-            for obj in objects {
-                if is_crd(str_at(obj, "apiVersion").unwrap_or(""), str_at(obj, "kind").unwrap_or("")) {
-                    let name = obj.get("metadata").and_then(|m| str_at(m, "name")).unwrap_or("?");
-                    out.insert(name.to_string(), obj.clone());
-                }
-            }
-        }
-    }
+    each_crd(files, |_, _, obj| {
+        let name = obj.get("metadata").and_then(|m| str_at(m, "name")).unwrap_or("?");
+        out.insert(name.to_string(), obj.clone());
+    });
     out
 }
 

@@ -174,6 +174,20 @@ impl Fleet {
         self.cut(id, &self.gpg, &self.fpr, args, edit)
     }
 
+    /// A release the canary's admission baseline blocks (it binds cluster-admin; the release's
+    /// own policy accepts it): a real rejection in the cluster, not a refusal at `release create`.
+    pub fn blocked_release(&self, id: &str) -> String {
+        self.release_with(&["--allow-admission", "the canary must block it"], id, |dir| {
+            std::fs::write(
+                dir.join("too-much.yaml"),
+                "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: too-much\n\
+                 roleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: cluster-admin\n\
+                 subjects:\n  - kind: ServiceAccount\n    name: redis-operator\n    namespace: redis-system\n",
+            )
+            .unwrap();
+        })
+    }
+
     fn cut(&self, id: &str, gpg: &GpgHome, fpr: &str, args: &[&str], edit: impl FnOnce(&Path)) -> String {
         let render = self.dir.path().join("render").join(id);
         copy_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("fleet-repo-template/operator"), &render);
