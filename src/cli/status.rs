@@ -9,6 +9,9 @@
 //! `--wave`, `--cluster`, `--state` and `-l key=value` choose the clusters shown (every output);
 //! those failing at a glance come first in each wave ([`Matrix::select`]). Tables say how long ago
 //! each cluster reported ("3 m ago"); `-o wide`, `-o json` and `-o yaml` carry the exact times.
+//! The mirror also fetches every cluster's heartbeat ref: LAST SEEN is the newest of a cluster's
+//! verified heartbeat and statuses, and a cluster unheard for longer than its allowance
+//! (`--stale-after`, else 3 × its heartbeat interval) is marked `stale` and shown first.
 //!
 //! `-o wide` drops the terminal's width limit (every release column, full ids, descriptions on one
 //! line, exact times); `-o html [--out FILE]` writes the matrix as one self-contained page
@@ -57,13 +60,19 @@ pub struct Args {
     #[arg(long, value_name = "CLUSTER")]
     pub cluster: Vec<String>,
     /// Only clusters in this state on RELEASE, else on their desired release: success, failure,
-    /// error, pending, unknown or not-started; repeatable.
+    /// error, pending, unknown or not-started; or `stale` (not heard from within the allowance);
+    /// repeatable.
     #[arg(long, value_name = "STATE", value_parser = |s: &str| s.parse::<StateFilter>())]
     pub state: Vec<StateFilter>,
     /// Only clusters with this label (`metadata.labels` of clusters/<name>.yaml); repeatable,
     /// every one must match.
     #[arg(short = 'l', long = "selector", value_name = "KEY=VALUE", value_parser = parse_label)]
     pub labels: Vec<(String, String)>,
+    /// Mark a cluster stale when its agent was not heard from (heartbeat or status) for longer
+    /// than this [default: 3 × the heartbeat interval its agent announces; never for a cluster
+    /// without heartbeats].
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub stale_after: Option<Duration>,
 }
 
 impl Args {
@@ -102,7 +111,9 @@ impl StatusFormat {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let (_state, mut source) = args.fleet.open_mirror("fleetgate-status")?;
+    let (_state, source) = args.fleet.open_mirror("fleetgate-status")?;
+    // Liveness: every cluster's heartbeat ref too (fetched only when one moved).
+    let mut source = source.with_heartbeats();
     // Notes verified by the last run (or refresh) are not checked again; see VerifiedNotes.
     let mut memo = VerifiedNotes::default_path().map_or_else(VerifiedNotes::new, VerifiedNotes::open);
     loop {
@@ -119,7 +130,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             tracing::warn!(error = %error_chain(&e), "not remembering verified status notes");
         }
         let code = match view {
-            Ok(view) => show(&args, view.matrix())?,
+            Ok(view) => show(&args, view.matrix_judged(args.stale_after))?,
             // While watching, a failed refresh is reported and the next one tried.
             Err(e) if args.watch => {
                 eprintln!(

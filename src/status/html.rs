@@ -298,10 +298,12 @@ pub fn render_html(m: &Matrix, opts: &HtmlOptions) -> String {
             // What it runs and when it was heard from, under its name (exact: the page is a snapshot).
             let _ = write!(
                 out,
-                "<tr><th class=\"cluster\">{}<div class=\"sum\">runs {} · last seen {}</div></th>",
+                "<tr{}><th class=\"cluster\">{}<div class=\"sum\">runs {} · last seen {}{}</div></th>",
+                if row.stale { " class=\"stale\"" } else { "" },
                 escape(&row.name),
                 escape(row.running.as_deref().unwrap_or("—")),
-                time(row.last_seen)
+                time(row.last_seen),
+                if row.stale { " · <span class=\"st-failure\">stale</span>" } else { "" }
             );
             for (col, cell) in m.releases.iter().zip(&row.cells) {
                 let (class, shown) = cell_state(cell);

@@ -1,0 +1,217 @@
+//! Liveness: each agent's signed heartbeat, one force-updated ref per cluster
+//! (`refs/fleetgate/heartbeat/<cluster>`), and what readers make of it.
+//!
+//! Agents write statuses only on transitions, so a dead agent would look like a healthy idle one.
+//! A heartbeat says "this cluster's agent was alive at `at` and beats every `intervalSeconds`".
+//! It is a parentless commit of the empty tree whose message is the [`Heartbeat`] as JSON; each
+//! beat force-pushes a new root commit over the ref, so the ref never grows a history (the
+//! previous beat is unreachable and the server's gc drops it) and no branch, tag or notes history
+//! gains a commit.
+//!
+//! A heartbeat is signed with the cluster's status key ([`super::identity`]) in its own sshsig
+//! namespace, [`HEARTBEAT_NAMESPACE`], so a heartbeat signature never verifies as a status entry
+//! and the other way round. Readers ([`read`]) believe a heartbeat only when it names their fleet
+//! and the cluster of its ref and verifies against that cluster's registered key; anything else is
+//! ignored (logged), so a forged heartbeat cannot make a dead agent look alive. A replayed older
+//! heartbeat can only make a cluster look *less* alive.
+
+use super::identity::{KeyError, StatusIdentity, StatusKeys, Unverified};
+use super::notes::{GitRemote, NotesError, push};
+use chrono::{DateTime, Utc};
+use git2::{Oid, Repository};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+pub use crate::source::HEARTBEAT_PREFIX;
+
+/// The sshsig namespace of heartbeat signatures (statuses use [`super::STATUS_NAMESPACE`]).
+pub const HEARTBEAT_NAMESPACE: &str = "fleetgate-heartbeat";
+
+/// First line of the canonical form a heartbeat is signed over.
+const CANONICAL_HEADER: &str = "fleetgate-heartbeat-v1\n";
+
+/// A cluster is stale once it has not been heard from for this many of its heartbeat intervals
+/// (unless the reader gives its own allowance, `fleetgate status --stale-after`).
+pub const STALE_FACTOR: u32 = 3;
+
+/// `refs/fleetgate/heartbeat/<cluster>`.
+pub fn heartbeat_ref(cluster: &str) -> String {
+    format!("{HEARTBEAT_PREFIX}{cluster}")
+}
+
+/// One beat of one cluster's agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Heartbeat {
+    pub fleet: String,
+    pub cluster: String,
+    /// When it was sent, on the agent's clock.
+    pub at: DateTime<Utc>,
+    /// How often the agent beats; readers allow [`STALE_FACTOR`] times this.
+    pub interval_seconds: u64,
+    pub agent_version: String,
+    /// sshsig over [`Heartbeat::canonical_form`], namespace [`HEARTBEAT_NAMESPACE`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+}
+
+impl Heartbeat {
+    /// The bytes the signature covers: a header line and compact JSON of every field but the
+    /// signature, in declaration order.
+    pub fn canonical_form(&self) -> Vec<u8> {
+        let unsigned = Heartbeat { signature: None, ..self.clone() };
+        let mut out = CANONICAL_HEADER.as_bytes().to_vec();
+        out.extend(serde_json::to_vec(&unsigned).expect("a heartbeat always serializes"));
+        out
+    }
+
+    /// A beat of `cluster` now, signed as `identity`.
+    pub fn signed(identity: &StatusIdentity, cluster: &str, interval: Duration) -> Result<Heartbeat, KeyError> {
+        let mut beat = Heartbeat {
+            fleet: identity.fleet.clone(),
+            cluster: cluster.to_string(),
+            at: Utc::now(),
+            interval_seconds: interval.as_secs().max(1),
+            agent_version: crate::VERSION.to_string(),
+            signature: None,
+        };
+        beat.signature = Some(identity.signer.sign_ssh(HEARTBEAT_NAMESPACE, &beat.canonical_form())?);
+        Ok(beat)
+    }
+
+    /// Whether this beat, found in `cluster`'s heartbeat ref, was sent by that cluster's agent for
+    /// the fleet of `keys` and not changed since.
+    pub fn verify(&self, cluster: &str, keys: &StatusKeys) -> Result<(), Unverified> {
+        let Some(armored) = &self.signature else { return Err(Unverified::Unsigned) };
+        if self.cluster != cluster {
+            return Err(Unverified::WrongCluster { cluster: cluster.to_string(), named: self.cluster.clone() });
+        }
+        if self.fleet != keys.fleet() {
+            return Err(Unverified::WrongFleet { fleet: keys.fleet().to_string(), named: Some(self.fleet.clone()) });
+        }
+        keys.verify_signed(cluster, HEARTBEAT_NAMESPACE, &self.canonical_form(), armored)
+    }
+
+    /// How long after [`Heartbeat::at`] the cluster counts as not heard from.
+    pub fn allowance(&self) -> Duration {
+        Duration::from_secs(self.interval_seconds) * STALE_FACTOR
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HeartbeatError {
+    #[error("signing the heartbeat")]
+    Sign(#[from] KeyError),
+    #[error("the local heartbeat repository")]
+    Repo(#[from] git2::Error),
+    #[error(transparent)]
+    Push(#[from] NotesError),
+    #[error("{url} refused the heartbeat ref: {reason} (does the Git credential allow pushing refs/fleetgate/*?)")]
+    Refused { url: String, reason: String },
+}
+
+/// Sends one beat of `cluster`: writes it as a new root commit in `repo` (any bare repository of
+/// the agent's; the beat needs nothing from the fleet's history), points the local heartbeat ref
+/// at it and force-pushes that ref to `remote`.
+///
+/// Blocking (network I/O); call it from `spawn_blocking` in async code.
+///
+/// # Errors
+/// Signing, the local repository, the push's transport, or a remote that refuses the ref.
+pub fn beat(
+    repo: &Repository,
+    remote: &GitRemote,
+    identity: &StatusIdentity,
+    cluster: &str,
+    interval: Duration,
+) -> Result<Heartbeat, HeartbeatError> {
+    let beat = Heartbeat::signed(identity, cluster, interval)?;
+    let message = serde_json::to_string_pretty(&beat).expect("a heartbeat always serializes");
+    let sig = git2::Signature::new(
+        &format!("fleetgate/{cluster}"),
+        "fleetgate@localhost",
+        &git2::Time::new(beat.at.timestamp(), 0),
+    )?;
+    let tree = repo.find_tree(repo.treebuilder(None)?.write()?)?;
+    let commit = repo.commit(None, &sig, &sig, &message, &tree, &[])?;
+    let refname = heartbeat_ref(cluster);
+    repo.reference(&refname, commit, true, "fleetgate: heartbeat")?;
+    match push(repo, remote, &format!("+{refname}:{refname}"), None)? {
+        None => Ok(beat),
+        Some(reason) => Err(HeartbeatError::Refused { url: remote.url().to_string(), reason }),
+    }
+}
+
+/// The verified heartbeat of every cluster whose ref `repo` holds (a reader's mirror fetches
+/// them: [`crate::source::Source::with_heartbeats`]). Refs that are not a readable heartbeat, or
+/// whose heartbeat does not verify with `keys`, are left out with a warning.
+///
+/// # Errors
+/// A local repository failure.
+pub fn read(repo: &Repository, keys: &StatusKeys) -> Result<BTreeMap<String, Heartbeat>, git2::Error> {
+    let mut out = BTreeMap::new();
+    for r in repo.references_glob(&format!("{HEARTBEAT_PREFIX}*"))? {
+        let r = r?;
+        let (Ok(name), Some(target)) = (r.name(), r.target()) else { continue };
+        let cluster = &name[HEARTBEAT_PREFIX.len()..];
+        match believe(repo, cluster, target, keys) {
+            Ok(beat) => {
+                out.insert(cluster.to_string(), beat);
+            }
+            Err(why) => tracing::warn!(refname = name, %why, "ignoring a heartbeat"),
+        }
+    }
+    Ok(out)
+}
+
+fn believe(repo: &Repository, cluster: &str, target: Oid, keys: &StatusKeys) -> Result<Heartbeat, String> {
+    let commit = repo.find_commit(target).map_err(|_| "not a commit".to_string())?;
+    let beat: Heartbeat =
+        serde_json::from_slice(commit.message_bytes()).map_err(|e| format!("not a fleetgate heartbeat ({e})"))?;
+    beat.verify(cluster, keys).map_err(|e| e.to_string())?;
+    Ok(beat)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::StatusSigner;
+
+    fn identity() -> StatusIdentity {
+        StatusIdentity::new("redis-fleet", StatusSigner::generate("cluster-a").unwrap())
+    }
+
+    #[test]
+    fn a_signed_heartbeat_verifies_after_a_json_round_trip() {
+        let id = identity();
+        let beat = Heartbeat::signed(&id, "cluster-a", Duration::from_secs(120)).unwrap();
+        let again: Heartbeat = serde_json::from_str(&serde_json::to_string_pretty(&beat).unwrap()).unwrap();
+        assert_eq!(again.verify("cluster-a", &id.keys_for("cluster-a")), Ok(()));
+        assert_eq!(again.allowance(), Duration::from_secs(360));
+    }
+
+    #[test]
+    fn a_forged_or_replanted_heartbeat_is_not_believed() {
+        let id = identity();
+        let keys = id.keys_for("cluster-a");
+        let beat = Heartbeat::signed(&id, "cluster-a", Duration::from_secs(60)).unwrap();
+        let moved = Heartbeat { at: beat.at + chrono::Duration::hours(1), ..beat.clone() };
+        assert_eq!(moved.verify("cluster-a", &keys), Err(Unverified::BadSignature));
+        let unsigned = Heartbeat { signature: None, ..beat.clone() };
+        assert_eq!(unsigned.verify("cluster-a", &keys), Err(Unverified::Unsigned));
+        let other = Heartbeat::signed(&identity(), "cluster-a", Duration::from_secs(60)).unwrap();
+        assert_eq!(other.verify("cluster-a", &keys), Err(Unverified::OtherKey("cluster-a".into())));
+        assert!(matches!(beat.verify("cluster-b", &keys), Err(Unverified::WrongCluster { .. })));
+        assert!(matches!(
+            beat.verify("cluster-a", &StatusKeys::new("other-fleet")),
+            Err(Unverified::WrongFleet { .. })
+        ));
+        // A status signature (another namespace) over the same bytes is no heartbeat signature.
+        let as_status = Heartbeat {
+            signature: Some(id.signer.sign_ssh(super::super::STATUS_NAMESPACE, &beat.canonical_form()).unwrap()),
+            ..beat
+        };
+        assert!(matches!(as_status.verify("cluster-a", &keys), Err(Unverified::Namespace(_))));
+    }
+}
