@@ -17,7 +17,7 @@ pub fn spawn(
     fleet: Option<String>,
     signer: crate::status::StatusSigner,
     leader: watch::Receiver<Leadership>,
-) -> Option<tokio::task::JoinHandle<()>> {
+) -> Option<Heartbeating> {
     let interval = config.heartbeat_interval?;
     let Some(fleet) = fleet else {
         tracing::warn!("no heartbeat until the fleet is pinned: pass --fleet NAME");
@@ -35,7 +35,17 @@ pub fn spawn(
         cluster: config.cluster.clone(),
         interval,
     };
-    Some(tokio::spawn(beater.run(leader)))
+    Some(Heartbeating(tokio::spawn(beater.run(leader))))
+}
+
+/// The running heartbeat task; dropping it (with the agent's services) stops the beats, so an
+/// agent that is gone stops looking alive.
+pub struct Heartbeating(tokio::task::JoinHandle<()>);
+
+impl Drop for Heartbeating {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 struct Beater {

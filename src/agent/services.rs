@@ -61,8 +61,8 @@ pub struct AgentServices {
     server: HttpServer,
     _ref_watcher: Option<RefWatcher>,
     annotation_watch: tokio::task::JoinHandle<()>,
-    /// None with heartbeats off.
-    heartbeat: Option<tokio::task::JoinHandle<()>>,
+    /// None with heartbeats off; stops when dropped.
+    _heartbeat: Option<super::heartbeat::Heartbeating>,
     leader_gauge: tokio::task::JoinHandle<()>,
     /// The one pending [`Self::wake_at`], and when it fires.
     wake_timer: Option<(chrono::DateTime<chrono::Utc>, tokio::task::JoinHandle<()>)>,
@@ -174,7 +174,7 @@ impl AgentServices {
             _ref_watcher: ref_watcher,
             wake_timer: None,
             annotation_watch,
-            heartbeat,
+            _heartbeat: heartbeat,
             leader_gauge,
         })
     }
@@ -239,9 +239,6 @@ impl AgentServices {
         self.leader.step_down().await;
         self.leader_gauge.abort();
         self.annotation_watch.abort();
-        if let Some(h) = &self.heartbeat {
-            h.abort();
-        }
         self.server.stop().await;
     }
 }
