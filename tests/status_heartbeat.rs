@@ -10,8 +10,9 @@ use agent_support::*;
 use fleetgate::agent::{AgentSettings, Outcome};
 use fleetgate::status::heartbeat::{self, heartbeat_ref};
 use fleetgate::status::{GitRemote, Matrix, StatusIdentity, StatusSigner};
+use fleetgate_testenv::wait::eventually;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// `git` in the daemon's repository.
 fn server_git(fleet: &Fleet, args: &[&str]) -> String {
@@ -49,18 +50,6 @@ fn row<'m>(m: &'m Matrix, cluster: &str) -> &'m fleetgate::status::matrix::Clust
     m.waves.iter().flat_map(|w| &w.clusters).find(|c| c.name == cluster).unwrap_or_else(|| panic!("{cluster}"))
 }
 
-/// Polls `check` every 200 ms until it returns Some, for at most `secs`.
-async fn until<T>(what: &str, secs: u64, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_agent_beats_without_history_forgeries_are_ignored_and_a_stopped_agent_goes_stale() {
     let fleet = Fleet::start("status-heartbeat", false).await;
@@ -72,9 +61,9 @@ async fn a_live_agent_beats_without_history_forgeries_are_ignored_and_a_stopped_
     assert_eq!(outcome, Outcome::Succeeded("rel-1".into()));
 
     // The heartbeat appears, then advances: each beat a new root commit, no history anywhere grows.
-    let first = until("the first heartbeat", 30, async || tip(&fleet, CLUSTER)).await;
+    let first = eventually("the first heartbeat", 30, || async { tip(&fleet, CLUSTER) }).await;
     let before = histories(&fleet);
-    let second = until("the next heartbeat", 30, async || tip(&fleet, CLUSTER).filter(|t| *t != first)).await;
+    let second = eventually("the next heartbeat", 30, || async { tip(&fleet, CLUSTER).filter(|t| *t != first) }).await;
     assert_eq!(server_git(&fleet, &["rev-list", "--count", &heartbeat_ref(CLUSTER)]), "1", "a beat has no parent");
     assert_eq!(
         server_git(&fleet, &["rev-parse", &format!("{second}^{{tree}}")]),
@@ -114,13 +103,13 @@ async fn a_live_agent_beats_without_history_forgeries_are_ignored_and_a_stopped_
 
     // Stopped: no beat after it, and once the allowance (3 × 2 s) has passed, `stale`.
     drop(agent);
-    let stopped_at = until("the agent's last beat to land", 30, async || {
+    let stopped_at = eventually("the agent's last beat to land", 30, || async {
         let t = tip(&fleet, CLUSTER);
         tokio::time::sleep(Duration::from_secs(3)).await;
         (tip(&fleet, CLUSTER) == t).then_some(t)
     })
     .await;
-    let m = until("cluster-a to be stale", 60, async || {
+    let m = eventually("cluster-a to be stale", 60, || async {
         let m = status(&fleet, &["--state", "stale"]).await;
         (m.cluster_count() == 1).then_some(m)
     })
