@@ -17,6 +17,7 @@
 //! * [`waves`] — wave gating and pacing as a pure function ([`may_start`]).
 //! * [`matrix`] / [`FleetView`] — the cluster × release view `fleetgate status` prints.
 //! * [`html`] — that view as one self-contained page (`fleetgate status -o html`).
+//! * [`live`] — that page served read-only and kept current (`fleetgate status --serve ADDR`).
 //! * [`wait`] — whether a release reached `success` on the clusters waited for (`fleetgate wait`).
 //! * [`audit`] — every entry each cluster wrote, from its notes ref's history (`fleetgate audit`).
 //!
@@ -29,6 +30,7 @@ pub mod github_app;
 pub mod heartbeat;
 pub mod html;
 pub mod identity;
+pub mod live;
 pub mod matrix;
 mod memo;
 mod model;
