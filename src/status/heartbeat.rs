@@ -111,9 +111,8 @@ pub enum HeartbeatError {
     Refused { url: String, reason: String },
 }
 
-/// Sends one beat of `cluster`: writes it as a new root commit in `repo` (any bare repository of
-/// the agent's; the beat needs nothing from the fleet's history), points the local heartbeat ref
-/// at it and force-pushes that ref to `remote`.
+/// Sends one beat of `cluster`: [`record`]s it in `repo` (any bare repository of the agent's; the
+/// beat needs nothing from the fleet's history) and force-pushes the heartbeat ref to `remote`.
 ///
 /// Blocking (network I/O); call it from `spawn_blocking` in async code.
 ///
@@ -122,6 +121,25 @@ pub enum HeartbeatError {
 pub fn beat(
     repo: &Repository,
     remote: &GitRemote,
+    identity: &StatusIdentity,
+    cluster: &str,
+    interval: Duration,
+) -> Result<Heartbeat, HeartbeatError> {
+    let beat = record(repo, identity, cluster, interval)?;
+    let refname = heartbeat_ref(cluster);
+    match push(repo, remote, &format!("+{refname}:{refname}"), None)? {
+        None => Ok(beat),
+        Some(reason) => Err(HeartbeatError::Refused { url: remote.url().to_string(), reason }),
+    }
+}
+
+/// Writes a beat of `cluster` now, signed as `identity`, as a new root commit in `repo` and points
+/// `repo`'s heartbeat ref of `cluster` at it (replacing the previous beat).
+///
+/// # Errors
+/// Signing or the local repository.
+pub fn record(
+    repo: &Repository,
     identity: &StatusIdentity,
     cluster: &str,
     interval: Duration,
@@ -135,12 +153,8 @@ pub fn beat(
     )?;
     let tree = repo.find_tree(repo.treebuilder(None)?.write()?)?;
     let commit = repo.commit(None, &sig, &sig, &message, &tree, &[])?;
-    let refname = heartbeat_ref(cluster);
-    repo.reference(&refname, commit, true, "fleetgate: heartbeat")?;
-    match push(repo, remote, &format!("+{refname}:{refname}"), None)? {
-        None => Ok(beat),
-        Some(reason) => Err(HeartbeatError::Refused { url: remote.url().to_string(), reason }),
-    }
+    repo.reference(&heartbeat_ref(cluster), commit, true, "fleetgate: heartbeat")?;
+    Ok(beat)
 }
 
 /// The verified heartbeat of every cluster whose ref `repo` holds (a reader's mirror fetches
@@ -150,18 +164,49 @@ pub fn beat(
 /// # Errors
 /// A local repository failure.
 pub fn read(repo: &Repository, keys: &StatusKeys) -> Result<BTreeMap<String, Heartbeat>, git2::Error> {
+    read_remembering(repo, keys, &mut VerifiedBeats::default())
+}
+
+/// Heartbeats a reader verified before, by cluster: the commit, and the fleet and key it verified
+/// with. Kept in memory only (a beat is replaced every interval, so a memory on disk would rarely
+/// hold the current one); a refreshing reader (`--watch`, `--serve`) checks only the beats that
+/// moved since its last refresh.
+#[derive(Debug, Default, Clone)]
+pub struct VerifiedBeats {
+    known: std::collections::HashMap<String, (Oid, String, Heartbeat)>,
+}
+
+/// [`read`], taking from `memo` the beats it verified before with the same fleet and key (no
+/// signature check) and remembering the ones verified now.
+///
+/// # Errors
+/// A local repository failure.
+pub fn read_remembering(
+    repo: &Repository,
+    keys: &StatusKeys,
+    memo: &mut VerifiedBeats,
+) -> Result<BTreeMap<String, Heartbeat>, git2::Error> {
     let mut out = BTreeMap::new();
+    let mut known = std::collections::HashMap::new();
     for r in repo.references_glob(&format!("{HEARTBEAT_PREFIX}*"))? {
         let r = r?;
         let (Ok(name), Some(target)) = (r.name(), r.target()) else { continue };
         let cluster = &name[HEARTBEAT_PREFIX.len()..];
-        match believe(repo, cluster, target, keys) {
+        // What the beat must verify with: a memory made with another fleet or key is no proof.
+        let with = format!("{} {}", keys.fleet(), keys.get(cluster).map(|k| k.to_openssh()).unwrap_or_default());
+        let beat = match memo.known.remove(cluster) {
+            Some((oid, seen_with, beat)) if oid == target && seen_with == with => Ok(beat),
+            _ => believe(repo, cluster, target, keys),
+        };
+        match beat {
             Ok(beat) => {
-                out.insert(cluster.to_string(), beat);
+                out.insert(cluster.to_string(), beat.clone());
+                known.insert(cluster.to_string(), (target, with, beat));
             }
             Err(why) => tracing::warn!(refname = name, %why, "ignoring a heartbeat"),
         }
     }
+    memo.known = known;
     Ok(out)
 }
 
@@ -180,6 +225,26 @@ mod tests {
 
     fn identity() -> StatusIdentity {
         StatusIdentity::new("redis-fleet", StatusSigner::generate("cluster-a").unwrap())
+    }
+
+    #[test]
+    fn a_remembered_beat_is_reused_only_for_the_same_commit_fleet_and_key() {
+        let repo_dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(repo_dir.path()).unwrap();
+        let id = identity();
+        record(&repo, &id, "cluster-a", Duration::from_secs(60)).unwrap();
+        let mut memo = VerifiedBeats::default();
+        let keys = id.keys_for("cluster-a");
+        assert_eq!(read_remembering(&repo, &keys, &mut memo).unwrap().len(), 1);
+        assert_eq!(memo.known.len(), 1);
+        // Another key registered for the cluster now: the memory proves nothing for it.
+        let other = identity().keys_for("cluster-a");
+        assert!(read_remembering(&repo, &other, &mut memo).unwrap().is_empty());
+        assert!(memo.known.is_empty());
+        // A forged beat over the remembered one's ref is checked, not taken from memory.
+        assert_eq!(read_remembering(&repo, &keys, &mut memo).unwrap().len(), 1);
+        record(&repo, &identity(), "cluster-a", Duration::from_secs(60)).unwrap();
+        assert!(read_remembering(&repo, &keys, &mut memo).unwrap().is_empty());
     }
 
     #[test]

@@ -59,7 +59,8 @@ impl FleetView {
         let commits: Vec<git2::Oid> = releases.iter().filter_map(|r| git2::Oid::from_str(&r.commit).ok()).collect();
         let keys = StatusKeys::registered(&config);
         let statuses = notes::read_all_remembering(checkout.repo(), &commits, &keys, memo)?;
-        let heartbeats = heartbeat::read(checkout.repo(), &keys).map_err(ViewError::Heartbeats)?;
+        let heartbeats =
+            heartbeat::read_remembering(checkout.repo(), &keys, &mut memo.beats).map_err(ViewError::Heartbeats)?;
         let origin = Origin { branch: checkout.branch().to_string(), revision: checkout.tip().to_string() };
         Ok(FleetView { config, origin, releases, statuses, heartbeats })
     }
