@@ -258,3 +258,16 @@ fn show(args: &Args, mut matrix: Matrix) -> anyhow::Result<ExitCode> {
             .any(|c| matches!(c.cells[0].state, Some(State::Failure | State::Error)));
     Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::parse_serve_addr;
+
+    #[test]
+    fn a_bare_port_serves_on_loopback_only() {
+        assert_eq!(parse_serve_addr("8090").unwrap().to_string(), "127.0.0.1:8090");
+        assert_eq!(parse_serve_addr("0.0.0.0:8090").unwrap().to_string(), "0.0.0.0:8090");
+        assert_eq!(parse_serve_addr("[::1]:8090").unwrap().to_string(), "[::1]:8090");
+        assert!(parse_serve_addr("localhost:x").unwrap_err().contains("expected PORT or HOST:PORT"));
+    }
+}
