@@ -6,7 +6,7 @@
 use super::config::AgentConfig;
 use super::lease::Leadership;
 use crate::model::error_chain;
-use crate::status::{GitRemote, StatusIdentity, heartbeat};
+use crate::status::{GitRemote, HeartbeatError, StatusIdentity, heartbeat};
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -57,32 +57,33 @@ struct Beater {
 }
 
 impl Beater {
-    async fn run(self, leader: watch::Receiver<Leadership>) {
+    async fn run(self, mut leader: watch::Receiver<Leadership>) {
         let mut ticks = tokio::time::interval(self.interval);
         // A beat held up by a slow server is not made up for in a burst.
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let beater = std::sync::Arc::new(self);
         loop {
             ticks.tick().await;
-            if !leader.borrow().is_leading() {
-                continue;
+            // A standby beats from the moment it leads, not an interval later.
+            if leader.wait_for(Leadership::is_leading).await.is_err() {
+                return;
             }
             let b = beater.clone();
             match tokio::task::spawn_blocking(move || b.beat()).await {
                 Ok(Ok(at)) => tracing::debug!(%at, "heartbeat published"),
-                Ok(Err(e)) => tracing::warn!(error = %e, "heartbeat not published; trying again next interval"),
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %error_chain(&e), "heartbeat not published; trying again next interval")
+                }
                 Err(e) => tracing::warn!(error = %e, "heartbeat task failed"),
             }
         }
     }
 
-    fn beat(&self) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    fn beat(&self) -> Result<chrono::DateTime<chrono::Utc>, HeartbeatError> {
         let repo = match git2::Repository::open_bare(&self.repo_dir) {
             Ok(repo) => repo,
-            Err(_) => git2::Repository::init_bare(&self.repo_dir).map_err(|e| error_chain(&e))?,
+            Err(_) => git2::Repository::init_bare(&self.repo_dir)?,
         };
-        heartbeat::beat(&repo, &self.remote, &self.identity, &self.cluster, self.interval)
-            .map(|b| b.at)
-            .map_err(|e| error_chain(&e))
+        Ok(heartbeat::beat(&repo, &self.remote, &self.identity, &self.cluster, self.interval)?.at)
     }
 }

@@ -1,8 +1,7 @@
 //! [`AgentServices`]: everything the reconcile loop needs besides the pipeline stages, started in
 //! one call from an [`AgentConfig`] — Kubernetes client, state store (loaded), leader election,
 //! triggers (poll, webhook, ref watcher), metrics, Events, notifier, the heartbeat and the HTTP
-//! server — and
-//! stopped in one call, releasing the Lease so a standby takes over at once.
+//! server — and stopped in one call, releasing the Lease so a standby takes over at once.
 
 use super::config::AgentConfig;
 use super::events::EventRecorder;
