@@ -186,36 +186,60 @@ pub fn read_remembering(
     keys: &StatusKeys,
     memo: &mut VerifiedBeats,
 ) -> Result<BTreeMap<String, Heartbeat>, git2::Error> {
-    let mut out = BTreeMap::new();
+    // Remembered beats are taken as they are; the others are read here and their signatures
+    // checked below, on two threads for a big fleet (one Ed25519 check each is most of the work).
     let mut known = std::collections::HashMap::new();
+    let mut unchecked = Vec::new();
     for r in repo.references_glob(&format!("{HEARTBEAT_PREFIX}*"))? {
         let r = r?;
         let (Ok(name), Some(target)) = (r.name(), r.target()) else { continue };
-        let cluster = &name[HEARTBEAT_PREFIX.len()..];
+        let cluster = name[HEARTBEAT_PREFIX.len()..].to_string();
         // What the beat must verify with: a memory made with another fleet or key is no proof.
-        let with = format!("{} {}", keys.fleet(), keys.get(cluster).map(|k| k.to_openssh()).unwrap_or_default());
-        let beat = match memo.known.remove(cluster) {
-            Some((oid, seen_with, beat)) if oid == target && seen_with == with => Ok(beat),
-            _ => believe(repo, cluster, target, keys),
-        };
-        match beat {
-            Ok(beat) => {
-                out.insert(cluster.to_string(), beat.clone());
-                known.insert(cluster.to_string(), (target, with, beat));
+        let with = format!("{} {}", keys.fleet(), keys.get(&cluster).map(|k| k.to_openssh()).unwrap_or_default());
+        match memo.known.remove(&cluster) {
+            Some((oid, seen_with, beat)) if oid == target && seen_with == with => {
+                known.insert(cluster, (target, with, beat));
             }
-            Err(why) => tracing::warn!(refname = name, %why, "ignoring a heartbeat"),
+            _ => match parse(repo, target) {
+                Ok(beat) => unchecked.push((cluster, target, with, beat)),
+                Err(why) => tracing::warn!(refname = name, %why, "ignoring a heartbeat"),
+            },
         }
     }
+    let check = |batch: &[(String, Oid, String, Heartbeat)]| -> Vec<Result<(), Unverified>> {
+        batch.iter().map(|(cluster, _, _, beat)| beat.verify(cluster, keys)).collect()
+    };
+    let verdicts = if unchecked.len() < PARALLEL_BEATS {
+        check(&unchecked)
+    } else {
+        let (a, b) = unchecked.split_at(unchecked.len() / 2);
+        std::thread::scope(|s| {
+            let first = s.spawn(|| check(a));
+            let second = check(b);
+            let mut all = first.join().expect("a signature check does not panic");
+            all.extend(second);
+            all
+        })
+    };
+    for ((cluster, target, with, beat), verdict) in unchecked.into_iter().zip(verdicts) {
+        match verdict {
+            Ok(()) => {
+                known.insert(cluster, (target, with, beat));
+            }
+            Err(why) => tracing::warn!(refname = %heartbeat_ref(&cluster), %why, "ignoring a heartbeat"),
+        }
+    }
+    let out = known.iter().map(|(cluster, (_, _, beat))| (cluster.clone(), beat.clone())).collect();
     memo.known = known;
     Ok(out)
 }
 
-fn believe(repo: &Repository, cluster: &str, target: Oid, keys: &StatusKeys) -> Result<Heartbeat, String> {
+/// From this many unchecked heartbeats on, their signatures are checked on two threads.
+const PARALLEL_BEATS: usize = 64;
+
+fn parse(repo: &Repository, target: Oid) -> Result<Heartbeat, String> {
     let commit = repo.find_commit(target).map_err(|_| "not a commit".to_string())?;
-    let beat: Heartbeat =
-        serde_json::from_slice(commit.message_bytes()).map_err(|e| format!("not a fleetgate heartbeat ({e})"))?;
-    beat.verify(cluster, keys).map_err(|e| e.to_string())?;
-    Ok(beat)
+    serde_json::from_slice(commit.message_bytes()).map_err(|e| format!("not a fleetgate heartbeat ({e})"))
 }
 
 #[cfg(test)]
@@ -245,6 +269,23 @@ mod tests {
         assert_eq!(read_remembering(&repo, &keys, &mut memo).unwrap().len(), 1);
         record(&repo, &identity(), "cluster-a", Duration::from_secs(60)).unwrap();
         assert!(read_remembering(&repo, &keys, &mut memo).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_big_fleets_beats_are_checked_on_two_threads_and_a_forgery_among_them_is_left_out() {
+        let repo_dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(repo_dir.path()).unwrap();
+        let mut keys = StatusKeys::new("redis-fleet");
+        for i in 0..PARALLEL_BEATS + 6 {
+            let id = identity();
+            let cluster = format!("c-{i:03}");
+            record(&repo, &id, &cluster, Duration::from_secs(60)).unwrap();
+            // c-007's registered key is not the one that signed its beat.
+            keys.insert(&cluster, if i == 7 { identity().signer.public() } else { id.signer.public() });
+        }
+        let beats = read(&repo, &keys).unwrap();
+        assert_eq!(beats.len(), PARALLEL_BEATS + 5);
+        assert!(!beats.contains_key("c-007") && beats.contains_key("c-006") && beats.contains_key("c-069"));
     }
 
     #[test]
