@@ -19,11 +19,18 @@
 //!
 //! `cargo run --release --example git_scale -- [AGENTS] [POLL_SECONDS] [AGENTS POLL ...]`
 //! (default: 100 2  250 2  500 2  1000 5  1000 2). Figures: docs/RELIABILITY.md.
+//!
+//! `… git_scale heartbeats AGENTS INTERVAL_SECONDS`: the extra load of liveness alone. A repo with
+//! AGENTS clusters' notes refs is served; the daemon's CPU and the ls-remote's size and time are
+//! measured before any heartbeat ref exists, then every agent publishes one signed heartbeat
+//! ([`heartbeat::beat`], spread evenly over one interval: the steady rate of AGENTS agents at that
+//! interval), then the ls-remote again with AGENTS heartbeat refs advertised, and a reader's
+//! verification of all of them ([`heartbeat::read`]). Figures: docs/BENCHMARKS.md.
 
 use fleetgate::model::FleetConfig;
 use fleetgate::source::{Credentials, NotesSchedule, Source};
 use fleetgate::status::{
-    GitRemote, Move, State, Status, StatusIdentity, StatusKeys, StatusSigner, may_start, members, notes,
+    GitRemote, Move, State, Status, StatusIdentity, StatusKeys, StatusSigner, heartbeat, may_start, members, notes,
 };
 use std::path::Path;
 use std::process::{Child, Command};
@@ -61,6 +68,167 @@ fn cpu_seconds(wrapper: u32) -> f64 {
     // Fields 14-17 of proc(5); `after` starts at field 3.
     let ticks: f64 = fields[11..15].iter().map(|f| f.parse::<f64>().unwrap()).sum();
     ticks / 100.0
+}
+
+/// A `git daemon` serving `base`, and the URL of its `fleet.git`.
+fn start_daemon(base: &Path) -> (Child, String) {
+    // Not testenv's GitDaemon: git daemon serves 32 connections at a time unless told otherwise,
+    // which would cap the very load this measures, and the CPU figure needs its pid.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let daemon: Child = Command::new("git")
+        .args(["daemon", "--reuseaddr", "--export-all", "--enable=receive-pack", "--listen=127.0.0.1"])
+        .arg(format!("--port={port}"))
+        .arg(format!("--base-path={}", base.display()))
+        .arg("--max-connections=0")
+        .arg(base)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (daemon, format!("git://127.0.0.1:{port}/fleet.git"))
+}
+
+fn stop_daemon(daemon: &mut Child) {
+    // Killing the `git` wrapper leaves its `git-daemon` child serving (and holding our stdout).
+    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", daemon.id())).unwrap_or_default();
+    for pid in children.split_whitespace() {
+        Command::new("kill").arg(pid).status().ok();
+    }
+    daemon.kill().ok();
+    daemon.wait().ok();
+}
+
+/// `count` ls-remotes one after the other: the refs advertised, the advertisement's bytes (ref
+/// lines as protocol v0 sends them), the daemon's CPU milliseconds per ls-remote and the p50 time.
+fn ls_remotes(url: &str, daemon: &Child, count: usize) -> (usize, usize, f64, f64) {
+    let repo_dir = tempfile::tempdir().unwrap();
+    let repo = git2::Repository::init_bare(repo_dir.path()).unwrap();
+    let cpu = cpu_seconds(daemon.id());
+    let mut times = Vec::new();
+    let (mut refs, mut bytes) = (0, 0);
+    for _ in 0..count {
+        let t = Instant::now();
+        let mut remote = repo.remote_anonymous(url).unwrap();
+        let conn = remote.connect_auth(git2::Direction::Fetch, None, None).unwrap();
+        let heads = conn.list().unwrap();
+        refs = heads.len();
+        // pkt-line: 4 length bytes, 40 hex, a space, the name, a newline.
+        bytes = heads.iter().map(|h| 4 + 40 + 1 + h.name().len() + 1).sum();
+        drop(conn);
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    let cpu_ms = (cpu_seconds(daemon.id()) - cpu) * 1000.0 / count as f64;
+    times.sort_by(f64::total_cmp);
+    (refs, bytes, cpu_ms, times[times.len() / 2])
+}
+
+/// `git_scale heartbeats AGENTS INTERVAL_SECONDS` (see the module doc).
+fn heartbeats(n: usize, interval: Duration) {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("repos");
+    std::fs::create_dir_all(&base).unwrap();
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    git(&work, &["init", "-q", "-b", "main"]);
+    std::fs::write(work.join("fleet.yaml"), fleet_yaml("rel-1")).unwrap();
+    git(&work, &["add", "."]);
+    git(&work, &["-c", "user.name=sim", "-c", "user.email=sim@example.com", "commit", "-qm", "rel-1"]);
+    git(&work, &["tag", "rel-1"]);
+    // Every cluster has its notes ref in a real fleet: the advertisement heartbeats add to.
+    let tip =
+        String::from_utf8(Command::new("git").current_dir(&work).args(["rev-parse", "HEAD"]).output().unwrap().stdout)
+            .unwrap();
+    let updates: String = (0..n).map(|i| format!("create refs/notes/fleetgate/c-{i:04} {}", tip)).collect();
+    let mut update = Command::new("git")
+        .current_dir(&work)
+        .args(["update-ref", "--stdin"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(update.stdin.as_mut().unwrap(), updates.as_bytes()).unwrap();
+    assert!(update.wait().unwrap().success());
+    let bare = base.join("fleet.git");
+    git(&base, &["init", "-q", "--bare", "-b", "main", "fleet.git"]);
+    git(&work, &["push", "-q", bare.to_str().unwrap(), "main", "--tags", "refs/notes/*:refs/notes/*"]);
+    let (mut daemon, url) = start_daemon(&base);
+
+    let (refs_before, bytes_before, cpu_before, p50_before) = ls_remotes(&url, &daemon, 200);
+
+    // One beat per agent, spread evenly over one interval, from 8 senders (each its own repo).
+    let signers: Vec<StatusSigner> = (0..n).map(|i| StatusSigner::generate(&format!("c-{i:04}")).unwrap()).collect();
+    let mut keys = StatusKeys::new(FLEET);
+    for (i, s) in signers.iter().enumerate() {
+        keys.insert(&format!("c-{i:04}"), s.public());
+    }
+    let signers = Arc::new(signers);
+    let cpu = cpu_seconds(daemon.id());
+    let start = Instant::now();
+    let senders = 8;
+    let latencies = Arc::new(Mutex::new(Vec::new()));
+    let errors = Arc::new(AtomicU64::new(0));
+    let handles: Vec<_> = (0..senders)
+        .map(|t| {
+            let (signers, latencies, errors, url) = (signers.clone(), latencies.clone(), errors.clone(), url.clone());
+            std::thread::spawn(move || {
+                let local = tempfile::tempdir().unwrap();
+                let repo = git2::Repository::init_bare(local.path()).unwrap();
+                let remote = GitRemote::new(url);
+                for i in (t..n).step_by(senders) {
+                    let due = interval.mul_f64(i as f64 / n as f64);
+                    std::thread::sleep(due.saturating_sub(start.elapsed()));
+                    let identity = StatusIdentity::new(FLEET, signers[i].clone());
+                    let t = Instant::now();
+                    match heartbeat::beat(&repo, &remote, &identity, &format!("c-{i:04}"), interval) {
+                        Ok(_) => latencies.lock().unwrap().push(t.elapsed().as_secs_f64() * 1000.0),
+                        Err(_) => {
+                            errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let wall = start.elapsed().as_secs_f64();
+    let beat_cpu = cpu_seconds(daemon.id()) - cpu;
+    let mut lat = latencies.lock().unwrap().clone();
+    lat.sort_by(f64::total_cmp);
+    let pct =
+        |p: f64| lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1))).copied().unwrap_or(0.0);
+
+    let (refs_after, bytes_after, cpu_after, p50_after) = ls_remotes(&url, &daemon, 200);
+    stop_daemon(&mut daemon);
+
+    // A reader (`fleetgate status`) verifies every heartbeat of its mirror.
+    let server = git2::Repository::open_bare(&bare).unwrap();
+    let t = Instant::now();
+    let read = heartbeat::read(&server, &keys).unwrap();
+    let read_ms = t.elapsed().as_secs_f64() * 1000.0;
+    let disk = Command::new("du").args(["-sk"]).arg(&bare).output().unwrap();
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+
+    println!(
+        "| agents | interval | beats pushed (errors) | beats/s | daemon CPU for the beats (% of one core) | push p50 / p99 | ls-remote refs before → after | advertisement bytes before → after | daemon CPU per ls-remote before → after | ls-remote p50 before → after | reader verifies {n} heartbeats | server repo size | load avg |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!(
+        "| {n} | {}s | {} ({}) | {:.1} | {:.1} s ({:.1} %) | {:.0} / {:.0} ms | {refs_before} → {refs_after} | {bytes_before} → {bytes_after} | {cpu_before:.1} → {cpu_after:.1} ms | {p50_before:.1} → {p50_after:.1} ms | {read_ms:.0} ms ({} verified) | {} KiB | {} |",
+        interval.as_secs(),
+        lat.len(),
+        errors.load(Ordering::Relaxed),
+        lat.len() as f64 / wall,
+        beat_cpu,
+        100.0 * beat_cpu / wall,
+        pct(0.5),
+        pct(0.99),
+        read.len(),
+        String::from_utf8_lossy(&disk.stdout).split_whitespace().next().unwrap_or("?"),
+        load.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
+    );
 }
 
 #[derive(Default)]
@@ -138,22 +306,7 @@ fn run(run: &Run) {
     let bare = base.join("fleet.git");
     git(&work, &["push", "-q", bare.to_str().unwrap(), "main", "--tags"]);
 
-    // Not testenv's GitDaemon: git daemon serves 32 connections at a time unless told otherwise,
-    // which would cap the very load this measures, and the CPU figure needs its pid.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut daemon: Child = Command::new("git")
-        .args(["daemon", "--reuseaddr", "--export-all", "--enable=receive-pack", "--listen=127.0.0.1"])
-        .arg(format!("--port={port}"))
-        .arg(format!("--base-path={}", base.display()))
-        .arg("--max-connections=0")
-        .arg(&base)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let url = format!("git://127.0.0.1:{port}/fleet.git");
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (mut daemon, url) = start_daemon(&base);
 
     // Every agent clones and settles on rel-1 first (not measured).
     let totals = Arc::new(Totals::default());
@@ -296,13 +449,7 @@ fn run(run: &Run) {
     }
     let elapsed = wall.elapsed().as_secs_f64();
     let cpu = cpu_seconds(daemon.id()) - cpu_before;
-    // Killing the `git` wrapper leaves its `git-daemon` child serving (and holding our stdout).
-    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", daemon.id())).unwrap_or_default();
-    for pid in children.split_whitespace() {
-        Command::new("kill").arg(pid).status().ok();
-    }
-    daemon.kill().ok();
-    daemon.wait().ok();
+    stop_daemon(&mut daemon);
 
     let starts = totals.starts.lock().unwrap();
     let last_of = |w: usize| starts.iter().filter(|(x, _)| *x == w).map(|(_, t)| *t).max().unwrap_or_default();
@@ -340,8 +487,13 @@ fn run(run: &Run) {
 }
 
 fn main() {
-    let args: Vec<u64> =
-        std::env::args().skip(1).map(|a| a.parse().expect("numbers: AGENTS POLL_SECONDS ...")).collect();
+    let raw: Vec<String> = std::env::args().skip(1).collect();
+    if raw.first().map(String::as_str) == Some("heartbeats") {
+        let n: usize = raw.get(1).map_or(1000, |a| a.parse().expect("AGENTS"));
+        let interval: u64 = raw.get(2).map_or(120, |a| a.parse().expect("INTERVAL_SECONDS"));
+        return heartbeats(n, Duration::from_secs(interval));
+    }
+    let args: Vec<u64> = raw.iter().map(|a| a.parse().expect("numbers: AGENTS POLL_SECONDS ...")).collect();
     let pairs: Vec<(u64, u64)> = if args.is_empty() {
         vec![(100, 2), (250, 2), (500, 2), (1000, 5), (1000, 2)]
     } else {

@@ -10,16 +10,20 @@
 //! Then, phase by phase: `read_all` with every signature checked (a first run), the pure steps
 //! over the view's statuses (`Matrix::build`, the renderers, `-o json`), where a read's time goes, and
 //! what `fleetgate status` does after its fetch, end to end — open the verified-notes memory,
-//! read the notes, save the memory, build the matrix, make its text terminal-safe, render the
-//! 80-column table — on a first run (no memory) and on the runs after it.
+//! read the notes, save the memory, read and verify every cluster's heartbeat, build the matrix
+//! with RUNNING, LAST SEEN and stale, make its text terminal-safe, render the 80-column table —
+//! on a first run (no memory) and on the runs after it.
+//!
+//! Every cluster has a heartbeat ref too, written at each run (not kept in the fixture) and signed
+//! by a key generated for the run; the heartbeats are verified against those keys.
 //!
 //! `cargo build --release --example status_matrix && target/release/examples/status_matrix
 //! [CLUSTERS] [RELEASES]` — figures go to docs/BENCHMARKS.md ("Status matrix").
 
 use fleetgate::model::{Cluster, ClusterSpec, Document, FleetConfig, FleetSpec, OperatorIdentity, RolloutSettings};
 use fleetgate::status::{
-    Matrix, Member, Origin, ReleaseRef, RenderOptions, State, Status, StatusKey, StatusKeys, StatusNote, StatusSet,
-    StatusSigner, VerifiedNotes, members,
+    Matrix, Member, Origin, ReleaseRef, RenderOptions, State, Status, StatusIdentity, StatusKey, StatusKeys,
+    StatusNote, StatusSet, StatusSigner, VerifiedNotes, heartbeat, members,
 };
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -209,6 +213,9 @@ struct View<'a> {
     repo: &'a git2::Repository,
     commits: &'a [git2::Oid],
     keys: &'a StatusKeys,
+    /// The keys of this run's heartbeats (see the module doc).
+    heartbeat_keys: &'a StatusKeys,
+    now: chrono::DateTime<chrono::Utc>,
     config: &'a FleetConfig,
     members: &'a [Member],
     rels: &'a [ReleaseRef],
@@ -228,9 +235,12 @@ impl View<'_> {
         let set =
             fleetgate::status::read_all_remembering(self.repo, self.commits, self.keys, &mut memo).expect("notes read");
         memo.save().expect("memory saved");
+        let beats = heartbeat::read(self.repo, self.heartbeat_keys).expect("heartbeats read");
         let mut matrix = self.build(&set);
+        // One clock for every run, so their tables (ages included) compare equal.
+        matrix.judge_liveness(&beats, None, self.now);
         matrix.for_each_text_mut(fleetgate::cli::make_terminal_safe);
-        fleetgate::status::render_table(&matrix, narrow())
+        fleetgate::status::render_table(&matrix, RenderOptions { now: self.now, ..narrow() })
     }
 
     fn build(&self, set: &StatusSet) -> Matrix {
@@ -255,10 +265,20 @@ fn main() {
     let commits: Vec<git2::Oid> = rels.iter().map(|r| git2::Oid::from_str(&r.commit).expect("hex")).collect();
     let members = members(&config);
     let origin = Origin { branch: "main".into(), revision: "0".repeat(40) };
+    let mut heartbeat_keys = StatusKeys::new(keys.fleet());
+    let written = Instant::now();
+    for m in &members {
+        let me = StatusIdentity::new(keys.fleet(), StatusSigner::generate(&m.name).expect("key"));
+        heartbeat::record(&repo, &me, &m.name, Duration::from_secs(120)).expect("heartbeat written");
+        heartbeat_keys.insert(&m.name, me.signer.public());
+    }
+    println!("{} heartbeats written in {:.1} s", members.len(), written.elapsed().as_secs_f64());
     let view = View {
         repo: &repo,
         commits: &commits,
         keys: &keys,
+        heartbeat_keys: &heartbeat_keys,
+        now: chrono::Utc::now(),
         config: &config,
         members: &members,
         rels: &rels,
@@ -305,6 +325,8 @@ fn main() {
         fleetgate::status::read_all_remembering(&repo, &commits, &keys, &mut memo).expect("notes read")
     });
     row("read_all, notes remembered (in memory)", &warm, "");
+    let (beats_t, beats) = time(git_runs, || heartbeat::read(&repo, &heartbeat_keys).expect("heartbeats read"));
+    row("heartbeat::read, every signature checked", &beats_t, &format!("{} verified", beats.len()));
 
     let dir = tempfile::tempdir().expect("temp dir");
     let memo_file = dir.path().join("verified-notes");
@@ -312,13 +334,13 @@ fn main() {
         let _ = std::fs::remove_file(&memo_file);
         view.status(&memo_file)
     };
-    let (cold, _) = time(cold_runs, first_run);
+    let (cold, first_table) = time(cold_runs, first_run);
     let size = std::fs::metadata(&memo_file).expect("memory written").len();
     let (open, _) = time(git_runs, || VerifiedNotes::open(&memo_file));
     row("VerifiedNotes::open (read, checksum, index)", &open, &format!("{:.1} MB", size as f64 / 1e6));
     row("end to end, first run (no memory)", &cold, "");
     let (e2e, shown) = time(git_runs, || view.status(&memo_file));
-    assert_eq!(shown, table, "the same table from remembered notes");
+    assert_eq!(shown, first_table, "the same table from remembered notes");
     row("end to end, notes verified before", &e2e, "");
 }
 

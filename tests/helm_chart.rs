@@ -305,6 +305,7 @@ fn every_value_becomes_agent_configuration_on_a_mounted_path() {
     assert_eq!(settings.webhook_secret_file.as_deref(), Some(Path::new("/etc/fleetgate/webhook/secret")));
     assert_eq!(settings.allow_gate_kinds, ["Certificate.cert-manager.io"]);
     assert_eq!(settings.drift_interval, Some(std::time::Duration::from_secs(300)));
+    assert_eq!(settings.heartbeat_interval, Some(std::time::Duration::from_secs(120)));
     assert_eq!(settings.promotions, Some(PromotionMode::Signed));
     assert_eq!(settings.approvers, ["ana"]);
     assert_eq!(settings.labels, BTreeMap::from([("region".to_string(), "eu".to_string())]));

@@ -218,3 +218,52 @@ fn status_notes_alone_are_fetched_only_when_the_gate_could_open() {
     assert!(has_note(&source, "cluster-c"));
     assert_eq!(source.stats().notes_fetches, 1);
 }
+
+/// Heartbeats move every few minutes per cluster: an agent's source neither fetches them nor
+/// takes their move for a change; a reader's (`with_heartbeats`) mirrors them, force-updated,
+/// fetching only when one moved and never re-fetching the release for it.
+#[test]
+fn heartbeat_refs_cost_agents_nothing_and_readers_only_a_fetch_when_one_moved() {
+    use fleetgate::status::heartbeat::{self, heartbeat_ref};
+    use fleetgate::status::{GitRemote, StatusIdentity, StatusSigner};
+    let remote = FleetRemote::new();
+    let (agent_state, reader_state, beats) =
+        (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut agent = remote.source(agent_state.path());
+    let mut reader = remote.source(reader_state.path()).with_heartbeats();
+    agent.sync().unwrap();
+    reader.sync().unwrap();
+    let beat = || {
+        let repo =
+            git2::Repository::open_bare(beats.path()).or_else(|_| git2::Repository::init_bare(beats.path())).unwrap();
+        let me = StatusIdentity::new("redis-fleet", StatusSigner::generate("cluster-a").unwrap());
+        heartbeat::beat(&repo, &GitRemote::new(&remote.url), &me, "cluster-a", Duration::from_secs(60)).unwrap();
+        repo.refname_to_id(&heartbeat_ref("cluster-a")).unwrap()
+    };
+    for _ in 0..2 {
+        let tip = beat();
+        let before = agent.stats();
+        assert!(!agent.sync().unwrap().fetched);
+        assert_eq!(
+            agent.stats(),
+            SourceStats { ls_remotes: before.ls_remotes + 1, ..before },
+            "an agent fetched for a heartbeat"
+        );
+        let mirror = git2::Repository::open_bare(agent.state_dir().join("mirror.git")).unwrap();
+        assert!(mirror.find_reference(&heartbeat_ref("cluster-a")).is_err(), "an agent mirrored a heartbeat");
+
+        let before = reader.stats();
+        assert!(!reader.sync().unwrap().fetched, "a heartbeat is no release change");
+        assert_eq!(reader.stats().fetches, before.fetches + 1);
+        let mirror = reader.checkout().unwrap();
+        assert_eq!(
+            mirror.repo().refname_to_id(&heartbeat_ref("cluster-a")).unwrap(),
+            tip,
+            "force-updated to the new beat"
+        );
+    }
+    // Nothing moved: no fetch.
+    let before = reader.stats();
+    reader.sync().unwrap();
+    assert_eq!(reader.stats().fetches, before.fetches);
+}

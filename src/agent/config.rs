@@ -31,6 +31,9 @@ pub const DEFAULT_STATE_NAMESPACE: &str = "fleetgate-system";
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
 /// How often an idle agent checks for drift, by default.
 pub const DEFAULT_DRIFT_INTERVAL: Duration = Duration::from_secs(300);
+/// How often an agent publishes its heartbeat, by default: readers call it stale after three
+/// missed beats (6 min), and 1,000 agents add about 8 small pushes a second (docs/BENCHMARKS.md).
+pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(120);
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 /// Polls closer together than this would hammer the Git server for no benefit: the webhook and the
 /// file-system watcher are the fast paths.
@@ -191,6 +194,9 @@ pub struct AgentConfig {
     /// How often an idle agent compares the live objects with its current release and re-applies
     /// what drifted; `None`: never.
     pub drift_interval: Option<Duration>,
+    /// How often the leader publishes this cluster's signed heartbeat
+    /// (`refs/fleetgate/heartbeat/<cluster>`, see `crate::status::heartbeat`); `None`: never.
+    pub heartbeat_interval: Option<Duration>,
     pub listen: SocketAddr,
     pub write_back: bool,
     /// The local emergency brake (`--paused[=REASON]`): hold this cluster on the release it runs
@@ -286,6 +292,9 @@ pub struct AgentSettings {
     /// `0s` turns drift correction off.
     #[serde(default, with = "humantime_serde")]
     pub drift_interval: Option<Duration>,
+    /// `0s` turns heartbeats off.
+    #[serde(default, with = "humantime_serde")]
+    pub heartbeat_interval: Option<Duration>,
     pub listen: Option<SocketAddr>,
     pub write_back: Option<bool>,
     /// Hold the cluster on its current release; the value is the reason (may be empty).
@@ -443,6 +452,7 @@ impl AgentSettings {
             state_dir: higher.state_dir.or(self.state_dir),
             interval: higher.interval.or(self.interval),
             drift_interval: higher.drift_interval.or(self.drift_interval),
+            heartbeat_interval: higher.heartbeat_interval.or(self.heartbeat_interval),
             listen: higher.listen.or(self.listen),
             write_back: higher.write_back.or(self.write_back),
             paused: higher.paused.or(self.paused),
@@ -572,6 +582,8 @@ impl AgentSettings {
             state_dir,
             interval,
             drift_interval: Some(self.drift_interval.unwrap_or(DEFAULT_DRIFT_INTERVAL)).filter(|d| !d.is_zero()),
+            heartbeat_interval: Some(self.heartbeat_interval.unwrap_or(DEFAULT_HEARTBEAT_INTERVAL))
+                .filter(|d| !d.is_zero()),
             listen,
             // On unless switched off: after a rollback Git should say what runs (docs/STATUS.md).
             write_back: self.write_back.unwrap_or(true),

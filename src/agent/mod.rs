@@ -11,6 +11,8 @@
 //! * [`report`] — the pure function from each step of a pass to its report (transition, status,
 //!   notification, write-back), which the loop in [`reconcile`] persists and writes.
 //! * [`identity`] — the agent's own status key (a file, or a Secret generated on first start).
+//! * `heartbeat` — the leader's signed heartbeat every `heartbeatInterval`, so readers tell a
+//!   dead agent from an idle one.
 //! * [`lease`] — leader election over a `coordination.k8s.io/v1` Lease.
 //! * [`triggers`] — poll interval with jitter, webhook and ref watcher merged into one coalescing
 //!   receiver.
@@ -28,6 +30,7 @@ pub mod config;
 mod drift;
 pub mod events;
 mod forge_mirror;
+mod heartbeat;
 pub mod identity;
 pub mod lease;
 pub mod lkg;

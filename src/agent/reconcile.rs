@@ -285,16 +285,14 @@ impl Agent {
             };
             let took = started.elapsed();
             match &result {
-                Ok(outcome) => {
+                Ok(_) => {
                     self.services.metrics.observe_reconcile(took, ReconcileResult::Ok);
                     self.services.metrics.mark_synced();
                     self.services.health.mark_synced();
-                    tracing::debug!(?outcome, took_ms = took.as_millis() as u64, "reconciled");
                 }
                 Err(e) => {
                     self.services.metrics.observe_reconcile(took, ReconcileResult::Error);
                     self.services.health.mark_failed(error_chain(e));
-                    tracing::warn!(error = %error_chain(e), class = ?e.class(), "reconcile failed");
                 }
             }
             // Spoke plans after the pass, never in its way: bounded, and their errors only logged.
@@ -312,8 +310,36 @@ impl Agent {
 
     /// One pass as the agent's loop runs it: [`Self::reconcile`], and a failed pass recorded as a
     /// Warning Event that names the reason (what `kubectl describe` shows an operator).
+    ///
+    /// Everything logged during the pass is inside the span `pass` with the fields `cluster`,
+    /// `release` and `pass` (a random id, so one pass's lines can be picked out of many):
+    /// `release` starts as the release in flight, else the one running (`none` before any), and
+    /// becomes the desired release once the pass resolved it. JSON logs carry them on every line
+    /// (`"span": {"cluster": …, "release": …, "pass": …}`).
     pub async fn pass(&mut self) -> Result<Outcome, ReconcileError> {
+        let known = self.services.store.cached().await;
+        let release = known
+            .as_ref()
+            .and_then(|s| s.operation().map(|op| op.release.as_str()).or(s.current()))
+            .unwrap_or("none")
+            .to_string();
+        let span = tracing::info_span!(
+            "pass",
+            cluster = %self.services.config.cluster,
+            release = %release,
+            pass = %format!("{:08x}", rand::random::<u32>()),
+        );
+        tracing::Instrument::instrument(self.pass_in_span(), span).await
+    }
+
+    async fn pass_in_span(&mut self) -> Result<Outcome, ReconcileError> {
+        let started = Instant::now();
         let result = self.reconcile().await;
+        let took_ms = started.elapsed().as_millis() as u64;
+        match &result {
+            Ok(outcome) => tracing::debug!(?outcome, took_ms, "reconciled"),
+            Err(e) => tracing::warn!(error = %error_chain(e), class = ?e.class(), took_ms, "reconcile failed"),
+        }
         if let Err(e) = &result {
             self.record_error(e).await;
         }
@@ -358,6 +384,9 @@ impl Agent {
         let tip = self.judge_tip(&checkout, &state);
         if let Next::Resume(progress) = state.next() {
             let progress = progress.clone();
+            if let Some(op) = progress.operation() {
+                tracing::Span::current().record("release", op.release.as_str());
+            }
             // A refused tip never stops an operation in flight (a rollback must finish); it only
             // loses the trust a signed tip would give.
             let tip = tip.unwrap_or(TipTrust::Unsigned);
@@ -370,6 +399,7 @@ impl Agent {
             Err(release::ResolveError::NoDesiredRelease { .. }) => return Ok(Outcome::UpToDate),
             Err(e) => return Err(e.into()),
         };
+        tracing::Span::current().record("release", desired.id.as_str());
         let signed_mode = self.promotion_mode(&state, &desired.config) == PromotionMode::Signed;
         let tip_commit = checkout.tip().to_string();
         // In unsigned mode too the mark moves only forward: a force-push back to an old commit

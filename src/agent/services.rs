@@ -1,7 +1,7 @@
 //! [`AgentServices`]: everything the reconcile loop needs besides the pipeline stages, started in
 //! one call from an [`AgentConfig`] — Kubernetes client, state store (loaded), leader election,
-//! triggers (poll, webhook, ref watcher), metrics, Events, notifier and the HTTP server — and
-//! stopped in one call, releasing the Lease so a standby takes over at once.
+//! triggers (poll, webhook, ref watcher), metrics, Events, notifier, the heartbeat and the HTTP
+//! server — and stopped in one call, releasing the Lease so a standby takes over at once.
 
 use super::config::AgentConfig;
 use super::events::EventRecorder;
@@ -71,6 +71,8 @@ pub struct AgentServices {
     server: HttpServer,
     _ref_watcher: Option<RefWatcher>,
     annotation_watch: tokio::task::JoinHandle<()>,
+    /// None with heartbeats off; stops when dropped.
+    _heartbeat: Option<super::heartbeat::Heartbeating>,
     leader_gauge: tokio::task::JoinHandle<()>,
     /// The one pending [`Self::wake_at`], and when it fires.
     wake_timer: Option<(chrono::DateTime<chrono::Utc>, tokio::task::JoinHandle<()>)>,
@@ -142,6 +144,13 @@ impl AgentServices {
             trigger_sender.clone(),
         );
 
+        let heartbeat = super::heartbeat::spawn(
+            &config,
+            config.fleet.clone().or_else(|| state.trust().fleet.clone()),
+            status_signer.clone(),
+            leader.subscribe(),
+        );
+
         let health = Health::new(leader.subscribe());
         let webhook = WebhookConfig::with_secret_file(&config.branch, config.webhook_secret_file.as_deref())?;
         let server = HttpServer::start(
@@ -184,6 +193,7 @@ impl AgentServices {
             _ref_watcher: ref_watcher,
             wake_timer: None,
             annotation_watch,
+            _heartbeat: heartbeat,
             leader_gauge,
         })
     }

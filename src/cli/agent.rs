@@ -53,6 +53,10 @@ pub struct Args {
     /// what drifted (`0s`: never) [default: 5m].
     #[arg(long, env = "FLEETGATE_DRIFT_INTERVAL", value_parser = humantime::parse_duration)]
     drift_interval: Option<Duration>,
+    /// How often the agent publishes this cluster's signed heartbeat (`0s`: never); readers mark
+    /// the cluster stale after 3 missed beats [default: 2m].
+    #[arg(long, env = "FLEETGATE_HEARTBEAT_INTERVAL", value_parser = humantime::parse_duration)]
+    heartbeat_interval: Option<Duration>,
     /// Address for /healthz, /readyz, /metrics and POST /hooks/git [default: 127.0.0.1:8080].
     #[arg(long, env = "FLEETGATE_LISTEN", value_name = "ADDR")]
     listen: Option<SocketAddr>,
@@ -207,6 +211,7 @@ impl Args {
             state_dir: self.state_dir,
             interval: self.interval,
             drift_interval: self.drift_interval,
+            heartbeat_interval: self.heartbeat_interval,
             listen: self.listen,
             write_back: self.write_back,
             paused: self.paused,

@@ -9,6 +9,12 @@
 //! `--wave`, `--cluster`, `--state` and `-l key=value` choose the clusters shown (every output);
 //! those failing at a glance come first in each wave ([`Matrix::select`]). Tables say how long ago
 //! each cluster reported ("3 m ago"); `-o wide`, `-o json` and `-o yaml` carry the exact times.
+//! The mirror also fetches every cluster's heartbeat ref: LAST SEEN is the newest of a cluster's
+//! verified heartbeat and statuses, and a cluster unheard for longer than its allowance
+//! (`--stale-after`, else 3 × its heartbeat interval) is marked `stale` and shown first.
+//!
+//! `--serve ADDR` serves the page instead, read-only, re-reading the repo every `--interval`; the
+//! page follows without reloading ([`crate::status::live`]). A bare port binds 127.0.0.1.
 //!
 //! `-o wide` drops the terminal's width limit (every release column, full ids, descriptions on one
 //! line, exact times); `-o html [--out FILE]` writes the matrix as one self-contained page
@@ -20,13 +26,23 @@
 use super::args::{FleetRepoArgs, read_fleet_remembering};
 use super::output::{OutputFormat, colours, make_terminal_safe, terminal_width};
 use crate::model::error_chain;
+use crate::status::live::LivePage;
 use crate::status::matrix::{RowFilter, StateFilter, parse_label};
 use crate::status::{
     CommitUrl, HtmlOptions, Matrix, RenderOptions, State, VerifiedNotes, render_html, render_release, render_table,
 };
 use anyhow::Context;
+use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
+
+/// `--serve`: a port alone is on loopback, so the page is not offered to the network by accident.
+fn parse_serve_addr(s: &str) -> Result<SocketAddr, String> {
+    match s.parse::<u16>() {
+        Ok(port) => Ok(SocketAddr::from(([127, 0, 0, 1], port))),
+        Err(_) => s.parse().map_err(|e| format!("{s:?}: expected PORT or HOST:PORT ({e})")),
+    }
+}
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -47,6 +63,11 @@ pub struct Args {
     /// Keep refreshing until interrupted (Ctrl-C).
     #[arg(long)]
     pub watch: bool,
+    /// Serve the page live and read-only at ADDR (`8090` = 127.0.0.1:8090, or HOST:PORT),
+    /// re-reading the repo every --interval, until interrupted. Query parameters narrow it as the
+    /// flags do: `/?wave=prod&state=failure&cluster=C&l=key=value`.
+    #[arg(long, value_name = "ADDR", value_parser = parse_serve_addr, conflicts_with_all = ["watch", "output", "out", "release"])]
+    pub serve: Option<SocketAddr>,
     /// Time between refreshes with --watch.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub interval: Duration,
@@ -57,13 +78,19 @@ pub struct Args {
     #[arg(long, value_name = "CLUSTER")]
     pub cluster: Vec<String>,
     /// Only clusters in this state on RELEASE, else on their desired release: success, failure,
-    /// error, pending, unknown or not-started; repeatable.
+    /// error, pending, unknown or not-started; or `stale` (not heard from within the allowance);
+    /// repeatable.
     #[arg(long, value_name = "STATE", value_parser = |s: &str| s.parse::<StateFilter>())]
     pub state: Vec<StateFilter>,
     /// Only clusters with this label (`metadata.labels` of clusters/<name>.yaml); repeatable,
     /// every one must match.
     #[arg(short = 'l', long = "selector", value_name = "KEY=VALUE", value_parser = parse_label)]
     pub labels: Vec<(String, String)>,
+    /// Mark a cluster stale when its agent was not heard from (heartbeat or status) for longer
+    /// than this [default: 3 × the heartbeat interval its agent announces; never for a cluster
+    /// without heartbeats].
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub stale_after: Option<Duration>,
 }
 
 impl Args {
@@ -102,9 +129,26 @@ impl StatusFormat {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let (_state, mut source) = args.fleet.open_mirror("fleetgate-status")?;
+    let (_state, source) = args.fleet.open_mirror("fleetgate-status")?;
+    // Liveness: every cluster's heartbeat ref too (fetched only when one moved).
+    let mut source = source.with_heartbeats();
     // Notes verified by the last run (or refresh) are not checked again; see VerifiedNotes.
     let mut memo = VerifiedNotes::default_path().map_or_else(VerifiedNotes::new, VerifiedNotes::open);
+    let live = match args.serve {
+        Some(addr) => {
+            let page = LivePage::new(HtmlOptions { commit_url: args.commit_url_template.clone(), live: None });
+            let (local, server) =
+                page.clone().serve(addr).await.with_context(|| format!("--serve {addr}: cannot listen there"))?;
+            eprintln!(
+                "serving http://{local}/ (read-only) · re-reading {} every {} · Ctrl-C to stop",
+                args.fleet.repo,
+                humantime::format_duration(args.interval)
+            );
+            Some((page, server))
+        }
+        None => None,
+    };
+    let refreshing = args.watch || live.is_some();
     loop {
         let (source_back, memo_back, view) = tokio::task::spawn_blocking(move || {
             let view = read_fleet_remembering(&mut source, &mut memo);
@@ -118,10 +162,14 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             // Only a cache: the next run checks every signature again.
             tracing::warn!(error = %error_chain(&e), "not remembering verified status notes");
         }
-        let code = match view {
-            Ok(view) => show(&args, view.matrix())?,
-            // While watching, a failed refresh is reported and the next one tried.
-            Err(e) if args.watch => {
+        let code = match (view, &live) {
+            (Ok(view), Some((page, _))) => {
+                page.publish(view.matrix_judged(args.stale_after));
+                ExitCode::SUCCESS
+            }
+            (Ok(view), None) => show(&args, view.matrix_judged(args.stale_after))?,
+            // While watching or serving, a failed refresh is reported and the next one tried.
+            (Err(e), _) if refreshing => {
                 eprintln!(
                     "error: {} (retrying in {})",
                     error_chain(e.as_ref()),
@@ -129,9 +177,9 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
                 );
                 ExitCode::from(2)
             }
-            Err(e) => return Err(e),
+            (Err(e), _) => return Err(e),
         };
-        if !args.watch {
+        if !refreshing {
             return Ok(code);
         }
         tokio::select! {
@@ -162,7 +210,7 @@ fn show(args: &Args, mut matrix: Matrix) -> anyhow::Result<ExitCode> {
         (StatusFormat::Yaml, true) => print!("---\n{}", serde_yaml_ng::to_string(&matrix)?),
         (format, _) if format.machine().print_machine(&matrix)? => {}
         (StatusFormat::Html, _) => {
-            let page = render_html(&matrix, &HtmlOptions { commit_url: args.commit_url_template.clone() });
+            let page = render_html(&matrix, &HtmlOptions { commit_url: args.commit_url_template.clone(), live: None });
             match &args.out {
                 Some(path) => {
                     std::fs::write(path, page).with_context(|| format!("writing {}", path.display()))?;
@@ -209,4 +257,17 @@ fn show(args: &Args, mut matrix: Matrix) -> anyhow::Result<ExitCode> {
             .flat_map(|w| &w.clusters)
             .any(|c| matches!(c.cells[0].state, Some(State::Failure | State::Error)));
     Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_serve_addr;
+
+    #[test]
+    fn a_bare_port_serves_on_loopback_only() {
+        assert_eq!(parse_serve_addr("8090").unwrap().to_string(), "127.0.0.1:8090");
+        assert_eq!(parse_serve_addr("0.0.0.0:8090").unwrap().to_string(), "0.0.0.0:8090");
+        assert_eq!(parse_serve_addr("[::1]:8090").unwrap().to_string(), "[::1]:8090");
+        assert!(parse_serve_addr("localhost:x").unwrap_err().contains("expected PORT or HOST:PORT"));
+    }
 }

@@ -57,6 +57,10 @@ pub const NOTES_PREFIX: &str = "refs/notes/fleetgate/";
 /// written locally and not pushed yet is never lost to a fetch; the status module merges
 /// diverged notes when it publishes.
 pub const NOTES_TRACKING_PREFIX: &str = "refs/fleetgate/notes-remote/";
+/// Where each cluster's agent force-pushes its heartbeat (`crate::status::heartbeat`). Only a
+/// mirror opened [`Source::with_heartbeats`] lists or fetches them; agents never do, so another
+/// cluster's beat neither wakes nor costs them a fetch.
+pub const HEARTBEAT_PREFIX: &str = "refs/fleetgate/heartbeat/";
 
 /// Where [`Source::fetch_pull_head`] puts the pull request head it fetched: outside the refs the
 /// mirror tracks, so no sync and no checkout of the branch ever reads it.
@@ -345,6 +349,8 @@ pub struct Source {
     refused: BTreeMap<String, RefusedRef>,
     stats: SourceStats,
     notes: NotesSchedule,
+    /// Also mirror the heartbeat refs ([`HEARTBEAT_PREFIX`]), for readers of liveness.
+    heartbeats: bool,
 }
 
 impl std::fmt::Debug for Source {
@@ -387,6 +393,7 @@ impl Source {
             refused: BTreeMap::new(),
             stats: SourceStats::default(),
             notes: NotesSchedule::default(),
+            heartbeats: false,
         })
     }
 
@@ -402,6 +409,13 @@ impl Source {
 
     pub fn with_limits(mut self, limits: FetchLimits) -> Self {
         self.limits = limits;
+        self
+    }
+
+    /// Also mirror every cluster's heartbeat ref (same names locally, force-updated and pruned),
+    /// fetched by [`Source::sync`] only when one moved: what `fleetgate status` reads liveness from.
+    pub fn with_heartbeats(mut self) -> Self {
+        self.heartbeats = true;
         self
     }
 
@@ -445,6 +459,7 @@ impl Source {
         name == self.branch_ref()
             || (name.starts_with("refs/tags/") && !name.ends_with("^{}"))
             || name.starts_with(NOTES_PREFIX)
+            || (self.heartbeats && name.starts_with(HEARTBEAT_PREFIX))
     }
 
     fn callbacks(&self) -> RemoteCallbacks<'_> {
@@ -642,7 +657,10 @@ impl Source {
         }
         self.refused.retain(|name, r| remote.refs.get(name) == Some(&r.oid));
         remote.refs.retain(|name, _| !self.refused.contains_key(name));
-        let local = self.local_refs()?;
+        let mut local = self.local_refs()?;
+        // Heartbeats move every few minutes per cluster: they are compared and fetched on their
+        // own, never taken for a moved release.
+        let heartbeats_moved = take_heartbeats(&mut remote) != take_heartbeats(&mut local);
         let (remote_notes, remote_release) = split_notes(&remote);
         let (local_notes, local_release) = split_notes(&local);
         let release_moved = remote_release != local_release;
@@ -672,6 +690,9 @@ impl Source {
             self.fast_forward_notes()?;
             self.notes.fetched();
         }
+        if heartbeats_moved {
+            self.fetch_specs(&[format!("+{HEARTBEAT_PREFIX}*:{HEARTBEAT_PREFIX}*")], "the heartbeats")?;
+        }
         let tip = self.mirror.refname_to_id(&branch)?;
         let notes_only = !release_moved && notes_due;
         Ok(SyncOutcome { fetched: release_moved || notes_due, notes_only, tip, refused })
@@ -689,6 +710,14 @@ impl Source {
             .collect();
         Ok(checkout)
     }
+}
+
+/// Removes the heartbeat refs from `refs` and returns them.
+fn take_heartbeats(refs: &mut RemoteRefs) -> BTreeMap<String, Oid> {
+    let (beats, rest) =
+        std::mem::take(&mut refs.refs).into_iter().partition(|(name, _)| name.starts_with(HEARTBEAT_PREFIX));
+    refs.refs = rest;
+    beats
 }
 
 /// `refs`' status notes by cluster, and the rest (branch and tags).

@@ -51,7 +51,10 @@ impl StatusBackend for GitNotesBackend {
         let (path, remote, status, identity) =
             (self.repo.clone(), self.remote.clone(), status.clone(), self.identity.clone());
         Box::pin(async move {
+            // The caller's span (an agent pass: cluster, release, pass id) goes along to the thread.
+            let span = tracing::Span::current();
             tokio::task::spawn_blocking(move || -> Result<(), StatusError> {
+                let _entered = span.enter();
                 let repo = git2::Repository::open(&path).map_err(NotesError::Repo)?;
                 notes::write(&repo, &remote, &status, &identity)?;
                 Ok(())

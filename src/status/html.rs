@@ -5,7 +5,13 @@
 //! state; a cell's title (hover) says its description, failing gate and figures, and a click (or
 //! Enter) shows them in full in a details panel. Opening the page with `#CLUSTER/RELEASE` in its
 //! address selects that cell. Release headers link to their commit when the caller gave a
-//! [`CommitUrl`] template.
+//! [`CommitUrl`] template. A filter box hides the rows whose cluster, wave, labels and states do
+//! not contain its text (kept in the address as `?q=TEXT`, so a filtered view can be linked).
+//!
+//! Served live ([`HtmlOptions::live`], `fleetgate status --serve`, [`super::live`]), the page
+//! also asks its server for the matrix's generation (a long poll) and, when it moved, fetches
+//! itself again and swaps the table in place — parsed by `DOMParser` (inert: nothing in it runs),
+//! never a reload, so the filter and the selected cell stay.
 //!
 //! Everything shown comes from the repo and its notes (cluster names, release ids, descriptions,
 //! gate figures), which someone without a key can write: every string is escaped for HTML text or
@@ -55,6 +61,8 @@ impl CommitUrl {
 #[derive(Debug, Clone, Default)]
 pub struct HtmlOptions {
     pub commit_url: Option<CommitUrl>,
+    /// The page is served live: the matrix's generation, which the page watches for a change.
+    pub live: Option<u64>,
 }
 
 /// `text` escaped for HTML text and for attribute values in double or single quotes.
@@ -100,37 +108,89 @@ td.cell:focus,td.cell.selected{outline:3px solid #0969da;outline-offset:-3px}
 #details td,#details th{border:1px solid #d1d9e0;padding:.15em .5em;text-align:left}
 #details tr.fail td{color:#a40e26;font-weight:bold}
 .legend span{display:inline-block;padding:.1em .5em;margin-right:.3em;border:1px solid #d1d9e0}
+#filter{font:inherit;padding:.2em .4em;margin:0 0 .8em;min-width:20em}
 .muted{color:#59636e}
 "#;
 
 const SCRIPT: &str = r#"
 (function () {
-  var panel = document.getElementById('details');
-  var cells = document.querySelectorAll('td.cell');
+  var box = document.getElementById('filter');
+  var selected = '';
+  try { selected = decodeURIComponent(location.hash.slice(1)); } catch (e) {}
   function show(cell) {
-    cells.forEach(function (c) { c.classList.remove('selected'); });
+    document.querySelectorAll('td.cell').forEach(function (c) { c.classList.remove('selected'); });
     cell.classList.add('selected');
+    selected = cell.dataset.cluster + '/' + cell.dataset.release;
     var d = cell.querySelector('.details').cloneNode(true);
     d.hidden = false;
-    panel.replaceChildren(d);
+    document.getElementById('details').replaceChildren(d);
   }
-  cells.forEach(function (c) {
-    c.addEventListener('click', function () { show(c); });
-    c.addEventListener('keydown', function (e) {
-      if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); show(c); }
+  function bind() {
+    document.querySelectorAll('td.cell').forEach(function (c) {
+      c.addEventListener('click', function () { show(c); });
+      c.addEventListener('keydown', function (e) {
+        if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); show(c); }
+      });
+      if (selected && c.dataset.cluster + '/' + c.dataset.release === selected) { show(c); }
     });
+  }
+  function filter() {
+    var q = box.value.trim().toLowerCase();
+    document.querySelectorAll('tr[data-search]').forEach(function (r) {
+      r.hidden = q !== '' && r.dataset.search.indexOf(q) < 0;
+    });
+  }
+  box.value = new URLSearchParams(location.search).get('q') || '';
+  box.addEventListener('input', function () {
+    filter();
+    var u = new URL(location.href);
+    if (box.value) { u.searchParams.set('q', box.value); } else { u.searchParams.delete('q'); }
+    history.replaceState(null, '', u);
   });
-  var want = '';
-  try { want = decodeURIComponent(location.hash.slice(1)); } catch (e) {}
-  cells.forEach(function (c) {
-    if (want && c.dataset.cluster + '/' + c.dataset.release === want) { show(c); }
-  });
-  document.body.dataset.ready = 'true';
+  bind();
+  filter();
+  var body = document.body;
+  function swap(html) {
+    var fresh = new DOMParser().parseFromString(html, 'text/html');
+    ['.sub', '.layout'].forEach(function (s) { document.querySelector(s).replaceWith(fresh.querySelector(s)); });
+    body.dataset.generation = fresh.body.dataset.generation;
+    body.dataset.swaps = String(Number(body.dataset.swaps || '0') + 1);
+    bind();
+    filter();
+  }
+  function watch() {
+    fetch('generation?after=' + body.dataset.generation, { cache: 'no-store' })
+      .then(function (r) { return r.text(); })
+      .then(function (g) {
+        if (g.trim() === body.dataset.generation) { return; }
+        return fetch(location.pathname + location.search, { cache: 'no-store' })
+          .then(function (r) { return r.text(); })
+          .then(swap);
+      })
+      .then(function () { setTimeout(watch, 500); }, function () { setTimeout(watch, 5000); });
+  }
+  if (body.dataset.generation) { watch(); }
+  body.dataset.ready = 'true';
 })();
 "#;
 
 fn csp_hash(text: &str) -> String {
     format!("'sha256-{}'", base64::engine::general_purpose::STANDARD.encode(Sha256::digest(text.as_bytes())))
+}
+
+/// What the filter box matches a row against, lower case: cluster, wave, labels, its cells'
+/// states, `stale` and `paused`.
+fn search_text(wave: &str, row: &ClusterRow) -> String {
+    let mut words = vec![row.name.clone(), wave.to_string()];
+    words.extend(row.labels.iter().map(|(k, v)| format!("{k}={v}")));
+    words.extend(row.cells.iter().map(|c| cell_state(c).0.to_string()));
+    if row.stale {
+        words.push("stale".into());
+    }
+    if row.paused.is_some() {
+        words.push("paused".into());
+    }
+    words.join(" ").to_lowercase()
 }
 
 /// The class suffix and the word shown for a cell.
@@ -259,12 +319,16 @@ pub fn render_html(m: &Matrix, opts: &HtmlOptions) -> String {
     let _ = write!(
         out,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src {}; script-src {}\">\
-         <meta name=\"viewport\" content=\"width=device-width\"><title>fleet {} · fleetgate</title><style>{STYLE}</style></head>\n<body>\
-         <h1>fleet {}</h1><p class=\"sub\">{} @ <code>{}</code> · {} clusters in {} waves · newest release first</p>\n",
+         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src {}; script-src {}{}\">\
+         <meta name=\"viewport\" content=\"width=device-width\"><title>fleet {} · fleetgate</title><style>{STYLE}</style></head>\n<body{}>\
+         <h1>fleet {}</h1><p class=\"sub\">{} @ <code>{}</code> · {} clusters in {} waves · newest release first</p>\n\
+         <input id=\"filter\" type=\"search\" placeholder=\"filter: cluster, wave, label, state\" aria-label=\"filter clusters\">\n",
         csp_hash(STYLE),
         csp_hash(SCRIPT),
+        // Live, the page fetches from its own server; a file fetches nothing.
+        if opts.live.is_some() { "; connect-src 'self'" } else { "" },
         escape(&m.fleet),
+        opts.live.map(|g| format!(" data-generation=\"{g}\"")).unwrap_or_default(),
         escape(&m.fleet),
         escape(&m.branch),
         escape(&rev),
@@ -307,10 +371,13 @@ pub fn render_html(m: &Matrix, opts: &HtmlOptions) -> String {
             // What it runs and when it was heard from, under its name (exact: the page is a snapshot).
             let _ = write!(
                 out,
-                "<tr><th class=\"cluster\">{}<div class=\"sum\">runs {} · last seen {}</div></th>",
+                "<tr data-search=\"{}\"{}><th class=\"cluster\">{}<div class=\"sum\">runs {} · last seen {}{}</div></th>",
+                escape(&search_text(&wave.name, row)),
+                if row.stale { " class=\"stale\"" } else { "" },
                 escape(&row.name),
                 escape(row.running.as_deref().unwrap_or("—")),
-                time(row.last_seen)
+                time(row.last_seen),
+                if row.stale { " · <span class=\"st-failure\">stale</span>" } else { "" }
             );
             for (col, cell) in m.releases.iter().zip(&row.cells) {
                 let (class, shown) = cell_state(cell);
@@ -409,10 +476,24 @@ mod tests {
             Err(CommitUrlError::Scheme("javascript:alert('{sha}')".into()))
         );
         assert!(matches!(CommitUrl::parse("https://forge/x/commit/"), Err(CommitUrlError::NoSha(_))));
-        let opts = HtmlOptions { commit_url: Some(CommitUrl::parse("https://forge/x/commit/{sha}").unwrap()) };
+        let opts = HtmlOptions {
+            commit_url: Some(CommitUrl::parse("https://forge/x/commit/{sha}").unwrap()),
+            ..Default::default()
+        };
         let page = render_html(&matrix("ok", "c1"), &opts);
         assert!(page.contains(&format!("href=\"https://forge/x/commit/{}\"", "ab".repeat(20))), "{page}");
         assert_eq!(CommitUrl::parse("https://f/{sha}").unwrap().link("not-hex\"><x"), None);
+    }
+
+    #[test]
+    fn only_a_live_page_may_fetch_and_it_carries_its_generation() {
+        let file = render_html(&matrix("ok", "c1"), &HtmlOptions::default());
+        assert!(!file.contains("connect-src") && file.contains("<body><h1>"), "{file}");
+        let live = render_html(&matrix("ok", "c1"), &HtmlOptions { live: Some(7), ..Default::default() });
+        assert!(live.contains("; connect-src 'self'\">"), "{live}");
+        assert!(live.contains("<title>fleet redis-fleet · fleetgate</title>"), "{live}");
+        assert!(live.contains("<body data-generation=\"7\"><h1>fleet redis-fleet</h1>"), "{live}");
+        assert!(live.contains("<tr data-search=\"c1 canary failure\">"), "{live}");
     }
 
     #[test]

@@ -57,7 +57,7 @@ pub enum Unverified {
     Malformed,
     #[error("signed by a key other than the one registered for {0}")]
     OtherKey(String),
-    #[error("the signature is for namespace {0:?}, not {STATUS_NAMESPACE:?}")]
+    #[error("the signature is for namespace {0:?}, not the one of its kind ({STATUS_NAMESPACE:?} for statuses)")]
     Namespace(String),
     #[error("the signature does not match the entry (changed after signing)")]
     BadSignature,
@@ -324,9 +324,20 @@ impl StatusKeys {
         if entry.sequence.is_none() {
             return Err(Unverified::NoSequence);
         }
+        self.verify_signed(cluster, STATUS_NAMESPACE, &canonical_form(entry), armored)
+    }
+
+    /// Whether `armored` is `cluster`'s registered key's signature of `message` in `namespace`
+    /// (the check statuses and heartbeats share; the caller checks what the message names).
+    pub(super) fn verify_signed(
+        &self,
+        cluster: &str,
+        namespace: &str,
+        message: &[u8],
+        armored: &str,
+    ) -> Result<(), Unverified> {
         let key = self.get(cluster).ok_or_else(|| Unverified::NoKey(cluster.to_string()))?;
-        verify_ssh(key.public_key(), STATUS_NAMESPACE, &canonical_form(entry), armored)
-            .map_err(|e| e.for_cluster(cluster))
+        verify_ssh(key.public_key(), namespace, message, armored).map_err(|e| e.for_cluster(cluster))
     }
 }
 

@@ -9,6 +9,7 @@
 //! verify are listed beside them (`unverified`, each `"verified": false` with its reason) so a
 //! person sees a forgery, and nothing counts it.
 
+use super::heartbeat::Heartbeat;
 use super::model::{GateFigure, PAUSED_PREFIX, State, Status, StatusSet, UnverifiedStatus, running, truncate};
 use super::waves::{Decision, Member, Move, may_start};
 use crate::model::{ApprovalRecord, Fleet};
@@ -126,16 +127,37 @@ pub struct ClusterRow {
     /// release settled there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub running: Option<String>,
-    /// When its agent was last heard from: `reportedAt` of its newest verified entry (the agent's
-    /// clock), `None` when it never reported.
+    /// When its agent was last heard from: the newest of its verified heartbeat's `at` and the
+    /// `reportedAt` of its newest verified entry (the agent's clock), `None` when never heard from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_seen: Option<DateTime<Utc>>,
+    /// Its newest verified heartbeat ([`super::heartbeat`]): when it was sent and the interval
+    /// its agent beats at. `None` when it has none (an agent that predates heartbeats, or off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat: Option<HeartbeatSeen>,
+    /// How long it may go unheard before it is stale: `--stale-after`, else
+    /// [`super::heartbeat::STALE_FACTOR`] × its heartbeat's interval; `None` when neither exists
+    /// (it is never judged stale then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stale_after_seconds: Option<u64>,
+    /// Not heard from (`lastSeen`) for longer than `staleAfterSeconds`: its agent may be down.
+    /// Left out when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stale: bool,
     /// Why the cluster is held where it is, when it is: the setting in Git that pauses it, else
     /// its agent's own `pending` status saying it is paused (a flag or annotation on the spoke).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<String>,
     /// One per release, in the order of [`Matrix::releases`].
     pub cells: Vec<Cell>,
+}
+
+/// A verified heartbeat as the view shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeartbeatSeen {
+    pub at: DateTime<Utc>,
+    pub interval_seconds: u64,
 }
 
 impl ClusterRow {
@@ -292,6 +314,9 @@ impl Matrix {
                 desired_release: m.desired_release.clone(),
                 running: running(&newest_first).map(str::to_string),
                 last_seen: newest_first.first().map(|s| s.reported_at),
+                heartbeat: None,
+                stale_after_seconds: None,
+                stale: false,
                 paused,
                 cells,
             };
@@ -323,13 +348,37 @@ impl Matrix {
         Some(m)
     }
 
+    /// Folds each cluster's verified heartbeat into its LAST SEEN and judges it stale when it was
+    /// last seen longer than its allowance before `now`: `stale_after` when given, else
+    /// [`STALE_FACTOR`](super::heartbeat::STALE_FACTOR) × the interval its heartbeat announces.
+    /// A cluster with neither an allowance nor a LAST SEEN is never stale.
+    pub fn judge_liveness(
+        &mut self,
+        heartbeats: &BTreeMap<String, Heartbeat>,
+        stale_after: Option<std::time::Duration>,
+        now: DateTime<Utc>,
+    ) {
+        for row in self.waves.iter_mut().flat_map(|w| &mut w.clusters) {
+            let beat = heartbeats.get(&row.name);
+            row.heartbeat = beat.map(|b| HeartbeatSeen { at: b.at, interval_seconds: b.interval_seconds });
+            row.last_seen = row.last_seen.max(beat.map(|b| b.at));
+            let allowance = stale_after.or_else(|| beat.map(Heartbeat::allowance));
+            row.stale_after_seconds = allowance.map(|a| a.as_secs());
+            row.stale = match (allowance, row.last_seen) {
+                (Some(a), Some(seen)) => (now - seen).to_std().is_ok_and(|gone| gone > a),
+                _ => false,
+            };
+        }
+    }
+
     pub fn cluster_count(&self) -> usize {
         self.waves.iter().map(|w| w.clusters.len()).sum()
     }
 
     /// Keeps the clusters `filter` selects (waves left empty go) and, in each wave, puts first
-    /// those that need someone: a `failure` or `error` at a glance ([`ClusterRow::glance`] on
-    /// `release`, else on the desired one); the rest keep their order by name. Release summaries
+    /// those that need someone: stale ones ([`Matrix::judge_liveness`]) and a `failure` or `error`
+    /// at a glance ([`ClusterRow::glance`] on `release`, else on the desired one); the rest keep
+    /// their order by name. Release summaries
     /// still count the whole fleet.
     pub fn select(&mut self, filter: &RowFilter, release: Option<&str>) -> Result<(), FilterError> {
         filter.check(self)?;
@@ -337,7 +386,7 @@ impl Matrix {
         for wave in &mut self.waves {
             let name = &wave.name;
             wave.clusters.retain(|row| filter.admits(name, row, column));
-            wave.clusters.sort_by_key(|row| !needs_attention(row.glance(column)));
+            wave.clusters.sort_by_key(|row| !(row.stale || needs_attention(row.glance(column))));
         }
         if !filter.is_empty() {
             self.waves.retain(|w| !w.clusters.is_empty());
@@ -372,16 +421,18 @@ pub struct RowFilter {
     pub labels: Vec<(String, String)>,
 }
 
-/// A `--state` value: a status state, or `not-started` (no verified status on the release).
+/// A `--state` value: a status state, `not-started` (no verified status on the release), or
+/// `stale` (not heard from within its allowance, whatever its state).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StateFilter {
     Is(State),
     NotStarted,
+    Stale,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FilterError {
-    #[error("--state {0:?}: expected one of success, failure, error, pending, unknown, not-started")]
+    #[error("--state {0:?}: expected one of success, failure, error, pending, unknown, not-started, stale")]
     State(String),
     #[error("-l {0:?}: expected key=value (a label of clusters/<name>.yaml)")]
     Label(String),
@@ -402,6 +453,7 @@ impl std::str::FromStr for StateFilter {
             "pending" => StateFilter::Is(State::Pending),
             "unknown" => StateFilter::Is(State::Unknown),
             "not-started" => StateFilter::NotStarted,
+            "stale" => StateFilter::Stale,
             other => return Err(FilterError::State(other.to_string())),
         })
     }
@@ -441,6 +493,7 @@ impl RowFilter {
                 || self.states.iter().any(|s| match s {
                     StateFilter::Is(state) => glance == Some(*state),
                     StateFilter::NotStarted => glance.is_none(),
+                    StateFilter::Stale => row.stale,
                 }))
             && self.labels.iter().all(|(k, v)| row.labels.get(k) == Some(v))
     }
@@ -532,7 +585,18 @@ impl Texts for WaveRows {
 
 impl Texts for ClusterRow {
     fn visit(&mut self, f: &mut dyn FnMut(&mut String)) {
-        let ClusterRow { name, labels, desired_release, running, last_seen: _, paused, cells } = self;
+        let ClusterRow {
+            name,
+            labels,
+            desired_release,
+            running,
+            last_seen: _,
+            heartbeat: _,
+            stale_after_seconds: _,
+            stale: _,
+            paused,
+            cells,
+        } = self;
         f(name);
         labels.values_mut().for_each(|v| f(v));
         desired_release.visit(f);
@@ -794,6 +858,9 @@ pub fn render_table(m: &Matrix, opts: RenderOptions) -> String {
                 let padded = pad(&text, *w);
                 let _ = write!(line, "  {}{}", paint(&text, cell.state, opts.colours), &padded[text.len()..]);
             }
+            if row.stale {
+                let _ = write!(line, "  {}", paint("(stale)", Some(State::Failure), opts.colours));
+            }
             if row.paused.is_some() {
                 let _ = write!(line, "  {}", paint("(paused)", Some(State::Pending), opts.colours));
             }
@@ -837,6 +904,13 @@ pub fn render_table(m: &Matrix, opts: RenderOptions) -> String {
             })
             .collect();
         notes.push(format!("paused: {}", groups.join(", ")));
+    }
+    let stale = m.waves.iter().flat_map(|w| &w.clusters).filter(|c| c.stale).count();
+    if stale > 0 {
+        notes.push(format!(
+            "{stale} stale (not heard from within {} × its heartbeat interval or --stale-after)",
+            super::heartbeat::STALE_FACTOR
+        ));
     }
     if unverified > 0 {
         notes.push(format!(
@@ -1076,6 +1150,59 @@ mod tests {
         let mut m = example();
         m.select(&RowFilter::default(), Some("rel-20250314-001")).unwrap();
         assert_eq!(names(&m)[..2], [("canary", "cluster-a"), ("canary", "cluster-b")]);
+    }
+
+    #[test]
+    fn a_cluster_unheard_past_its_allowance_is_stale_and_comes_first() {
+        let now = t0() + chrono::Duration::minutes(10);
+        let beat = |cluster: &str, ago: i64, interval_seconds: u64| {
+            let at = now - chrono::Duration::minutes(ago);
+            let beat = Heartbeat {
+                fleet: "redis-fleet".into(),
+                cluster: cluster.into(),
+                at,
+                interval_seconds,
+                agent_version: "test".into(),
+                signature: None,
+            };
+            (cluster.to_string(), beat)
+        };
+        // Every 2 minutes, so 6 minutes allowed: heard 1 minute ago, and 7 minutes ago.
+        let beats: BTreeMap<String, Heartbeat> =
+            [beat("eu-west-prod-1", 1, 120), beat("us-east-prod-2", 7, 120)].into_iter().collect();
+        let mut m = example();
+        m.judge_liveness(&beats, None, now);
+        let row = |m: &Matrix, name: &str| {
+            m.waves.iter().flat_map(|w| &w.clusters).find(|c| c.name == name).cloned().unwrap()
+        };
+        let eu = row(&m, "eu-west-prod-1");
+        // The heartbeat is newer than its last status (an hour before t0): LAST SEEN is the beat.
+        assert_eq!(
+            (eu.last_seen, eu.stale, eu.stale_after_seconds),
+            (Some(now - chrono::Duration::minutes(1)), false, Some(360))
+        );
+        let us = row(&m, "us-east-prod-2");
+        assert_eq!((us.stale, us.heartbeat.map(|h| h.interval_seconds)), (true, Some(120)));
+        // Without a heartbeat there is no allowance: cluster-c, silent for an hour, is not judged.
+        let c = row(&m, "cluster-c");
+        assert_eq!((c.stale, c.stale_after_seconds, c.heartbeat), (false, None, None));
+        let mut shown = m.clone();
+        shown.select(&RowFilter::default(), None).unwrap();
+        assert_eq!(names(&shown)[3..], [("prod", "us-east-prod-2"), ("prod", "eu-west-prod-1")]);
+        let mut only = m.clone();
+        only.select(&RowFilter { states: vec!["stale".parse().unwrap()], ..Default::default() }, None).unwrap();
+        assert_eq!(names(&only), [("prod", "us-east-prod-2")]);
+        let table = render_table(&m, RenderOptions { now, ..plain(200) });
+        assert!(table.lines().any(|l| l.contains("us-east-prod-2") && l.ends_with("(stale)")), "{table}");
+        assert!(table.contains("1 stale (not heard from"), "{table}");
+        let json = serde_json::to_value(&m).unwrap();
+        assert_eq!(json["waves"][2]["clusters"][1]["stale"], true);
+        assert_eq!(json["waves"][2]["clusters"][1]["heartbeat"]["at"], "2025-03-15T12:03:00Z");
+        // A reader's own allowance applies to every cluster, with or without heartbeats.
+        m.judge_liveness(&beats, Some(std::time::Duration::from_secs(30 * 60)), now);
+        let stale: Vec<String> =
+            m.waves.iter().flat_map(|w| &w.clusters).filter(|c| c.stale).map(|c| c.name.clone()).collect();
+        assert_eq!(stale, ["cluster-c"]);
     }
 
     #[rstest::rstest]

@@ -57,11 +57,19 @@ pub struct VerifiedNotes {
     file: Option<PathBuf>,
     /// `bytes` differs from the file's content.
     changed: bool,
+    /// Heartbeats verified before (in memory only; see [`super::heartbeat::VerifiedBeats`]).
+    pub(super) beats: super::heartbeat::VerifiedBeats,
 }
 
 impl Default for VerifiedNotes {
     fn default() -> VerifiedNotes {
-        VerifiedNotes { bytes: vec![0; HEADER_LEN], known: HashMap::new(), file: None, changed: false }
+        VerifiedNotes {
+            bytes: vec![0; HEADER_LEN],
+            known: HashMap::new(),
+            file: None,
+            changed: false,
+            beats: Default::default(),
+        }
     }
 }
 

@@ -12,9 +12,12 @@
 //!   written and pushed by that cluster alone, with fetch-merge-retry when the remote refuses.
 //! * [`forge`] — GitHub, Gitea/Forgejo and GitLab commit-status APIs, mirrors of the notes.
 //! * [`StatusBackend`] / [`Publisher`] — one trait over both; the publisher writes Git first.
+//! * [`heartbeat`] — each agent's signed heartbeat (`refs/fleetgate/heartbeat/<cluster>`, one
+//!   force-updated ref, no history) and the verified beats readers fold into LAST SEEN and `stale`.
 //! * [`waves`] — wave gating and pacing as a pure function ([`may_start`]).
 //! * [`matrix`] / [`FleetView`] — the cluster × release view `fleetgate status` prints.
 //! * [`html`] — that view as one self-contained page (`fleetgate status -o html`).
+//! * [`live`] — that page served read-only and kept current (`fleetgate status --serve ADDR`).
 //! * [`wait`] — whether a release reached `success` on the clusters waited for (`fleetgate wait`).
 //! * [`audit`] — every entry each cluster wrote, from its notes ref's history (`fleetgate audit`).
 //!
@@ -24,8 +27,10 @@ pub mod audit;
 mod backend;
 pub mod forge;
 pub mod github_app;
+pub mod heartbeat;
 pub mod html;
 pub mod identity;
+pub mod live;
 pub mod matrix;
 mod memo;
 mod model;
@@ -41,6 +46,7 @@ pub use forge::{
     FORGE_TOKEN_ENV, ForgeApproval, ForgeBackend, ForgeConfig, ForgeError, ForgeSettings, OpenPull, Token, TokenSource,
 };
 pub use github_app::GithubApp;
+pub use heartbeat::{Heartbeat, HeartbeatError};
 pub use html::{CommitUrl, CommitUrlError, HtmlOptions, render_html};
 pub use identity::{KeyError, STATUS_NAMESPACE, StatusIdentity, StatusKey, StatusKeys, StatusSigner, Unverified};
 pub use matrix::{Matrix, Origin, ReleaseRef, RenderOptions, render_release, render_table};

@@ -151,7 +151,7 @@ pub fn write(
     }
     let mut last = String::new();
     for attempt in 1..=MAX_PUSH_ATTEMPTS {
-        match push(repo, remote, &refname)? {
+        match push(repo, remote, &format!("{refname}:{refname}"), Some("status.push.negotiated"))? {
             None => {
                 record_pushed(repo, &status.cluster, &refname)?;
                 return Ok(Written { attempts: attempt });
@@ -259,10 +259,19 @@ fn append_local(
     Ok(())
 }
 
-/// Pushes one ref. `Ok(None)`: accepted. `Ok(Some(reason))`: refused — either libgit2 saw the push
-/// is not a fast-forward, or the server refused the ref, which git2 reports only through the
-/// `push_update_reference` callback (the push call itself returns Ok).
-fn push(repo: &Repository, remote: &GitRemote, refname: &str) -> Result<Option<String>, NotesError> {
+/// Pushes one ref by its refspec (`SRC:DST`, `+` to force). `Ok(None)`: accepted. `Ok(Some(reason))`:
+/// refused — either libgit2 saw the push is not a fast-forward, or the server refused the ref,
+/// which git2 reports only through the `push_update_reference` callback (the push call itself
+/// returns Ok).
+/// `stop_at` names the stop point reached once the push is negotiated and moves the ref (tests
+/// kill the process there).
+pub(super) fn push(
+    repo: &Repository,
+    remote: &GitRemote,
+    spec: &str,
+    stop_at: Option<&'static str>,
+) -> Result<Option<String>, NotesError> {
+    let refname = spec.trim_start_matches('+').split(':').next_back().unwrap_or(spec);
     let refused: RefCell<Option<String>> = RefCell::new(None);
     let mut r = repo.remote_anonymous(&remote.url)?;
     let mut cbs = remote.callbacks();
@@ -274,13 +283,15 @@ fn push(repo: &Repository, remote: &GitRemote, refname: &str) -> Result<Option<S
     });
     cbs.push_negotiation(|updates| {
         // Only a push that moves the ref: re-delivering an entry the note already holds sends nothing.
-        if updates.iter().any(|u| u.src() != u.dst()) {
-            crate::model::stop_point::reached_blocking("status.push.negotiated");
+        if let Some(point) = stop_at
+            && updates.iter().any(|u| u.src() != u.dst())
+        {
+            crate::model::stop_point::reached_blocking(point);
         }
         Ok(())
     });
     let mut opts = remote.access.push_options(cbs);
-    let result = r.push(&[format!("{refname}:{refname}")], Some(&mut opts));
+    let result = r.push(&[spec], Some(&mut opts));
     drop(opts);
     match result {
         Ok(()) => Ok(refused.into_inner()),

@@ -1,6 +1,8 @@
 //! Everything the status view needs from one state of the fleet repo: the branch tip's
-//! configuration, the release tags (newest first) and every cluster's statuses on them.
+//! configuration, the release tags (newest first), every cluster's statuses on them and the
+//! clusters' verified heartbeats.
 
+use super::heartbeat::{self, Heartbeat};
 use super::identity::StatusKeys;
 use super::matrix::{Matrix, Origin, ReleaseRef};
 use super::memo::VerifiedNotes;
@@ -18,6 +20,8 @@ pub enum ViewError {
     Config(#[from] ConfigError),
     #[error("reading status notes")]
     Notes(#[from] NotesError),
+    #[error("reading heartbeats")]
+    Heartbeats(#[source] git2::Error),
 }
 
 /// The fleet at the branch tip, its releases and their statuses.
@@ -28,6 +32,9 @@ pub struct FleetView {
     /// Release tags ([`Checkout::release_tags`]), newest first (tagger time, else commit time).
     pub releases: Vec<ReleaseRef>,
     pub statuses: StatusSet,
+    /// Each cluster's newest verified heartbeat, where the mirror holds heartbeat refs
+    /// ([`crate::source::Source::with_heartbeats`]).
+    pub heartbeats: std::collections::BTreeMap<String, Heartbeat>,
 }
 
 impl FleetView {
@@ -50,20 +57,33 @@ impl FleetView {
         }
         releases.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| b.id.cmp(&a.id)));
         let commits: Vec<git2::Oid> = releases.iter().filter_map(|r| git2::Oid::from_str(&r.commit).ok()).collect();
-        let statuses = notes::read_all_remembering(checkout.repo(), &commits, &StatusKeys::registered(&config), memo)?;
+        let keys = StatusKeys::registered(&config);
+        let statuses = notes::read_all_remembering(checkout.repo(), &commits, &keys, memo)?;
+        let heartbeats =
+            heartbeat::read_remembering(checkout.repo(), &keys, &mut memo.beats).map_err(ViewError::Heartbeats)?;
         let origin = Origin { branch: checkout.branch().to_string(), revision: checkout.tip().to_string() };
-        Ok(FleetView { config, origin, releases, statuses })
+        Ok(FleetView { config, origin, releases, statuses, heartbeats })
     }
 
-    /// The cluster × release matrix of this view.
+    /// The cluster × release matrix of this view, each cluster judged stale by the allowance its
+    /// heartbeat announces.
     pub fn matrix(&self) -> Matrix {
-        Matrix::build(
+        self.matrix_judged(None)
+    }
+
+    /// [`FleetView::matrix`], with `stale_after` (when given) as every cluster's allowance
+    /// ([`Matrix::judge_liveness`]).
+    pub fn matrix_judged(&self, stale_after: Option<std::time::Duration>) -> Matrix {
+        let now = chrono::Utc::now();
+        let mut m = Matrix::build(
             &self.config.fleet,
             &members(&self.config),
             &self.releases,
             &self.statuses,
             &self.origin,
-            chrono::Utc::now(),
-        )
+            now,
+        );
+        m.judge_liveness(&self.heartbeats, stale_after, now);
+        m
     }
 }
