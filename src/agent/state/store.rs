@@ -657,7 +657,11 @@ impl StateStore {
             if recorded_generation(&secret) >= written {
                 return;
             }
-            secret.metadata.annotations.get_or_insert_with(Default::default).insert(key::GENERATION_ANNOTATION.into(), written.to_string());
+            secret
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(key::GENERATION_ANNOTATION.into(), written.to_string());
             match self.secrets.replace(&name, &PostParams::default(), &secret).await {
                 Ok(_) => return,
                 Err(kube::Error::Api(s)) if s.is_conflict() => continue,
