@@ -263,3 +263,49 @@ async fn an_agent_upgraded_over_an_unsealed_state_keeps_only_what_makes_it_stric
     assert_eq!(within("rel-2", 90, agent.reconcile()).await.unwrap(), Outcome::Rejected("rel-2".into()));
     assert_eq!(fleet.operator_image().await, Some(image_of("rel-1")));
 }
+
+/// The generation the state key Secret records (the oldest state a start believes).
+async fn recorded_generation(fleet: &Fleet) -> u64 {
+    let secret = Api::<Secret>::namespaced(fleet.cluster.client(), AGENT_NS).get(STATE_KEY).await.unwrap();
+    secret.metadata.annotations.unwrap()["fleetgate.io/state-generation"].parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sealed_copy_written_back_while_no_agent_runs_is_refused_by_the_next_start() {
+    let fleet = Fleet::start("state-rollback", false).await;
+    fleet.release("rel-1", |_| {});
+    fleet.promote("rel-1");
+    let mut agent = fleet.agent().await;
+    assert_eq!(within("rel-1", 90, agent.reconcile()).await.unwrap(), Outcome::Succeeded("rel-1".into()));
+    let writer = configmap_writer(&fleet).await;
+    let configmaps: Api<ConfigMap> = Api::namespaced(writer.clone(), AGENT_NS);
+    let before_rejection = configmaps.get(STATE).await.unwrap().data.unwrap();
+    fleet.blocked_release("rel-2");
+    fleet.promote("rel-2");
+    assert!(matches!(within("rel-2", 90, agent.reconcile()).await.unwrap(), Outcome::Blocked { .. }));
+    assert!(fleet.state().await.rejected().contains_key("rel-2"));
+    let current = configmaps.get(STATE).await.unwrap().data.unwrap();
+    assert_eq!(recorded_generation(&fleet).await, current["generation"].parse::<u64>().unwrap());
+
+    // The agent stops; the copy from before rel-2's rejection goes back (its MAC is the agent's
+    // own). The next process has no memory of its own, but the key Secret's record says it is old.
+    drop(agent);
+    write_configmap(&writer, STATE, before_rejection).await;
+    let refused = start_refused(&fleet).await;
+    assert!(refused.contains(&format!("state ConfigMap {AGENT_NS}/{STATE} is refused")), "{refused}");
+    assert!(refused.contains("a saved copy written back") && refused.contains(STATE_KEY), "{refused}");
+    assert_eq!(fleet.operator_image().await, Some(image_of("rel-1")), "rel-2 never applied");
+
+    // A crash between the ConfigMap write and the Secret's record leaves the record behind the
+    // state: the real state back, the record one lower, the next start accepts it and remembers
+    // rel-2's rejection.
+    write_configmap(&writer, STATE, current.clone()).await;
+    let secrets: Api<Secret> = Api::namespaced(fleet.cluster.client(), AGENT_NS);
+    let mut secret = secrets.get(STATE_KEY).await.unwrap();
+    let behind = current["generation"].parse::<u64>().unwrap() - 1;
+    secret.metadata.annotations.as_mut().unwrap().insert("fleetgate.io/state-generation".into(), behind.to_string());
+    secrets.replace(STATE_KEY, &PostParams::default(), &secret).await.unwrap();
+    let mut agent = fleet.agent().await;
+    assert_eq!(within("pass", 90, agent.pass()).await.unwrap(), Outcome::Rejected("rel-2".into()));
+    assert_eq!(fleet.operator_image().await, Some(image_of("rel-1")));
+}

@@ -185,6 +185,7 @@ async fn deploy_manifests_pass_a_server_side_dry_run_and_rbac_is_least_privilege
         ("update", "coordination.k8s.io", "leases", "fleetgate-system", "fleetgate-agent-canary", true),
         ("create", "apiextensions.k8s.io", "customresourcedefinitions", "", "redisclusters.cache.example.com", true),
         ("create", "", "secrets", "fleetgate-system", "", true),
+        ("update", "", "secrets", "fleetgate-system", "fleetgate-state-key-canary", true),
         ("create", "apiextensions.k8s.io", "customresourcedefinitions", "", "other.example.com", false),
         ("patch", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "someone-else", false),
         ("patch", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "redis-operator", false),

@@ -135,7 +135,8 @@ impl AgentKey {
         secret.map(|s| Self::from_secret(s, name)).transpose()
     }
 
-    fn from_secret(secret: Secret, name: &str) -> Result<AgentKey, AgentKeyError> {
+    /// The key held by `secret` (named `name`, for the error).
+    pub fn from_secret(secret: Secret, name: &str) -> Result<AgentKey, AgentKeyError> {
         let bytes = secret.data.and_then(|mut d| d.remove(KEY_DATA)).map(|b| b.0).unwrap_or_default();
         if bytes.len() < 32 {
             return Err(AgentKeyError::Short { name: name.to_string() });

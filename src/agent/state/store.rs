@@ -27,8 +27,10 @@
 //!
 //! **Replays.** A sealed state carries `generation`, one more at every write. A store refuses a
 //! state older than the newest it wrote or read: a saved copy written back (forgetting a
-//! rejection recorded since) is refused while the agent runs. A restarted agent has no such
-//! memory (docs/SECURITY.md, left open).
+//! rejection recorded since) is refused while the agent runs. Across restarts too: after each
+//! write the store records the generation in an annotation of the key Secret (which a ConfigMap
+//! writer cannot write), and a start refuses a state older than it. The Secret is written after the
+//! ConfigMap, so a crash in between leaves it behind the state, which is accepted.
 
 use super::machine::{AgentState, Failure, Operation, Phase, Progress, Return, Rollback, TransitionError};
 use crate::apply::{AgentKey, AgentKeyError};
@@ -61,6 +63,8 @@ mod key {
     pub const MAC: &str = "hmacSha256";
     /// Counts the agent's writes ([`super::generation`]).
     pub const GENERATION: &str = "generation";
+    /// Annotation on the state key Secret: the newest generation written, the oldest a start believes.
+    pub const GENERATION_ANNOTATION: &str = "fleetgate.io/state-generation";
 }
 const SCHEMA: &str = "fleetgate.io/agent-state/v1";
 /// What the state's MAC is computed under (the outbox has its own domain under the same key).
@@ -76,6 +80,17 @@ fn mac_parts<'a>(namespace: &'a str, name: &'a str, data: &'a BTreeMap<String, S
 }
 
 /// The write count in sealed `data` (0 before the agent counted).
+/// The generation the key Secret records (0 when none yet).
+fn recorded_generation(secret: &Secret) -> u64 {
+    secret
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key::GENERATION_ANNOTATION))
+        .and_then(|g| g.parse().ok())
+        .unwrap_or(0)
+}
+
 fn generation(data: &BTreeMap<String, String>) -> u64 {
     data.get(key::GENERATION).and_then(|g| g.parse().ok()).unwrap_or(0)
 }
@@ -481,6 +496,7 @@ impl StateStore {
             match self.api.replace(&self.name, &PostParams::default(), &object).await {
                 Ok(saved) => {
                     self.newest_generation.fetch_max(written, std::sync::atomic::Ordering::Relaxed);
+                    self.record_generation(written).await;
                     *cache = Some(Persisted { state: next.clone(), object: saved, key: base.key });
                     return Ok((next, out));
                 }
@@ -525,7 +541,7 @@ impl StateStore {
         for _ in 0..3 {
             let key = match self.key.get() {
                 Some(key) => Some(key.clone()),
-                None => AgentKey::read(&self.secrets, &self.key_secret()).await?.inspect(|k| self.remember(k)),
+                None => self.read_key().await?,
             };
             let object = self.api.get_opt(&self.name).await.map_err(|e| self.kube_error("reading", e))?;
             match (object, key) {
@@ -536,8 +552,9 @@ impl StateStore {
                     let newest = self.newest_generation.fetch_max(read, std::sync::atomic::Ordering::Relaxed);
                     if read < newest {
                         return Err(self.refused(format!(
-                            "it is older than the state this agent last wrote or read (generation {read} < {newest}): \
-                             a saved copy written back"
+                            "it is older than the state this agent last wrote or read, in this process or as \
+                             recorded in Secret {} (generation {read} < {newest}): a saved copy written back",
+                            self.key_secret()
                         )));
                     }
                     return Ok(Persisted { state: self.decode(&object)?, object, key });
@@ -604,6 +621,59 @@ impl StateStore {
 
     fn key_secret(&self) -> String {
         state_key_secret_name(&self.cluster)
+    }
+
+    /// The state key, remembered, and the generation its Secret records (see
+    /// [`record_generation`](Self::record_generation)) as the oldest state to believe.
+    async fn read_key(&self) -> Result<Option<AgentKey>, StateError> {
+        let name = self.key_secret();
+        let secret = self.secrets.get_opt(&name).await.map_err(|e| AgentKeyError::Kube {
+            action: "reading",
+            name: name.clone(),
+            source: Box::new(e),
+        })?;
+        let Some(secret) = secret else { return Ok(None) };
+        self.newest_generation.fetch_max(recorded_generation(&secret), std::sync::atomic::Ordering::Relaxed);
+        let key = AgentKey::from_secret(secret, &name)?;
+        self.remember(&key);
+        Ok(Some(key))
+    }
+
+    /// Records `written` in the key Secret, which a ConfigMap writer cannot write: a later process
+    /// refuses a state older than it (a sealed copy saved and written back while no agent ran).
+    /// Written after the ConfigMap, so a crash in between leaves the Secret behind the state, which
+    /// is accepted (a state is refused only when older). Never lowers it (a slower replica's write);
+    /// a failure only leaves the floor lower, so it is logged, not returned: the state is saved.
+    async fn record_generation(&self, written: u64) {
+        let name = self.key_secret();
+        for _ in 0..MAX_CONFLICT_RETRIES {
+            let mut secret = match self.secrets.get(&name).await {
+                Ok(secret) => secret,
+                Err(error) => {
+                    tracing::warn!(secret = %name, %error, "could not read the state key Secret to record the state's generation");
+                    return;
+                }
+            };
+            if recorded_generation(&secret) >= written {
+                return;
+            }
+            secret
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(key::GENERATION_ANNOTATION.into(), written.to_string());
+            match self.secrets.replace(&name, &PostParams::default(), &secret).await {
+                Ok(_) => return,
+                Err(kube::Error::Api(s)) if s.is_conflict() => continue,
+                Err(error) => {
+                    tracing::warn!(
+                        secret = %name, %error,
+                        "could not record the state's generation in the state key Secret (does the agent's RBAC allow update on it?); a saved copy of the state written back before a restart would be believed"
+                    );
+                    return;
+                }
+            }
+        }
     }
 
     async fn create_key(&self) -> Result<AgentKey, StateError> {
