@@ -345,7 +345,7 @@ fn main() {
     row("end to end, first run (no memory)", &cold, "");
     let (e2e, shown) = time(git_runs, || view.status(&memo_file));
     assert_eq!(shown, first_table, "the same table from remembered notes and heartbeats");
-    row("end to end, notes and heartbeats verified before", &e2e, "");
+    row("end to end, notes and beats remembered", &e2e, "");
     // Every beat moved since the last run (runs a heartbeat interval or more apart): the notes
     // remembered, every heartbeat checked.
     let beats_file = memo_dir.join("verified-heartbeats");
@@ -354,7 +354,7 @@ fn main() {
         view.status(&memo_file)
     });
     assert_eq!(shown, first_table, "the same table with every heartbeat checked");
-    row("end to end, notes verified before, every beat moved", &moved, "");
+    row("end to end, notes remembered, beats moved", &moved, "");
 }
 
 /// Where a read's time goes, phase by phase over the same notes: the notes trees walk (all a
