@@ -44,7 +44,7 @@ use std::io::{Read, Write};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-/// One remembered note's key (see the module docs for what it covers).
+/// One remembered note's or heartbeat's key (see the module docs for what it covers).
 pub(crate) type Record = [u8; 32];
 
 /// First bytes of the notes' file; changed with the layout or the encoding.
@@ -65,7 +65,7 @@ pub struct VerifiedNotes {
 
 impl Default for VerifiedNotes {
     fn default() -> VerifiedNotes {
-        VerifiedNotes { notes: Store::new(MAGIC), beats: VerifiedBeats(Store::new(BEATS_MAGIC)) }
+        VerifiedNotes { notes: Store::new(MAGIC), beats: VerifiedBeats::default() }
     }
 }
 
@@ -807,5 +807,40 @@ mod tests {
         ] {
             assert_ne!(changed, base);
         }
+    }
+
+    #[test]
+    fn a_beat_record_covers_the_commit_cluster_fleet_key_and_version_and_is_no_note_record() {
+        let key = StatusSigner::generate("a").unwrap().public();
+        let other_key = StatusSigner::generate("a").unwrap().public();
+        let beat = Oid::from_str(&"1".repeat(40)).unwrap();
+        let other_beat = Oid::from_str(&"2".repeat(40)).unwrap();
+        let base = beat_record_of("1.0", "f", "a", beat, &key);
+        for changed in [
+            beat_record_of("1.1", "f", "a", beat, &key),
+            beat_record_of("1.0", "g", "a", beat, &key),
+            beat_record_of("1.0", "f", "b", beat, &key),
+            beat_record_of("1.0", "f", "a", other_beat, &key),
+            beat_record_of("1.0", "f", "a", beat, &other_key),
+            record_of("1.0", "f", "a", "", beat, &key),
+        ] {
+            assert_ne!(changed, base);
+        }
+    }
+
+    #[test]
+    fn a_remembered_beat_comes_back_whole() {
+        let id = crate::status::StatusIdentity::new("f", StatusSigner::generate("a").unwrap());
+        let beat = Heartbeat::signed(&id, "a", std::time::Duration::from_secs(60)).unwrap();
+        assert_eq!(decode_beat(&encode_beat(&beat)), Some(beat.clone()));
+        let unsigned = Heartbeat { signature: None, ..beat.clone() };
+        assert_eq!(decode_beat(&encode_beat(&unsigned)), Some(unsigned));
+        let encoded = encode_beat(&beat);
+        assert_eq!(decode_beat(&encoded[..encoded.len() - 1]), None);
+        let mut memo = VerifiedBeats::default();
+        memo.replace(vec![Remembered::beat([1; 32], &beat)]);
+        assert_eq!(memo.recall(&[1; 32], "a", "f").map(|(b, _)| b), Some(beat));
+        // Under another cluster's or fleet's name it is no proof.
+        assert!(memo.recall(&[1; 32], "b", "f").is_none() && memo.recall(&[1; 32], "a", "g").is_none());
     }
 }
