@@ -339,9 +339,11 @@ mod tests {
         let repo = forget_object(repo, "cluster-a");
         let mut flipped = good.clone();
         *flipped.last_mut().unwrap() ^= 1;
-        for (what, bytes, mode) in
-            [("a flipped byte", flipped, 0o600), ("torn", good[..good.len() - 1].to_vec(), 0o600), ("mode 0666", good.clone(), 0o666)]
-        {
+        for (what, bytes, mode) in [
+            ("a flipped byte", flipped, 0o600),
+            ("torn", good[..good.len() - 1].to_vec(), 0o600),
+            ("mode 0666", good.clone(), 0o666),
+        ] {
             std::fs::write(&file, bytes).unwrap();
             std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
             // Only the memory could give the beat (its object is gone): it is not believed.
