@@ -10,9 +10,10 @@
 //! Then, phase by phase: `read_all` with every signature checked (a first run), the pure steps
 //! over the view's statuses (`Matrix::build`, the renderers, `-o json`), where a read's time goes, and
 //! what `fleetgate status` does after its fetch, end to end — open the verified-notes memory,
-//! read the notes, save the memory, read and verify every cluster's heartbeat, build the matrix
+//! read the notes and the heartbeats (checking those it does not remember), save the memory, build the matrix
 //! with RUNNING, LAST SEEN and stale, make its text terminal-safe, render the 80-column table —
-//! on a first run (no memory) and on the runs after it.
+//! on a first run (no memory), on the runs after it (notes and heartbeats remembered), and on a
+//! run after every heartbeat moved (notes remembered, every heartbeat checked).
 //!
 //! Every cluster has a heartbeat ref too, written at each run (not kept in the fixture) and signed
 //! by a key generated for the run; the heartbeats are verified against those keys.
@@ -228,14 +229,15 @@ fn narrow() -> RenderOptions {
 }
 
 impl View<'_> {
-    /// Open the memory in `memo`, read the notes, save the memory, build, make terminal-safe,
-    /// render the 80-column table.
+    /// Open the memory in `memo`, read the notes and the heartbeats, save the memory, build,
+    /// make terminal-safe, render the 80-column table.
     fn status(&self, memo: &Path) -> String {
         let mut memo = VerifiedNotes::open(memo);
         let set =
             fleetgate::status::read_all_remembering(self.repo, self.commits, self.keys, &mut memo).expect("notes read");
+        let beats =
+            heartbeat::read_remembering(self.repo, self.heartbeat_keys, &mut memo.beats).expect("heartbeats read");
         memo.save().expect("memory saved");
-        let beats = heartbeat::read(self.repo, self.heartbeat_keys).expect("heartbeats read");
         let mut matrix = self.build(&set);
         // One clock for every run, so their tables (ages included) compare equal.
         matrix.judge_liveness(&beats, None, self.now);
@@ -329,9 +331,11 @@ fn main() {
     row("heartbeat::read, every signature checked", &beats_t, &format!("{} verified", beats.len()));
 
     let dir = tempfile::tempdir().expect("temp dir");
-    let memo_file = dir.path().join("verified-notes");
+    // The memory's directory holds the notes' file and the heartbeats' next to it.
+    let memo_dir = dir.path().join("memo");
+    let memo_file = memo_dir.join("verified-notes");
     let first_run = || {
-        let _ = std::fs::remove_file(&memo_file);
+        let _ = std::fs::remove_dir_all(&memo_dir);
         view.status(&memo_file)
     };
     let (cold, first_table) = time(cold_runs, first_run);
@@ -340,8 +344,17 @@ fn main() {
     row("VerifiedNotes::open (read, checksum, index)", &open, &format!("{:.1} MB", size as f64 / 1e6));
     row("end to end, first run (no memory)", &cold, "");
     let (e2e, shown) = time(git_runs, || view.status(&memo_file));
-    assert_eq!(shown, first_table, "the same table from remembered notes");
-    row("end to end, notes verified before", &e2e, "");
+    assert_eq!(shown, first_table, "the same table from remembered notes and heartbeats");
+    row("end to end, notes and beats remembered", &e2e, "");
+    // Every beat moved since the last run (runs a heartbeat interval or more apart): the notes
+    // remembered, every heartbeat checked.
+    let beats_file = memo_dir.join("verified-heartbeats");
+    let (moved, shown) = time(git_runs, || {
+        std::fs::remove_file(&beats_file).expect("heartbeats remembered");
+        view.status(&memo_file)
+    });
+    assert_eq!(shown, first_table, "the same table with every heartbeat checked");
+    row("end to end, notes remembered, beats moved", &moved, "");
 }
 
 /// Where a read's time goes, phase by phase over the same notes: the notes trees walk (all a

@@ -16,6 +16,7 @@
 //! heartbeat can only make a cluster look *less* alive.
 
 use super::identity::{KeyError, StatusIdentity, StatusKeys, Unverified};
+use super::memo::{self, Record, Remembered, VerifiedBeats};
 use super::notes::{GitRemote, NotesError, push};
 use chrono::{DateTime, Utc};
 use git2::{Oid, Repository};
@@ -167,17 +168,11 @@ pub fn read(repo: &Repository, keys: &StatusKeys) -> Result<BTreeMap<String, Hea
     read_remembering(repo, keys, &mut VerifiedBeats::default())
 }
 
-/// Heartbeats a reader verified before, by cluster: the commit, and the fleet and key it verified
-/// with. Kept in memory only (a beat is replaced every interval, so a memory on disk would rarely
-/// hold the current one); a refreshing reader (`--watch`, `--serve`) checks only the beats that
-/// moved since its last refresh.
-#[derive(Debug, Default, Clone)]
-pub struct VerifiedBeats {
-    known: std::collections::HashMap<String, (Oid, String, Heartbeat)>,
-}
-
-/// [`read`], taking from `memo` the beats it verified before with the same fleet and key (no
-/// signature check) and remembering the ones verified now.
+/// [`read`], taking from `memo` the beats verified before (no signature check) and leaving in it
+/// the ones verified now. A beat is remembered under its commit id, the cluster, the fleet and
+/// the cluster's key ([`super::memo`]): a moved ref or another registered key is checked again.
+/// A refreshing reader (`--watch`, `--serve`) and, through the memory's file, the next one-shot
+/// `fleetgate status` check only the beats that moved since.
 ///
 /// # Errors
 /// A local repository failure.
@@ -188,26 +183,25 @@ pub fn read_remembering(
 ) -> Result<BTreeMap<String, Heartbeat>, git2::Error> {
     // Remembered beats are taken as they are; the others are read here and their signatures
     // checked below, on two threads for a big fleet (one Ed25519 check each is most of the work).
-    let mut known = std::collections::HashMap::new();
+    let mut known = BTreeMap::new();
     let mut unchecked = Vec::new();
     for r in repo.references_glob(&format!("{HEARTBEAT_PREFIX}*"))? {
         let r = r?;
         let (Ok(name), Some(target)) = (r.name(), r.target()) else { continue };
         let cluster = name[HEARTBEAT_PREFIX.len()..].to_string();
-        // What the beat must verify with: a memory made with another fleet or key is no proof.
-        let with = format!("{} {}", keys.fleet(), keys.get(&cluster).map(|k| k.to_openssh()).unwrap_or_default());
-        match memo.known.remove(&cluster) {
-            Some((oid, seen_with, beat)) if oid == target && seen_with == with => {
-                known.insert(cluster, (target, with, beat));
-            }
-            _ => match parse(repo, target) {
-                Ok(beat) => unchecked.push((cluster, target, with, beat)),
-                Err(why) => tracing::warn!(refname = name, %why, "ignoring a heartbeat"),
-            },
+        // Without a registered key nothing verifies, and nothing is remembered.
+        let record = keys.get(&cluster).map(|key| memo::beat_record(keys, &cluster, target, key));
+        if let Some((beat, remembered)) = record.as_ref().and_then(|r| memo.recall(r, &cluster, keys.fleet())) {
+            known.insert(cluster, (beat, Some(remembered)));
+            continue;
+        }
+        match parse(repo, target) {
+            Ok(beat) => unchecked.push((cluster, record, beat)),
+            Err(why) => tracing::warn!(refname = name, %why, "ignoring a heartbeat"),
         }
     }
-    let check = |batch: &[(String, Oid, String, Heartbeat)]| -> Vec<Result<(), Unverified>> {
-        batch.iter().map(|(cluster, _, _, beat)| beat.verify(cluster, keys)).collect()
+    let check = |batch: &[(String, Option<Record>, Heartbeat)]| -> Vec<Result<(), Unverified>> {
+        batch.iter().map(|(cluster, _, beat)| beat.verify(cluster, keys)).collect()
     };
     let verdicts = if unchecked.len() < PARALLEL_BEATS {
         check(&unchecked)
@@ -221,16 +215,25 @@ pub fn read_remembering(
             all
         })
     };
-    for ((cluster, target, with, beat), verdict) in unchecked.into_iter().zip(verdicts) {
+    for ((cluster, record, beat), verdict) in unchecked.into_iter().zip(verdicts) {
         match verdict {
             Ok(()) => {
-                known.insert(cluster, (target, with, beat));
+                let remembered = record.map(|r| Remembered::beat(r, &beat));
+                known.insert(cluster, (beat, remembered));
             }
             Err(why) => tracing::warn!(refname = %heartbeat_ref(&cluster), %why, "ignoring a heartbeat"),
         }
     }
-    let out = known.iter().map(|(cluster, (_, _, beat))| (cluster.clone(), beat.clone())).collect();
-    memo.known = known;
+    // By cluster, so an unchanged fleet's memory is used in the order it is stored (no rewrite).
+    let mut used = Vec::with_capacity(known.len());
+    let out = known
+        .into_iter()
+        .map(|(cluster, (beat, remembered))| {
+            used.extend(remembered);
+            (cluster, beat)
+        })
+        .collect();
+    memo.replace(used);
     Ok(out)
 }
 
@@ -251,24 +254,105 @@ mod tests {
         StatusIdentity::new("redis-fleet", StatusSigner::generate("cluster-a").unwrap())
     }
 
+    /// `repo` without the object of `cluster`'s beat (opened again: libgit2 caches objects), so
+    /// a read can only take the beat from a memory.
+    fn forget_object(repo: Repository, cluster: &str) -> Repository {
+        let oid = repo.refname_to_id(&heartbeat_ref(cluster)).unwrap();
+        let hex = oid.to_string();
+        std::fs::remove_file(repo.path().join("objects").join(&hex[..2]).join(&hex[2..])).unwrap();
+        let repo = Repository::open_bare(repo.path()).unwrap();
+        assert!(parse(&repo, oid).is_err());
+        repo
+    }
+
+    /// A one-shot reader's memory: what the last run saved to `dir`.
+    fn read_with_file(repo: &Repository, keys: &StatusKeys, dir: &std::path::Path) -> BTreeMap<String, Heartbeat> {
+        let mut memo = super::super::VerifiedNotes::open(dir.join("verified-notes"));
+        let beats = read_remembering(repo, keys, &mut memo.beats).unwrap();
+        memo.save().unwrap();
+        beats
+    }
+
     #[test]
-    fn a_remembered_beat_is_reused_only_for_the_same_commit_fleet_and_key() {
+    fn a_beat_verified_by_the_last_run_is_taken_from_the_memory_file() {
         let repo_dir = tempfile::tempdir().unwrap();
         let repo = Repository::init_bare(repo_dir.path()).unwrap();
+        let cache = tempfile::tempdir().unwrap();
         let id = identity();
-        record(&repo, &id, "cluster-a", Duration::from_secs(60)).unwrap();
-        let mut memo = VerifiedBeats::default();
         let keys = id.keys_for("cluster-a");
-        assert_eq!(read_remembering(&repo, &keys, &mut memo).unwrap().len(), 1);
-        assert_eq!(memo.known.len(), 1);
+        record(&repo, &id, "cluster-a", Duration::from_secs(60)).unwrap();
+        let first = read_with_file(&repo, &keys, cache.path());
+        assert_eq!(first.len(), 1);
+        let file = cache.path().join("verified-heartbeats");
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
+        // The beat's commit gone: the next run can only have it from the memory, whole.
+        let repo = forget_object(repo, "cluster-a");
+        assert_eq!(read_with_file(&repo, &keys, cache.path()), first);
+        // Nothing moved: the file is not rewritten.
+        use std::os::unix::fs::MetadataExt;
+        let inode = std::fs::metadata(&file).unwrap().ino();
+        assert_eq!(read_with_file(&repo, &keys, cache.path()), first);
+        assert_eq!(std::fs::metadata(&file).unwrap().ino(), inode, "rewritten although nothing moved");
+    }
+
+    #[test]
+    fn a_moved_ref_or_another_key_is_checked_again_not_taken_from_the_memory() {
+        let repo_dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(repo_dir.path()).unwrap();
+        let cache = tempfile::tempdir().unwrap();
+        let id = identity();
+        let keys = id.keys_for("cluster-a");
+        record(&repo, &id, "cluster-a", Duration::from_secs(60)).unwrap();
+        assert_eq!(read_with_file(&repo, &keys, cache.path()).len(), 1);
         // Another key registered for the cluster now: the memory proves nothing for it.
-        let other = identity().keys_for("cluster-a");
-        assert!(read_remembering(&repo, &other, &mut memo).unwrap().is_empty());
-        assert!(memo.known.is_empty());
-        // A forged beat over the remembered one's ref is checked, not taken from memory.
+        assert!(read_with_file(&repo, &identity().keys_for("cluster-a"), cache.path()).is_empty());
+        // Verified again with the right key, then a forged beat moves the ref: it is checked.
+        assert_eq!(read_with_file(&repo, &keys, cache.path()).len(), 1);
+        record(&repo, &identity(), "cluster-a", Duration::from_secs(60)).unwrap();
+        assert!(read_with_file(&repo, &keys, cache.path()).is_empty());
+        // The agent's next beat moves it again: checked, believed, its own time.
+        let next = record(&repo, &id, "cluster-a", Duration::from_secs(60)).unwrap();
+        assert_eq!(read_with_file(&repo, &keys, cache.path())["cluster-a"], next);
+        // In memory (`--watch`) the same.
+        let mut memo = VerifiedBeats::default();
         assert_eq!(read_remembering(&repo, &keys, &mut memo).unwrap().len(), 1);
+        assert!(read_remembering(&repo, &identity().keys_for("cluster-a"), &mut memo).unwrap().is_empty());
         record(&repo, &identity(), "cluster-a", Duration::from_secs(60)).unwrap();
         assert!(read_remembering(&repo, &keys, &mut memo).unwrap().is_empty());
+    }
+
+    /// A damaged memory file, or one others can write, is not believed: the beats it held are
+    /// read and checked again.
+    #[test]
+    fn a_corrupted_or_exposed_memory_file_is_ignored() {
+        use std::os::unix::fs::PermissionsExt;
+        let repo_dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(repo_dir.path()).unwrap();
+        let cache = tempfile::tempdir().unwrap();
+        let id = identity();
+        let keys = id.keys_for("cluster-a");
+        record(&repo, &id, "cluster-a", Duration::from_secs(60)).unwrap();
+        read_with_file(&repo, &keys, cache.path());
+        let file = cache.path().join("verified-heartbeats");
+        let good = std::fs::read(&file).unwrap();
+        let repo = forget_object(repo, "cluster-a");
+        let mut flipped = good.clone();
+        *flipped.last_mut().unwrap() ^= 1;
+        for (what, bytes, mode) in [
+            ("a flipped byte", flipped, 0o600),
+            ("torn", good[..good.len() - 1].to_vec(), 0o600),
+            ("mode 0666", good.clone(), 0o666),
+        ] {
+            std::fs::write(&file, bytes).unwrap();
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+            // Only the memory could give the beat (its object is gone): it is not believed.
+            assert!(read_with_file(&repo, &keys, cache.path()).is_empty(), "{what}");
+        }
+        // The same bytes, intact and private: believed (the cases above fail for their damage).
+        std::fs::write(&file, &good).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(read_with_file(&repo, &keys, cache.path()).len(), 1);
     }
 
     #[test]

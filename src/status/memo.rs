@@ -25,7 +25,14 @@
 //! ignored as a whole (nothing from it is believed) and rewritten by the next save. The checksum
 //! is integrity, not authenticity: whoever can write that file can make this user's `fleetgate
 //! status` believe a note, as whoever can write the user's `fleetgate` binary can.
+//!
+//! Heartbeats verified before ([`VerifiedBeats`]) are kept the same way, in a file of their own
+//! next to it (`verified-heartbeats`: a beat moves every interval, and rewriting the notes' file
+//! for that would cost more than the checks it saves). A beat is remembered under a SHA-256 over
+//! its commit id, the cluster, the fleet, the cluster's key and this build's version, with the
+//! beat itself; a moved ref (a new beat) or another key misses and is checked in full.
 
+use super::heartbeat::Heartbeat;
 use super::identity::{StatusKey, StatusKeys};
 use super::model::{GateFigure, State, Status};
 use crate::model::ApprovalRecord;
@@ -37,52 +44,65 @@ use std::io::{Read, Write};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-/// One remembered note's key (see the module docs for what it covers).
+/// One remembered note's or heartbeat's key (see the module docs for what it covers).
 pub(crate) type Record = [u8; 32];
 
-/// First bytes of the file; changed with the layout or the encoding.
+/// First bytes of the notes' file; changed with the layout or the encoding.
 const MAGIC: &[u8] = b"fleetgate verified notes v5\n";
-/// The magic and the SHA-256 of everything after it.
-const HEADER_LEN: usize = MAGIC.len() + 32;
+/// First bytes of the heartbeats' file.
+const BEATS_MAGIC: &[u8] = b"fleetgate verified heartbeats v1\n";
+/// The heartbeats' file, in the directory of the notes' file.
+const BEATS_FILE: &str = "verified-heartbeats";
 
-/// The notes a reader found fully verified, with their entries; see the module docs.
+/// The notes a reader found fully verified, with their entries, and the heartbeats it found
+/// verified; see the module docs.
 #[derive(Debug)]
 pub struct VerifiedNotes {
-    /// What the file holds (or will hold): a header, then per note its record, the length of its
-    /// encoded entries (little-endian u64) and the entries. The header's checksum is filled in by
-    /// [`VerifiedNotes::save`].
-    bytes: Vec<u8>,
-    /// Where each remembered note's encoded entries are in `bytes`.
-    known: HashMap<Record, Range<usize>>,
-    file: Option<PathBuf>,
-    /// `bytes` differs from the file's content.
-    changed: bool,
-    /// Heartbeats verified before (in memory only; see [`super::heartbeat::VerifiedBeats`]).
-    pub(super) beats: super::heartbeat::VerifiedBeats,
+    notes: Store,
+    /// Heartbeats verified before ([`super::heartbeat::read_remembering`]).
+    pub beats: VerifiedBeats,
 }
 
 impl Default for VerifiedNotes {
     fn default() -> VerifiedNotes {
-        VerifiedNotes {
-            bytes: vec![0; HEADER_LEN],
-            known: HashMap::new(),
-            file: None,
-            changed: false,
-            beats: Default::default(),
-        }
+        VerifiedNotes { notes: Store::new(MAGIC), beats: VerifiedBeats::default() }
     }
+}
+
+/// Heartbeats a reader found verified, each with the beat; see the module docs.
+#[derive(Debug)]
+pub struct VerifiedBeats(Store);
+
+impl Default for VerifiedBeats {
+    fn default() -> VerifiedBeats {
+        VerifiedBeats(Store::new(BEATS_MAGIC))
+    }
+}
+
+/// One memory file's content: a header (its magic and a SHA-256 of the rest), then per record
+/// the record, the length of its encoded value (little-endian u64) and the value.
+#[derive(Debug)]
+struct Store {
+    magic: &'static [u8],
+    /// What the file holds (or will hold); the header's checksum is filled in by [`Store::save`].
+    bytes: Vec<u8>,
+    /// Where each record's value is in `bytes`.
+    known: HashMap<Record, Range<usize>>,
+    file: Option<PathBuf>,
+    /// `bytes` differs from the file's content.
+    changed: bool,
 }
 
 /// A memory file that could not be written.
 #[derive(Debug, thiserror::Error)]
-#[error("writing the verified-notes memory {path}")]
+#[error("writing the verified-status memory {path}")]
 pub struct MemoError {
     path: PathBuf,
     source: std::io::Error,
 }
 
-/// What the read that just finished found fully verified: a note of the memory it used, or one
-/// it verified itself, encoded.
+/// What the read that just finished found fully verified: a note (or heartbeat) of the memory it
+/// used, or one it verified itself, encoded.
 pub(crate) struct Remembered {
     record: Record,
     entries: Encoded,
@@ -98,6 +118,11 @@ impl Remembered {
     /// `entries`, all verified, of the note `record` stands for.
     pub(crate) fn new(record: Record, note: &NoteContext<'_>, entries: &[Status]) -> Remembered {
         Remembered { record, entries: Encoded::New(encode(note, entries)) }
+    }
+
+    /// `beat`, verified, of the heartbeat commit `record` stands for.
+    pub(crate) fn beat(record: Record, beat: &Heartbeat) -> Remembered {
+        Remembered { record, entries: Encoded::New(encode_beat(beat)) }
     }
 }
 
@@ -115,22 +140,14 @@ impl VerifiedNotes {
         VerifiedNotes::default()
     }
 
-    /// The memory kept in `path`. A missing file is an empty memory; one that is unreadable or
-    /// not exactly what [`VerifiedNotes::save`] writes is ignored (it is only a cache) and
-    /// replaced by the next save.
+    /// The memory kept in `path` (and its heartbeats in `verified-heartbeats` next to it). A
+    /// missing file is an empty memory; one that is unreadable or not exactly what
+    /// [`VerifiedNotes::save`] writes is ignored (it is only a cache) and replaced by the next
+    /// save.
     pub fn open(path: impl Into<PathBuf>) -> VerifiedNotes {
         let file = path.into();
-        let mut memo = VerifiedNotes::new();
-        match load(&file) {
-            Ok(Some((bytes, known))) => (memo.bytes, memo.known) = (bytes, known),
-            Ok(None) => {}
-            Err(why) => {
-                tracing::info!(path = %file.display(), why, "ignoring the verified-notes memory; every note is checked again");
-                memo.changed = true;
-            }
-        }
-        memo.file = Some(file);
-        memo
+        let beats = file.with_file_name(BEATS_FILE);
+        VerifiedNotes { notes: Store::open(file, MAGIC), beats: VerifiedBeats(Store::open(beats, BEATS_MAGIC)) }
     }
 
     /// `$XDG_CACHE_HOME/fleetgate/status/verified-notes`, else under `~/.cache`; `None` without
@@ -146,8 +163,8 @@ impl VerifiedNotes {
     /// again. Entries that do not decode (which the checksum makes a bug, not corruption) are a
     /// miss: the note is read and checked again.
     pub(crate) fn recall(&self, record: &Record, note: &NoteContext<'_>) -> Option<(Vec<Status>, Remembered)> {
-        let range = self.known.get(record)?;
-        let Some(entries) = decode(&self.bytes[range.clone()], note) else {
+        let (range, bytes) = self.notes.get(record)?;
+        let Some(entries) = decode(bytes, note) else {
             tracing::debug!(
                 cluster = note.cluster,
                 commit = note.commit,
@@ -155,14 +172,74 @@ impl VerifiedNotes {
             );
             return None;
         };
-        Some((entries, Remembered { record: *record, entries: Encoded::Kept(range.clone()) }))
+        Some((entries, Remembered { record: *record, entries: Encoded::Kept(range) }))
     }
 
-    /// Makes the notes of the read that just finished the whole memory.
+    /// Makes the notes of the read that just finished the whole memory of notes.
     pub(crate) fn replace(&mut self, used: Vec<Remembered>) {
-        // The common case, the same notes as last time: every remembered note used, in the order
-        // it is stored, and nothing new.
-        let mut end = HEADER_LEN;
+        self.notes.replace(used);
+    }
+
+    /// Writes the memory to its files (if it has them and they do not hold it already),
+    /// replacing them atomically.
+    ///
+    /// # Errors
+    /// A file or its directory could not be written.
+    pub fn save(&mut self) -> Result<(), MemoError> {
+        self.notes.save()?;
+        self.beats.0.save()
+    }
+}
+
+impl VerifiedBeats {
+    /// The beat `record` stands for, if it is remembered, and how to remember it again; one that
+    /// does not decode, or names another cluster or fleet, is a miss.
+    pub(crate) fn recall(&self, record: &Record, cluster: &str, fleet: &str) -> Option<(Heartbeat, Remembered)> {
+        let (range, bytes) = self.0.get(record)?;
+        let beat = decode_beat(bytes).filter(|b| b.cluster == cluster && b.fleet == fleet)?;
+        Some((beat, Remembered { record: *record, entries: Encoded::Kept(range) }))
+    }
+
+    /// Makes the beats of the read that just finished the whole memory of beats.
+    pub(crate) fn replace(&mut self, used: Vec<Remembered>) {
+        self.0.replace(used);
+    }
+}
+
+impl Store {
+    fn new(magic: &'static [u8]) -> Store {
+        Store { magic, bytes: vec![0; magic.len() + 32], known: HashMap::new(), file: None, changed: false }
+    }
+
+    fn header_len(&self) -> usize {
+        self.magic.len() + 32
+    }
+
+    fn open(file: PathBuf, magic: &'static [u8]) -> Store {
+        let mut store = Store::new(magic);
+        match load(&file, magic) {
+            Ok(Some((bytes, known))) => (store.bytes, store.known) = (bytes, known),
+            Ok(None) => {}
+            Err(why) => {
+                tracing::info!(path = %file.display(), why, "ignoring the verified-status memory; what it held is checked again");
+                store.changed = true;
+            }
+        }
+        store.file = Some(file);
+        store
+    }
+
+    /// Where `record`'s value is, and the value.
+    fn get(&self, record: &Record) -> Option<(Range<usize>, &[u8])> {
+        let range = self.known.get(record)?;
+        Some((range.clone(), &self.bytes[range.clone()]))
+    }
+
+    fn replace(&mut self, used: Vec<Remembered>) {
+        let header_len = self.header_len();
+        // The common case, the same records as last time: every remembered one used, in the
+        // order it is stored, and nothing new.
+        let mut end = header_len;
         let same = used.iter().all(|r| match &r.entries {
             Encoded::Kept(range) if range.start == end + 40 => {
                 end = range.end;
@@ -174,7 +251,7 @@ impl VerifiedNotes {
             return;
         }
         let mut bytes = Vec::with_capacity(self.bytes.len());
-        bytes.extend_from_slice(&[0; HEADER_LEN]);
+        bytes.resize(header_len, 0);
         let mut known = HashMap::with_capacity(used.len());
         for r in &used {
             let entries = match &r.entries {
@@ -190,12 +267,7 @@ impl VerifiedNotes {
         (self.bytes, self.known, self.changed) = (bytes, known, true);
     }
 
-    /// Writes the memory to its file (if it has one and the file does not hold it already),
-    /// replacing it atomically.
-    ///
-    /// # Errors
-    /// The file or its directory could not be written.
-    pub fn save(&mut self) -> Result<(), MemoError> {
+    fn save(&mut self) -> Result<(), MemoError> {
         let Some(path) = &self.file else { return Ok(()) };
         if !self.changed {
             return Ok(());
@@ -206,10 +278,10 @@ impl VerifiedNotes {
             use std::os::unix::fs::DirBuilderExt;
             std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(err)?;
         }
-        let body = &self.bytes[HEADER_LEN..];
+        let body = &self.bytes[self.header_len()..];
         // tempfile creates the file with mode 0600.
         let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(err)?;
-        tmp.write_all(MAGIC).map_err(err)?;
+        tmp.write_all(self.magic).map_err(err)?;
         tmp.write_all(&Sha256::digest(body)).map_err(err)?;
         tmp.write_all(body).map_err(err)?;
         tmp.persist(path).map_err(|e| err(e.error))?;
@@ -218,9 +290,9 @@ impl VerifiedNotes {
     }
 }
 
-/// The file's bytes and where each note's entries are in them; `None` without a file; why it is
+/// The file's bytes and where each record's value is in them; `None` without a file; why it is
 /// not believed otherwise.
-fn load(path: &Path) -> Result<Option<(Vec<u8>, HashMap<Record, Range<usize>>)>, &'static str> {
+fn load(path: &Path, magic: &[u8]) -> Result<Option<(Vec<u8>, HashMap<Record, Range<usize>>)>, &'static str> {
     use std::os::unix::fs::MetadataExt;
     let mut file = match std::fs::File::open(path) {
         Ok(file) => file,
@@ -237,20 +309,21 @@ fn load(path: &Path) -> Result<Option<(Vec<u8>, HashMap<Record, Range<usize>>)>,
     }
     let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
     file.read_to_end(&mut bytes).map_err(|_| "unreadable")?;
-    if bytes.len() < HEADER_LEN || !bytes.starts_with(MAGIC) {
+    let header_len = magic.len() + 32;
+    if bytes.len() < header_len || !bytes.starts_with(magic) {
         return Err("not a memory this build writes");
     }
-    if Sha256::digest(&bytes[HEADER_LEN..])[..] != bytes[MAGIC.len()..HEADER_LEN] {
+    if Sha256::digest(&bytes[header_len..])[..] != bytes[magic.len()..header_len] {
         return Err("its checksum does not match (torn or corrupted)");
     }
-    let known = index(&bytes).ok_or("its records do not add up")?;
+    let known = index(&bytes, header_len).ok_or("its records do not add up")?;
     Ok(Some((bytes, known)))
 }
 
-/// Where each record's entries are in a memory's bytes (after the header).
-fn index(bytes: &[u8]) -> Option<HashMap<Record, Range<usize>>> {
+/// Where each record's value is in a memory's bytes (after the header).
+fn index(bytes: &[u8], header_len: usize) -> Option<HashMap<Record, Range<usize>>> {
     let mut known = HashMap::new();
-    let mut at = HEADER_LEN;
+    let mut at = header_len;
     while at < bytes.len() {
         let record: Record = bytes.get(at..at + 32)?.try_into().ok()?;
         let len = u64::from_le_bytes(bytes.get(at + 32..at + 40)?.try_into().ok()?);
@@ -269,18 +342,59 @@ pub(crate) fn record(keys: &StatusKeys, cluster: &str, commit: &str, blob: Oid, 
 }
 
 fn record_of(version: &str, fleet: &str, cluster: &str, commit: &str, blob: Oid, key: &StatusKey) -> Record {
+    digest(&["fleetgate-verified-note-v2", version, fleet, cluster, commit], blob, key)
+}
+
+/// The record of the heartbeat commit `beat` in `cluster`'s heartbeat ref, checked against `key`
+/// for the fleet of `keys`.
+pub(crate) fn beat_record(keys: &StatusKeys, cluster: &str, beat: Oid, key: &StatusKey) -> Record {
+    beat_record_of(crate::VERSION, keys.fleet(), cluster, beat, key)
+}
+
+fn beat_record_of(version: &str, fleet: &str, cluster: &str, beat: Oid, key: &StatusKey) -> Record {
+    digest(&["fleetgate-verified-heartbeat-v1", version, fleet, cluster], beat, key)
+}
+
+/// SHA-256 over `texts` (the first names what is remembered), an object id and a key.
+fn digest(texts: &[&str], object: Oid, key: &StatusKey) -> Record {
     let mut h = Sha256::new();
     // The text fields are NUL-terminated (none can contain NUL) and the rest have fixed lengths,
     // so no two tuples hash the same input.
-    for part in
-        [b"fleetgate-verified-note-v2", version.as_bytes(), fleet.as_bytes(), cluster.as_bytes(), commit.as_bytes()]
-    {
-        h.update(part);
+    for part in texts {
+        h.update(part.as_bytes());
         h.update([0]);
     }
-    h.update(blob.as_bytes());
+    h.update(object.as_bytes());
     h.update(key.public_key().key_data().ed25519().expect("status keys are Ed25519").0);
     h.finalize().into()
+}
+
+/// A verified heartbeat, every field (as [`encode`] writes them).
+fn encode_beat(beat: &Heartbeat) -> Vec<u8> {
+    let Heartbeat { fleet, cluster, at, interval_seconds, agent_version, signature } = beat;
+    let mut w = Writer(Vec::with_capacity(512));
+    for text in [fleet, cluster, agent_version] {
+        w.text(text);
+    }
+    w.time(at);
+    w.int(*interval_seconds);
+    w.optional(signature.as_deref(), Writer::text);
+    w.0
+}
+
+/// [`encode_beat`]'s beat back; `None` for bytes it did not write.
+fn decode_beat(bytes: &[u8]) -> Option<Heartbeat> {
+    let mut r = Reader(bytes);
+    let (fleet, cluster, agent_version) = (r.text()?, r.text()?, r.text()?);
+    let beat = Heartbeat {
+        fleet,
+        cluster,
+        agent_version,
+        at: r.time()?,
+        interval_seconds: r.int()?,
+        signature: r.optional(Reader::text)?,
+    };
+    r.0.is_empty().then_some(beat)
 }
 
 /// The entries of one note, every field: integers as LEB128, text as its length and UTF-8 bytes,
@@ -529,6 +643,7 @@ mod tests {
     use crate::status::StatusSigner;
     use std::os::unix::fs::PermissionsExt;
 
+    const HEADER_LEN: usize = MAGIC.len() + 32;
     const NOTE: NoteContext<'static> = NoteContext { cluster: "a", commit: "c0ffee", fleet: "f" };
 
     /// A status with every field set, some to values the note's context does not hold.
@@ -663,7 +778,7 @@ mod tests {
             memo.replace(Vec::new());
             memo.save().unwrap();
             assert!(std::fs::read(&path).unwrap().starts_with(MAGIC), "{what}: not rebuilt");
-            assert!(VerifiedNotes::open(&path).known.is_empty(), "{what}");
+            assert!(VerifiedNotes::open(&path).notes.known.is_empty(), "{what}");
         }
 
         std::fs::write(&path, &good).unwrap();
@@ -692,5 +807,40 @@ mod tests {
         ] {
             assert_ne!(changed, base);
         }
+    }
+
+    #[test]
+    fn a_beat_record_covers_the_commit_cluster_fleet_key_and_version_and_is_no_note_record() {
+        let key = StatusSigner::generate("a").unwrap().public();
+        let other_key = StatusSigner::generate("a").unwrap().public();
+        let beat = Oid::from_str(&"1".repeat(40)).unwrap();
+        let other_beat = Oid::from_str(&"2".repeat(40)).unwrap();
+        let base = beat_record_of("1.0", "f", "a", beat, &key);
+        for changed in [
+            beat_record_of("1.1", "f", "a", beat, &key),
+            beat_record_of("1.0", "g", "a", beat, &key),
+            beat_record_of("1.0", "f", "b", beat, &key),
+            beat_record_of("1.0", "f", "a", other_beat, &key),
+            beat_record_of("1.0", "f", "a", beat, &other_key),
+            record_of("1.0", "f", "a", "", beat, &key),
+        ] {
+            assert_ne!(changed, base);
+        }
+    }
+
+    #[test]
+    fn a_remembered_beat_comes_back_whole() {
+        let id = crate::status::StatusIdentity::new("f", StatusSigner::generate("a").unwrap());
+        let beat = Heartbeat::signed(&id, "a", std::time::Duration::from_secs(60)).unwrap();
+        assert_eq!(decode_beat(&encode_beat(&beat)), Some(beat.clone()));
+        let unsigned = Heartbeat { signature: None, ..beat.clone() };
+        assert_eq!(decode_beat(&encode_beat(&unsigned)), Some(unsigned));
+        let encoded = encode_beat(&beat);
+        assert_eq!(decode_beat(&encoded[..encoded.len() - 1]), None);
+        let mut memo = VerifiedBeats::default();
+        memo.replace(vec![Remembered::beat([1; 32], &beat)]);
+        assert_eq!(memo.recall(&[1; 32], "a", "f").map(|(b, _)| b), Some(beat));
+        // Under another cluster's or fleet's name it is no proof.
+        assert!(memo.recall(&[1; 32], "b", "f").is_none() && memo.recall(&[1; 32], "a", "g").is_none());
     }
 }

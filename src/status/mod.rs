@@ -50,7 +50,7 @@ pub use heartbeat::{Heartbeat, HeartbeatError};
 pub use html::{CommitUrl, CommitUrlError, HtmlOptions, render_html};
 pub use identity::{KeyError, STATUS_NAMESPACE, StatusIdentity, StatusKey, StatusKeys, StatusSigner, Unverified};
 pub use matrix::{Matrix, Origin, ReleaseRef, RenderOptions, render_release, render_table};
-pub use memo::{MemoError, VerifiedNotes};
+pub use memo::{MemoError, VerifiedBeats, VerifiedNotes};
 pub use model::*;
 pub use notes::{GitRemote, NotesError, Written, notes_ref, read_all, read_all_remembering, sync, write};
 pub use view::{FleetView, ViewError};
