@@ -7,21 +7,11 @@
 mod status_support;
 
 use fleetgate::status::{self, GateFigure, GitRemote, State, Status};
-use status_support::{NEW, OLD, fleet, identity};
+use status_support::{NEW, OLD, chromium, fleet, identity};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn chromium() -> Option<PathBuf> {
-    let found = ["chromium", "chromium-browser"].iter().find_map(|name| {
-        std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(name)).find(|p| p.is_file())
-    });
-    if found.is_none() {
-        eprintln!("SKIPPED: no chromium on PATH (`make deps-test` installs Debian's chromium)");
-    }
-    found
-}
 
 /// Writes the page with the binary, as a user would.
 fn write_page(url: &str, dir: &Path) -> PathBuf {

@@ -10,23 +10,13 @@ mod status_support;
 use fleetgate::status::{self, GitRemote, State, Status};
 use fleetgate_testenv::process::{Guarded, free_port};
 use serde_json::{Value, json};
-use status_support::{NEW, fleet, identity};
+use status_support::{NEW, chromium, fleet, identity};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn chromium() -> Option<PathBuf> {
-    let found = ["chromium", "chromium-browser"].iter().find_map(|name| {
-        std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(name)).find(|p| p.is_file())
-    });
-    if found.is_none() {
-        eprintln!("SKIPPED: no chromium on PATH (`make deps-test` installs Debian's chromium)");
-    }
-    found
-}
 
 /// One HTTP/1.0 request to the served page: status code and body.
 fn http(port: u16, method: &str, path: &str) -> (u16, String) {

@@ -156,3 +156,14 @@ pub fn report(repo: &Path, cluster: &str, id: &str, state: State) {
     note.append(&entry);
     git_in(repo, &["notes", "--ref", &format!("fleetgate/{cluster}"), "add", "-f", "-m", &note.to_text(), &commit]);
 }
+
+/// Headless Chromium from PATH, or None after saying SKIPPED (the page tests need it).
+pub fn chromium() -> Option<std::path::PathBuf> {
+    let found = ["chromium", "chromium-browser"].iter().find_map(|name| {
+        std::env::var_os("PATH")?.to_str()?.split(':').map(|d| std::path::Path::new(d).join(name)).find(|p| p.is_file())
+    });
+    if found.is_none() {
+        eprintln!("SKIPPED: no chromium on PATH (`make deps-test` installs Debian's chromium)");
+    }
+    found
+}
