@@ -20,9 +20,9 @@ use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Label on `release-manifest-<id>` ConfigMaps (value `true`), to list them.
-pub const LABEL_RELEASE_MANIFEST: &str = "fleetgate.io/release-manifest";
+const LABEL_RELEASE_MANIFEST: &str = "fleetgate.io/release-manifest";
 /// Prefix of the ConfigMaps holding the applied mapping of each release.
-pub const RELEASE_MANIFEST_PREFIX: &str = "release-manifest-";
+const RELEASE_MANIFEST_PREFIX: &str = "release-manifest-";
 
 const KEY_RELEASE: &str = "release";
 const KEY_PREVIOUS: &str = "previousRelease";

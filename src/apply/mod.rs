@@ -65,14 +65,14 @@ mod snapshot;
 mod unchanged;
 mod withdraw;
 
-pub use changes::*;
+pub use changes::{Action, ChangeSet, DeferredDryRun, ObjectChange, ObjectFailure};
 pub use chunked::CHUNK_BYTES;
 pub(crate) use chunked::{ChunkError, Existing, read_chunks, write_chunks};
-pub use drift::*;
-pub use inventory::*;
+pub use drift::{DriftInput, DriftInputError, DriftRelease, DriftReport, DriftState, ObjectDrift, compare};
+pub use inventory::{Inventory, InventoryEntry, inventory_name, release_manifest_name};
 pub use offline::admission_offline;
-pub use rbac::*;
-pub use snapshot::*;
+pub use rbac::{AgentRbac, Grant, RbacError, builtin_scope, release_rbac, yaml_grants};
+pub use snapshot::{AgentKey, AgentKeyError, LABEL_SNAPSHOT, SnapshotInfo};
 pub use unchanged::{AppliedRecord, SealedRecords};
 
 use crate::manifests::admission::{AdmissionError, AdmissionPolicy, LiveApi};

@@ -72,7 +72,7 @@ pub fn release_rbac(checkout: &Checkout, id: &str, trust: Option<&TrustConfig>) 
 }
 
 /// Name of the (Cluster)Roles and bindings the output defines.
-pub const AGENT_ROLE: &str = "fleetgate-agent";
+const AGENT_ROLE: &str = "fleetgate-agent";
 
 /// The cluster-scoped kinds of the built-in groups that a release may plausibly contain.
 const CLUSTER_SCOPED: &[(&str, &str)] = &[

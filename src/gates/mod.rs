@@ -29,13 +29,13 @@ mod webhook;
 mod workload;
 
 pub use cel_health::{CelGateError, ForeignGateKind, GateKindError, check_gate_kinds};
-pub use evaluation::*;
-pub use preapply::*;
+pub use evaluation::{GateEvaluation, Threshold, Verdict};
+pub use preapply::{InvalidObject, PreapplyBlock, PreapplyReport, preapply, read_cluster_facts};
 pub use prometheus::{
     PrometheusAuth, PrometheusClient, PrometheusEndpoints, PrometheusError, PrometheusSource, Sample,
 };
-pub use requires::*;
-pub use runner::*;
+pub use requires::{RequirementError, check_requirements};
+pub use runner::{BakeVerdict, Baseline, GateRunner, OperatorTarget, Round, decide, sample_baseline};
 pub use workload::restart_counts;
 
 use crate::model::{ErrorClass, GatePolicyProblem};

@@ -177,7 +177,7 @@ pub async fn read_cluster_facts(client: &kube::Client, timeout: Duration) -> Res
 /// Live objects of `live` that `new` would refuse, per version served by both whose schema changed.
 /// Objects are read through each such version (the server converts), so each is checked against
 /// the schema its clients see.
-pub async fn invalid_live_objects(
+async fn invalid_live_objects(
     client: &kube::Client,
     live: &CustomResourceDefinition,
     new: &CustomResourceDefinition,

@@ -18,7 +18,7 @@ mod crds;
 
 pub use crate::model::{CRD_GROUP, CRD_KIND, is_crd};
 pub use admission::{AdmissionError, AdmissionPolicy, Violation};
-pub use crds::*;
+pub use crds::{CrdNames, FileCrd, crds_in_files, typed_crd};
 
 use crate::model::{Location, ParseError, parse_multi};
 use crate::release::ReleaseFiles;

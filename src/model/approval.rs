@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The first part of every approval tag's name.
-pub const APPROVAL_TAG_PREFIX: &str = "approve/";
+const APPROVAL_TAG_PREFIX: &str = "approve/";
 
 /// Whether tag `name` is an approval (`approve/…`): it sits on a release's commit, so it carries
 /// that release's `release.yaml`, but it is not a release.

@@ -53,7 +53,7 @@ pub fn is_release_id(s: &str) -> bool {
 }
 
 /// A Kubernetes API version name: `v1`, `v1alpha2`, `v2beta1`.
-pub fn is_api_version_name(s: &str) -> bool {
+fn is_api_version_name(s: &str) -> bool {
     let Some(rest) = s.strip_prefix('v') else { return false };
     let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
     if digits == 0 || rest.starts_with('0') {

@@ -15,13 +15,13 @@ use std::collections::BTreeMap;
 
 pub const FLEET_FILE: &str = "fleet.yaml";
 pub const CLUSTERS_DIR: &str = "clusters";
-pub const POLICIES_DIR: &str = "policies";
+const POLICIES_DIR: &str = "policies";
 pub const RELEASE_FILE: &str = "release.yaml";
 /// Entries a folder of documents (`clusters/`, `policies/`) may hold: each file is read and
 /// parsed on every pass, and whoever can push decides how many there are.
-pub const MAX_FOLDER_ENTRIES: usize = 2000;
+const MAX_FOLDER_ENTRIES: usize = 2000;
 /// The document kind of [`GatePolicy`].
-pub const GATE_POLICY_KIND: &str = "GatePolicy";
+const GATE_POLICY_KIND: &str = "GatePolicy";
 
 /// A commit's fleet configuration, every document valid and every reference resolved.
 #[derive(Debug, Clone, PartialEq)]

@@ -27,23 +27,49 @@ mod variant;
 mod wave;
 mod yaml;
 
-pub use admission::*;
-pub use approval::*;
-pub use checks::*;
-pub use cluster::*;
-pub use config::*;
+pub use admission::{
+    AdmissionBaseline, BaselineError, PodSecurityLevel, RELEASE_ADMISSION_POLICY_KIND, RbacGrant,
+    ReleaseAdmissionPolicy, ReleaseAdmissionPolicySpec,
+};
+pub use approval::{ApprovalRecord, approval_tag, is_approval_tag, tagger_and_message};
+pub use checks::{
+    KNOWN_ARCHITECTURES, check_cluster, check_fleet, check_release, is_digest, is_dns_label, is_image_repository,
+    is_image_tag, is_label_key, is_label_value, is_release_id, ordering_findings, safe_relative_path,
+};
+pub use cluster::{Cluster, ClusterSpec};
+pub use config::{
+    CLUSTERS_DIR, ConfigError, FLEET_FILE, FleetConfig, PausedBy, RELEASE_FILE, ReleaseOrigin, SpokeSetting,
+    spoke_setting_findings,
+};
 pub use error_chain::{error_chain, redact_userinfo, redacted_url};
-pub use error_class::*;
-pub use finding::*;
-pub use fleet::*;
-pub use gate_policy::*;
-pub use release::*;
+pub use error_class::ErrorClass;
+pub use finding::{Finding, Rule, join_findings};
+pub use fleet::{
+    DEFAULT_ENDPOINT, Fleet, FleetSpec, ForgeKind, OperatorIdentity, PromotionMode, RolloutSettings, SpokeRef,
+    StatusSettings,
+};
+pub use gate_policy::{
+    ClusterIdentity, CustomResourcesGate, DeploymentAvailableGate, Gate, GateCheck, GatePolicy, GatePolicyProblem,
+    GatePolicySpec, GateSelector, OnUnknown, PodRestartsGate, PrometheusBound, PrometheusGate, Quantity, Unit,
+    WebhookGate,
+};
+pub use release::{
+    BadVersionRange, ChartSource, CrdVersions, ImageRef, NamedImage, PRIMARY_IMAGE_NAME, Release, ReleaseSpec,
+    Requirements, default_manifests, parse_release, parse_version_range, release_seed_data, seed_keys,
+};
 pub use target::{SelectError, Target};
-pub use template::*;
-pub use tree::*;
-pub use variant::*;
-pub use wave::*;
-pub use yaml::*;
+#[cfg(test)]
+pub(crate) use template::template_dir;
+pub use template::{TEMPLATE_FILES, TemplateError, write_template};
+pub(crate) use tree::clean_tree_path;
+pub use tree::{DirTree, EntryKind, RepoTree, TreeEntry, TreeError};
+pub use variant::{
+    BadServerVersion, ClusterFacts, NoVariant, Variant, VariantSelector, check_variants, parse_server_version,
+    select_variant,
+};
+pub use wave::{ApprovalSetting, ClockTime, DaySpan, Placed, Placement, Wave, Window, Zone, assign, rendezvous};
+pub(crate) use yaml::DocumentHead;
+pub use yaml::{Location, MAX_ALIAS_EXPANSION, MAX_YAML_BYTES, ParseError, parse_document, parse_multi, parse_yaml};
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

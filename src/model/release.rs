@@ -176,7 +176,7 @@ pub fn parse_version_range(range: &str) -> Result<semver::VersionReq, BadVersion
 }
 
 /// The document kind of [`Release`].
-pub const RELEASE_KIND: &str = "Release";
+const RELEASE_KIND: &str = "Release";
 
 /// Keys of the seed's ConfigMap form (`data:` of a `v1` ConfigMap). The first eight are the seed's;
 /// `image.repository`, `image.digest`, `requires.kubernetes`, `requires.architectures`,

@@ -18,7 +18,7 @@ pub const MAX_YAML_BYTES: usize = 8 * 1024 * 1024;
 /// Legitimate manifests use few aliases, each expanding to a small block.
 pub const MAX_ALIAS_EXPANSION: u64 = 100_000;
 /// Aliases in one file; more is refused whatever they expand to.
-pub const MAX_ALIASES: usize = 10_000;
+const MAX_ALIASES: usize = 10_000;
 
 /// Where in which file a problem is.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -109,7 +109,7 @@ fn at(file: &str) -> Location {
 }
 
 /// Refuses input that is too large or whose aliases expand too far, before any parser builds it.
-pub fn check_limits(file: &str, text: &str) -> Result<(), ParseError> {
+fn check_limits(file: &str, text: &str) -> Result<(), ParseError> {
     if text.len() > MAX_YAML_BYTES {
         return Err(ParseError::TooLarge { at: at(file), size: text.len(), limit: MAX_YAML_BYTES });
     }

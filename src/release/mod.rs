@@ -25,12 +25,16 @@ mod trust;
 mod verified;
 mod verify;
 
-pub use approval::*;
-pub use history::*;
-pub use pins::*;
-pub use promoted::*;
-pub use promotion::*;
-pub use resolve::*;
-pub use trust::*;
-pub use verified::*;
-pub use verify::*;
+pub use approval::{ApprovalProblem, ApprovalVerdict, check_approval};
+pub use history::{Ran, SignedReleases, Standing, check_move, judge_move};
+pub use pins::{PinError, TagPins};
+pub use promoted::promotion_head;
+pub use promotion::{
+    PromotionError, TipTrust, WriteBack, check_descends, check_tip, descends_from, effective_mode, is_fresh,
+};
+pub use resolve::{DesiredRelease, ResolveError, resolve, resolve_release};
+pub use trust::{GIT_NAMESPACE, Keyring, SignatureProblem, TrustConfig, TrustError, split_signed_tag};
+pub use verified::{ReleaseFiles, UnverifiedRelease, VerifiedRelease};
+pub use verify::{
+    ReleaseContent, VerifyError, read_release, signed_config, tag_signer, verify, verify_commit, verify_tag_signature,
+};

@@ -18,7 +18,7 @@ use git2::{Commit, Oid};
 
 /// How far back the walk goes: a promotion older than this many first-parent commits gets no
 /// status on its PR (the release commit still has it).
-pub const MAX_PROMOTION_HISTORY: usize = 500;
+const MAX_PROMOTION_HISTORY: usize = 500;
 
 /// The head commit of the change that made the branch tip ask `cluster` for `release`; None when
 /// the tip asks it for another release (or none), or the change is older than

@@ -39,10 +39,10 @@ pub mod notes_schedule;
 mod template;
 mod tree;
 
-pub use access::*;
+pub use access::{CA_HINT, HostKeyError, ProxyEnv, check_host_key, explain_refusal, no_libgit2_proxy};
 pub use notes_schedule::NotesSchedule;
-pub use template::*;
-pub use tree::*;
+pub use template::{InitError, init_fleet_repo};
+pub use tree::GitTree;
 
 use crate::model::{ErrorClass, redact_userinfo};
 use git2::{AutotagOption, Direction, FetchPrune, Oid, RemoteCallbacks, Repository};

@@ -14,8 +14,9 @@
 //!
 //! With each record the memory keeps what a view keeps of the note (each release's latest entry,
 //! without its signature: [`super::notes::read_all_remembering`]), decoded, in a compact binary
-//! form (see [`encode`]): every field, unknown ones as their JSON text, so a hit gives back
-//! exactly what a read of the blob gives the view.
+//! form (serde's derives on [`Entry`], in postcard's format: varints and length-prefixed text):
+//! every field, unknown ones as their JSON text, so a hit gives back exactly what a read of the
+//! blob gives the view.
 //!
 //! `fleetgate status` keeps the memory in `$XDG_CACHE_HOME/fleetgate/status/verified-notes`: a
 //! header, a SHA-256 of the rest, then the records. It is written (mode 0600, in a 0700
@@ -38,7 +39,9 @@ use super::model::{GateFigure, State, Status};
 use crate::model::ApprovalRecord;
 use chrono::{DateTime, Utc};
 use git2::Oid;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
 use std::ops::Range;
@@ -47,10 +50,13 @@ use std::path::{Path, PathBuf};
 /// One remembered note's or heartbeat's key (see the module docs for what it covers).
 pub(crate) type Record = [u8; 32];
 
-/// First bytes of the notes' file; changed with the layout or the encoding.
-const MAGIC: &[u8] = b"fleetgate verified notes v5\n";
+/// First bytes of the notes' file; changed with the layout or the encoding. The encoding is the
+/// serde form of [`Entry`] and [`Beat`] and of what they hold (`State`, `GateFigure`,
+/// `ApprovalRecord`): postcard writes no field names, so a field added, removed or moved there
+/// changes it (`the_encoding_is_pinned` then fails as a reminder).
+const MAGIC: &[u8] = b"fleetgate verified notes v6\n";
 /// First bytes of the heartbeats' file.
-const BEATS_MAGIC: &[u8] = b"fleetgate verified heartbeats v1\n";
+const BEATS_MAGIC: &[u8] = b"fleetgate verified heartbeats v2\n";
 /// The heartbeats' file, in the directory of the notes' file.
 const BEATS_FILE: &str = "verified-heartbeats";
 
@@ -196,7 +202,7 @@ impl VerifiedBeats {
     /// does not decode, or names another cluster or fleet, is a miss.
     pub(crate) fn recall(&self, record: &Record, cluster: &str, fleet: &str) -> Option<(Heartbeat, Remembered)> {
         let (range, bytes) = self.0.get(record)?;
-        let beat = decode_beat(bytes).filter(|b| b.cluster == cluster && b.fleet == fleet)?;
+        let beat = decode_beat(bytes, cluster, fleet)?;
         Some((beat, Remembered { record: *record, entries: Encoded::Kept(range) }))
     }
 
@@ -369,42 +375,133 @@ fn digest(texts: &[&str], object: Oid, key: &StatusKey) -> Record {
     h.finalize().into()
 }
 
-/// A verified heartbeat, every field (as [`encode`] writes them).
+/// A remembered heartbeat, every field: [`Heartbeat`]'s own serde form skips an absent
+/// signature, which a format without field names cannot read back.
+#[derive(Serialize, Deserialize)]
+struct Beat<'a> {
+    fleet: &'a str,
+    cluster: &'a str,
+    at: Time,
+    interval_seconds: u64,
+    agent_version: &'a str,
+    #[serde(borrow)]
+    signature: Option<&'a str>,
+}
+
+/// A verified heartbeat, every field.
 fn encode_beat(beat: &Heartbeat) -> Vec<u8> {
     let Heartbeat { fleet, cluster, at, interval_seconds, agent_version, signature } = beat;
-    let mut w = Writer(Vec::with_capacity(512));
-    for text in [fleet, cluster, agent_version] {
-        w.text(text);
-    }
-    w.time(at);
-    w.int(*interval_seconds);
-    w.optional(signature.as_deref(), Writer::text);
-    w.0
-}
-
-/// [`encode_beat`]'s beat back; `None` for bytes it did not write.
-fn decode_beat(bytes: &[u8]) -> Option<Heartbeat> {
-    let mut r = Reader(bytes);
-    let (fleet, cluster, agent_version) = (r.text()?, r.text()?, r.text()?);
-    let beat = Heartbeat {
+    to_bytes(&Beat {
         fleet,
         cluster,
+        at: Time::from(at),
+        interval_seconds: *interval_seconds,
         agent_version,
-        at: r.time()?,
-        interval_seconds: r.int()?,
-        signature: r.optional(Reader::text)?,
-    };
-    r.0.is_empty().then_some(beat)
+        signature: signature.as_deref(),
+    })
 }
 
-/// The entries of one note, every field: integers as LEB128, text as its length and UTF-8 bytes,
-/// a value the note's [`NoteContext`] already holds as a one-byte mark, unknown fields as the
-/// JSON text of the map. Reading it back costs a copy per string, where parsing the note's JSON
-/// costs several times that (docs/BENCHMARKS.md).
-fn encode(note: &NoteContext<'_>, entries: &[Status]) -> Vec<u8> {
-    let mut w = Writer(Vec::with_capacity(entries.len() * 512));
-    w.int(entries.len() as u64);
-    for s in entries {
+/// [`encode_beat`]'s beat back if it is `cluster`'s in `fleet`; `None` for bytes it did not write.
+fn decode_beat(bytes: &[u8], cluster: &str, fleet: &str) -> Option<Heartbeat> {
+    let beat: Beat<'_> = from_bytes(bytes)?;
+    if beat.cluster != cluster || beat.fleet != fleet {
+        return None;
+    }
+    Some(Heartbeat {
+        fleet: beat.fleet.to_owned(),
+        cluster: beat.cluster.to_owned(),
+        at: beat.at.into_time()?,
+        interval_seconds: beat.interval_seconds,
+        agent_version: beat.agent_version.to_owned(),
+        signature: beat.signature.map(str::to_owned),
+    })
+}
+
+/// One entry of a remembered note, every field of [`Status`] (whose own serde form skips absent
+/// fields and flattens unknown ones, which a format without field names cannot read back): text
+/// the note's [`NoteContext`] already holds as [`Context::Same`], times as [`Time`], unknown
+/// fields as the JSON text of their map. Its text borrows both ways: encoding copies nothing
+/// before writing, decoding copies each text once, into the [`Status`] — where parsing the note's
+/// JSON costs several times that (docs/BENCHMARKS.md).
+#[derive(Serialize, Deserialize)]
+struct Entry<'a> {
+    state: State,
+    #[serde(borrow)]
+    cluster: Context<'a>,
+    description: &'a str,
+    release: &'a str,
+    #[serde(borrow)]
+    commit: Context<'a>,
+    gates: Cow<'a, [GateFigure]>,
+    started_at: Option<Time>,
+    applied_at: Option<Time>,
+    decided_at: Option<Time>,
+    #[serde(borrow)]
+    rollback_to: Option<&'a str>,
+    approval: Option<Cow<'a, ApprovalRecord>>,
+    #[serde(borrow)]
+    variant: Option<&'a str>,
+    #[serde(borrow)]
+    target_url: Option<&'a str>,
+    agent_version: &'a str,
+    reported_at: Time,
+    #[serde(borrow)]
+    fleet: Option<Context<'a>>,
+    sequence: Option<u64>,
+    #[serde(borrow)]
+    signature: Option<&'a str>,
+    /// Empty for none.
+    #[serde(borrow)]
+    extra: Cow<'a, str>,
+}
+
+/// A text of an entry that its note's [`NoteContext`] may already hold.
+#[derive(Serialize, Deserialize)]
+enum Context<'a> {
+    Same,
+    Other(&'a str),
+}
+
+impl<'a> Context<'a> {
+    fn of(value: &'a str, same: &str) -> Context<'a> {
+        if value == same { Context::Same } else { Context::Other(value) }
+    }
+
+    fn text(&self, same: &str) -> String {
+        match self {
+            Context::Same => same.to_owned(),
+            Context::Other(value) => (*value).to_owned(),
+        }
+    }
+}
+
+/// A time as seconds since 1970 and nanoseconds: two varints, where chrono's serde form is an
+/// RFC 3339 string to format and parse.
+#[derive(Serialize, Deserialize)]
+struct Time(i64, u32);
+
+impl From<&DateTime<Utc>> for Time {
+    fn from(at: &DateTime<Utc>) -> Time {
+        Time(at.timestamp(), at.timestamp_subsec_nanos())
+    }
+}
+
+impl Time {
+    fn into_time(self) -> Option<DateTime<Utc>> {
+        DateTime::from_timestamp(self.0, self.1)
+    }
+
+    /// An optional time back: `None` when it is given but out of range.
+    fn optional(at: Option<Time>) -> Option<Option<DateTime<Utc>>> {
+        match at {
+            None => Some(None),
+            Some(at) => at.into_time().map(Some),
+        }
+    }
+}
+
+impl<'a> Entry<'a> {
+    fn of(note: &NoteContext<'_>, s: &'a Status) -> Entry<'a> {
         let Status {
             cluster,
             state,
@@ -426,214 +523,82 @@ fn encode(note: &NoteContext<'_>, entries: &[Status]) -> Vec<u8> {
             signature,
             extra,
         } = s;
-        w.byte(match state {
-            State::Pending => 0,
-            State::Success => 1,
-            State::Failure => 2,
-            State::Error => 3,
-            State::Unknown => 4,
-        });
-        w.same_or_text(Some(cluster), note.cluster);
-        w.text(description);
-        w.text(release);
-        w.same_or_text(Some(commit), note.commit);
-        w.int(gates.len() as u64);
-        for GateFigure { name, observed, threshold, verdict } in gates {
-            for text in [name, observed, threshold, verdict] {
-                w.text(text);
-            }
-        }
-        for at in [started_at, applied_at, decided_at] {
-            w.optional(at.as_ref(), Writer::time);
-        }
-        w.optional(rollback_to.as_deref(), Writer::text);
-        w.optional(approval.as_ref(), |w, ApprovalRecord { by, why, wave, via }| {
-            for text in [by, why, wave, via] {
-                w.text(text);
-            }
-        });
-        w.optional(variant.as_deref(), Writer::text);
-        w.optional(target_url.as_deref(), Writer::text);
-        w.text(agent_version);
-        w.time(reported_at);
-        w.same_or_text(fleet.as_deref(), note.fleet);
-        w.optional(*sequence, Writer::int);
-        w.optional(signature.as_deref(), Writer::text);
-        match extra.is_empty() {
-            true => w.text(""),
-            false => w.text(&serde_json::to_string(extra).expect("JSON values always serialize")),
+        Entry {
+            state: *state,
+            cluster: Context::of(cluster, note.cluster),
+            description,
+            release,
+            commit: Context::of(commit, note.commit),
+            gates: Cow::Borrowed(gates),
+            started_at: started_at.as_ref().map(Time::from),
+            applied_at: applied_at.as_ref().map(Time::from),
+            decided_at: decided_at.as_ref().map(Time::from),
+            rollback_to: rollback_to.as_deref(),
+            approval: approval.as_ref().map(Cow::Borrowed),
+            variant: variant.as_deref(),
+            target_url: target_url.as_deref(),
+            agent_version,
+            reported_at: Time::from(reported_at),
+            fleet: fleet.as_deref().map(|f| Context::of(f, note.fleet)),
+            sequence: *sequence,
+            signature: signature.as_deref(),
+            extra: match extra.is_empty() {
+                true => Cow::Borrowed(""),
+                false => Cow::Owned(serde_json::to_string(extra).expect("JSON values always serialize")),
+            },
         }
     }
-    w.0
+
+    /// The status back; `None` for a time or unknown fields that do not parse.
+    fn status(self, note: &NoteContext<'_>) -> Option<Status> {
+        let owned = |text: Option<&str>| text.map(str::to_owned);
+        Some(Status {
+            cluster: self.cluster.text(note.cluster),
+            state: self.state,
+            description: self.description.to_owned(),
+            release: self.release.to_owned(),
+            commit: self.commit.text(note.commit),
+            gates: self.gates.into_owned(),
+            started_at: Time::optional(self.started_at)?,
+            applied_at: Time::optional(self.applied_at)?,
+            decided_at: Time::optional(self.decided_at)?,
+            rollback_to: owned(self.rollback_to),
+            approval: self.approval.map(Cow::into_owned),
+            variant: owned(self.variant),
+            target_url: owned(self.target_url),
+            agent_version: self.agent_version.to_owned(),
+            reported_at: self.reported_at.into_time()?,
+            fleet: self.fleet.map(|f| f.text(note.fleet)),
+            sequence: self.sequence,
+            signature: owned(self.signature),
+            extra: match &*self.extra {
+                "" => BTreeMap::new(),
+                json => serde_json::from_str(json).ok()?,
+            },
+        })
+    }
+}
+
+/// The entries of one note, every field (see [`Entry`]).
+fn encode(note: &NoteContext<'_>, entries: &[Status]) -> Vec<u8> {
+    to_bytes(&entries.iter().map(|s| Entry::of(note, s)).collect::<Vec<_>>())
 }
 
 /// [`encode`]'s entries back; `None` for bytes it did not write.
 fn decode(bytes: &[u8], note: &NoteContext<'_>) -> Option<Vec<Status>> {
-    let mut r = Reader(bytes);
-    let count = r.int()?;
-    let mut entries = Vec::with_capacity(usize::try_from(count).ok()?.min(bytes.len()));
-    for _ in 0..count {
-        let state = match r.byte()? {
-            0 => State::Pending,
-            1 => State::Success,
-            2 => State::Failure,
-            3 => State::Error,
-            4 => State::Unknown,
-            _ => return None,
-        };
-        let cluster = r.same_or_text(note.cluster)??;
-        let description = r.text()?;
-        let release = r.text()?;
-        let commit = r.same_or_text(note.commit)??;
-        let gates = (0..r.int()?)
-            .map(|_| {
-                Some(GateFigure { name: r.text()?, observed: r.text()?, threshold: r.text()?, verdict: r.text()? })
-            })
-            .collect::<Option<Vec<_>>>()?;
-        let started_at = r.optional(Reader::time)?;
-        let applied_at = r.optional(Reader::time)?;
-        let decided_at = r.optional(Reader::time)?;
-        let rollback_to = r.optional(Reader::text)?;
-        let approval =
-            r.optional(|r| Some(ApprovalRecord { by: r.text()?, why: r.text()?, wave: r.text()?, via: r.text()? }))?;
-        let variant = r.optional(Reader::text)?;
-        let target_url = r.optional(Reader::text)?;
-        let agent_version = r.text()?;
-        let reported_at = r.time()?;
-        let fleet = r.same_or_text(note.fleet)?;
-        let sequence = r.optional(Reader::int)?;
-        let signature = r.optional(Reader::text)?;
-        let extra = match r.text()? {
-            json if json.is_empty() => BTreeMap::new(),
-            json => serde_json::from_str(&json).ok()?,
-        };
-        entries.push(Status {
-            cluster,
-            state,
-            description,
-            release,
-            commit,
-            gates,
-            started_at,
-            applied_at,
-            decided_at,
-            rollback_to,
-            approval,
-            variant,
-            target_url,
-            agent_version,
-            reported_at,
-            fleet,
-            sequence,
-            signature,
-            extra,
-        });
-    }
-    r.0.is_empty().then_some(entries)
+    let entries: Vec<Entry<'_>> = from_bytes(bytes)?;
+    entries.into_iter().map(|e| e.status(note)).collect()
 }
 
-struct Writer(Vec<u8>);
-
-impl Writer {
-    fn byte(&mut self, b: u8) {
-        self.0.push(b);
-    }
-
-    fn int(&mut self, mut n: u64) {
-        while n >= 0x80 {
-            self.0.push(n as u8 | 0x80);
-            n >>= 7;
-        }
-        self.0.push(n as u8);
-    }
-
-    fn text(&mut self, s: &str) {
-        self.int(s.len() as u64);
-        self.0.extend_from_slice(s.as_bytes());
-    }
-
-    fn time(&mut self, at: &DateTime<Utc>) {
-        // Zig-zag, so times before 1970 stay short too.
-        let secs = at.timestamp();
-        self.int(((secs << 1) ^ (secs >> 63)) as u64);
-        self.int(u64::from(at.timestamp_subsec_nanos()));
-    }
-
-    /// 0 for none, 1 then the value.
-    fn optional<T>(&mut self, value: Option<T>, put: impl FnOnce(&mut Writer, T)) {
-        match value {
-            None => self.byte(0),
-            Some(v) => {
-                self.byte(1);
-                put(self, v);
-            }
-        }
-    }
-
-    /// 0 for none, 1 for `same`, 2 then another text.
-    fn same_or_text(&mut self, value: Option<&str>, same: &str) {
-        match value {
-            None => self.byte(0),
-            Some(v) if v == same => self.byte(1),
-            Some(v) => {
-                self.byte(2);
-                self.text(v);
-            }
-        }
-    }
+fn to_bytes(value: &impl Serialize) -> Vec<u8> {
+    postcard::to_allocvec(value).expect("the memory's records always serialize")
 }
 
-struct Reader<'a>(&'a [u8]);
-
-impl Reader<'_> {
-    fn byte(&mut self) -> Option<u8> {
-        let (b, rest) = self.0.split_first()?;
-        self.0 = rest;
-        Some(*b)
-    }
-
-    fn int(&mut self) -> Option<u64> {
-        let mut n = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.byte()?;
-            n |= u64::from(b & 0x7f).checked_shl(shift)?;
-            if b < 0x80 {
-                return Some(n);
-            }
-        }
-        None
-    }
-
-    fn text(&mut self) -> Option<String> {
-        let len = usize::try_from(self.int()?).ok()?;
-        let (text, rest) = self.0.split_at_checked(len)?;
-        self.0 = rest;
-        std::str::from_utf8(text).ok().map(str::to_owned)
-    }
-
-    fn time(&mut self) -> Option<DateTime<Utc>> {
-        let zigzag = self.int()?;
-        let secs = (zigzag >> 1) as i64 ^ -((zigzag & 1) as i64);
-        DateTime::from_timestamp(secs, u32::try_from(self.int()?).ok()?)
-    }
-
-    /// [`Writer::optional`]'s value: `None` when the bytes are not one, else whether it was given.
-    fn optional<T>(&mut self, get: impl FnOnce(&mut Self) -> Option<T>) -> Option<Option<T>> {
-        match self.byte()? {
-            0 => Some(None),
-            1 => get(self).map(Some),
-            _ => None,
-        }
-    }
-
-    /// [`Writer::same_or_text`]'s value, as [`Reader::optional`] gives it.
-    fn same_or_text(&mut self, same: &str) -> Option<Option<String>> {
-        match self.byte()? {
-            0 => Some(None),
-            1 => Some(Some(same.to_string())),
-            2 => self.text().map(Some),
-            _ => None,
-        }
+/// `bytes` as exactly one `T` (postcard's `from_bytes` would ignore bytes after it).
+fn from_bytes<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Option<T> {
+    match postcard::take_from_bytes(bytes) {
+        Ok((value, [])) => Some(value),
+        _ => None,
     }
 }
 
@@ -696,9 +661,31 @@ mod tests {
         let mut longer = encoded.clone();
         longer.push(0);
         assert_eq!(decode(&longer, &NOTE), None);
-        let mut bad_state = encoded;
-        bad_state[1] = 9;
-        assert_eq!(decode(&bad_state, &NOTE), None);
+        // After the count and the state, the mark of the entry's cluster: 0 or 1.
+        let mut bad_mark = encoded;
+        bad_mark[2] = 7;
+        assert_eq!(decode(&bad_mark, &NOTE), None);
+    }
+
+    /// postcard writes no field names: a field of [`Entry`] or [`Beat`], or of what they hold,
+    /// added, removed or moved changes what a file's bytes mean, and a file of the same magic
+    /// would be misread. When this fails, bump [`MAGIC`] (or [`BEATS_MAGIC`]) and take the new
+    /// bytes.
+    #[test]
+    fn the_encoding_is_pinned() {
+        let hex = |bytes: Vec<u8>| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        let at = "2025-01-01T00:12:00Z".parse::<DateTime<Utc>>().unwrap();
+        let entry = Status { reported_at: at, agent_version: "1.0".into(), ..everything() };
+        assert_eq!(hex(encode(&NOTE, &[entry])), "");
+        let beat = Heartbeat {
+            fleet: "f".into(),
+            cluster: "a".into(),
+            at,
+            interval_seconds: 60,
+            agent_version: "1.0".into(),
+            signature: Some("sig".into()),
+        };
+        assert_eq!(hex(encode_beat(&beat)), "");
     }
 
     /// A memory holding one note (record `[n; 32]`) of one entry saying `description`.
@@ -760,7 +747,7 @@ mod tests {
         let damaged: Vec<(&str, Vec<u8>)> = vec![
             ("torn", good[..good.len() - 3].to_vec()),
             ("a flipped byte", flipped),
-            ("another format", [b"fleetgate verified notes v3\n", &good[MAGIC.len()..]].concat()),
+            ("the previous format", [b"fleetgate verified notes v5\n", &good[MAGIC.len()..]].concat()),
             ("empty", Vec::new()),
             ("a record past the end", {
                 let mut bad = good[..HEADER_LEN].to_vec();
@@ -832,11 +819,12 @@ mod tests {
     fn a_remembered_beat_comes_back_whole() {
         let id = crate::status::StatusIdentity::new("f", StatusSigner::generate("a").unwrap());
         let beat = Heartbeat::signed(&id, "a", std::time::Duration::from_secs(60)).unwrap();
-        assert_eq!(decode_beat(&encode_beat(&beat)), Some(beat.clone()));
+        assert_eq!(decode_beat(&encode_beat(&beat), "a", "f"), Some(beat.clone()));
         let unsigned = Heartbeat { signature: None, ..beat.clone() };
-        assert_eq!(decode_beat(&encode_beat(&unsigned)), Some(unsigned));
+        assert_eq!(decode_beat(&encode_beat(&unsigned), "a", "f"), Some(unsigned));
         let encoded = encode_beat(&beat);
-        assert_eq!(decode_beat(&encoded[..encoded.len() - 1]), None);
+        assert_eq!(decode_beat(&encoded[..encoded.len() - 1], "a", "f"), None);
+        assert_eq!(decode_beat(&[encoded.as_slice(), &[0]].concat(), "a", "f"), None);
         let mut memo = VerifiedBeats::default();
         memo.replace(vec![Remembered::beat([1; 32], &beat)]);
         assert_eq!(memo.recall(&[1; 32], "a", "f").map(|(b, _)| b), Some(beat));

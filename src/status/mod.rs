@@ -51,7 +51,10 @@ pub use html::{CommitUrl, CommitUrlError, HtmlOptions, render_html};
 pub use identity::{KeyError, STATUS_NAMESPACE, StatusIdentity, StatusKey, StatusKeys, StatusSigner, Unverified};
 pub use matrix::{Matrix, Origin, ReleaseRef, RenderOptions, render_release, render_table};
 pub use memo::{MemoError, VerifiedBeats, VerifiedNotes};
-pub use model::*;
+pub use model::{
+    AWAITING_APPROVAL_PREFIX, GateFigure, NoteParseError, PAUSED_PREFIX, State, Status, StatusNote, StatusSet,
+    UnverifiedStatus, context, running, truncate,
+};
 pub use notes::{GitRemote, NotesError, Written, notes_ref, read_all, read_all_remembering, sync, write};
 pub use view::{FleetView, ViewError};
 pub use waves::{Decision, Member, Move, awaiting_approval, may_start, members, members_placed_by};

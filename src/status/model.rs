@@ -20,7 +20,7 @@ use crate::model::ApprovalRecord;
 
 /// The note format this build writes and the highest it reads (1: unsigned entries, still read
 /// and shown as unverified; 2: signed entries).
-pub const SCHEMA: u32 = 2;
+const SCHEMA: u32 = 2;
 
 /// How the `pending` status of a paused agent begins (`reconcile::Agent::pause` writes it; the
 /// matrix reads it to mark clusters paused on the spoke, which Git does not know of).

@@ -7,7 +7,12 @@ pub mod machine;
 pub mod outbox;
 pub mod store;
 
-pub use machine::*;
+#[cfg(test)]
+pub(crate) use machine::fixtures;
+pub use machine::{
+    AgentState, Failure, NEEDS_SIGNED_DECISION, Next, Operation, Phase, Progress, Rejection, Return, Rollback,
+    Severity, Transition, TransitionError, TrustMemory, WriteBack,
+};
 pub use outbox::{Outbox, Refused};
 pub use store::{
     CLUSTER_LABEL, PAUSED_ANNOTATION, Peeked, RECONCILE_HANDLED_ANNOTATION, RECONCILE_REQUEST_ANNOTATION, StateError,
