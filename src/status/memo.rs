@@ -676,7 +676,18 @@ mod tests {
         let hex = |bytes: Vec<u8>| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
         let at = "2025-01-01T00:12:00Z".parse::<DateTime<Utc>>().unwrap();
         let entry = Status { reported_at: at, agent_version: "1.0".into(), ..everything() };
-        assert_eq!(hex(encode(&NOTE, &[entry])), "");
+        assert_eq!(
+            hex(encode(&NOTE, &[entry])),
+            concat!(
+                "01020018726f6c6c6564206261636b3a20c3a920e29c93201b5b324a0572656c2d320106433046464545010a6572726f",
+                "722d7261746505372e33202503352025046661696c01b7a8c30d80cab5ee0101f896a4f70c0001a8a0a4f70c959aef3a",
+                "010572656c2d310120416e61203c616e61406578616d706c652e636f6d3e20286b6579203341463129144341422d3132",
+                "33340a7365636f6e64206c696e650470726f641674616720617070726f76652f72656c2d322f70726f64010265750115",
+                "68747470733a2f2f6578616d706c652e636f6d2f7803312e30a0a1a4f70c000101016701ffffffffffffffffff01011d",
+                "2d2d2d2d2d424547494e20535348205349474e41545552452d2d2d2d2d337b2263616e61727953636f7265223a7b2276",
+                "616c7565223a302e39372c2277696e646f77223a5b22356d222c6e756c6c5d7d7d",
+            )
+        );
         let beat = Heartbeat {
             fleet: "f".into(),
             cluster: "a".into(),
@@ -685,7 +696,7 @@ mod tests {
             agent_version: "1.0".into(),
             signature: Some("sig".into()),
         };
-        assert_eq!(hex(encode_beat(&beat)), "");
+        assert_eq!(hex(encode_beat(&beat)), "01660161a0a1a4f70c003c03312e300103736967");
     }
 
     /// A memory holding one note (record `[n; 32]`) of one entry saying `description`.
