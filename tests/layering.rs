@@ -1,29 +1,36 @@
-//! The module layering of docs/ARCHITECTURE.md, enforced: a module may use only modules of lower
-//! layers (and itself), and no `cli` command module may use another command module. Reads the
-//! source text, so it needs no build of anything and fails with the offending file and line.
+//! The module dependencies of docs/ARCHITECTURE.md, enforced: each top-level module of `src/`
+//! may use only the modules its entry in [`ALLOWED`] lists (and itself), and no `cli` command
+//! module may use another command module. Reads the source text, so it needs no build of anything
+//! and fails with the offending file and line. The list is the graph the code has, no looser: an
+//! allowed use the code no longer makes fails too, as does a list that differs from the docs'
+//! table or that has a cycle.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Lowest first. Modules of one layer do not use each other.
-const LAYERS: &[&[&str]] = &[
-    &["model", "http"],
-    &["source"],
-    &["release"],
-    &["manifests"],
-    &["gates"],
-    &["apply"],
-    &["status"],
-    &["releng", "validate"],
-    &["agent"],
-    &["cli"],
+/// Each top-level module and the modules it may use. The graph branches: `gates` needs neither
+/// Git nor releases, `status` no manifests, `manifests` no Git.
+const ALLOWED: &[(&str, &[&str])] = &[
+    ("model", &[]),
+    ("http", &[]),
+    ("source", &["model", "http"]),
+    ("release", &["model", "source"]),
+    ("manifests", &["model", "release"]),
+    ("gates", &["model", "http"]),
+    ("apply", &["model", "source", "release", "manifests"]),
+    ("status", &["model", "http", "source", "release"]),
+    ("validate", &["model", "source", "release", "manifests", "gates", "apply", "status"]),
+    ("releng", &["model", "http", "source", "release", "manifests", "gates", "apply", "status"]),
+    // The write-back commits promotions to Git signed, with releng's `Signer` and `FleetState`.
+    ("agent", &["model", "http", "source", "release", "manifests", "gates", "apply", "status", "releng"]),
+    ("cli", &["model", "source", "release", "gates", "apply", "status", "validate", "releng", "agent"]),
 ];
 
 /// `cli` modules every command may share: they hold no command.
 const CLI_SHARED: &[&str] = &["mod", "output", "args"];
 
-fn layer_of(module: &str) -> Option<usize> {
-    LAYERS.iter().position(|l| l.contains(&module))
+fn allowed(module: &str) -> Option<&'static [&'static str]> {
+    ALLOWED.iter().find(|(m, _)| *m == module).map(|(_, uses)| *uses)
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -95,40 +102,53 @@ fn owner(rel: &Path) -> (String, Option<String>) {
     (module, command)
 }
 
-fn violations(root: &Path) -> Vec<String> {
+/// Every use of a top-level module by another, as `(file under src/, line, user, used)`.
+fn uses(root: &Path) -> Vec<(PathBuf, usize, String, String)> {
     let mut files = Vec::new();
     rust_files(root, &mut files);
     files.sort();
-    let mut found = Vec::new();
+    let mut out = Vec::new();
     for file in files {
-        let rel = file.strip_prefix(root).unwrap();
-        let (module, command) = owner(rel);
-        let Some(own) = layer_of(&module) else { continue }; // lib.rs, main.rs
+        let rel = file.strip_prefix(root).unwrap().to_path_buf();
+        let (module, _) = owner(&rel);
+        if allowed(&module).is_none() {
+            continue; // lib.rs, main.rs
+        }
         let text = std::fs::read_to_string(&file).unwrap();
         for (line, used) in references(&text) {
-            if let Some(theirs) = layer_of(&used)
-                && used != module
-                && theirs >= own
-            {
-                found.push(format!(
-                    "src/{}:{line}: `{module}` (layer {own}) uses `{used}` (layer {theirs})",
-                    rel.display()
-                ));
+            // Crate-root items (`crate::VERSION`) are no module.
+            if used != module && allowed(&used).is_some() {
+                out.push((rel.clone(), line, module.clone(), used));
             }
         }
-        if let Some(command) = command.filter(|c| !CLI_SHARED.contains(&c.as_str())) {
-            let code = code_lines(&text).join("\n");
-            for (n, l) in code.lines().enumerate() {
-                for other in cli_commands(root) {
-                    if other != command
-                        && (l.contains(&format!("super::{other}::")) || l.contains(&format!("crate::cli::{other}::")))
-                    {
-                        found.push(format!(
-                            "src/{}:{}: command `{command}` uses command `{other}`",
-                            rel.display(),
-                            n + 1
-                        ));
-                    }
+    }
+    out
+}
+
+fn violations(root: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for (rel, line, module, used) in uses(root) {
+        if !allowed(&module).unwrap().contains(&used.as_str()) {
+            found.push(format!(
+                "src/{}:{line}: `{module}` uses `{used}`, which its entry in tests/layering.rs ALLOWED \
+                 (and docs/ARCHITECTURE.md) does not list",
+                rel.display()
+            ));
+        }
+    }
+    let mut files = Vec::new();
+    rust_files(root, &mut files);
+    files.sort();
+    for file in files {
+        let rel = file.strip_prefix(root).unwrap();
+        let Some(command) = owner(rel).1.filter(|c| !CLI_SHARED.contains(&c.as_str())) else { continue };
+        let code = code_lines(&std::fs::read_to_string(&file).unwrap()).join("\n");
+        for (n, l) in code.lines().enumerate() {
+            for other in cli_commands(root) {
+                if other != command
+                    && (l.contains(&format!("super::{other}::")) || l.contains(&format!("crate::cli::{other}::")))
+                {
+                    found.push(format!("src/{}:{}: command `{command}` uses command `{other}`", rel.display(), n + 1));
                 }
             }
         }
@@ -146,35 +166,90 @@ fn cli_commands(root: &Path) -> Vec<String> {
     out
 }
 
-#[test]
-fn lower_modules_never_use_higher_ones() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let found = violations(&root);
-    assert!(found.is_empty(), "layering broken (see docs/ARCHITECTURE.md):\n{}", found.join("\n"));
+/// The modules `docs/ARCHITECTURE.md`'s "Module dependencies" table lists, each with the
+/// modules in its "may use" column.
+fn documented() -> BTreeMap<String, BTreeSet<String>> {
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/ARCHITECTURE.md")).unwrap();
+    let section = doc.split("\n## Module dependencies\n").nth(1).expect("a \"Module dependencies\" section");
+    let names = |cell: &str| -> BTreeSet<String> { cell.split('`').skip(1).step_by(2).map(str::to_string).collect() };
+    section
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2) // the header and its rule
+        .map(|row| {
+            let cells: Vec<&str> = row.split('|').collect();
+            let module = names(cells[1]).into_iter().next().expect("a module in the first column");
+            (module, names(cells[2]))
+        })
+        .collect()
+}
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
 #[test]
-fn every_top_level_module_has_a_layer() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let lib = std::fs::read_to_string(root.join("lib.rs")).unwrap();
-    let declared: Vec<&str> = lib.lines().filter_map(|l| l.strip_prefix("pub mod ")?.strip_suffix(';')).collect();
+fn modules_use_only_what_their_entry_allows() {
+    let found = violations(&src());
+    assert!(found.is_empty(), "module dependencies broken (see docs/ARCHITECTURE.md):\n{}", found.join("\n"));
+}
+
+#[test]
+fn every_allowed_use_is_one_the_code_makes() {
+    let used: BTreeSet<(String, String)> = uses(&src()).into_iter().map(|(_, _, m, u)| (m, u)).collect();
+    let stale: Vec<String> = ALLOWED
+        .iter()
+        .flat_map(|(m, uses)| uses.iter().map(move |u| (m.to_string(), u.to_string())))
+        .filter(|edge| !used.contains(edge))
+        .map(|(m, u)| format!("`{m}` may use `{u}` but no longer does: drop it from ALLOWED and the docs' table"))
+        .collect();
+    assert!(stale.is_empty(), "{}", stale.join("\n"));
+}
+
+#[test]
+fn every_top_level_module_has_an_entry() {
+    let lib = std::fs::read_to_string(src().join("lib.rs")).unwrap();
+    let declared: BTreeSet<&str> = lib.lines().filter_map(|l| l.strip_prefix("pub mod ")?.strip_suffix(';')).collect();
     assert!(!declared.is_empty());
-    let missing: Vec<&&str> = declared.iter().filter(|m| layer_of(m).is_none()).collect();
-    assert!(missing.is_empty(), "modules without a layer in tests/layering.rs: {missing:?}");
+    let listed: BTreeSet<&str> = ALLOWED.iter().map(|(m, _)| *m).collect();
+    assert_eq!(declared, listed, "modules of src/lib.rs and entries of ALLOWED in tests/layering.rs");
 }
 
 #[test]
-fn the_check_sees_each_form_of_a_back_edge() {
+fn the_docs_table_lists_the_same_dependencies() {
+    let listed: BTreeMap<String, BTreeSet<String>> =
+        ALLOWED.iter().map(|(m, uses)| (m.to_string(), uses.iter().map(|u| u.to_string()).collect())).collect();
+    assert_eq!(documented(), listed, "docs/ARCHITECTURE.md \"Module dependencies\" against tests/layering.rs ALLOWED");
+}
+
+#[test]
+fn the_allowed_graph_has_no_cycle() {
+    // Peel off modules whose every allowed use is already peeled; what stays is on a cycle.
+    let mut left: Vec<(&str, &[&str])> = ALLOWED.to_vec();
+    let mut done: BTreeSet<&str> = BTreeSet::new();
+    while let Some(i) = left.iter().position(|(_, uses)| uses.iter().all(|u| done.contains(u))) {
+        done.insert(left.remove(i).0);
+    }
+    assert!(left.is_empty(), "modules on a cycle of ALLOWED: {:?}", left.iter().map(|(m, _)| m).collect::<Vec<_>>());
+}
+
+#[test]
+fn the_check_sees_each_form_of_a_disallowed_use() {
     // The detector itself, on plain text: a check that cannot fail would prove nothing.
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path();
-    std::fs::create_dir_all(src.join("model")).unwrap();
-    std::fs::create_dir_all(src.join("cli")).unwrap();
+    for module in ["model", "gates", "apply", "cli"] {
+        std::fs::create_dir_all(src.join(module)).unwrap();
+    }
     let files: BTreeMap<&str, &str> = BTreeMap::from([
         ("model/a.rs", "use crate::source::Checkout;\n"),
         ("model/b.rs", "use crate::{gates::crd_compat, model::Finding};\n"),
         ("model/c.rs", "fn f() { crate::agent::run(); } // crate::cli in a comment is fine\n"),
-        ("model/d.rs", "use crate::model::Finding;\n"),
+        ("model/d.rs", "use crate::model::Finding;\nconst V: &str = crate::VERSION;\n"),
+        // Below `gates` in the old straight line of layers, yet not a module `gates` uses.
+        ("gates/a.rs", "use crate::http::client;\n\nuse fleetgate::source::Checkout;\n"),
+        ("apply/a.rs", "use crate::{manifests::ManifestSet, release::VerifiedRelease};\n"),
         ("cli/diff.rs", "use super::validate::open_repo;\nuse super::output::OutputFormat;\n"),
         ("cli/validate.rs", "use crate::validate::validate_repo;\n"),
         ("cli/output.rs", "\n"),
@@ -183,11 +258,13 @@ fn the_check_sees_each_form_of_a_back_edge() {
         std::fs::write(src.join(path), text).unwrap();
     }
     let found = violations(src);
+    let not_listed = "which its entry in tests/layering.rs ALLOWED (and docs/ARCHITECTURE.md) does not list";
     let expected = [
-        "src/cli/diff.rs:1: command `diff` uses command `validate`",
-        "src/model/a.rs:1: `model` (layer 0) uses `source` (layer 1)",
-        "src/model/b.rs:1: `model` (layer 0) uses `gates` (layer 4)",
-        "src/model/c.rs:1: `model` (layer 0) uses `agent` (layer 8)",
+        format!("src/gates/a.rs:3: `gates` uses `source`, {not_listed}"),
+        format!("src/model/a.rs:1: `model` uses `source`, {not_listed}"),
+        format!("src/model/b.rs:1: `model` uses `gates`, {not_listed}"),
+        format!("src/model/c.rs:1: `model` uses `agent`, {not_listed}"),
+        "src/cli/diff.rs:1: command `diff` uses command `validate`".to_string(),
     ];
     assert_eq!(found, expected);
 }
