@@ -446,7 +446,7 @@ struct Entry<'a> {
     agent_version: &'a str,
     reported_at: Time,
     #[serde(borrow)]
-    fleet: Option<Context<'a>>,
+    fleet: Context<'a>,
     sequence: Option<u64>,
     #[serde(borrow)]
     signature: Option<&'a str>,
@@ -455,22 +455,29 @@ struct Entry<'a> {
     extra: Cow<'a, str>,
 }
 
-/// A text of an entry that its note's [`NoteContext`] may already hold.
+/// A text of an entry that its note's [`NoteContext`] may already hold: one byte but for
+/// another text (an absent fleet too, where `Option<Context>` would take two).
 #[derive(Serialize, Deserialize)]
 enum Context<'a> {
+    Absent,
     Same,
     Other(&'a str),
 }
 
 impl<'a> Context<'a> {
-    fn of(value: &'a str, same: &str) -> Context<'a> {
-        if value == same { Context::Same } else { Context::Other(value) }
+    fn of(value: Option<&'a str>, same: &str) -> Context<'a> {
+        match value {
+            None => Context::Absent,
+            Some(v) if v == same => Context::Same,
+            Some(v) => Context::Other(v),
+        }
     }
 
-    fn text(&self, same: &str) -> String {
+    fn text(&self, same: &str) -> Option<String> {
         match self {
-            Context::Same => same.to_owned(),
-            Context::Other(value) => (*value).to_owned(),
+            Context::Absent => None,
+            Context::Same => Some(same.to_owned()),
+            Context::Other(value) => Some((*value).to_owned()),
         }
     }
 }
@@ -525,10 +532,10 @@ impl<'a> Entry<'a> {
         } = s;
         Entry {
             state: *state,
-            cluster: Context::of(cluster, note.cluster),
+            cluster: Context::of(Some(cluster), note.cluster),
             description,
             release,
-            commit: Context::of(commit, note.commit),
+            commit: Context::of(Some(commit), note.commit),
             gates: Cow::Borrowed(gates),
             started_at: started_at.as_ref().map(Time::from),
             applied_at: applied_at.as_ref().map(Time::from),
@@ -539,7 +546,7 @@ impl<'a> Entry<'a> {
             target_url: target_url.as_deref(),
             agent_version,
             reported_at: Time::from(reported_at),
-            fleet: fleet.as_deref().map(|f| Context::of(f, note.fleet)),
+            fleet: Context::of(fleet.as_deref(), note.fleet),
             sequence: *sequence,
             signature: signature.as_deref(),
             extra: match extra.is_empty() {
@@ -553,11 +560,11 @@ impl<'a> Entry<'a> {
     fn status(self, note: &NoteContext<'_>) -> Option<Status> {
         let owned = |text: Option<&str>| text.map(str::to_owned);
         Some(Status {
-            cluster: self.cluster.text(note.cluster),
+            cluster: self.cluster.text(note.cluster)?,
             state: self.state,
             description: self.description.to_owned(),
             release: self.release.to_owned(),
-            commit: self.commit.text(note.commit),
+            commit: self.commit.text(note.commit)?,
             gates: self.gates.into_owned(),
             started_at: Time::optional(self.started_at)?,
             applied_at: Time::optional(self.applied_at)?,
@@ -568,7 +575,7 @@ impl<'a> Entry<'a> {
             target_url: owned(self.target_url),
             agent_version: self.agent_version.to_owned(),
             reported_at: self.reported_at.into_time()?,
-            fleet: self.fleet.map(|f| f.text(note.fleet)),
+            fleet: self.fleet.text(note.fleet),
             sequence: self.sequence,
             signature: owned(self.signature),
             extra: match &*self.extra {
@@ -661,10 +668,13 @@ mod tests {
         let mut longer = encoded.clone();
         longer.push(0);
         assert_eq!(decode(&longer, &NOTE), None);
-        // After the count and the state, the mark of the entry's cluster: 0 or 1.
-        let mut bad_mark = encoded;
-        bad_mark[2] = 7;
-        assert_eq!(decode(&bad_mark, &NOTE), None);
+        // After the count and the state, the mark of the entry's cluster: 1 (the note's) or 2
+        // (another, then its text); 0 (absent) is no cluster, 7 no mark.
+        for mark in [0, 7] {
+            let mut bad_mark = encoded.clone();
+            bad_mark[2] = mark;
+            assert_eq!(decode(&bad_mark, &NOTE), None, "mark {mark}");
+        }
     }
 
     /// postcard writes no field names: a field of [`Entry`] or [`Beat`], or of what they hold,
@@ -679,13 +689,13 @@ mod tests {
         assert_eq!(
             hex(encode(&NOTE, &[entry])),
             concat!(
-                "01020018726f6c6c6564206261636b3a20c3a920e29c93201b5b324a0572656c2d320106433046464545010a6572726f",
+                "01020118726f6c6c6564206261636b3a20c3a920e29c93201b5b324a0572656c2d320206433046464545010a6572726f",
                 "722d7261746505372e33202503352025046661696c01b7a8c30d80cab5ee0101f896a4f70c0001a8a0a4f70c959aef3a",
                 "010572656c2d310120416e61203c616e61406578616d706c652e636f6d3e20286b6579203341463129144341422d3132",
                 "33340a7365636f6e64206c696e650470726f641674616720617070726f76652f72656c2d322f70726f64010265750115",
-                "68747470733a2f2f6578616d706c652e636f6d2f7803312e30a0a1a4f70c000101016701ffffffffffffffffff01011d",
-                "2d2d2d2d2d424547494e20535348205349474e41545552452d2d2d2d2d337b2263616e61727953636f7265223a7b2276",
-                "616c7565223a302e39372c2277696e646f77223a5b22356d222c6e756c6c5d7d7d",
+                "68747470733a2f2f6578616d706c652e636f6d2f7803312e30a0a1a4f70c0002016701ffffffffffffffffff01011d2d",
+                "2d2d2d2d424547494e20535348205349474e41545552452d2d2d2d2d337b2263616e61727953636f7265223a7b227661",
+                "6c7565223a302e39372c2277696e646f77223a5b22356d222c6e756c6c5d7d7d",
             )
         );
         let beat = Heartbeat {

@@ -7,8 +7,6 @@ pub mod machine;
 pub mod outbox;
 pub mod store;
 
-#[cfg(test)]
-pub(crate) use machine::fixtures;
 pub use machine::{
     AgentState, Failure, NEEDS_SIGNED_DECISION, Next, Operation, Phase, Progress, Rejection, Return, Rollback,
     Severity, Transition, TransitionError, TrustMemory, WriteBack,
