@@ -16,6 +16,7 @@
 //! Each test prints how long the agent took to converge once the fault ended
 //! (docs/RELIABILITY.md's faults table).
 
+#[allow(dead_code, unused_imports)] // shared by the agent area; this binary uses a part
 mod agent_support;
 
 use agent_support::*;
