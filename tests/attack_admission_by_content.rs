@@ -520,6 +520,21 @@ async fn a_binding_of_a_live_role_is_judged_by_the_rules_the_cluster_has_for_it(
             ),
         )
         .await;
+        // Without a cluster, `validate` cannot judge these bindings, and says who does.
+        let validate = std::process::Command::new(env!("CARGO_BIN_EXE_fleetgate"))
+            .args(["validate", "--release", "rel-1", "--repo"])
+            .arg(&fleet.work)
+            .output()
+            .unwrap();
+        let printed = String::from_utf8_lossy(&validate.stdout);
+        assert!(validate.status.success(), "{printed}{}", String::from_utf8_lossy(&validate.stderr));
+        assert!(
+            printed.contains(&format!(
+                "rel-1: bindings of ClusterRole redis-operator, Role redis-system/{LEADER}, which the release does \
+                 not define, are judged by the agents against the cluster's roles"
+            )),
+            "{printed}"
+        );
 
         // A live ClusterRole granting everything, and a live Role granting `escalate` (created by an
         // admin here; anyone who may write them, the agent's own token included for these names).

@@ -70,7 +70,7 @@ pub use chunked::CHUNK_BYTES;
 pub(crate) use chunked::{ChunkError, Existing, read_chunks, write_chunks};
 pub use drift::*;
 pub use inventory::*;
-pub use offline::admission_offline;
+pub use offline::{admission_offline, roles_judged_live};
 pub use rbac::*;
 pub use snapshot::*;
 pub use unchanged::{AppliedRecord, SealedRecords};
