@@ -474,8 +474,7 @@ async fn a_binding_of_a_live_role_is_judged_by_the_rules_the_cluster_has_for_it(
     use fleetgate::status::State;
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 
-    const CRB: &str =
-        "ClusterRoleBinding.rbac.authorization.k8s.io redis-operator (operator/rbac/clusterrolebinding.yaml (document 1))";
+    const CRB: &str = "ClusterRoleBinding.rbac.authorization.k8s.io redis-operator (operator/rbac/clusterrolebinding.yaml (document 1))";
     const RB: &str = "RoleBinding.rbac.authorization.k8s.io redis-system/redis-operator-leader-election \
                       (operator/rbac/leader-election.yaml (document 1))";
     const LEADER: &str = "redis-operator-leader-election";
@@ -495,7 +494,9 @@ async fn a_binding_of_a_live_role_is_judged_by_the_rules_the_cluster_has_for_it(
             let commit = fleet.release(id, without_roles);
             fleet.promote(id);
             let outcome = within(id, 60, agent.reconcile()).await.unwrap();
-            let Outcome::Blocked { release, reason } = &outcome else { panic!("{id}: expected a block, got {outcome:?}") };
+            let Outcome::Blocked { release, reason } = &outcome else {
+                panic!("{id}: expected a block, got {outcome:?}")
+            };
             assert_eq!(release, id);
             assert!(reason.starts_with("admission: ") && reason.contains(text), "{id}: {reason}");
             let statuses = fleet.statuses(&commit);
@@ -566,7 +567,8 @@ async fn a_binding_of_a_live_role_is_judged_by_the_rules_the_cluster_has_for_it(
 
         // The ClusterRole now within the policy; the Role still grants `escalate`.
         let mut plain = cluster_roles.get("redis-operator").await.unwrap();
-        plain.rules = serde_yaml_ng::from_str("[{apiGroups: [''], resources: [configmaps], verbs: [get, list]}]").unwrap();
+        plain.rules =
+            serde_yaml_ng::from_str("[{apiGroups: [''], resources: [configmaps], verbs: [get, list]}]").unwrap();
         cluster_roles.replace("redis-operator", &PostParams::default(), &plain).await.unwrap();
         let escalate_refused = format!(
             "{RB}: binds Role redis-system/{LEADER}, which the release does not define: its rules[1] in the cluster \

@@ -396,15 +396,28 @@ impl Engine {
         for role in admission::roles_outside(set) {
             let reading = kube_err(format!("reading {role}, which a binding of the release grants"));
             let rules = match &role.namespace {
-                None => Api::<ClusterRole>::all(self.client.clone()).get_opt(&role.name).await.map_err(reading)?.map(|r| r.rules),
-                Some(ns) => Api::<Role>::namespaced(self.client.clone(), ns).get_opt(&role.name).await.map_err(reading)?.map(|r| r.rules),
+                None => Api::<ClusterRole>::all(self.client.clone())
+                    .get_opt(&role.name)
+                    .await
+                    .map_err(reading)?
+                    .map(|r| r.rules),
+                Some(ns) => Api::<Role>::namespaced(self.client.clone(), ns)
+                    .get_opt(&role.name)
+                    .await
+                    .map_err(reading)?
+                    .map(|r| r.rules),
             };
             if let Some(rules) = rules {
-                let rules = rules.unwrap_or_default().iter().map(|r| serde_json::to_value(r).expect("rules serialize")).collect();
+                let rules = rules
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|r| serde_json::to_value(r).expect("rules serialize"))
+                    .collect();
                 roles.insert(role, rules);
             }
         }
-        Ok(LiveApi::from_discovery(resolver.discovery(), fleetgate_crds, &self.options.agent_namespace).with_roles(roles))
+        Ok(LiveApi::from_discovery(resolver.discovery(), fleetgate_crds, &self.options.agent_namespace)
+            .with_roles(roles))
     }
 
     /// Checks an admitted set without changing anything: a server-side dry run of every object

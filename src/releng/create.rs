@@ -763,10 +763,7 @@ fn tag_message(
 /// rendering and every variant, each as the clusters that run it receive it.
 /// `None`: admitted; `Some`: refused and overridden by `req.allow_admission`. With the roles
 /// bindings grant outside the release, which only the agents can judge.
-fn check_admission(
-    req: &CreateRequest,
-    plan: &Plan,
-) -> Result<(Option<AdmissionOverride>, Vec<String>), RelengError> {
+fn check_admission(req: &CreateRequest, plan: &Plan) -> Result<(Option<AdmissionOverride>, Vec<String>), RelengError> {
     let renderings = std::iter::once((None, plan.release.spec.clone(), &plan.files)).chain(
         plan.release
             .spec

@@ -705,10 +705,12 @@ mod tests {
         );
         let text = err.violations[0].to_string();
         assert!(
-            text.starts_with("ClusterRoleBinding.rbac.authorization.k8s.io b (operator/x.yaml (document 1)): binds \
+            text.starts_with(
+                "ClusterRoleBinding.rbac.authorization.k8s.io b (operator/x.yaml (document 1)): binds \
                               ClusterRole escalator, which the release does not define: its rules[1] in the cluster \
                               grant verb escalate, which allowedRbac does not list; allow it by adding escalate to \
-                              allowedRbac in the admission policy, or bind a role the release defines"),
+                              allowedRbac in the admission policy, or bind a role the release defines"
+            ),
             "{text}"
         );
         // The hint, followed, admits it: the line `release create` would print, and the policy with it.
@@ -736,8 +738,9 @@ mod tests {
         let binding = set(LEADER_RB);
         assert_eq!(roles_outside(&binding), BTreeSet::from([leader.clone()]));
         let star = serde_json::json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]);
-        let err =
-            AdmissionPolicy::baseline(spec(None, None, false)).check(&binding, &live_with(&[(leader, star)])).unwrap_err();
+        let err = AdmissionPolicy::baseline(spec(None, None, false))
+            .check(&binding, &live_with(&[(leader, star)]))
+            .unwrap_err();
         assert!(err.to_string().contains("binds Role redis-system/leader, which the release does not define: its rules[0] in the cluster grant verbs: [*]"), "{err}");
         // The same name in another namespace is another role: the cluster lacks it.
         let elsewhere = BoundRole { namespace: Some("other".into()), name: "leader".into() };

@@ -193,8 +193,11 @@ pub(super) fn role_refusals(
         what: "aggregationRule".into(),
     });
     let rules = m.object.data.get("rules").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-    let by_rule = refused_grants(spec, rules, cluster_role, own_groups)
-        .map(|(i, grant, what)| Reason::Rbac { rule: Some(i), grant, what });
+    let by_rule = refused_grants(spec, rules, cluster_role, own_groups).map(|(i, grant, what)| Reason::Rbac {
+        rule: Some(i),
+        grant,
+        what,
+    });
     aggregation.into_iter().chain(by_rule).collect()
 }
 
@@ -373,7 +376,9 @@ mod tests {
         let role = BoundRole { namespace: Some("ns".into()), name: "r".into() };
         let found = bound_live_role_refusals(&spec, &role, &rules, &BTreeSet::new());
         assert_eq!(found.len(), 1);
-        assert!(matches!(&found[0], Reason::BoundLiveRole { role, rule: 1, grant: RbacGrant::Escalate, .. } if role == "Role ns/r"));
+        assert!(
+            matches!(&found[0], Reason::BoundLiveRole { role, rule: 1, grant: RbacGrant::Escalate, .. } if role == "Role ns/r")
+        );
     }
 
     #[rstest]
