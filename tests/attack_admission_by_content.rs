@@ -378,6 +378,23 @@ async fn releases_are_judged_by_what_their_objects_do() {
         let kept = pruned.iter().find(|c| c.object.name == "preexisting").expect("prune reports the adopted object");
         assert!(matches!(&kept.action, Action::Retained(why) if why.contains("adopted")), "{:?}", kept.action);
         assert!(get(&client, "v1", "ConfigMap", Some(OPERATOR_NS), "preexisting").await.is_some());
+
+        // A release that drops the Operator's ClusterRole but keeps binding it: the role is live
+        // now, but prune deletes it after the apply, which would leave the binding to whoever
+        // creates a role of that name next.
+        let before = cluster_state(&client).await;
+        let dropped = without(&v3, "rel-v4", &["operator/rbac/clusterrole.yaml"]);
+        let text = refusal(&engine, &dropped, &policy(None, None)).await.to_string();
+        assert!(
+            text.contains(
+                "ClusterRoleBinding.rbac.authorization.k8s.io redis-operator (operator/rbac/clusterrolebinding.yaml \
+                 (document 1)): binds ClusterRole redis-operator, which the release does not define and prune deletes \
+                 once it is applied (an earlier release defined it): whoever creates it later would decide what the \
+                 binding grants"
+            ),
+            "{text}"
+        );
+        assert_eq!(cluster_state(&client).await, before, "the refused release changed nothing");
     })
     .await
     .expect("test finishes in time");

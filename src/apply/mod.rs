@@ -392,7 +392,8 @@ impl Engine {
             .flat_map(|inv| inv.objects.iter().chain(&inv.pending_prune))
             .filter(|e| e.group == crate::manifests::CRD_GROUP && e.kind == crate::manifests::CRD_KIND)
             .map(|e| e.name.clone());
-        let mut roles = BTreeMap::new();
+        let adopted: &[ObjectKey] = inventory.as_ref().map(|inv| inv.adopted.as_slice()).unwrap_or_default();
+        let (mut roles, mut pruned) = (BTreeMap::new(), BTreeSet::new());
         for role in admission::roles_outside(set) {
             let reading = kube_err(format!("reading {role}, which a binding of the release grants"));
             let rules = match &role.namespace {
@@ -400,24 +401,26 @@ impl Engine {
                     .get_opt(&role.name)
                     .await
                     .map_err(reading)?
-                    .map(|r| r.rules),
+                    .map(|r| (r.metadata, r.rules)),
                 Some(ns) => Api::<Role>::namespaced(self.client.clone(), ns)
                     .get_opt(&role.name)
                     .await
                     .map_err(reading)?
-                    .map(|r| r.rules),
+                    .map(|r| (r.metadata, r.rules)),
             };
-            if let Some(rules) = rules {
-                let rules = rules
-                    .unwrap_or_default()
-                    .iter()
-                    .map(|r| serde_json::to_value(r).expect("rules serialize"))
-                    .collect();
-                roles.insert(role, rules);
+            let Some((meta, rules)) = rules else { continue };
+            // Applied by this inventory, dropped by `set`, not adopted: prune deletes it after the apply.
+            let ours = meta.labels.as_ref().and_then(|l| l.get(LABEL_INVENTORY)) == Some(&self.options.inventory);
+            if ours && !adopted.contains(&role.key()) {
+                pruned.insert(role);
+                continue;
             }
+            let rules =
+                rules.unwrap_or_default().into_iter().map(|r| serde_json::to_value(r).expect("rules serialize"));
+            roles.insert(role, rules.collect());
         }
         Ok(LiveApi::from_discovery(resolver.discovery(), fleetgate_crds, &self.options.agent_namespace)
-            .with_roles(roles))
+            .with_roles(roles, pruned))
     }
 
     /// Checks an admitted set without changing anything: a server-side dry run of every object

@@ -58,7 +58,7 @@ fn lift(spec: &mut ReleaseAdmissionPolicySpec, reason: &Reason) -> bool {
             spec.pod_security = Some(spec.pod_security_level().min(*lifted_by));
         }
         Reason::Unmanaged => spec.adopt = true,
-        Reason::BindingSubject(_) | Reason::CrdGroupServed { .. } | Reason::BoundRoleMissing(_) => return false,
+        Reason::BindingSubject(_) | Reason::CrdGroupServed { .. } | Reason::BoundRoleMissing { .. } => return false,
     }
     true
 }

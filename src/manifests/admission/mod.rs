@@ -58,6 +58,9 @@ pub struct LiveApi {
     /// its `rules`, absent when the cluster has no such role. None without a cluster: those
     /// bindings are judged when the agent applies.
     roles: Option<BTreeMap<BoundRole, Vec<serde_json::Value>>>,
+    /// Roles the cluster has now that prune deletes once the release is applied (an earlier
+    /// release of fleetgate's defined them): a binding of one would outlive its role.
+    pruned_roles: BTreeSet<BoundRole>,
 }
 
 impl LiveApi {
@@ -84,13 +87,15 @@ impl LiveApi {
             fleetgate_crds: fleetgate_crds.into_iter().collect(),
             protected_namespaces: vec![agent_namespace.to_string(), "kube-system".to_string()],
             roles: None,
+            pruned_roles: BTreeSet::new(),
         }
     }
 
     /// With what the cluster has of the roles [`roles_outside`] names: role → its `rules`. A role
-    /// left out is one the cluster does not have, and a binding of it is refused.
-    pub fn with_roles(self, roles: BTreeMap<BoundRole, Vec<serde_json::Value>>) -> Self {
-        LiveApi { roles: Some(roles), ..self }
+    /// left out is one the cluster does not have, or that is in `pruned` (prune deletes it after
+    /// the apply), and a binding of it is refused.
+    pub fn with_roles(self, roles: BTreeMap<BoundRole, Vec<serde_json::Value>>, pruned: BTreeSet<BoundRole>) -> Self {
+        LiveApi { roles: Some(roles), pruned_roles: pruned, ..self }
     }
 
     /// Who else serves API `group`, if anyone: the built-in API, or a resource the cluster serves
@@ -230,7 +235,7 @@ fn fixed_refusals(m: &Manifest, live: &LiveApi, facts: &SetFacts) -> impl Iterat
     let missing = live.roles.as_ref().and_then(|roles| {
         rbac::role_outside(m, &facts.roles)
             .filter(|r| !roles.contains_key(r))
-            .map(|r| Reason::BoundRoleMissing(r.to_string()))
+            .map(|r| Reason::BoundRoleMissing { pruned: live.pruned_roles.contains(&r), role: r.to_string() })
     });
     crd_group.flatten().into_iter().chain(rbac::forbidden_subject(m)).chain(missing)
 }
@@ -292,8 +297,9 @@ pub enum Reason {
     /// does not define, and the cluster's rules of that role grant what `allowedRbac` does not
     /// list; `rule` is the index in the live role's `rules`.
     BoundLiveRole { role: String, rule: usize, grant: RbacGrant, what: String },
-    /// The binding grants `role`, which neither the release defines nor the cluster has.
-    BoundRoleMissing(String),
+    /// The binding grants `role`, which neither the release defines nor the cluster has (or will
+    /// have: `pruned`, an earlier release defined it and prune deletes it after this one).
+    BoundRoleMissing { role: String, pruned: bool },
     /// A pod template breaks the Pod Security level (`finding` is the first field that does);
     /// `lifted_by` is the strictest level that admits the template.
     PodSecurity { level: PodSecurityLevel, finding: PodFinding, lifted_by: PodSecurityLevel },
@@ -330,11 +336,18 @@ impl fmt::Display for Reason {
                  bind a role the release defines",
                 grant.as_str()
             ),
-            Reason::BoundRoleMissing(role) => write!(
-                f,
-                "binds {role}, which neither the release defines nor the cluster has: whoever creates it later \
-                 would decide what the binding grants; define the role in the release, or bind one the cluster has"
-            ),
+            Reason::BoundRoleMissing { role, pruned } => {
+                write!(f, "binds {role}, which ")?;
+                if *pruned {
+                    f.write_str("the release does not define and prune deletes once it is applied (an earlier release defined it)")?;
+                } else {
+                    f.write_str("neither the release defines nor the cluster has")?;
+                }
+                f.write_str(
+                    ": whoever creates it later would decide what the binding grants; define the role in the \
+                     release, or bind one the cluster has",
+                )
+            }
             Reason::PodSecurity { level, finding, .. } => {
                 write!(f, "{finding}, which Pod Security level {level} forbids")
             }
@@ -677,7 +690,7 @@ mod tests {
 
     fn live_with(roles: &[(BoundRole, serde_json::Value)]) -> LiveApi {
         let roles = roles.iter().map(|(r, rules)| (r.clone(), rules.as_array().unwrap().clone())).collect();
-        live().with_roles(roles)
+        live().with_roles(roles, BTreeSet::new())
     }
 
     #[test]
@@ -726,9 +739,17 @@ mod tests {
         let missing = policy.check(&binding, &live_with(&[])).unwrap_err();
         assert_eq!(
             missing.violations.iter().map(|v| (v.policy.as_str(), v.reason.clone())).collect::<Vec<_>>(),
-            [(FIXED_RULES, Reason::BoundRoleMissing("ClusterRole escalator".into()))]
+            [(FIXED_RULES, Reason::BoundRoleMissing { role: "ClusterRole escalator".into(), pruned: false })]
         );
         assert!(!fixes::liftable(&missing.violations[0].reason));
+        // A live role prune deletes after the apply is as good as missing.
+        let pruned = live().with_roles(BTreeMap::new(), BTreeSet::from([escalator()]));
+        let err = policy.check(&binding, &pruned).unwrap_err();
+        assert_eq!(
+            err.violations[0].reason,
+            Reason::BoundRoleMissing { role: "ClusterRole escalator".into(), pruned: true }
+        );
+        assert!(err.to_string().contains("prune deletes once it is applied"), "{err}");
         assert_eq!(policy.check(&binding, &live()), Ok(()));
     }
 
@@ -747,7 +768,10 @@ mod tests {
         let err = AdmissionPolicy::baseline(spec(None, None, false))
             .check(&binding, &live_with(&[(elsewhere, serde_json::json!([]))]))
             .unwrap_err();
-        assert_eq!(err.violations[0].reason, Reason::BoundRoleMissing("Role redis-system/leader".into()));
+        assert_eq!(
+            err.violations[0].reason,
+            Reason::BoundRoleMissing { role: "Role redis-system/leader".into(), pruned: false }
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! apiGroups hold the group or `*` and its resources hold the resource, `*`, or `*/<subresource>`.
 
 use super::Reason;
-use crate::manifests::Manifest;
+use crate::manifests::{Manifest, ObjectKey};
 use crate::model::{RbacGrant, ReleaseAdmissionPolicySpec};
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -227,6 +227,16 @@ pub struct BoundRole {
 impl BoundRole {
     pub fn is_cluster_role(&self) -> bool {
         self.namespace.is_none()
+    }
+
+    /// The role as an object.
+    pub fn key(&self) -> ObjectKey {
+        ObjectKey {
+            group: RBAC_GROUP.into(),
+            kind: if self.is_cluster_role() { "ClusterRole" } else { "Role" }.into(),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
     }
 
     /// The role `m` binds, if `m` is a binding with a `roleRef` the API server would accept.
