@@ -8,7 +8,7 @@
 //! * (Cluster)Roles by their rules and bindings by subject and role ([`rbac`]): a binding of a
 //!   role the release does not define is judged by the rules the cluster has for that role
 //!   ([`LiveApi::with_roles`]; [`roles_outside`] says which roles those are), and refused when
-//!   the cluster has none;
+//!   the cluster has none, or prune deletes it after the apply;
 //! * pod templates against a Pod Security Standards level ([`pod_security`]);
 //! * admission webhook configurations by target and namespace selector ([`webhooks`]);
 //! * adoption: [`AdmissionPolicy::unmanaged`] says whether a live object fleetgate did not
