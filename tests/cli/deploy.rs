@@ -190,6 +190,11 @@ async fn deploy_manifests_pass_a_server_side_dry_run_and_rbac_is_least_privilege
         ("patch", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "someone-else", false),
         ("patch", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "redis-operator", false),
         ("patch", "rbac.authorization.k8s.io", "clusterroles", "", "someone-else", false),
+        // Admission reads the roles a release's bindings grant, wherever they are; writes none.
+        ("get", "rbac.authorization.k8s.io", "clusterroles", "", "someone-else", true),
+        ("get", "rbac.authorization.k8s.io", "roles", "kube-system", "someone-else", true),
+        ("list", "rbac.authorization.k8s.io", "clusterroles", "", "", false),
+        ("bind", "rbac.authorization.k8s.io", "roles", "kube-system", "someone-else", false),
         ("get", "", "secrets", "redis-system", "", false),
         ("patch", "cache.example.com", "redisclusters", "team-a", "cache-1", true),
         ("create", "apps", "deployments", "redis-system", "", true),

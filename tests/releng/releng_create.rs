@@ -837,3 +837,29 @@ fn a_variant_pins_its_image_per_architecture_inside_a_multi_arch_index() {
         other => panic!("expected no variant to fit, got {other:?}"),
     }
 }
+
+/// A binding of a role the release does not define cannot be judged without a cluster: the
+/// release is signed, and the output says the agents judge it against the cluster's role.
+#[test]
+fn a_binding_of_a_role_outside_the_release_is_left_to_the_agents_and_said_so() {
+    let f = Fixture::new();
+    let m = f.manifests("render", "v1.0.0", "v1alpha2", &["size"], &[]);
+    std::fs::write(
+        m.join("view.yaml"),
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: viewers, namespace: redis-system}\n\
+         roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: view}\n\
+         subjects: [{kind: ServiceAccount, name: redis-operator, namespace: redis-system}]\n",
+    )
+    .unwrap();
+    let args = create_args(&f, "rel-1", m.to_str().unwrap(), "v1.0.0");
+    let out = f.fleetgate(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains(
+            "bindings of ClusterRole view, which the release does not define, are judged by the agents against the \
+             cluster's roles"
+        ),
+        "{text}"
+    );
+}

@@ -11,7 +11,9 @@
 //! prune then leaves in place when a later release drops it.
 //!
 //! One case runs through a real agent (as its ServiceAccount, deploy/'s RBAC) to show what the
-//! refusal looks like from outside: the `failure` status and the Event.
+//! refusal looks like from outside: the `failure` status and the Event. Another runs there
+//! because only the agent knows the cluster: a binding of a role the release does not define is
+//! judged by the rules that role has in the cluster.
 
 use crate::agent_support;
 use crate::apply_support;
@@ -376,6 +378,23 @@ async fn releases_are_judged_by_what_their_objects_do() {
         let kept = pruned.iter().find(|c| c.object.name == "preexisting").expect("prune reports the adopted object");
         assert!(matches!(&kept.action, Action::Retained(why) if why.contains("adopted")), "{:?}", kept.action);
         assert!(get(&client, "v1", "ConfigMap", Some(OPERATOR_NS), "preexisting").await.is_some());
+
+        // A release that drops the Operator's ClusterRole but keeps binding it: the role is live
+        // now, but prune deletes it after the apply, which would leave the binding to whoever
+        // creates a role of that name next.
+        let before = cluster_state(&client).await;
+        let dropped = without(&v3, "rel-v4", &["operator/rbac/clusterrole.yaml"]);
+        let text = refusal(&engine, &dropped, &policy(None, None)).await.to_string();
+        assert!(
+            text.contains(
+                "ClusterRoleBinding.rbac.authorization.k8s.io redis-operator (operator/rbac/clusterrolebinding.yaml \
+                 (document 1)): binds ClusterRole redis-operator, which the release does not define and prune deletes \
+                 once it is applied (an earlier release defined it): whoever creates it later would decide what the \
+                 binding grants"
+            ),
+            "{text}"
+        );
+        assert_eq!(cluster_state(&client).await, before, "the refused release changed nothing");
     })
     .await
     .expect("test finishes in time");
@@ -444,4 +463,156 @@ spec:
     assert_eq!(fleet.operator_image().await, None);
     assert!(!fleet.namespace_applied(apply_support::OPERATOR_NS).await);
     assert_eq!(fleet.state().await.rejected()["rel-1"].failure.reason, "AdmissionRefused");
+}
+
+/// The template Operator's release without the roles it defines (`rbac/clusterrole.yaml`, the
+/// Role of `rbac/leader-election.yaml`): its bindings then grant whatever roles of those names the
+/// cluster has. `release create`'s `edit` closure.
+fn without_roles(dir: &std::path::Path) {
+    std::fs::remove_file(dir.join("rbac/clusterrole.yaml")).unwrap();
+    let leader = dir.join("rbac/leader-election.yaml");
+    let text = std::fs::read_to_string(&leader).unwrap();
+    let (_, binding) = text.split_once("\n---\n").expect("the Role, then its RoleBinding");
+    assert!(binding.contains("kind: RoleBinding"), "{binding}");
+    std::fs::write(&leader, binding).unwrap();
+}
+
+/// The attack: a signed release that defines no role but binds roles the cluster has — the
+/// Operator's own role names, which deploy/'s RBAC lets the agent bind, so the API server lets
+/// the agent's token write the bindings. The agent, as its ServiceAccount, judges each binding
+/// by the live role's rules: refused before anything is applied (status `failure`, Event
+/// `AdmissionRefused`, no binding in the cluster) when the live role grants `*` or `escalate` or
+/// does not exist; applied when its rules are within the policy, once the refusal's hint is
+/// followed for the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binding_of_a_live_role_is_judged_by_the_rules_the_cluster_has_for_it() {
+    use agent_support::{Fleet, within};
+    use fleetgate::agent::Outcome;
+    use fleetgate::status::State;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+
+    const CRB: &str = "ClusterRoleBinding.rbac.authorization.k8s.io redis-operator (operator/rbac/clusterrolebinding.yaml (document 1))";
+    const RB: &str = "RoleBinding.rbac.authorization.k8s.io redis-system/redis-operator-leader-election \
+                      (operator/rbac/leader-election.yaml (document 1))";
+    const LEADER: &str = "redis-operator-leader-election";
+
+    tokio::time::timeout(Duration::from_secs(400), async {
+        let fleet = Fleet::start("agent-bind", false).await;
+        let admin = fleet.cluster.client();
+        let cluster_roles: Api<ClusterRole> = Api::all(admin.clone());
+        let roles: Api<Role> = Api::namespaced(admin.clone(), OPERATOR_NS);
+        let crbs: Api<ClusterRoleBinding> = Api::all(admin.clone());
+        let rbs: Api<RoleBinding> = Api::namespaced(admin.clone(), OPERATOR_NS);
+        let mut agent = fleet.agent().await;
+
+        // Each refused release: blocked before apply, status `failure` and an Event naming the
+        // binding and the live role, neither binding in the cluster.
+        let refused = async |agent: &mut fleetgate::agent::Agent, id: &str, text: &str| {
+            let commit = fleet.release(id, without_roles);
+            fleet.promote(id);
+            let outcome = within(id, 60, agent.reconcile()).await.unwrap();
+            let Outcome::Blocked { release, reason } = &outcome else {
+                panic!("{id}: expected a block, got {outcome:?}")
+            };
+            assert_eq!(release, id);
+            assert!(reason.starts_with("admission: ") && reason.contains(text), "{id}: {reason}");
+            let statuses = fleet.statuses(&commit);
+            assert_eq!(statuses.len(), 1, "{statuses:?}");
+            assert_eq!(statuses[0].state, State::Failure);
+            assert!(statuses[0].description.contains(text), "{id}: {}", statuses[0].description);
+            assert_eq!(statuses[0].applied_at, None);
+            assert_eq!(fleet.state().await.rejected()[id].failure.reason, "AdmissionRefused");
+            assert!(crbs.get_opt("redis-operator").await.unwrap().is_none(), "{id}: a ClusterRoleBinding was written");
+            assert!(rbs.get_opt(LEADER).await.unwrap().is_none(), "{id}: a RoleBinding was written");
+            assert_eq!(fleet.operator_image().await, None, "{id}: the Operator was applied");
+        };
+
+        // No such roles yet: whoever creates them later would decide what the bindings grant.
+        refused(
+            &mut agent,
+            "rel-1",
+            &format!(
+                "{CRB}: binds ClusterRole redis-operator, which neither the release defines nor the cluster has: \
+                 whoever creates it later would decide what the binding grants; define the role in the release, or \
+                 bind one the cluster has — refused by fleetgate's fixed rules"
+            ),
+        )
+        .await;
+        // Without a cluster, `validate` cannot judge these bindings, and says who does.
+        let validate = std::process::Command::new(env!("CARGO_BIN_EXE_fleetgate"))
+            .args(["validate", "--release", "rel-1", "--repo"])
+            .arg(&fleet.work)
+            .output()
+            .unwrap();
+        let printed = String::from_utf8_lossy(&validate.stdout);
+        assert!(validate.status.success(), "{printed}{}", String::from_utf8_lossy(&validate.stderr));
+        assert!(
+            printed.contains(&format!(
+                "rel-1: bindings of ClusterRole redis-operator, Role redis-system/{LEADER}, which the release does \
+                 not define, are judged by the agents against the cluster's roles"
+            )),
+            "{printed}"
+        );
+
+        // A live ClusterRole granting everything, and a live Role granting `escalate` (created by an
+        // admin here; anyone who may write them, the agent's own token included for these names).
+        let star: ClusterRole = serde_yaml_ng::from_str(
+            "metadata: {name: redis-operator}\nrules: [{apiGroups: ['*'], resources: ['*'], verbs: ['*']}]\n",
+        )
+        .unwrap();
+        cluster_roles.create(&PostParams::default(), &star).await.unwrap();
+        let escalate: Role = serde_yaml_ng::from_str(&format!(
+            "metadata: {{name: {LEADER}, namespace: redis-system}}\n\
+             rules:\n\
+             - {{apiGroups: [coordination.k8s.io], resources: [leases], verbs: [get, create, update]}}\n\
+             - {{apiGroups: [rbac.authorization.k8s.io], resources: [roles], verbs: [get, escalate]}}\n"
+        ))
+        .unwrap();
+        roles.create(&PostParams::default(), &escalate).await.unwrap();
+        refused(
+            &mut agent,
+            "rel-2",
+            &format!(
+                "{CRB}: binds ClusterRole redis-operator, which the release does not define: its rules[0] in the \
+                 cluster grant verbs: [*], which allowedRbac does not list; allow it by adding wildcard to \
+                 allowedRbac in the admission policy, or bind a role the release defines — refused by agent baseline"
+            ),
+        )
+        .await;
+        let events = fleet.events_json().await;
+        assert!(events.contains("AdmissionRefused") && events.contains("ClusterRole redis-operator"), "{events}");
+
+        // The ClusterRole now within the policy; the Role still grants `escalate`.
+        let mut plain = cluster_roles.get("redis-operator").await.unwrap();
+        plain.rules =
+            serde_yaml_ng::from_str("[{apiGroups: [''], resources: [configmaps], verbs: [get, list]}]").unwrap();
+        cluster_roles.replace("redis-operator", &PostParams::default(), &plain).await.unwrap();
+        let escalate_refused = format!(
+            "{RB}: binds Role redis-system/{LEADER}, which the release does not define: its rules[1] in the cluster \
+             grant verb escalate, which allowedRbac does not list; allow it by adding escalate to allowedRbac in the \
+             admission policy, or bind a role the release defines — refused by agent baseline"
+        );
+        refused(&mut agent, "rel-3", &escalate_refused).await;
+
+        // The hint followed — escalate added to allowedRbac in the agent's baseline and in the
+        // repo's policy, which the next release's tree carries — lets the release through: both
+        // bindings written by the agent's token, so admission was all that stood in the way.
+        let policy = std::fs::read_to_string(fleet.work.join("policies/admission.yaml")).unwrap();
+        let allowing = policy.replace("allowedRbac: [clusterPods]", "allowedRbac: [clusterPods, escalate]");
+        assert_ne!(allowing, policy);
+        std::fs::write(fleet.work.join("policies/admission.yaml"), &allowing).unwrap();
+        let baseline = fleet.dir.path().join("baseline.yaml");
+        std::fs::write(&baseline, &allowing).unwrap();
+        fleet.commit_and_push("admission: allow escalate");
+        fleet.release("rel-4", without_roles);
+        fleet.promote("rel-4");
+        drop(agent);
+        let settings = fleetgate::agent::AgentSettings { admission_policy: Some(baseline), ..fleet.settings() };
+        let mut agent = fleet.agent_with(settings).await;
+        assert_eq!(within("rel-4", 90, agent.reconcile()).await.unwrap(), Outcome::Succeeded("rel-4".into()));
+        assert_eq!(crbs.get("redis-operator").await.unwrap().role_ref.name, "redis-operator");
+        assert_eq!(rbs.get(LEADER).await.unwrap().role_ref.name, LEADER);
+    })
+    .await
+    .expect("test finishes in time");
 }
