@@ -1,7 +1,7 @@
 //! Attacks on the trust boundary, each performed for real (pushes without a key, replays, forged
 //! statuses, tampered state), and the verification they run into.
 //!
-//! One test binary for the area (`cargo test --test trust trust [FILTER]`); each module was a
+//! One test binary for the area (`cargo test --test trust [FILTER]`); each module was a
 //! binary of its own, and shares the support modules below.
 
 #[allow(dead_code, unused_imports)] // shared by several areas; each uses a part
