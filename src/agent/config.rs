@@ -3,7 +3,9 @@
 //! [`AgentConfig`].
 //!
 //! Precedence, field by field: command-line flag or its `FLEETGATE_*` environment variable (clap
-//! merges those two) > config file (`--config FILE`) > built-in default. Validation happens once,
+//! merges those two) > config file (`--config FILE`) > built-in default. One struct,
+//! [`AgentSettings`], is both what clap parses and what serde reads from the file;
+//! [`AgentSettings::overlay`] puts the flags over the file without naming a field. Validation happens once,
 //! here, so the rest of the agent never sees a half-valid configuration: paths that must be read at
 //! run time (trusted keys, credentials, webhook secret) are checked to exist at start-up, because a
 //! missing Secret mount should stop the Pod with a clear message, not fail the first reconcile.
