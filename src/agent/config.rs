@@ -930,6 +930,7 @@ mod by_name {
     use serde::{Deserialize, Deserializer, Serializer};
     use std::collections::BTreeMap;
 
+    /// A name (or label key) and its value.
     pub trait Pair: Sized {
         fn pair(&self) -> (&str, &str);
         fn new(name: String, value: String) -> Self;
@@ -962,7 +963,7 @@ mod by_name {
 
     /// The map the items say, a later item of a name winning.
     pub fn map<P: Pair>(items: Vec<P>) -> BTreeMap<String, String> {
-        items.iter().map(|p| (p.pair().0.to_string(), p.pair().1.to_string())).collect()
+        items.iter().map(Pair::pair).map(|(name, value)| (name.to_string(), value.to_string())).collect()
     }
 
     pub fn serialize<S: Serializer, P: Pair>(items: &[P], s: S) -> Result<S::Ok, S::Error> {
