@@ -5,7 +5,7 @@
 use crate::agent_support;
 
 use agent_support::*;
-use fleetgate::agent::config::NamedUrls;
+use fleetgate::agent::config::Named;
 use fleetgate::agent::{AgentSettings, Outcome};
 use fleetgate::status::State;
 use fleetgate_testenv::Prometheus;
@@ -44,7 +44,7 @@ async fn an_error_rate_above_the_gate_rolls_back_to_the_previous_release() {
 
     let rel1 = fleet.release("rel-1", |_| {});
     fleet.promote("rel-1");
-    let prometheus_flag = NamedUrls::parse(&[format!("monitoring={}", prometheus.url())]);
+    let prometheus_flag = Named::list(&[format!("monitoring={}", prometheus.url())]);
     let mut agent = fleet.agent_with(AgentSettings { prometheus: prometheus_flag, ..fleet.settings() }).await;
     assert_eq!(within("rel-1", 120, agent.reconcile()).await.unwrap(), Outcome::Succeeded("rel-1".into()));
     let passed = fleet.statuses(&rel1).pop().unwrap();

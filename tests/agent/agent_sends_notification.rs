@@ -17,7 +17,7 @@ use crate::notify_support;
 use agent_support::*;
 use axum::http::StatusCode;
 use fleetgate::agent::Outcome;
-use fleetgate::agent::config::NamedUrls;
+use fleetgate::agent::config::Named;
 use notify_support::{Received, Receiver};
 use std::time::Duration;
 
@@ -58,10 +58,10 @@ async fn every_transition_is_notified_in_order_signed_with_who_why_and_figures()
     fleet.write_fleet_release("rel-1");
     fleet.commit_and_push("promote rel-1 to the fleet\n\nChange-Id: I0001\nReviewed-by: Ann <ann@example.com>");
     let settings = fleetgate::agent::AgentSettings {
-        notify_url: NamedUrls::parse(&[format!("audit={}", rx.url)]),
-        notify_format: NamedUrls::parse(&["audit=webhook"]),
-        notify_on: NamedUrls::parse(&["audit=all"]),
-        notify_secret_file: NamedUrls::parse(&[format!("audit={}", secret.display())]),
+        notify_url: Named::list(&[format!("audit={}", rx.url)]),
+        notify_format: Named::list(&["audit=webhook"]),
+        notify_on: Named::list(&["audit=all"]),
+        notify_secret_file: Named::list(&[format!("audit={}", secret.display())]),
         ..fleet.settings()
     };
     let mut agent = fleet.agent_with(settings).await;
@@ -133,7 +133,7 @@ async fn by_default_only_a_failure_and_its_rollback_are_notified() {
     fleet.commit_and_push("notify the on-call channel");
     fleet.release("rel-1", |_| {});
     fleet.promote("rel-1");
-    let notify_url = NamedUrls::parse(&[format!("oncall={}", rx.url)]);
+    let notify_url = Named::list(&[format!("oncall={}", rx.url)]);
     let mut agent = fleet.agent_with(fleetgate::agent::AgentSettings { notify_url, ..fleet.settings() }).await;
     assert_eq!(within("rel-1", 120, agent.reconcile()).await.unwrap(), Outcome::Succeeded("rel-1".into()));
 

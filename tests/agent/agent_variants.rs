@@ -22,7 +22,6 @@ use fleetgate::agent::{Agent, AgentSettings, Outcome};
 use fleetgate::status::{Matrix, State};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::Api;
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
@@ -35,7 +34,7 @@ async fn pass(agent: &mut Agent, what: &str) -> Outcome {
 
 /// `settings` with the agent's own labels `region=REGION`: what the spoke says it is.
 fn in_region(settings: AgentSettings, region: &str) -> AgentSettings {
-    AgentSettings { labels: BTreeMap::from([("region".to_string(), region.to_string())]), ..settings }
+    AgentSettings { labels: vec![format!("region={region}").parse().unwrap()], ..settings }
 }
 
 /// The rendered base copied to `to` with the Operator's image from `registry` and `replicas`.

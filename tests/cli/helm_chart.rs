@@ -14,7 +14,7 @@ use crate::docs_support;
 
 use agent_support::{CLUSTER, Fleet, within};
 use docs_support::{Page, Shell};
-use fleetgate::agent::config::NamedUrls;
+use fleetgate::agent::config::{Label, Named};
 use fleetgate::agent::{AgentSettings, Outcome};
 use fleetgate::model::{PromotionMode, RELEASE_ADMISSION_POLICY_KIND, ReleaseAdmissionPolicy, parse_document};
 use fleetgate_testenv::operator_fixture::helm_binary;
@@ -308,7 +308,7 @@ fn every_value_becomes_agent_configuration_on_a_mounted_path() {
     assert_eq!(settings.heartbeat_interval, Some(std::time::Duration::from_secs(120)));
     assert_eq!(settings.promotions, Some(PromotionMode::Signed));
     assert_eq!(settings.approvers, ["ana"]);
-    assert_eq!(settings.labels, BTreeMap::from([("region".to_string(), "eu".to_string())]));
+    assert_eq!(settings.labels, ["region=eu".parse::<Label>().unwrap()]);
     assert_eq!(settings.plan_pull_requests, Some(true));
     let forge_token = settings.forge.token_file.clone().expect("forge.tokenFile");
 
@@ -353,11 +353,11 @@ fn notification_values_become_endpoint_settings_with_their_hmac_secrets_mounted(
     ]);
     let objects = manifests.all_objects();
     let (settings, _) = config_data(&objects);
-    assert_eq!(settings.notify_on, NamedUrls::parse(&["oncall=failed,rolledBack"]));
-    assert_eq!(settings.notify_format, NamedUrls::parse(&["chat=teams", "oncall=webhook"]));
+    assert_eq!(settings.notify_on, Named::list(&["oncall=failed,rolledBack"]));
+    assert_eq!(settings.notify_format, Named::list(&["chat=teams", "oncall=webhook"]));
     // Only the webhook endpoint signs; its secret is a key of the same Secret as the URLs.
     let hmac = Path::new("/etc/fleetgate/notify/hmac-oncall");
-    assert_eq!(settings.notify_secret_file, NamedUrls::parse(&[format!("oncall={}", hmac.display())]));
+    assert_eq!(settings.notify_secret_file, Named::list(&[format!("oncall={}", hmac.display())]));
     assert_eq!(settings.notify_timeout, Some(std::time::Duration::from_secs(10)));
     let pod = &find(&objects, "Deployment fleetgate-system/fleetgate-agent").data["spec"]["template"]["spec"];
     assert_eq!(mounted_volume(pod, hmac)["secret"]["secretName"], "fleetgate-notify");
@@ -623,11 +623,13 @@ async fn an_agent_with_the_charts_rbac_and_configuration_runs_a_release() {
     let webhook_secret = fleet.dir.path().join("webhook-secret");
     std::fs::write(&webhook_secret, "a-webhook-secret").unwrap();
     assert!(chart_settings.webhook_secret_file.is_some(), "the chart mounts a webhook secret by default");
-    let settings = chart_settings.overlay(AgentSettings {
-        admission_policy: Some(policy),
-        webhook_secret_file: Some(webhook_secret),
-        ..fleet.settings()
-    });
+    let settings = chart_settings
+        .overlay(AgentSettings {
+            admission_policy: Some(policy),
+            webhook_secret_file: Some(webhook_secret),
+            ..fleet.settings()
+        })
+        .unwrap();
 
     fleet.release("rel-1", |_| {});
     // The rules the cluster got from the chart's defaults are the ones `fleetgate agent rbac`
