@@ -25,7 +25,7 @@ testenv: deps
 	@bash hack/upstream-operators.sh >/dev/null
 	@# Gitea is optional: if its build fails here (proxy, disk) or hangs on a slow module proxy
 	@# (cold: about 4 min on a quiet 2-core machine), its tests say SKIPPED and the rest run.
-	@timeout 1200 bash hack/gitea-binary.sh >/dev/null || echo 'testenv: Gitea was not built within 20 min (see the error above); tests/forge_gitea.rs will skip' >&2
+	@timeout 1200 bash hack/gitea-binary.sh >/dev/null || echo 'testenv: Gitea was not built within 20 min (see the error above); tests/cli/forge_gitea.rs will skip' >&2
 
 build: deps
 	$(CARGO) build --workspace --bins

@@ -19,7 +19,7 @@
 #     binary by name, GLIBC_ABI_DT_RELR); the image's base is Debian 12's 2.36.
 #
 # The link settings go to the binary's link only (`cargo rustc … -- ARGS`), not to build scripts.
-# Arguments go to cargo (tests/setup.rs passes --manifest-path). FLEETGATE_LINK_ORDER names
+# Arguments go to cargo (tests/cli/setup.rs passes --manifest-path). FLEETGATE_LINK_ORDER names
 # another list (hack/agent-order.sh links with every function that ran); CARGO_TARGET_DIR is honoured.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)

@@ -15,7 +15,7 @@
 # so a reboot brings up no sshd or Prometheus the machine never ran. A service that ran or was
 # enabled before is never stopped or disabled.
 #
-# DEPS_ROOT (default empty: /) prefixes policy-rc.d's path; tests/setup.rs runs this script with
+# DEPS_ROOT (default empty: /) prefixes policy-rc.d's path; tests/cli/setup.rs runs this script with
 # it and fake apt-get, dpkg-query, systemctl, id and sudo on PATH.
 set -euo pipefail
 
@@ -26,9 +26,9 @@ demo=(build-essential pkg-config libgpgme-dev libssl-dev gnupg git curl python3)
 # buildah + mmdebstrap: hack/image.sh builds and runs the container image without a Docker engine.
 image=(buildah mmdebstrap)
 # prometheus (metric-gate tests), openssh-client (ssh-keygen: SSH signatures and status keys in
-# tests), chromium (headless: tests/status_html.rs renders the status page), zsh + fish
-# (tests/cli_habits.rs loads the shell completions fleetgate prints), openssh-server + tinyproxy
-# (tests/git_access.rs runs its own sshd and proxy on loopback); tests/image.rs builds the image.
+# tests), chromium (headless: tests/status/status_html.rs renders the status page), zsh + fish
+# (tests/cli/cli_habits.rs loads the shell completions fleetgate prints), openssh-server + tinyproxy
+# (tests/trust/git_access.rs runs its own sshd and proxy on loopback); tests/cli/image.rs builds the image.
 # unzip: hack/upstream-operators.sh takes real operators' manifests out of Go module zips.
 test_only=(prometheus openssh-client chromium zsh fish openssh-server tinyproxy unzip)
 # The services those packages bring (tests start their own instances, on their own ports).

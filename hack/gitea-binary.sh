@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the `gitea` binary that fleetgate's forge tests (tests/forge_gitea.rs) and the demo
+# Builds the `gitea` binary that fleetgate's forge tests (tests/cli/forge_gitea.rs) and the demo
 # use as a real forge, from its Go module into the same cache as the Kubernetes binaries,
 # and prints the binary's path. Only the API is used, so the web UI's assets are not built;
 # the source's `options/` directory (locales, templates Gitea needs at start) is copied

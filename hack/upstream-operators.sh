@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fetches real operators' published manifests, exactly as upstream ships them, for the tests of
-# tests/upstream_operators.rs: each operator's source module from the Go module proxy (the one
+# tests/releng/upstream_operators.rs: each operator's source module from the Go module proxy (the one
 # route to upstream sources this machine has), keeping only the files the tests use, in a
 # versioned cache directory outside the repo. Nothing of it is ever committed.
 #

@@ -16,7 +16,7 @@
 //!
 //! Findings inside a tag's tree are located as `<tag>:<path>` (what `git show` takes).
 
-use crate::apply::admission_offline;
+use crate::apply::{admission_offline, roles_judged_live};
 use crate::gates::crd_compat;
 use crate::manifests::admission::AdmissionPolicy;
 use crate::manifests::crds_in_files;
@@ -50,6 +50,10 @@ pub struct ReleaseCheck {
     pub commit: String,
     pub signature: SignatureVerdict,
     pub findings: Vec<Finding>,
+    /// Roles the release's bindings grant that it does not define: the agents judge those
+    /// bindings by the rules the cluster has for each role, when they apply.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub roles_judged_live: Vec<String>,
 }
 
 /// The branch tip's own `release.yaml`.
@@ -273,7 +277,13 @@ fn check_tag(
     if let Some(c) = &content {
         findings.extend(located(&format!("{}:", tag.name), admission_findings(&tree, &tag.name, c, baseline)));
     }
-    Ok((ReleaseCheck { id: tag.name.clone(), commit: tag.commit.to_string(), signature, findings }, content))
+    let roles_judged_live = content
+        .as_ref()
+        .and_then(|c| roles_judged_live(&UnverifiedRelease::new(&tag.name, c.clone())).ok())
+        .unwrap_or_default();
+    let check =
+        ReleaseCheck { id: tag.name.clone(), commit: tag.commit.to_string(), signature, findings, roles_judged_live };
+    Ok((check, content))
 }
 
 /// [`admission_offline`] of a release tag: `baseline` narrowed by the policies of the tag's own

@@ -16,6 +16,7 @@
 //! Each test prints how long the agent took to converge once the fault ended
 //! (docs/RELIABILITY.md's faults table).
 
+#[allow(dead_code, unused_imports)] // shared by the agent area; this binary uses a part
 mod agent_support;
 
 use agent_support::*;
@@ -641,8 +642,9 @@ async fn etcd_paused_longer_than_the_request_timeouts_during_a_bake() {
     assert_eq!((state.current(), state.last_known_good()), (Some("rel-1"), Some("rel-1")));
 }
 
-/// etcd is frozen for 20 s from the middle of a 6 s bake, so the bake ends while it is frozen: the
-/// gate is still `unknown` then, and under `onUnknown: failAfterBake` that fails the release. The
+/// etcd is frozen for 25 s from the middle of a 15 s bake, so the bake ends while it is frozen
+/// (however late, under load, the test sees the bake start: the freeze still outlasts the bake's
+/// end by more than a gate call's 5 s timeout): the gate is still `unknown` then, and under `onUnknown: failAfterBake` that fails the release. The
 /// verdict's state write waits for etcd (it is not refused, as with a stopped API server) and the
 /// rollback runs once etcd continues: rel-1, the first release here, is taken out, and its
 /// `failure` in Git names the gate that could not be read.
@@ -650,7 +652,7 @@ async fn etcd_paused_longer_than_the_request_timeouts_during_a_bake() {
 async fn etcd_paused_when_the_bake_ends() {
     short_git_timeouts();
     let mut fleet = Fleet::start("out-etcd-end", false).await;
-    fleet.set_gates("6s", QUICK_GATES);
+    fleet.set_gates("15s", QUICK_GATES);
     let rel1 = fleet.release("rel-1", |_| {});
     fleet.promote("rel-1");
     let mut agent = fleet.agent().await;
@@ -659,7 +661,7 @@ async fn etcd_paused_when_the_bake_ends() {
     let pause = async {
         baking(fleet_ref, &rel1).await;
         fleet_ref.cluster.pause_etcd().unwrap();
-        tokio::time::sleep(Duration::from_secs(20)).await;
+        tokio::time::sleep(Duration::from_secs(25)).await;
         fleet_ref.cluster.resume_etcd().unwrap();
         Instant::now()
     };

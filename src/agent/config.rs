@@ -3,7 +3,9 @@
 //! [`AgentConfig`].
 //!
 //! Precedence, field by field: command-line flag or its `FLEETGATE_*` environment variable (clap
-//! merges those two) > config file (`--config FILE`) > built-in default. Validation happens once,
+//! merges those two) > config file (`--config FILE`) > built-in default. One struct,
+//! [`AgentSettings`], is both what clap parses and what serde reads from the file;
+//! [`AgentSettings::overlay`] puts the flags over the file without naming a field. Validation happens once,
 //! here, so the rest of the agent never sees a half-valid configuration: paths that must be read at
 //! run time (trusted keys, credentials, webhook secret) are checked to exist at start-up, because a
 //! missing Secret mount should stop the Pod with a clear message, not fail the first reconcile.
@@ -20,7 +22,7 @@ use crate::model::{AdmissionBaseline, BaselineError, PromotionMode, ReleaseAdmis
 use crate::model::{DEFAULT_ENDPOINT, is_dns_label, is_label_key, is_label_value};
 use crate::source::{Credentials, FetchLimits};
 use crate::status::{ForgeConfig, ForgeError, ForgeSettings};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -273,82 +275,202 @@ pub fn lease_name(cluster: &str) -> String {
     format!("fleetgate-agent-{cluster}")
 }
 
-/// What one source (flags+env, or the config file) says; every field optional. The config file
-/// uses the same names in camelCase, e.g. `stateNamespace: fleetgate-system`.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// What one source says, every field optional: the flags and their `FLEETGATE_*` environment
+/// variables (clap reads this struct: the doc comments are `fleetgate agent --help`), or the
+/// config file (serde reads it: the same names in camelCase, e.g. `stateNamespace:
+/// fleetgate-system`). A new setting is one field here and its use in [`AgentSettings::resolve`].
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, clap::Args)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct AgentSettings {
+    /// The fleet repo: a URL (https://, ssh://, git://, user@host:path) or a local path.
+    #[arg(long, env = "FLEETGATE_REPO", value_name = "URL")]
     pub repo: Option<String>,
+    /// The tracked branch [default: main].
+    #[arg(long, env = "FLEETGATE_BRANCH")]
     pub branch: Option<String>,
+    /// This cluster's name in the fleet repo (clusters/<NAME>.yaml).
+    #[arg(long, env = "FLEETGATE_CLUSTER", value_name = "NAME")]
     pub cluster: Option<String>,
+    /// The kubeconfig: the binary's global `--kubeconfig` (which the CLI puts here), or the file's.
+    #[arg(skip)]
     pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context: the global `--context`, or the file's.
+    #[arg(skip)]
     pub context: Option<String>,
+    /// Public keys of the release signers (files, or directories of key files): OpenPGP keys, or
+    /// OpenSSH allowed_signers files for SSH-signed tags; repeatable.
+    #[arg(long, env = "FLEETGATE_TRUSTED_KEYS", value_name = "FILE", num_args = 1.., value_delimiter = ',')]
     #[serde(default)]
     pub trusted_keys: Vec<PathBuf>,
+    /// Namespace of the agent's state ConfigMap, Lease and Events [default: fleetgate-system].
+    #[arg(long, env = "FLEETGATE_STATE_NAMESPACE", value_name = "NAMESPACE")]
     pub state_namespace: Option<String>,
+    /// Local Git cache [default: ~/.cache/fleetgate/agent/<cluster>].
+    #[arg(long, env = "FLEETGATE_STATE_DIR", value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+    /// Poll interval, each wait ±10 % [default: 10s].
+    #[arg(long, env = "FLEETGATE_INTERVAL", value_parser = humantime::parse_duration)]
     #[serde(default, with = "humantime_serde")]
     pub interval: Option<Duration>,
-    /// `0s` turns drift correction off.
+    /// How often an idle agent compares the cluster with its current release and re-applies
+    /// what drifted (`0s`: never) [default: 5m].
+    #[arg(long, env = "FLEETGATE_DRIFT_INTERVAL", value_parser = humantime::parse_duration)]
     #[serde(default, with = "humantime_serde")]
     pub drift_interval: Option<Duration>,
-    /// `0s` turns heartbeats off.
+    /// How often the agent publishes this cluster's signed heartbeat (`0s`: never); readers mark
+    /// the cluster stale after 3 missed beats [default: 2m].
+    #[arg(long, env = "FLEETGATE_HEARTBEAT_INTERVAL", value_parser = humantime::parse_duration)]
     #[serde(default, with = "humantime_serde")]
     pub heartbeat_interval: Option<Duration>,
+    /// Address for /healthz, /readyz, /metrics and POST /hooks/git [default: 127.0.0.1:8080].
+    #[arg(long, env = "FLEETGATE_LISTEN", value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
+    /// After a rollback, push a commit (signed with the status key) that pins this cluster to the
+    /// rolled-back-to release. On by default; `--write-back=false` switches it off.
+    #[arg(long, env = "FLEETGATE_WRITE_BACK", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub write_back: Option<bool>,
-    /// Hold the cluster on its current release; the value is the reason (may be empty).
+    /// Hold this cluster on the release it runs, whatever Git says (an operation in flight still
+    /// finishes); the optional value is the reason shown in statuses. The same brake without a
+    /// restart: annotate the state ConfigMap `fleetgate.io/paused=REASON`.
+    #[arg(long, env = "FLEETGATE_PAUSED", num_args = 0..=1, default_missing_value = "", value_name = "REASON")]
     pub paused: Option<String>,
+    /// SSH private key for ssh:// and user@host:path repos.
+    #[arg(long, env = "FLEETGATE_GIT_SSH_KEY", value_name = "FILE")]
     pub git_ssh_key: Option<PathBuf>,
+    /// File holding a token for https:// repos.
+    #[arg(long, env = "FLEETGATE_GIT_TOKEN_FILE", value_name = "FILE")]
     pub git_token_file: Option<PathBuf>,
+    /// known_hosts file the Git server's SSH host key must be in (strict: without it every SSH
+    /// host is refused; the pod has no ~/.ssh).
+    #[arg(long, env = "FLEETGATE_GIT_KNOWN_HOSTS", value_name = "FILE")]
     pub git_known_hosts: Option<PathBuf>,
+    /// PEM file of the CA(s) an https:// Git server's certificate may also be issued by.
+    #[arg(long, env = "FLEETGATE_GIT_CA_FILE", value_name = "FILE")]
     pub git_ca_file: Option<PathBuf>,
-    #[serde(default)]
-    pub notify_url: NamedUrls,
-    /// `NAME=KIND,KIND…` (or `all`): which transitions an endpoint hears.
-    #[serde(default)]
-    pub notify_on: NamedUrls,
-    /// `NAME=slack|teams|webhook`.
-    #[serde(default)]
-    pub notify_format: NamedUrls,
-    /// `NAME=FILE`: the HMAC secret of a `webhook` endpoint.
-    #[serde(default)]
-    pub notify_secret_file: NamedUrls,
-    #[serde(default, with = "humantime_serde")]
-    pub notify_timeout: Option<Duration>,
-    pub webhook_secret_file: Option<PathBuf>,
-    pub insecure_webhook: Option<bool>,
-    pub max_fetch_bytes: Option<u64>,
-    pub max_tags: Option<usize>,
-    /// `forge: {kind, url, repository, tokenFile}`.
-    #[serde(default)]
-    pub forge: ForgeSettings,
-    #[serde(default)]
-    pub prometheus: NamedUrls,
-    /// Prometheus sources with credentials, headers and a CA (config file only); a source
-    /// replaces a `prometheus` URL of the same name.
+    /// POST notifications of this cluster's release transitions here; repeatable, `NAME=URL` for
+    /// the endpoint fleet.yaml spec.status.notify names (a bare URL is `default`).
+    #[arg(long, env = "FLEETGATE_NOTIFY_URL", value_name = "[NAME=]URL", value_delimiter = ',')]
+    #[serde(default, with = "by_name")]
+    pub notify_url: Vec<Named>,
+    /// Which transitions an endpoint hears: started, applied, passed, failed, rolledBack, paused,
+    /// refused, error, or all; repeatable, one `[NAME=]KIND,KIND…` per endpoint [default:
+    /// failed,rolledBack,refused,error,paused].
+    #[arg(long, env = "FLEETGATE_NOTIFY_ON", value_name = "[NAME=]KINDS")]
+    #[serde(default, with = "by_name")]
+    pub notify_on: Vec<Named>,
+    /// An endpoint's message format: slack (text and blocks), teams (an Adaptive Card) or webhook
+    /// (JSON signed with HMAC-SHA256); repeatable, `[NAME=]FORMAT` [default: slack].
+    #[arg(long, env = "FLEETGATE_NOTIFY_FORMAT", value_name = "[NAME=]FORMAT", value_delimiter = ',')]
+    #[serde(default, with = "by_name")]
+    pub notify_format: Vec<Named>,
+    /// The file holding a webhook endpoint's HMAC secret (read at each delivery); repeatable,
+    /// `[NAME=]FILE`.
+    #[arg(long, env = "FLEETGATE_NOTIFY_SECRET_FILE", value_name = "[NAME=]FILE", value_delimiter = ',')]
+    #[serde(default, with = "by_name")]
+    pub notify_secret_file: Vec<Named>,
+    /// A Prometheus server for the gates; repeatable, `NAME=URL` for the one a GatePolicy's
+    /// `prometheus: NAME` names (a bare URL is `default`, what policies use by default).
+    #[arg(long, env = "FLEETGATE_PROMETHEUS", value_name = "[NAME=]URL", value_delimiter = ',')]
+    #[serde(default, with = "by_name")]
+    pub prometheus: Vec<Named>,
+    /// Prometheus sources with credentials, headers and a CA (config file only: credentials are
+    /// never a flag); a source replaces a `prometheus` URL of the same name.
+    #[arg(skip)]
     #[serde(default)]
     pub prometheus_sources: BTreeMap<String, PrometheusSourceSettings>,
+    /// A kind (KIND.GROUP, e.g. Certificate.cert-manager.io, or a core KIND such as Secret) customResources gates may read besides
+    /// the release's own CRDs; repeatable.
+    #[arg(
+        long = "allow-gate-kind",
+        env = "FLEETGATE_ALLOW_GATE_KINDS",
+        value_name = "KIND.GROUP",
+        value_delimiter = ','
+    )]
     #[serde(default)]
     pub allow_gate_kinds: Vec<String>,
+    /// Where commit statuses are mirrored besides Git notes (the token: --forge-token-file, else
+    /// $FLEETGATE_FORGE_TOKEN). Never taken from the fleet repo. The file: `forge: {kind, url,
+    /// repository, tokenFile}`.
+    #[command(flatten)]
+    #[serde(default)]
+    pub forge: ForgeSettings,
+    /// Timeout of each notification POST (each message is tried up to 4 times, in the
+    /// background) [default: 5s].
+    #[arg(long, env = "FLEETGATE_NOTIFY_TIMEOUT", value_parser = humantime::parse_duration)]
+    #[serde(default, with = "humantime_serde")]
+    pub notify_timeout: Option<Duration>,
+    /// Shared secret for POST /hooks/git (GitHub/Gitea HMAC signature or GitLab token).
+    #[arg(long, env = "FLEETGATE_WEBHOOK_SECRET_FILE", value_name = "FILE")]
+    pub webhook_secret_file: Option<PathBuf>,
+    /// Serve POST /hooks/git beyond loopback without a webhook secret (only behind a
+    /// NetworkPolicy that admits just the forge); without it such a --listen is refused.
+    #[arg(long, env = "FLEETGATE_INSECURE_WEBHOOK", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub insecure_webhook: Option<bool>,
+    /// Abort a fetch whose pack grows past this many bytes; a tag too large to fetch is skipped
+    /// and reported [default: 268435456, 256 MiB].
+    #[arg(long, env = "FLEETGATE_MAX_FETCH_BYTES", value_name = "BYTES")]
+    pub max_fetch_bytes: Option<u64>,
+    /// Refuse to sync a remote with more tags than this [default: 5000].
+    #[arg(long, env = "FLEETGATE_MAX_TAGS", value_name = "N")]
+    pub max_tags: Option<usize>,
+    /// Leader election over a Lease, so only one agent per cluster works [default: true].
+    #[arg(long, env = "FLEETGATE_LEADER_ELECT", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub leader_elect: Option<bool>,
+    /// How long a leader's claim lasts without renewal [default: 15s].
+    #[arg(long, env = "FLEETGATE_LEASE_DURATION", value_parser = humantime::parse_duration)]
     #[serde(default, with = "humantime_serde")]
     pub lease_duration: Option<Duration>,
+    /// The agent's baseline ReleaseAdmissionPolicy (YAML); the repo's policies can only narrow it
+    /// [default: anything but bindings to cluster-admin].
+    #[arg(long, env = "FLEETGATE_ADMISSION_POLICY", value_name = "FILE")]
     pub admission_policy: Option<PathBuf>,
+    /// Who decides what this cluster runs: `signed` (every branch tip must be a commit signed by a
+    /// promotion key, descending from the last accepted tip) or `unsigned` (pushes choose among
+    /// signed releases; policies come from the release's own tag) [default: fleet.yaml's
+    /// spec.promotions; this setting wins over it]. See docs/SECURITY.md.
+    #[arg(long, env = "FLEETGATE_PROMOTIONS", value_name = "MODE")]
     pub promotions: Option<PromotionMode>,
+    /// Public keys (files or directories) that may sign promotion commits: a release manager's,
+    /// or the forge's merge key [default: the --trusted-keys].
+    #[arg(long, env = "FLEETGATE_PROMOTION_KEYS", value_name = "FILE|DIR", value_delimiter = ',')]
     #[serde(default)]
     pub promotion_keys: Vec<PathBuf>,
+    /// Public keys (files or directories: OpenPGP, or OpenSSH allowed_signers) of the approvers:
+    /// who may approve a release for a wave with `approval: required` (`fleetgate approve`)
+    /// [default: none; such waves wait].
+    #[arg(long, env = "FLEETGATE_APPROVER_KEYS", value_name = "FILE|DIR", value_delimiter = ',')]
     #[serde(default)]
     pub approver_keys: Vec<PathBuf>,
+    /// A forge login whose approving review of the promotion PR (at its head) approves a release
+    /// for such a wave too; needs --forge-* [default: none; only signed approval tags count].
+    #[arg(long = "approver", env = "FLEETGATE_APPROVERS", value_name = "LOGIN", value_delimiter = ',')]
     #[serde(default)]
     pub approvers: Vec<String>,
+    /// Spoke plans: after each pass, judge the open promotion pull requests on the forge that move
+    /// this cluster (pre-apply checks and a server-side dry run, nothing applied) and post
+    /// `fleetgate/plan/<cluster>` on their heads; needs --forge-* [default: false]. docs/PLAN.md.
+    #[arg(long, env = "FLEETGATE_PLAN_PULL_REQUESTS", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub plan_pull_requests: Option<bool>,
+    /// The fleet's name (fleet.yaml metadata.name) every release must name in spec.fleet
+    /// [default: the name this agent's state pinned; required when there is none yet, unless
+    /// --pin-first-fleet].
+    #[arg(long, env = "FLEETGATE_FLEET", value_name = "NAME")]
     pub fleet: Option<String>,
+    /// Without --fleet and with no name pinned yet, take the fleet name of the first release this
+    /// agent accepts. Whoever pushes before that first sync then chooses the fleet, including
+    /// another fleet's releases signed by the same key (docs/SECURITY.md).
+    #[arg(long, env = "FLEETGATE_PIN_FIRST_FLEET", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub pin_first_fleet: Option<bool>,
+    /// This cluster's status key: an unencrypted OpenSSH Ed25519 private key file [default: the
+    /// Secret fleetgate-status-key-<cluster> in the state namespace, generated on first start].
+    #[arg(long, env = "FLEETGATE_STATUS_KEY", value_name = "FILE")]
     pub status_key: Option<PathBuf>,
-    /// `labels: {region: eu}`: what variant selectors match (`--label KEY=VALUE`).
-    #[serde(default)]
-    pub labels: BTreeMap<String, String>,
+    /// A label of this spoke, KEY=VALUE (repeatable): what a release's variant selectors
+    /// (matchLabels) match to choose the variant this cluster runs. Only the spoke's own
+    /// configuration says this; labels in the fleet repo's clusters/ never choose a variant.
+    #[arg(long = "label", env = "FLEETGATE_LABELS", value_name = "KEY=VALUE", value_delimiter = ',')]
+    #[serde(default, with = "by_name")]
+    pub labels: Vec<Label>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -413,17 +535,9 @@ pub enum ConfigError {
         "--label {0:?} is not KEY=VALUE with a Kubernetes label key and value (e.g. region=eu, topology.example.com/zone=a)"
     )]
     InvalidLabel(String),
-}
-
-/// `--label KEY=VALUE` flags as the settings' `labels` (checked in [`AgentSettings::resolve`]).
-pub fn parse_labels(flags: &[String]) -> Result<BTreeMap<String, String>, ConfigError> {
-    flags
-        .iter()
-        .map(|f| match f.split_once('=') {
-            Some((k, v)) => Ok((k.trim().to_string(), v.trim().to_string())),
-            None => Err(ConfigError::InvalidLabel(f.clone())),
-        })
-        .collect()
+    /// Only a path that is not UTF-8 (from a flag or variable) can make the settings unmergeable.
+    #[error("combining the flags with the config file: {0}")]
+    Overlay(String),
 }
 
 /// The longest cluster name: `fleetgate-state-<cluster>` and `fleetgate-agent-<cluster>` must stay
@@ -439,65 +553,16 @@ impl AgentSettings {
             .map_err(|e| ConfigError::ParseFile { path: path.to_path_buf(), message: e.to_string() })
     }
 
-    /// Field by field, `higher` wins where it says something.
-    pub fn overlay(self, higher: AgentSettings) -> AgentSettings {
-        AgentSettings {
-            repo: higher.repo.or(self.repo),
-            branch: higher.branch.or(self.branch),
-            cluster: higher.cluster.or(self.cluster),
-            kubeconfig: higher.kubeconfig.or(self.kubeconfig),
-            context: higher.context.or(self.context),
-            trusted_keys: if higher.trusted_keys.is_empty() { self.trusted_keys } else { higher.trusted_keys },
-            state_namespace: higher.state_namespace.or(self.state_namespace),
-            state_dir: higher.state_dir.or(self.state_dir),
-            interval: higher.interval.or(self.interval),
-            drift_interval: higher.drift_interval.or(self.drift_interval),
-            heartbeat_interval: higher.heartbeat_interval.or(self.heartbeat_interval),
-            listen: higher.listen.or(self.listen),
-            write_back: higher.write_back.or(self.write_back),
-            paused: higher.paused.or(self.paused),
-            git_ssh_key: higher.git_ssh_key.or(self.git_ssh_key),
-            git_token_file: higher.git_token_file.or(self.git_token_file),
-            git_known_hosts: higher.git_known_hosts.or(self.git_known_hosts),
-            git_ca_file: higher.git_ca_file.or(self.git_ca_file),
-            notify_url: self.notify_url.overlay(higher.notify_url),
-            notify_on: self.notify_on.overlay(higher.notify_on),
-            notify_format: self.notify_format.overlay(higher.notify_format),
-            notify_secret_file: self.notify_secret_file.overlay(higher.notify_secret_file),
-            notify_timeout: higher.notify_timeout.or(self.notify_timeout),
-            webhook_secret_file: higher.webhook_secret_file.or(self.webhook_secret_file),
-            insecure_webhook: higher.insecure_webhook.or(self.insecure_webhook),
-            max_fetch_bytes: higher.max_fetch_bytes.or(self.max_fetch_bytes),
-            max_tags: higher.max_tags.or(self.max_tags),
-            forge: self.forge.overlay(higher.forge),
-            prometheus: self.prometheus.overlay(higher.prometheus),
-            prometheus_sources: {
-                let mut sources = self.prometheus_sources;
-                sources.extend(higher.prometheus_sources);
-                sources
-            },
-            allow_gate_kinds: if higher.allow_gate_kinds.is_empty() {
-                self.allow_gate_kinds
-            } else {
-                higher.allow_gate_kinds
-            },
-            leader_elect: higher.leader_elect.or(self.leader_elect),
-            lease_duration: higher.lease_duration.or(self.lease_duration),
-            admission_policy: higher.admission_policy.or(self.admission_policy),
-            promotions: higher.promotions.or(self.promotions),
-            promotion_keys: if higher.promotion_keys.is_empty() { self.promotion_keys } else { higher.promotion_keys },
-            approver_keys: if higher.approver_keys.is_empty() { self.approver_keys } else { higher.approver_keys },
-            approvers: if higher.approvers.is_empty() { self.approvers } else { higher.approvers },
-            plan_pull_requests: higher.plan_pull_requests.or(self.plan_pull_requests),
-            fleet: higher.fleet.or(self.fleet),
-            pin_first_fleet: higher.pin_first_fleet.or(self.pin_first_fleet),
-            status_key: higher.status_key.or(self.status_key),
-            labels: {
-                let mut labels = self.labels;
-                labels.extend(higher.labels);
-                labels
-            },
-        }
+    /// `higher` over `self`, setting by setting: what `higher` gives (a value, a non-empty list)
+    /// replaces `self`'s; the maps (`forge`, and the settings kept by name: `notifyUrl`,
+    /// `prometheus`, `labels`, …) merge key by key, `higher` winning. Done on the two as serde
+    /// writes them, so it covers every field without naming one.
+    pub fn overlay(self, higher: AgentSettings) -> Result<AgentSettings, ConfigError> {
+        let tree =
+            |settings: &AgentSettings| serde_json::to_value(settings).map_err(|e| ConfigError::Overlay(e.to_string()));
+        let mut merged = tree(&self)?;
+        overlay_tree(&mut merged, tree(&higher)?);
+        serde_json::from_value(merged).map_err(|e| ConfigError::Overlay(e.to_string()))
     }
 
     /// Applies defaults and validates. Reads the file system to expand key directories and to check
@@ -523,8 +588,13 @@ impl AgentSettings {
                 check_readable(what, path)?;
             }
         }
-        let notify = resolve_notify(self.notify_url, self.notify_on, self.notify_format, self.notify_secret_file)?;
-        let prometheus = PrometheusEndpoints::new(self.prometheus.resolve("--prometheus")?)
+        let notify = resolve_notify(
+            by_name::map(self.notify_url),
+            by_name::map(self.notify_on),
+            by_name::map(self.notify_format),
+            by_name::map(self.notify_secret_file),
+        )?;
+        let prometheus = PrometheusEndpoints::new(resolve_urls(by_name::map(self.prometheus), "--prometheus")?)
             .with_sources(resolve_prometheus_sources(self.prometheus_sources)?);
         let forge = self.forge.resolve()?;
         let plan_pull_requests = self.plan_pull_requests.unwrap_or(false);
@@ -534,7 +604,8 @@ impl AgentSettings {
         if let Some(kind) = self.allow_gate_kinds.iter().find(|k| !is_kind_group(k)) {
             return Err(ConfigError::InvalidGateKind(kind.clone()));
         }
-        if let Some((k, v)) = self.labels.iter().find(|(k, v)| !is_label_key(k) || !is_label_value(v)) {
+        let labels = by_name::map(self.labels);
+        if let Some((k, v)) = labels.iter().find(|(k, v)| !is_label_key(k) || !is_label_value(v)) {
             return Err(ConfigError::InvalidLabel(format!("{k}={v}")));
         }
         let leader_election = if self.leader_elect.unwrap_or(true) {
@@ -613,9 +684,25 @@ impl AgentSettings {
             fleet: self.fleet,
             pin_first_fleet: self.pin_first_fleet.unwrap_or(false),
             status_key: self.status_key,
-            labels: self.labels,
+            labels,
             cluster,
         })
+    }
+}
+
+/// [`AgentSettings::overlay`] on serde's view: an object merges key by key; any other value of
+/// `higher` replaces `lower` unless it says nothing (`null`: an unset option; `[]`: no list given).
+fn overlay_tree(lower: &mut serde_json::Value, higher: serde_json::Value) {
+    use serde_json::Value;
+    match (lower, higher) {
+        (Value::Object(lower), Value::Object(higher)) => {
+            for (key, value) in higher {
+                overlay_tree(lower.entry(key).or_insert(Value::Null), value);
+            }
+        }
+        (_, Value::Null) => {}
+        (_, Value::Array(items)) if items.is_empty() => {}
+        (lower, higher) => *lower = higher,
     }
 }
 
@@ -695,7 +782,7 @@ fn unreadable_key(path: &Path, source: std::io::Error) -> ConfigError {
 ///     headers: { X-Scope-OrgID: team-redis }
 ///     caFile: /etc/fleetgate/mimir/ca.crt
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PrometheusSourceSettings {
     pub url: String,
@@ -706,7 +793,7 @@ pub struct PrometheusSourceSettings {
     pub ca_file: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct BasicAuthSettings {
     pub username: String,
@@ -754,28 +841,28 @@ fn resolve_prometheus_sources(
 /// `--notify-secret-file`, which a `webhook` endpoint must have (readable now; it is read again at
 /// each delivery). A setting for a name without a URL is an error: it would be silently unused.
 fn resolve_notify(
-    urls: NamedUrls,
-    on: NamedUrls,
-    formats: NamedUrls,
-    secrets: NamedUrls,
+    urls: BTreeMap<String, String>,
+    on: BTreeMap<String, String>,
+    formats: BTreeMap<String, String>,
+    secrets: BTreeMap<String, String>,
 ) -> Result<BTreeMap<String, Endpoint>, ConfigError> {
     let mut endpoints: BTreeMap<String, Endpoint> =
-        urls.resolve("--notify-url")?.into_iter().map(|(name, url)| (name, Endpoint::new(url))).collect();
+        resolve_urls(urls, "--notify-url")?.into_iter().map(|(name, url)| (name, Endpoint::new(url))).collect();
     let invalid =
         |flag, name: &str, problem: String| ConfigError::InvalidNotifySetting { flag, name: name.to_string(), problem };
     for (flag, settings) in [("--notify-on", &on), ("--notify-format", &formats), ("--notify-secret-file", &secrets)] {
-        if let Some(name) = settings.0.keys().find(|name| !endpoints.contains_key(*name)) {
+        if let Some(name) = settings.keys().find(|name| !endpoints.contains_key(*name)) {
             return Err(invalid(flag, name, format!("there is no --notify-url {name}=URL")));
         }
     }
     for (name, endpoint) in &mut endpoints {
-        if let Some(kinds) = on.0.get(name) {
+        if let Some(kinds) = on.get(name) {
             endpoint.on = NotificationKind::parse_list(kinds).map_err(|p| invalid("--notify-on", name, p))?;
         }
-        if let Some(format) = formats.0.get(name) {
+        if let Some(format) = formats.get(name) {
             endpoint.format = format.parse().map_err(|p| invalid("--notify-format", name, p))?;
         }
-        if let Some(file) = secrets.0.get(name) {
+        if let Some(file) = secrets.get(name) {
             let path = PathBuf::from(file);
             check_readable("notification secret file", &path)?;
             endpoint.secret_file = Some(path);
@@ -791,58 +878,99 @@ fn resolve_notify(
     Ok(endpoints)
 }
 
-/// Settings by the logical name of the endpoint they are for: URLs the fleet repo refers to by
-/// name (`--prometheus`, `--notify-url`), and what else an endpoint has (`--notify-on`,
-/// `--notify-format`, `--notify-secret-file`). Flags give `[NAME=]VALUE` (repeatable; a bare
-/// value is [`DEFAULT_ENDPOINT`]'s); the config file a value, a list of `[NAME=]VALUE`, or a map
-/// `NAME: VALUE`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NamedUrls(BTreeMap<String, String>);
+/// One `[NAME=]VALUE` of a setting kept by the logical name of the endpoint it is for: URLs the
+/// fleet repo refers to by name (`--prometheus`, `--notify-url`), and what else an endpoint has
+/// (`--notify-on`, `--notify-format`, `--notify-secret-file`). `NAME=` when the part before the
+/// first `=` is a DNS-1123 label, else all of it is the value of [`DEFAULT_ENDPOINT`] (a URL's
+/// own `=` comes after its `://`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Named {
+    pub name: String,
+    pub value: String,
+}
 
-impl NamedUrls {
-    /// `NAME=URL` when the part before the first `=` is a DNS-1123 label, else all of it is the
-    /// URL of [`DEFAULT_ENDPOINT`] (a URL's own `=` comes after its `://`).
-    pub fn parse<S: AsRef<str>>(items: &[S]) -> NamedUrls {
-        NamedUrls(
-            items
-                .iter()
-                .map(|item| {
-                    let item = item.as_ref();
-                    match item.split_once('=') {
-                        Some((name, url)) if is_dns_label(name) => (name.to_string(), url.to_string()),
-                        _ => (DEFAULT_ENDPOINT.to_string(), item.to_string()),
-                    }
-                })
-                .collect(),
-        )
-    }
-
-    /// Name by name, `higher` wins.
-    fn overlay(mut self, higher: NamedUrls) -> NamedUrls {
-        self.0.extend(higher.0);
-        self
-    }
-
-    fn resolve(self, flag: &'static str) -> Result<BTreeMap<String, reqwest::Url>, ConfigError> {
-        self.0
-            .into_iter()
-            .map(|(name, url)| {
-                if !is_dns_label(&name) {
-                    return Err(ConfigError::InvalidEndpointName { flag, name });
-                }
-                let invalid = |message: String| ConfigError::InvalidEndpointUrl { flag, name: name.clone(), message };
-                let parsed = reqwest::Url::parse(&url).map_err(|e| invalid(e.to_string()))?;
-                match parsed.scheme() {
-                    "http" | "https" => Ok((name, parsed)),
-                    other => Err(invalid(format!("scheme {other:?}"))),
-                }
-            })
-            .collect()
+impl Named {
+    /// Each item as a flag gives it.
+    pub fn list<S: AsRef<str>>(items: &[S]) -> Vec<Named> {
+        items.iter().map(|item| Named::from(item.as_ref())).collect()
     }
 }
 
-impl<'de> Deserialize<'de> for NamedUrls {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+impl From<&str> for Named {
+    fn from(item: &str) -> Named {
+        match item.split_once('=') {
+            Some((name, value)) if is_dns_label(name) => Named { name: name.into(), value: value.into() },
+            _ => Named { name: DEFAULT_ENDPOINT.into(), value: item.into() },
+        }
+    }
+}
+
+/// One `KEY=VALUE` label of this spoke (`--label`; checked in [`AgentSettings::resolve`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Label {
+    pub key: String,
+    pub value: String,
+}
+
+impl std::str::FromStr for Label {
+    type Err = ConfigError;
+    fn from_str(item: &str) -> Result<Label, ConfigError> {
+        match item.split_once('=') {
+            Some((key, value)) => Ok(Label { key: key.trim().into(), value: value.trim().into() }),
+            None => Err(ConfigError::InvalidLabel(item.to_string())),
+        }
+    }
+}
+
+/// The serde form of a list of [`Named`] or [`Label`]s: a map `NAME: VALUE` (what
+/// [`AgentSettings::overlay`] merges key by key); read also from one `[NAME=]VALUE` or a list
+/// of them, as the flags give them. A later item of a name wins.
+mod by_name {
+    use super::{Label, Named};
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::collections::BTreeMap;
+
+    /// A name (or label key) and its value.
+    pub trait Pair: Sized {
+        fn pair(&self) -> (&str, &str);
+        fn new(name: String, value: String) -> Self;
+        fn parse(item: &str) -> Result<Self, String>;
+    }
+
+    impl Pair for Named {
+        fn pair(&self) -> (&str, &str) {
+            (&self.name, &self.value)
+        }
+        fn new(name: String, value: String) -> Self {
+            Named { name, value }
+        }
+        fn parse(item: &str) -> Result<Self, String> {
+            Ok(Named::from(item))
+        }
+    }
+
+    impl Pair for Label {
+        fn pair(&self) -> (&str, &str) {
+            (&self.key, &self.value)
+        }
+        fn new(key: String, value: String) -> Self {
+            Label { key, value }
+        }
+        fn parse(item: &str) -> Result<Self, String> {
+            item.parse().map_err(|e: super::ConfigError| e.to_string())
+        }
+    }
+
+    /// The map the items say, a later item of a name winning.
+    pub fn map<P: Pair>(items: Vec<P>) -> BTreeMap<String, String> {
+        items.iter().map(Pair::pair).map(|(name, value)| (name.to_string(), value.to_string())).collect()
+    }
+
+    pub fn serialize<S: Serializer, P: Pair>(items: &[P], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(items.iter().map(Pair::pair).collect::<BTreeMap<_, _>>())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>, P: Pair>(d: D) -> Result<Vec<P>, D::Error> {
         #[derive(Deserialize)]
         #[serde(untagged, expecting = "a value, a list of [NAME=]VALUE, or a map of NAME: VALUE")]
         enum Form {
@@ -850,12 +978,33 @@ impl<'de> Deserialize<'de> for NamedUrls {
             List(Vec<String>),
             Map(BTreeMap<String, String>),
         }
-        Ok(match Form::deserialize(d)? {
-            Form::One(url) => NamedUrls::parse(&[url]),
-            Form::List(items) => NamedUrls::parse(&items),
-            Form::Map(map) => NamedUrls(map),
-        })
+        let parse = |item: String| P::parse(&item).map_err(serde::de::Error::custom);
+        match Form::deserialize(d)? {
+            Form::One(item) => Ok(vec![parse(item)?]),
+            Form::List(items) => items.into_iter().map(parse).collect(),
+            Form::Map(map) => Ok(map.into_iter().map(|(name, value)| P::new(name, value)).collect()),
+        }
     }
+}
+
+/// Each name a DNS-1123 label and each URL http(s); `flag` names the setting in errors.
+fn resolve_urls(
+    urls: BTreeMap<String, String>,
+    flag: &'static str,
+) -> Result<BTreeMap<String, reqwest::Url>, ConfigError> {
+    urls.into_iter()
+        .map(|(name, url)| {
+            if !is_dns_label(&name) {
+                return Err(ConfigError::InvalidEndpointName { flag, name });
+            }
+            let invalid = |message: String| ConfigError::InvalidEndpointUrl { flag, name: name.clone(), message };
+            let parsed = reqwest::Url::parse(&url).map_err(|e| invalid(e.to_string()))?;
+            match parsed.scheme() {
+                "http" | "https" => Ok((name, parsed)),
+                other => Err(invalid(format!("scheme {other:?}"))),
+            }
+        })
+        .collect()
 }
 
 /// `KIND.GROUP` as Kubernetes writes a kind of an API group (`Certificate.cert-manager.io`,
@@ -934,7 +1083,7 @@ mod tests {
         let file = dir.path().join("agent.yaml");
         let yaml = |source: &str| {
             std::fs::write(&file, format!("prometheusSources:\n  prod-mimir:\n{source}")).unwrap();
-            AgentSettings::from_file(&file).unwrap().overlay(minimal(dir.path())).resolve()
+            AgentSettings::from_file(&file).unwrap().overlay(minimal(dir.path())).unwrap().resolve()
         };
         let c = yaml(&format!(
             "    url: https://mimir:8080/prometheus\n    bearerTokenFile: {}\n    headers: {{X-Scope-OrgID: team-a}}\n",
@@ -972,7 +1121,7 @@ mod tests {
         std::fs::write(approvers.join("ana.asc"), "key").unwrap();
         let file = dir.path().join("agent.yaml");
         std::fs::write(&file, format!("approverKeys: [{}]\n", approvers.display())).unwrap();
-        let c = AgentSettings::from_file(&file).unwrap().overlay(minimal(dir.path())).resolve().unwrap();
+        let c = AgentSettings::from_file(&file).unwrap().overlay(minimal(dir.path())).unwrap().resolve().unwrap();
         assert_eq!(c.approver_keys, [approvers.join("ana.asc")]);
     }
 
@@ -987,12 +1136,71 @@ mod tests {
         .unwrap();
         let file = AgentSettings::from_file(&file_path).unwrap();
         let flags = AgentSettings { interval: Some(Duration::from_secs(5)), ..minimal(dir.path()) };
-        let c = file.overlay(flags).resolve().unwrap();
+        let c = file.overlay(flags).unwrap().resolve().unwrap();
         assert_eq!(c.repo, RepoLocation::Remote("https://git.example.com/fleet.git".into()));
         assert_eq!(c.branch, "release");
         assert_eq!(c.interval, Duration::from_secs(5));
         assert!(c.write_back);
         assert_eq!(c.leader_election, None);
+    }
+
+    /// The flags as clap reads them (this struct is also `fleetgate agent`'s flags), over a file.
+    #[test]
+    fn parsed_flags_override_the_file_and_maps_merge_key_by_key() {
+        #[derive(clap::Parser)]
+        struct Flags {
+            #[command(flatten)]
+            settings: AgentSettings,
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file_path = dir.path().join("agent.yaml");
+        std::fs::write(
+            &file_path,
+            "branch: release\nwriteBack: true\npaused: from-file\nlabels: {region: eu, tier: prod}\n\
+             forge: {kind: gitea, url: 'https://gitea.example.com', repository: platform/fleet}\n\
+             trustedKeys: [/file/key.asc]\nnotifyUrl: {chat: 'https://chat.example/x'}\n",
+        )
+        .unwrap();
+        let flags = <Flags as clap::Parser>::try_parse_from([
+            "agent",
+            "--write-back=false",
+            "--paused",
+            "--label",
+            "tier=canary",
+            "--forge-repository",
+            "platform/other",
+            "--notify-url",
+            "oncall=https://hooks.example/y",
+            "--trusted-keys",
+            "/flag/key.asc",
+        ])
+        .unwrap()
+        .settings;
+        let merged = AgentSettings::from_file(&file_path).unwrap().overlay(flags).unwrap();
+        assert_eq!(merged.branch.as_deref(), Some("release"), "the file where no flag says");
+        assert_eq!((merged.write_back, merged.paused.as_deref()), (Some(false), Some("")), "the flags' false and \"\"");
+        assert_eq!(merged.trusted_keys, [PathBuf::from("/flag/key.asc")], "a list given replaces the file's");
+        assert_eq!(
+            by_name::map(merged.labels),
+            BTreeMap::from([("region".into(), "eu".into()), ("tier".into(), "canary".into())])
+        );
+        assert_eq!(by_name::map(merged.notify_url).keys().collect::<Vec<_>>(), ["chat", "oncall"]);
+        let forge = (merged.forge.kind, merged.forge.url.as_deref(), merged.forge.repository.as_deref());
+        assert_eq!(
+            forge,
+            (Some(crate::model::ForgeKind::Gitea), Some("https://gitea.example.com"), Some("platform/other"))
+        );
+        let bad = <Flags as clap::Parser>::try_parse_from(["agent", "--label", "region"]).err().unwrap().to_string();
+        assert!(bad.contains("--label") && bad.contains("is not KEY=VALUE"), "{bad}");
+    }
+
+    #[test]
+    fn a_path_that_is_not_utf8_is_an_error_not_a_panic() {
+        use std::os::unix::ffi::OsStrExt;
+        let flags =
+            AgentSettings { state_dir: Some(std::ffi::OsStr::from_bytes(b"/tmp/\xff").into()), ..Default::default() };
+        let err = AgentSettings::default().overlay(flags).unwrap_err().to_string();
+        assert!(err.starts_with("combining the flags with the config file"), "{err}");
     }
 
     #[test]
@@ -1015,12 +1223,12 @@ mod tests {
         .unwrap();
         let file = AgentSettings::from_file(&file_path).unwrap();
         let flags = AgentSettings {
-            prometheus: NamedUrls::parse(&["http://prom-2:9090"]),
-            notify_url: NamedUrls::parse(&["oncall=https://hooks.example.com/x?a=b"]),
-            labels: parse_labels(&["tier=canary".into()]).unwrap(),
+            prometheus: Named::list(&["http://prom-2:9090"]),
+            notify_url: Named::list(&["oncall=https://hooks.example.com/x?a=b"]),
+            labels: vec!["tier=canary".parse().unwrap()],
             ..minimal(dir.path())
         };
-        let c = file.overlay(flags).resolve().unwrap();
+        let c = file.overlay(flags).unwrap().resolve().unwrap();
         let forge = c.forge.unwrap();
         assert_eq!((forge.kind, forge.repository.as_str()), (crate::model::ForgeKind::Gitea, "platform/fleet"));
         assert_eq!(forge.token, crate::status::TokenSource::File(token));
@@ -1039,7 +1247,7 @@ mod tests {
         // Labels merge key by key, the flag winning.
         let labels: Vec<(&str, &str)> = c.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         assert_eq!(labels, [("region", "eu"), ("tier", "canary")]);
-        assert!(parse_labels(&["region".into()]).is_err());
+        assert!("region".parse::<Label>().is_err());
     }
 
     #[test]
@@ -1060,8 +1268,8 @@ mod tests {
             ),
         )
         .unwrap();
-        let flags = AgentSettings { notify_on: NamedUrls::parse(&["chat=failed,rolledBack"]), ..minimal(dir.path()) };
-        let c = AgentSettings::from_file(&file).unwrap().overlay(flags).resolve().unwrap();
+        let flags = AgentSettings { notify_on: Named::list(&["chat=failed,rolledBack"]), ..minimal(dir.path()) };
+        let c = AgentSettings::from_file(&file).unwrap().overlay(flags).unwrap().resolve().unwrap();
         let chat = &c.notify["chat"];
         let kinds: Vec<_> = chat.on.iter().copied().collect();
         assert_eq!((chat.format, kinds), (Format::Slack, vec![Failed, RolledBack]));
@@ -1111,14 +1319,14 @@ mod tests {
     #[case::no_keys(|s: &mut AgentSettings| s.trusted_keys.clear(), "--trusted-keys")]
     #[case::missing_key(|s: &mut AgentSettings| s.trusted_keys = vec!["/nonexistent/k.asc".into()], "/nonexistent/k.asc")]
     #[case::fast_poll(|s: &mut AgentSettings| s.interval = Some(Duration::from_millis(200)), "minimum")]
-    #[case::notify_scheme(|s: &mut AgentSettings| s.notify_url = NamedUrls::parse(&["ftp://x/secret-path"]), "--notify-url default=…: not an http(s) URL (scheme \"ftp\")")]
-    #[case::notify_on_unknown_endpoint(|s: &mut AgentSettings| s.notify_on = NamedUrls::parse(&["oncall=failed"]), "--notify-on oncall=…: there is no --notify-url oncall=URL")]
-    #[case::notify_on_kind(|s: &mut AgentSettings| { s.notify_url = NamedUrls::parse(&["http://h/x"]); s.notify_on = NamedUrls::parse(&["failed,rollback"]) }, "--notify-on default=…: \"rollback\" is not one of all, started")]
-    #[case::notify_format(|s: &mut AgentSettings| { s.notify_url = NamedUrls::parse(&["http://h/x"]); s.notify_format = NamedUrls::parse(&["discord"]) }, "\"discord\" is not one of slack, teams, webhook")]
-    #[case::webhook_without_secret(|s: &mut AgentSettings| { s.notify_url = NamedUrls::parse(&["http://h/x"]); s.notify_format = NamedUrls::parse(&["webhook"]) }, "pass --notify-secret-file default=FILE")]
-    #[case::missing_secret(|s: &mut AgentSettings| { s.notify_url = NamedUrls::parse(&["http://h/x"]); s.notify_secret_file = NamedUrls::parse(&["/nonexistent/secret"]) }, "notification secret file /nonexistent/secret")]
-    #[case::prometheus_url(|s: &mut AgentSettings| s.prometheus = NamedUrls::parse(&["thanos=not a url"]), "--prometheus thanos=…: not an http(s) URL")]
-    #[case::endpoint_name(|s: &mut AgentSettings| s.prometheus = NamedUrls(BTreeMap::from([("Thanos".into(), "http://t".into())])), "must be a DNS-1123 label")]
+    #[case::notify_scheme(|s: &mut AgentSettings| s.notify_url = Named::list(&["ftp://x/secret-path"]), "--notify-url default=…: not an http(s) URL (scheme \"ftp\")")]
+    #[case::notify_on_unknown_endpoint(|s: &mut AgentSettings| s.notify_on = Named::list(&["oncall=failed"]), "--notify-on oncall=…: there is no --notify-url oncall=URL")]
+    #[case::notify_on_kind(|s: &mut AgentSettings| { s.notify_url = Named::list(&["http://h/x"]); s.notify_on = Named::list(&["failed,rollback"]) }, "--notify-on default=…: \"rollback\" is not one of all, started")]
+    #[case::notify_format(|s: &mut AgentSettings| { s.notify_url = Named::list(&["http://h/x"]); s.notify_format = Named::list(&["discord"]) }, "\"discord\" is not one of slack, teams, webhook")]
+    #[case::webhook_without_secret(|s: &mut AgentSettings| { s.notify_url = Named::list(&["http://h/x"]); s.notify_format = Named::list(&["webhook"]) }, "pass --notify-secret-file default=FILE")]
+    #[case::missing_secret(|s: &mut AgentSettings| { s.notify_url = Named::list(&["http://h/x"]); s.notify_secret_file = Named::list(&["/nonexistent/secret"]) }, "notification secret file /nonexistent/secret")]
+    #[case::prometheus_url(|s: &mut AgentSettings| s.prometheus = Named::list(&["thanos=not a url"]), "--prometheus thanos=…: not an http(s) URL")]
+    #[case::endpoint_name(|s: &mut AgentSettings| s.prometheus = vec![Named { name: "Thanos".into(), value: "http://t".into() }], "must be a DNS-1123 label")]
     #[case::half_a_forge(|s: &mut AgentSettings| s.forge.url = Some("https://api.github.com".into()), "--forge-kind is missing")]
     #[case::missing_forge_token(|s: &mut AgentSettings| s.forge.token_file = Some("/nonexistent/forge-token".into()), "forge token file")]
     #[case::gate_kind(|s: &mut AgentSettings| s.allow_gate_kinds = vec!["secrets".into()], "--allow-gate-kind \"secrets\"")]
@@ -1128,8 +1336,8 @@ mod tests {
     #[case::open_webhook_v6(|s: &mut AgentSettings| s.listen = Some("[::]:8080".parse().unwrap()), "--insecure-webhook")]
     #[case::tiny_fetch(|s: &mut AgentSettings| s.max_fetch_bytes = Some(1000), "--max-fetch-bytes 1000")]
     #[case::no_tags(|s: &mut AgentSettings| s.max_tags = Some(0), "--max-tags 0")]
-    #[case::label_key(|s: &mut AgentSettings| s.labels = BTreeMap::from([("re gion".into(), "eu".into())]), "--label \"re gion=eu\"")]
-    #[case::label_value(|s: &mut AgentSettings| s.labels = BTreeMap::from([("region".into(), "eu west".into())]), "is not KEY=VALUE")]
+    #[case::label_key(|s: &mut AgentSettings| s.labels = vec!["re gion=eu".parse().unwrap()], "--label \"re gion=eu\"")]
+    #[case::label_value(|s: &mut AgentSettings| s.labels = vec!["region=eu west".parse().unwrap()], "is not KEY=VALUE")]
     #[case::plan_without_forge(|s: &mut AgentSettings| s.plan_pull_requests = Some(true), "--plan-pull-requests reads the pull requests on the agent's forge")]
     fn invalid_settings_say_what_to_fix(#[case] edit: fn(&mut AgentSettings), #[case] expected: &str) {
         let dir = tempfile::tempdir().unwrap();
@@ -1152,7 +1360,7 @@ mod tests {
         assert!(opted_out.resolve().unwrap().insecure_webhook);
         let file = dir.path().join("agent.yaml");
         std::fs::write(&file, "insecureWebhook: true\nmaxFetchBytes: 8388608\nmaxTags: 50\n").unwrap();
-        let c = AgentSettings::from_file(&file).unwrap().overlay(open).resolve().unwrap();
+        let c = AgentSettings::from_file(&file).unwrap().overlay(open).unwrap().resolve().unwrap();
         assert_eq!(c.fetch_limits, FetchLimits { max_pack_bytes: 8 << 20, max_tags: 50 });
     }
 

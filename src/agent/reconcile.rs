@@ -269,7 +269,8 @@ impl Agent {
             }
             first = false;
             if !self.services.leader.is_leading() {
-                tracing::debug!("not the leader; standing by");
+                // Between passes, about the Lease: logged under the lease module, not as a pass.
+                tracing::debug!(target: "fleetgate::agent::lease", "not the leader; standing by");
                 continue;
             }
             let started = Instant::now();

@@ -70,12 +70,12 @@ pub use chunked::CHUNK_BYTES;
 pub(crate) use chunked::{ChunkError, Existing, read_chunks, write_chunks};
 pub use drift::{DriftInput, DriftInputError, DriftRelease, DriftReport, DriftState, ObjectDrift, compare};
 pub use inventory::{Inventory, InventoryEntry, inventory_name, release_manifest_name};
-pub use offline::admission_offline;
+pub use offline::{admission_offline, roles_judged_live};
 pub use rbac::{AgentRbac, Grant, RbacError, builtin_scope, release_rbac, yaml_grants};
 pub use snapshot::{AgentKey, AgentKeyError, LABEL_SNAPSHOT, SnapshotInfo};
 pub use unchanged::{AppliedRecord, SealedRecords};
 
-use crate::manifests::admission::{AdmissionError, AdmissionPolicy, LiveApi};
+use crate::manifests::admission::{self, AdmissionError, AdmissionPolicy, LiveApi};
 use crate::manifests::{CrdNames, Manifest, ManifestError, ManifestSet, ObjectKey, Phase};
 use crate::model::{ErrorClass, is_label_value};
 use crate::release::VerifiedRelease;
@@ -375,21 +375,52 @@ impl Engine {
         }
         let resolver = phases::Resolver::new(self.client.clone()).await?;
         let mut set = ManifestSet::from_release(release, resolver.discovery())?;
-        policy.check(&set, &self.live_api(&resolver).await?)?;
+        policy.check(&set, &self.live_api(&resolver, &set).await?)?;
         set.add_labels(&self.labels());
         Ok(AdmittedSet { release, set, resolver, policy: policy.clone() })
     }
 
-    /// What admission needs of the live cluster: what it serves (from `resolver`'s discovery)
-    /// and the CRDs fleetgate's inventory holds. Apply and restore judge against the same.
-    async fn live_api(&self, resolver: &phases::Resolver) -> Result<LiveApi, ApplyError> {
+    /// What admission of `set` needs of the live cluster: what it serves (from `resolver`'s
+    /// discovery), the CRDs fleetgate's inventory holds, and the rules of every role a binding of
+    /// `set` grants that `set` does not define. Apply and restore judge against the same.
+    async fn live_api(&self, resolver: &phases::Resolver, set: &ManifestSet) -> Result<LiveApi, ApplyError> {
+        use k8s_openapi::api::rbac::v1::{ClusterRole, Role};
+        use kube::api::Api;
         let inventory = inventory::read(&self.client, &self.options).await?;
         let fleetgate_crds = inventory
             .iter()
             .flat_map(|inv| inv.objects.iter().chain(&inv.pending_prune))
             .filter(|e| e.group == crate::manifests::CRD_GROUP && e.kind == crate::manifests::CRD_KIND)
             .map(|e| e.name.clone());
-        Ok(LiveApi::from_discovery(resolver.discovery(), fleetgate_crds, &self.options.agent_namespace))
+        let adopted: &[ObjectKey] = inventory.as_ref().map(|inv| inv.adopted.as_slice()).unwrap_or_default();
+        let (mut roles, mut pruned) = (BTreeMap::new(), BTreeSet::new());
+        for role in admission::roles_outside(set) {
+            let reading = kube_err(format!("reading {role}, which a binding of the release grants"));
+            let rules = match &role.namespace {
+                None => Api::<ClusterRole>::all(self.client.clone())
+                    .get_opt(&role.name)
+                    .await
+                    .map_err(reading)?
+                    .map(|r| (r.metadata, r.rules)),
+                Some(ns) => Api::<Role>::namespaced(self.client.clone(), ns)
+                    .get_opt(&role.name)
+                    .await
+                    .map_err(reading)?
+                    .map(|r| (r.metadata, r.rules)),
+            };
+            let Some((meta, rules)) = rules else { continue };
+            // Applied by this inventory, dropped by `set`, not adopted: prune deletes it after the apply.
+            let ours = meta.labels.as_ref().and_then(|l| l.get(LABEL_INVENTORY)) == Some(&self.options.inventory);
+            if ours && !adopted.contains(&role.key()) {
+                pruned.insert(role);
+                continue;
+            }
+            let rules =
+                rules.unwrap_or_default().into_iter().map(|r| serde_json::to_value(r).expect("rules serialize"));
+            roles.insert(role, rules.collect());
+        }
+        Ok(LiveApi::from_discovery(resolver.discovery(), fleetgate_crds, &self.options.agent_namespace)
+            .with_roles(roles, pruned))
     }
 
     /// Checks an admitted set without changing anything: a server-side dry run of every object

@@ -2,7 +2,7 @@
 //! what `release create`, `validate` and `plan` check before anything is signed or merged.
 
 use super::builtin_scope;
-use crate::manifests::admission::{AdmissionPolicy, LiveApi};
+use crate::manifests::admission::{AdmissionPolicy, LiveApi, roles_outside};
 use crate::manifests::{AdmissionError, ManifestError, ManifestSet};
 use crate::release::ReleaseFiles;
 
@@ -19,4 +19,12 @@ pub fn admission_offline(
 ) -> Result<Result<(), AdmissionError>, ManifestError> {
     let set = ManifestSet::from_release(release, &builtin_scope)?;
     Ok(policy.check(&set, &LiveApi::offline(Vec::new(), DEPLOYED_AGENT_NAMESPACE)))
+}
+
+/// The roles `release`'s bindings grant that it does not define (`ClusterRole NAME`, `Role
+/// NAMESPACE/NAME`): [`admission_offline`] cannot judge those bindings, the agent judges them by
+/// the rules the cluster has for each role.
+pub fn roles_judged_live(release: &dyn ReleaseFiles) -> Result<Vec<String>, ManifestError> {
+    let set = ManifestSet::from_release(release, &builtin_scope)?;
+    Ok(roles_outside(&set).iter().map(ToString::to_string).collect())
 }

@@ -11,6 +11,8 @@
 //!   and written in every namespace (snapshots, restore, compatibility checks), never deleted.
 //! * Health gates list Deployments, ReplicaSets and Pods in namespaces that run workloads.
 //! * Nodes are read for `requires.architectures`.
+//! * Roles and ClusterRoles are read (not written) everywhere: admission judges a binding of a
+//!   role the release does not define by that role's rules in the cluster.
 //!
 //! The agent's own needs in its namespace (state, snapshots, Events, Lease) are in
 //! `deploy/rbac-state.yaml`, the same for every Operator.
@@ -171,6 +173,7 @@ impl AgentRbac {
             })
             .collect();
         cluster_rules.push(rule("", &["nodes"], &["get", "list"], Vec::new()));
+        cluster_rules.push(rule("rbac.authorization.k8s.io", &["clusterroles", "roles"], &["get"], Vec::new()));
         let mut custom: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
         for crd in set.crds() {
             custom.entry(&crd.spec.group).or_default().insert(&crd.spec.names.plural);
@@ -366,7 +369,9 @@ mod tests {
         let rbac = AgentRbac::for_release(&template_set());
         for r in &rbac.cluster {
             let resources = r.resources.clone().unwrap_or_default();
-            if resources != ["nodes"] && resources != ["redisclusters"] {
+            // Reading every role is what admission needs to judge a binding by the bound role.
+            let reads_roles = resources == ["clusterroles", "roles"] && r.verbs == ["get"];
+            if resources != ["nodes"] && resources != ["redisclusters"] && !reads_roles {
                 assert!(r.resource_names.is_some(), "{r:?}");
             }
             if r.verbs.iter().any(|v| v == "escalate" || v == "bind") {

@@ -503,8 +503,8 @@ impl Engine {
             })
         };
         let judged = sourced.iter().filter(|(_, o)| !is_custom(o)).cloned().collect();
-        let live = self.live_api(&resolver).await?;
-        policy.check(&ManifestSet::from_objects(id, judged, None, resolver.discovery())?, &live)?;
+        let judged = ManifestSet::from_objects(id, judged, None, resolver.discovery())?;
+        policy.check(&judged, &self.live_api(&resolver, &judged).await?)?;
         let set = ManifestSet::from_objects(id, sourced, None, resolver.discovery())?;
         // Everything of it is written: no record describes what a snapshot holds.
         let (before, deferred) = self.dry_run_first(&resolver, &set, &Records::new()).await?;

@@ -2,7 +2,6 @@
 //! one default and one help text per flag across the binary.
 
 use crate::agent::config::{DEFAULT_STATE_NAMESPACE, KubeAccess};
-use crate::model::ForgeKind;
 use crate::releng::publish::PublishOptions;
 use crate::releng::{RelengError, Signer, Target};
 use crate::source::{Credentials, ProxyEnv, Source};
@@ -92,7 +91,7 @@ pub struct PublishArgs {
     #[arg(long, default_value = "origin")]
     pub remote: String,
     #[command(flatten)]
-    pub forge: ForgeArgs,
+    pub forge: ForgeSettings,
     #[command(flatten)]
     pub git: GitAccess,
 }
@@ -104,58 +103,9 @@ impl PublishArgs {
             push: self.push,
             open_pr: self.open_pr,
             remote: self.remote.clone(),
-            forge: self.forge.settings(),
+            forge: self.forge.clone(),
             access: self.git.credentials()?,
         })
-    }
-}
-
-/// A forge's API (agent: commit statuses; promote, rollback: `--open-pr`). Always the caller's
-/// own configuration: the fleet repo cannot name a forge, a URL or a token, since anyone who can
-/// push to it could then collect the token.
-#[derive(Debug, Clone, clap::Args)]
-pub struct ForgeArgs {
-    /// The forge's kind: github, gitea (also Forgejo) or gitlab.
-    #[arg(long, env = "FLEETGATE_FORGE_KIND", value_name = "KIND")]
-    pub forge_kind: Option<ForgeKind>,
-    /// The forge's API base URL (https://api.github.com, https://gitea.example.com, https://gitlab.com).
-    #[arg(long, env = "FLEETGATE_FORGE_URL", value_name = "URL")]
-    pub forge_url: Option<String>,
-    /// The fleet repo on the forge: OWNER/REPO (GitHub, Gitea) or the project path or id (GitLab).
-    #[arg(long, env = "FLEETGATE_FORGE_REPOSITORY", value_name = "REPOSITORY")]
-    pub forge_repository: Option<String>,
-    /// File holding the forge's API token [default: the token in $FLEETGATE_FORGE_TOKEN].
-    #[arg(long, env = "FLEETGATE_FORGE_TOKEN_FILE", value_name = "FILE")]
-    pub forge_token_file: Option<PathBuf>,
-    /// GitHub only, instead of a token: the id of a GitHub App installed on the repository; its
-    /// installation tokens are minted from --forge-app-key-file and renewed before they expire.
-    #[arg(long, env = "FLEETGATE_FORGE_APP_ID", value_name = "ID")]
-    pub forge_app_id: Option<u64>,
-    /// The GitHub App's installation id [default: looked up from --forge-repository].
-    #[arg(long, env = "FLEETGATE_FORGE_APP_INSTALLATION_ID", value_name = "ID")]
-    pub forge_app_installation_id: Option<u64>,
-    /// The GitHub App's private key (the PEM file GitHub generates); read at every renewal.
-    #[arg(long, env = "FLEETGATE_FORGE_APP_KEY_FILE", value_name = "FILE")]
-    pub forge_app_key_file: Option<PathBuf>,
-    /// Agent: the details link of each forge status, `{cluster}` and `{release}` replaced, e.g.
-    /// `https://grafana.example.com/d/fleet?var-cluster={cluster}&var-release={release}`
-    /// (config file: `forge: {statusUrl}`).
-    #[arg(long, env = "FLEETGATE_FORGE_STATUS_URL", value_name = "URL")]
-    pub forge_status_url: Option<String>,
-}
-
-impl ForgeArgs {
-    pub fn settings(&self) -> ForgeSettings {
-        ForgeSettings {
-            kind: self.forge_kind,
-            url: self.forge_url.clone(),
-            repository: self.forge_repository.clone(),
-            token_file: self.forge_token_file.clone(),
-            app_id: self.forge_app_id,
-            app_installation_id: self.forge_app_installation_id,
-            app_key_file: self.forge_app_key_file.clone(),
-            status_url: self.forge_status_url.clone(),
-        }
     }
 }
 

@@ -8,7 +8,7 @@
 
 use super::args::{GitAccess, KubeArgs};
 use super::output::{OutputFormat, colours};
-use crate::agent::config::{DEFAULT_STATE_NAMESPACE, parse_labels};
+use crate::agent::config::{DEFAULT_STATE_NAMESPACE, Label};
 use crate::apply::{ApplyOptions, DriftInput, DriftInputError, DriftRelease, DriftReport, DriftState, Engine};
 use crate::gates::read_cluster_facts;
 use crate::model::Finding;
@@ -16,6 +16,7 @@ use crate::release::{ReleaseFiles, TrustConfig};
 use crate::source::open_repo;
 use anyhow::Context;
 use owo_colors::OwoColorize;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -47,7 +48,7 @@ pub struct Args {
     /// A label of the cluster's agent, KEY=VALUE (repeatable; its `--label`s): with the cluster's
     /// live facts it selects the variant of a release that has variants, as the agent does.
     #[arg(long = "label", value_name = "KEY=VALUE")]
-    pub labels: Vec<String>,
+    pub labels: Vec<Label>,
     /// Armored public key of a trusted release signer (repeatable). With it the release tag's
     /// signature is verified first; without it the tag's content is compared as it is.
     #[arg(long = "trusted-keys", value_name = "FILE")]
@@ -63,8 +64,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let credentials = args.git.credentials()?;
     let (repo, branch, cluster, release) =
         (args.repo.clone(), args.branch.clone(), args.cluster.clone(), args.release.clone());
+    let labels: BTreeMap<String, String> = args.labels.into_iter().map(|l| (l.key, l.value)).collect();
     // git2 and gpgme block; keep them off the async runtime.
-    let labels = parse_labels(&args.labels)?;
     let mut desired = tokio::task::spawn_blocking(move || -> anyhow::Result<DriftInput> {
         let opened = open_repo(&repo, branch.as_deref(), credentials)?;
         let read = DriftInput::read(opened.checkout(), &cluster, release.as_deref(), trust.as_ref());

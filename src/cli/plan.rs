@@ -3,13 +3,14 @@
 //! [`fleetgate::releng::plan::post`], and the verdict for people or pipelines. Exit 0 for ok
 //! and needs, 1 refused, 2 when the plan could not be made or posted.
 
-use super::args::{ForgeArgs, GitAccess};
+use super::args::GitAccess;
 use super::output::{OutputFormat, colours, fail, heading, next, terminal_text};
 use crate::model::AdmissionBaseline;
 use crate::release::TrustConfig;
 use crate::releng::plan::{self, PlanReport, PlanRequest, Posted, Verdict};
 use crate::releng::publish::fetch_statuses;
 use crate::releng::{FleetRepo, RelengError};
+use crate::status::ForgeSettings;
 use owo_colors::OwoColorize;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -38,7 +39,7 @@ pub struct Args {
     #[arg(long)]
     pub post: bool,
     #[command(flatten)]
-    pub forge: ForgeArgs,
+    pub forge: ForgeSettings,
     /// Remote the agents' statuses are fetched from, a name or URL.
     #[arg(long, default_value = "origin")]
     pub remote: String,
@@ -65,7 +66,7 @@ struct Shown<'a> {
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let access = args.git.credentials()?;
     let forge = match args.post {
-        true => Some(args.forge.settings().resolve()?.ok_or_else(|| {
+        true => Some(args.forge.clone().resolve()?.ok_or_else(|| {
             anyhow::anyhow!(
                 "--post needs a forge: pass --forge-kind, --forge-url and --forge-repository (token from --forge-token-file or $FLEETGATE_FORGE_TOKEN)"
             )

@@ -288,6 +288,12 @@ fn print_human(args: &CreateArgs, c: &Created) {
             }
         }
     }
+    if !r.roles_judged_live.is_empty() {
+        println!(
+            "             bindings of {}, which the release does not define, are judged by the agents against the cluster's roles",
+            r.roles_judged_live.join(", ")
+        );
+    }
     match pushed {
         Some(p) => println!("  pushed     {} to {}", p.refs.join(", "), p.remote),
         None => println!("  pushed     nothing (local only)"),

@@ -126,6 +126,13 @@ fn print_human(r: &ValidationReport) {
             println!("  {id:<w0$}  {commit:<12}  {n}{}  {sig}", " ".repeat(pad));
         }
     }
+    for c in r.releases.iter().filter(|c| !c.roles_judged_live.is_empty()) {
+        println!(
+            "  {}: bindings of {}, which the release does not define, are judged by the agents against the cluster's roles",
+            c.id,
+            c.roles_judged_live.join(", ")
+        );
+    }
     let findings: Vec<&Finding> = r.findings().collect();
     println!();
     if findings.is_empty() {

@@ -1,5 +1,5 @@
 //! Named stop points, so a test can `kill -9` the agent at an exact instant
-//! (`tests/agent_kill_matrix.rs`). Inert unless the process was started with
+//! (`tests/agent/agent_kill_matrix.rs`). Inert unless the process was started with
 //! `FLEETGATE_TEST_STOP_AT=<point>` and `FLEETGATE_TEST_STOP_DIR=<dir>`: read once, at the first
 //! point reached. When the named point is reached, the agent writes the marker file `<dir>/<point>`
 //! (holding its pid) and that task never continues; the rest of the process (Lease renewal,

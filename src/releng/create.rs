@@ -27,7 +27,7 @@ use super::repo::{FleetRepo, ReleaseTag, TreeEdit};
 use super::sign::{self, Signer};
 use super::successes::Successes;
 use super::{AdmissionFix, Refusal, RelengError, check_release_id};
-use crate::apply::admission_offline;
+use crate::apply::{admission_offline, roles_judged_live};
 use crate::manifests::AdmissionError;
 use crate::manifests::admission::{AdmissionPolicy, ObjectRefusal, PolicyOrigin};
 use crate::model::{
@@ -157,6 +157,10 @@ pub struct CreateReport {
     /// Set when the release was signed although admission refused it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub admission_override: Option<AdmissionOverride>,
+    /// Roles the release's bindings grant that it does not define: the agents judge those
+    /// bindings by the rules the cluster has for each role, when they apply.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub roles_judged_live: Vec<String>,
 }
 
 /// Parses `--image REPO:TAG[@DIGEST]` with the image rules `validate` applies.
@@ -681,7 +685,7 @@ pub fn create(repo: &FleetRepo, req: &CreateRequest, signer: &mut Signer) -> Res
 
     let plan = plan(repo, req, &tip, &content)?;
     check_mapping(repo, &plan)?;
-    let admission_override = check_admission(req, &plan)?;
+    let (admission_override, roles_judged_live) = check_admission(req, &plan)?;
     let (baselines, verdict) = crd_verdict(repo, &plan)?;
     if !verdict.compatible {
         return Err(Refusal::IncompatibleCrds {
@@ -726,6 +730,7 @@ pub fn create(repo: &FleetRepo, req: &CreateRequest, signer: &mut Signer) -> Res
         crd_compatibility: verdict,
         manifest_files: plan.files.len(),
         admission_override,
+        roles_judged_live,
     })
 }
 
@@ -756,8 +761,9 @@ fn tag_message(
 
 /// Admission of the planned release as an agent would judge it (see the module docs): the base
 /// rendering and every variant, each as the clusters that run it receive it.
-/// `Ok(None)`: admitted; `Ok(Some)`: refused and overridden by `req.allow_admission`.
-fn check_admission(req: &CreateRequest, plan: &Plan) -> Result<Option<AdmissionOverride>, RelengError> {
+/// `None`: admitted; `Some`: refused and overridden by `req.allow_admission`. With the roles
+/// bindings grant outside the release, which only the agents can judge.
+fn check_admission(req: &CreateRequest, plan: &Plan) -> Result<(Option<AdmissionOverride>, Vec<String>), RelengError> {
     let renderings = std::iter::once((None, plan.release.spec.clone(), &plan.files)).chain(
         plan.release
             .spec
@@ -767,10 +773,12 @@ fn check_admission(req: &CreateRequest, plan: &Plan) -> Result<Option<AdmissionO
             .map(|(v, (_, files))| (Some(v.name.as_str()), plan.release.spec.for_variant(v), files)),
     );
     let mut violations = Vec::new();
+    let mut live = BTreeSet::new();
     for (variant, spec, files) in renderings {
         let release = Document { spec, ..plan.release.clone() };
         let content = ReleaseContent { release, files: files.clone(), variants: BTreeMap::new() };
         let release = UnverifiedRelease::new(plan.release.name(), content);
+        live.extend(roles_judged_live(&release)?);
         let Some(refused) = admission(&req.admission_baseline, &plan.config, &release)? else { continue };
         if req.allow_admission.is_none() {
             return Err(Refusal::Admission { objects: refused.objects, fixes: refused.fixes }.into());
@@ -781,11 +789,12 @@ fn check_admission(req: &CreateRequest, plan: &Plan) -> Result<Option<AdmissionO
         };
         violations.extend(refused.error.violations.iter().map(ToString::to_string).map(named));
     }
-    Ok(req
+    let overridden = req
         .allow_admission
         .as_ref()
         .filter(|_| !violations.is_empty())
-        .map(|reason| AdmissionOverride { reason: reason.clone(), violations }))
+        .map(|reason| AdmissionOverride { reason: reason.clone(), violations });
+    Ok((overridden, live.into_iter().collect()))
 }
 
 /// What admission refused in a release, as [`admission`] reports it.
@@ -927,6 +936,7 @@ fn already_released(
         crd_compatibility: verdict,
         manifest_files: plan.files.len(),
         admission_override: None,
+        roles_judged_live: Vec::new(),
     })
 }
 

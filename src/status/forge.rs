@@ -61,43 +61,56 @@ pub const FORGE_TOKEN_ENV: &str = "FLEETGATE_FORGE_TOKEN";
 /// The forge as one source configures it, every field optional: the agent's flags and its config
 /// file (`forge: {kind, url, repository, tokenFile, statusUrl}`, or `appId`, `appInstallationId` and
 /// `appKeyFile` for a GitHub App instead of the token), or the flags of `fleetgate promote` /
-/// `rollback --open-pr`. Never the fleet repo: whoever can push to it could otherwise send the
-/// token to an address of their choosing.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+/// `rollback --open-pr` / `plan --post`. Never the fleet repo: whoever can push to it could
+/// otherwise send the token to an address of their choosing. The doc comments are the flags' help.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize, clap::Args)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ForgeSettings {
+    /// The forge's kind: github, gitea (also Forgejo) or gitlab.
+    #[arg(id = "forge_kind", long = "forge-kind", env = "FLEETGATE_FORGE_KIND", value_name = "KIND")]
     pub kind: Option<ForgeKind>,
-    /// API base URL, e.g. `https://api.github.com`, `https://gitea.example.com`, `https://gitlab.com`.
+    /// The forge's API base URL (https://api.github.com, https://gitea.example.com, https://gitlab.com).
+    #[arg(id = "forge_url", long = "forge-url", env = "FLEETGATE_FORGE_URL", value_name = "URL")]
     pub url: Option<String>,
-    /// `owner/repo` (GitHub, Gitea) or the project path or id (GitLab).
+    /// The fleet repo on the forge: OWNER/REPO (GitHub, Gitea) or the project path or id (GitLab).
+    #[arg(
+        id = "forge_repository",
+        long = "forge-repository",
+        env = "FLEETGATE_FORGE_REPOSITORY",
+        value_name = "REPOSITORY"
+    )]
     pub repository: Option<String>,
-    /// File holding the API token (a mounted Secret); without it, [`FORGE_TOKEN_ENV`].
+    /// File holding the forge's API token [default: the token in $FLEETGATE_FORGE_TOKEN].
+    #[arg(id = "forge_token_file", long = "forge-token-file", env = "FLEETGATE_FORGE_TOKEN_FILE", value_name = "FILE")]
     pub token_file: Option<PathBuf>,
-    /// A GitHub App instead of a token: its id, ...
+    /// GitHub only, instead of a token: the id of a GitHub App installed on the repository; its
+    /// installation tokens are minted from --forge-app-key-file and renewed before they expire.
+    #[arg(id = "forge_app_id", long = "forge-app-id", env = "FLEETGATE_FORGE_APP_ID", value_name = "ID")]
     pub app_id: Option<u64>,
-    /// ... the installation on the fleet repo (found from the repository when not given) ...
+    /// The GitHub App's installation id [default: looked up from --forge-repository].
+    #[arg(
+        id = "forge_app_installation_id",
+        long = "forge-app-installation-id",
+        env = "FLEETGATE_FORGE_APP_INSTALLATION_ID",
+        value_name = "ID"
+    )]
     pub app_installation_id: Option<u64>,
-    /// ... and its private key (PEM).
+    /// The GitHub App's private key (the PEM file GitHub generates); read at every renewal.
+    #[arg(
+        id = "forge_app_key_file",
+        long = "forge-app-key-file",
+        env = "FLEETGATE_FORGE_APP_KEY_FILE",
+        value_name = "FILE"
+    )]
     pub app_key_file: Option<PathBuf>,
-    /// The details link of each status (agent only): a [`StatusUrl`] template.
+    /// Agent: the details link of each forge status, `{cluster}` and `{release}` replaced, e.g.
+    /// `https://grafana.example.com/d/fleet?var-cluster={cluster}&var-release={release}`
+    /// (config file: `forge: {statusUrl}`).
+    #[arg(id = "forge_status_url", long = "forge-status-url", env = "FLEETGATE_FORGE_STATUS_URL", value_name = "URL")]
     pub status_url: Option<String>,
 }
 
 impl ForgeSettings {
-    /// Field by field, `higher` wins where it says something.
-    pub fn overlay(self, higher: ForgeSettings) -> ForgeSettings {
-        ForgeSettings {
-            kind: higher.kind.or(self.kind),
-            url: higher.url.or(self.url),
-            repository: higher.repository.or(self.repository),
-            token_file: higher.token_file.or(self.token_file),
-            app_id: higher.app_id.or(self.app_id),
-            app_installation_id: higher.app_installation_id.or(self.app_installation_id),
-            app_key_file: higher.app_key_file.or(self.app_key_file),
-            status_url: higher.status_url.or(self.status_url),
-        }
-    }
-
     /// No forge when nothing is set; else all of kind, URL and repository, and the token from
     /// its file or [`FORGE_TOKEN_ENV`], or a GitHub App (id and key; the installation optional).
     ///

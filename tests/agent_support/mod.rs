@@ -17,7 +17,6 @@
 //! [`Fleet::agent`] and calls [`Agent::reconcile`] for each pass it wants. Dropping an agent and
 //! building another over the same cluster is a restart: the state ConfigMap is all that survives
 //! (the new agent gets a fresh Git cache, like a Pod's emptyDir).
-#![allow(dead_code, unused_imports)] // each test binary uses a different part
 
 use fleetgate::agent::state::{AgentState, StateStore};
 use fleetgate::agent::{Agent, AgentServices, AgentSettings};

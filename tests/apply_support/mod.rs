@@ -1,6 +1,5 @@
 //! Shared set-up of the apply engine's integration tests: a real API server, an engine on it,
 //! the fixtures' releases, and ways to read the cluster's state back.
-#![allow(dead_code)] // each test binary uses a different part
 
 use fleetgate::apply::{ApplyError, ApplyOptions, ChangeSet, Engine};
 use fleetgate::manifests::admission::AdmissionPolicy;

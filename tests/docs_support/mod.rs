@@ -13,7 +13,6 @@
 //! [`normalize`] replaces what differs between two honest runs — commit and object ids, key
 //! fingerprints, times, the scratch directory — by placeholders, in the page's text and in the
 //! real output alike, before they are compared.
-#![allow(dead_code)] // each test binary uses a different part
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

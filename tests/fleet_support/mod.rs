@@ -1,6 +1,5 @@
 //! A fleet repo served by a real `git daemon`, with a working clone and a real GnuPG key that signs
 //! its tags: the fixture of the trust, source and validate tests.
-#![allow(dead_code)] // each test file uses a different part
 
 use fleetgate::source::{Checkout, Credentials, RetryPolicy, Source, init_fleet_repo};
 use fleetgate_testenv::{GitDaemon, GpgHome};

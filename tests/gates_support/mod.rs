@@ -1,6 +1,5 @@
 //! Shared set-up of the gates' cluster tests: real clusters, CRD fixtures installed and
 //! established, policies from YAML, and bounded waits.
-#![allow(dead_code)] // each test binary uses a different part
 
 use fleetgate::gates::{Baseline, GateRunner, OperatorTarget};
 use fleetgate::model::{GatePolicy, GatePolicySpec, parse_document};

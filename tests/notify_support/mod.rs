@@ -1,7 +1,6 @@
 //! A notification receiver on loopback for the notifier's tests: it records every request
 //! (headers and the exact body bytes) and answers each with the next status of a script (then
 //! 200), after an optional delay.
-#![allow(dead_code)] // each test binary uses a different part
 
 use axum::Router;
 use axum::body::Bytes;

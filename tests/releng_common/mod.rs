@@ -1,8 +1,6 @@
 //! Shared set-up of the release-engineering tests: a real fleet repo (git), a real GnuPG home with
 //! a generated key, rendered manifests, and the `fleetgate` binary.
 
-#![allow(dead_code)] // each test file uses a part of this module
-
 use fleetgate::model::{AdmissionBaseline, ImageRef};
 use fleetgate::release::{Keyring, TrustConfig};
 use fleetgate::releng::create::{self, CreateReport, CreateRequest, Targets};

@@ -1,7 +1,6 @@
 //! Agent identities for the status tests that write notes without running an agent: one status
 //! key per cluster name for the whole test binary, and the keys a reader believes them with; and
 //! [`fleet`], a fleet repo served by `git daemon` with two releases and statuses on them.
-#![allow(dead_code)] // each test binary uses a different part
 
 use fleetgate::status::{self, GitRemote, State, Status, StatusIdentity, StatusKeys, StatusSigner};
 use fleetgate_testenv::{GitDaemon, git_in, git_in_env};

@@ -1,7 +1,6 @@
 //! TLS for tests: a CA made here and a certificate for 127.0.0.1 it issued ([`pki`], as PEM files
 //! for a `caFile` or a server's configuration), and an axum app served with them over HTTPS on
 //! loopback ([`serve`], rustls on ring).
-#![allow(dead_code)] // each test file uses a different part
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

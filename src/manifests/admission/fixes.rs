@@ -53,12 +53,12 @@ fn lift(spec: &mut ReleaseAdmissionPolicySpec, reason: &Reason) -> bool {
         },
         Reason::ClusterScopedKind(kind) => spec.allowed_cluster_scoped_kinds.iter_mut().for_each(|l| add(l, kind)),
         Reason::PrivilegedRole(_) => spec.allow_cluster_admin_bindings = true,
-        Reason::Rbac { grant, .. } => add(&mut spec.allowed_rbac, grant),
+        Reason::Rbac { grant, .. } | Reason::BoundLiveRole { grant, .. } => add(&mut spec.allowed_rbac, grant),
         Reason::PodSecurity { lifted_by, .. } => {
             spec.pod_security = Some(spec.pod_security_level().min(*lifted_by));
         }
         Reason::Unmanaged => spec.adopt = true,
-        Reason::BindingSubject(_) | Reason::CrdGroupServed { .. } => return false,
+        Reason::BindingSubject(_) | Reason::CrdGroupServed { .. } | Reason::BoundRoleMissing { .. } => return false,
     }
     true
 }

@@ -5,7 +5,10 @@
 //!   not define kinds in an API group the cluster already serves with resources that are neither
 //!   the release's nor fleetgate's CRDs (a built-in group such as `admissionregistration.k8s.io`);
 //! * namespaces and cluster-scoped kinds against the allow-lists;
-//! * (Cluster)Roles by their rules and bindings by subject and role ([`rbac`]);
+//! * (Cluster)Roles by their rules and bindings by subject and role ([`rbac`]): a binding of a
+//!   role the release does not define is judged by the rules the cluster has for that role
+//!   ([`LiveApi::with_roles`]; [`roles_outside`] says which roles those are), and refused when
+//!   the cluster has none, or prune deletes it after the apply;
 //! * pod templates against a Pod Security Standards level ([`pod_security`]);
 //! * admission webhook configurations by target and namespace selector ([`webhooks`]);
 //! * adoption: [`AdmissionPolicy::unmanaged`] says whether a live object fleetgate did not
@@ -26,7 +29,7 @@ mod rbac;
 mod webhooks;
 
 pub use pod_security::PodFinding;
-pub use rbac::{FORBIDDEN_SUBJECTS, PRIVILEGED_ROLES};
+pub use rbac::{BoundRole, FORBIDDEN_SUBJECTS, PRIVILEGED_ROLES};
 pub use webhooks::{NAMESPACE_NAME_LABEL, WebhookFinding};
 
 use super::{CRD_GROUP, CRD_KIND, Manifest, ManifestSet, ObjectKey, Source};
@@ -51,6 +54,13 @@ pub struct LiveApi {
     fleetgate_crds: BTreeSet<String>,
     /// Namespaces no webhook may intercept: the agent's and `kube-system`.
     protected_namespaces: Vec<String>,
+    /// The cluster's roles that bindings name outside their release ([`roles_outside`]): role →
+    /// its `rules`, absent when the cluster has no such role. None without a cluster: those
+    /// bindings are judged when the agent applies.
+    roles: Option<BTreeMap<BoundRole, Vec<serde_json::Value>>>,
+    /// Roles the cluster has now that prune deletes once the release is applied (an earlier
+    /// release of fleetgate's defined them): a binding of one would outlive its role.
+    pruned_roles: BTreeSet<BoundRole>,
 }
 
 impl LiveApi {
@@ -76,7 +86,16 @@ impl LiveApi {
             served: BTreeMap::new(),
             fleetgate_crds: fleetgate_crds.into_iter().collect(),
             protected_namespaces: vec![agent_namespace.to_string(), "kube-system".to_string()],
+            roles: None,
+            pruned_roles: BTreeSet::new(),
         }
+    }
+
+    /// With what the cluster has of the roles [`roles_outside`] names: role → its `rules`. A role
+    /// left out is one the cluster does not have, or that is in `pruned` (prune deletes it after
+    /// the apply), and a binding of it is refused.
+    pub fn with_roles(self, roles: BTreeMap<BoundRole, Vec<serde_json::Value>>, pruned: BTreeSet<BoundRole>) -> Self {
+        LiveApi { roles: Some(roles), pruned_roles: pruned, ..self }
     }
 
     /// Who else serves API `group`, if anyone: the built-in API, or a resource the cluster serves
@@ -123,6 +142,19 @@ struct SetFacts<'s> {
     own_groups: BTreeSet<&'s str>,
     /// Names of the set's CRDs.
     crd_names: BTreeSet<String>,
+    /// The (Cluster)Roles the set defines: a binding of one is judged by the role's own rules.
+    roles: BTreeSet<BoundRole>,
+}
+
+/// The roles bindings of `set` grant that `set` does not define (nor are refused by name, see
+/// [`PRIVILEGED_ROLES`]): what the agent reads from the cluster for [`LiveApi::with_roles`].
+pub fn roles_outside(set: &ManifestSet) -> BTreeSet<BoundRole> {
+    let defined = defined_roles(set);
+    set.iter().filter_map(|m| rbac::role_outside(m, &defined)).collect()
+}
+
+fn defined_roles(set: &ManifestSet) -> BTreeSet<BoundRole> {
+    set.iter().filter_map(BoundRole::defined_by).collect()
 }
 
 impl AdmissionPolicy {
@@ -152,6 +184,7 @@ impl AdmissionPolicy {
         let facts = SetFacts {
             own_groups: set.crds().iter().map(|c| c.spec.group.as_str()).chain(applied_groups).collect(),
             crd_names: set.crds().iter().filter_map(|c| c.metadata.name.clone()).collect(),
+            roles: defined_roles(set),
         };
         let violation = |m: &Manifest, policy: String, reason: Reason| Violation {
             object: m.key.clone(),
@@ -162,7 +195,7 @@ impl AdmissionPolicy {
         let violations: Vec<Violation> = set
             .iter()
             .flat_map(|m| {
-                let fixed = fixed_refusal(m, live, &facts).map(|r| violation(m, FIXED_RULES.to_string(), r));
+                let fixed = fixed_refusals(m, live, &facts).map(|r| violation(m, FIXED_RULES.to_string(), r));
                 let by_policy = self.policies.iter().flat_map(|(origin, spec)| {
                     refusals(spec, m, live, &facts)
                         .into_iter()
@@ -192,15 +225,19 @@ impl AdmissionPolicy {
     }
 }
 
-/// A rule no policy can lift, broken by `m`.
-fn fixed_refusal(m: &Manifest, live: &LiveApi, facts: &SetFacts) -> Option<Reason> {
-    if m.key.is(CRD_GROUP, CRD_KIND) {
+/// The rules no policy can lift that `m` breaks.
+fn fixed_refusals(m: &Manifest, live: &LiveApi, facts: &SetFacts) -> impl Iterator<Item = Reason> {
+    let crd_group = m.key.is(CRD_GROUP, CRD_KIND).then(|| {
         let group = m.object.data.get("spec").and_then(|s| s.get("group")).and_then(|g| g.as_str()).unwrap_or("");
-        return live
-            .serves_otherwise(group, &facts.crd_names)
-            .map(|by| Reason::CrdGroupServed { group: group.to_string(), by });
-    }
-    rbac::forbidden_subject(m)
+        live.serves_otherwise(group, &facts.crd_names).map(|by| Reason::CrdGroupServed { group: group.to_string(), by })
+    });
+    // A binding of a role nobody has yet grants whatever whoever creates it later writes into it.
+    let missing = live.roles.as_ref().and_then(|roles| {
+        rbac::role_outside(m, &facts.roles)
+            .filter(|r| !roles.contains_key(r))
+            .map(|r| Reason::BoundRoleMissing { pruned: live.pruned_roles.contains(&r), role: r.to_string() })
+    });
+    crd_group.flatten().into_iter().chain(rbac::forbidden_subject(m)).chain(missing)
 }
 
 /// Every rule of one policy that one object breaks.
@@ -227,10 +264,14 @@ fn refusals(spec: &ReleaseAdmissionPolicySpec, m: &Manifest, live: &LiveApi, fac
             };
         Reason::PodSecurity { level, finding, lifted_by }
     });
+    let live_role = rbac::role_outside(m, &facts.roles)
+        .and_then(|r| live.roles.as_ref()?.get(&r).map(|rules| (r, rules)))
+        .map(|(r, rules)| rbac::bound_live_role_refusals(spec, &r, rules, &facts.own_groups));
     place
         .into_iter()
         .chain(rbac::privileged_role_refusal(spec, m))
         .chain(rbac::role_refusals(spec, m, &facts.own_groups))
+        .chain(live_role.into_iter().flatten())
         .chain(pods)
         .chain(webhooks::check(spec, m, &live.protected_namespaces, &facts.own_groups).into_iter().map(Reason::Webhook))
         .collect()
@@ -252,6 +293,13 @@ pub enum Reason {
     /// A (Cluster)Role grants what `allowedRbac` does not list; `rule` is the index in `rules`
     /// (None for the role as a whole: an aggregationRule).
     Rbac { rule: Option<usize>, grant: RbacGrant, what: String },
+    /// The binding grants `role` (`ClusterRole NAME`, `Role NAMESPACE/NAME`), which the release
+    /// does not define, and the cluster's rules of that role grant what `allowedRbac` does not
+    /// list; `rule` is the index in the live role's `rules`.
+    BoundLiveRole { role: String, rule: usize, grant: RbacGrant, what: String },
+    /// The binding grants `role`, which neither the release defines nor the cluster has (or will
+    /// have: `pruned`, an earlier release defined it and prune deletes it after this one).
+    BoundRoleMissing { role: String, pruned: bool },
     /// A pod template breaks the Pod Security level (`finding` is the first field that does);
     /// `lifted_by` is the strictest level that admits the template.
     PodSecurity { level: PodSecurityLevel, finding: PodFinding, lifted_by: PodSecurityLevel },
@@ -280,6 +328,25 @@ impl fmt::Display for Reason {
                     None => write!(f, "has an {what}")?,
                 }
                 write!(f, " and allowedRbac does not list {}", grant.as_str())
+            }
+            Reason::BoundLiveRole { role, rule, grant, what } => write!(
+                f,
+                "binds {role}, which the release does not define: its rules[{rule}] in the cluster grant {what}, \
+                 which allowedRbac does not list; allow it by adding {} to allowedRbac in the admission policy, or \
+                 bind a role the release defines",
+                grant.as_str()
+            ),
+            Reason::BoundRoleMissing { role, pruned } => {
+                write!(f, "binds {role}, which ")?;
+                if *pruned {
+                    f.write_str("the release does not define and prune deletes once it is applied (an earlier release defined it)")?;
+                } else {
+                    f.write_str("neither the release defines nor the cluster has")?;
+                }
+                f.write_str(
+                    ": whoever creates it later would decide what the binding grants; define the role in the \
+                     release, or bind one the cluster has",
+                )
             }
             Reason::PodSecurity { level, finding, .. } => {
                 write!(f, "{finding}, which Pod Security level {level} forbids")
@@ -612,6 +679,114 @@ mod tests {
                 ["ReleaseAdmissionPolicy repo"]
             );
         }
+    }
+
+    const ESCALATOR_CRB: &str = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: b}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: escalator}\nsubjects: [{kind: ServiceAccount, name: op, namespace: redis-system}]\n";
+    const LEADER_RB: &str = "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: b}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: leader}\nsubjects: [{kind: ServiceAccount, name: op}]\n";
+
+    fn escalator() -> BoundRole {
+        BoundRole { namespace: None, name: "escalator".into() }
+    }
+
+    fn live_with(roles: &[(BoundRole, serde_json::Value)]) -> LiveApi {
+        let roles = roles.iter().map(|(r, rules)| (r.clone(), rules.as_array().unwrap().clone())).collect();
+        live().with_roles(roles, BTreeSet::new())
+    }
+
+    #[test]
+    fn a_binding_of_a_role_outside_the_release_is_judged_by_the_live_role() {
+        let escalate = serde_json::json!([
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},
+            {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["escalate"]},
+        ]);
+        let policy = AdmissionPolicy::baseline(spec(None, None, false));
+        let binding = set(ESCALATOR_CRB);
+        assert_eq!(roles_outside(&binding), BTreeSet::from([escalator()]));
+
+        let err = policy.check(&binding, &live_with(&[(escalator(), escalate.clone())])).unwrap_err();
+        assert_eq!(
+            err.violations.iter().map(|v| (v.policy.as_str(), v.reason.clone())).collect::<Vec<_>>(),
+            [(
+                "agent baseline",
+                Reason::BoundLiveRole {
+                    role: "ClusterRole escalator".into(),
+                    rule: 1,
+                    grant: RbacGrant::Escalate,
+                    what: "verb escalate".into()
+                }
+            )]
+        );
+        let text = err.violations[0].to_string();
+        assert!(
+            text.starts_with(
+                "ClusterRoleBinding.rbac.authorization.k8s.io b (operator/x.yaml (document 1)): binds \
+                              ClusterRole escalator, which the release does not define: its rules[1] in the cluster \
+                              grant verb escalate, which allowedRbac does not list; allow it by adding escalate to \
+                              allowedRbac in the admission policy, or bind a role the release defines"
+            ),
+            "{text}"
+        );
+        // The hint, followed, admits it: the line `release create` would print, and the policy with it.
+        assert_eq!(policy.fixes(&err)[0].lines, ["allowedRbac: [escalate]"]);
+        let mut allowing = spec(None, None, false);
+        allowing.allowed_rbac = vec![RbacGrant::Escalate];
+        assert_eq!(AdmissionPolicy::baseline(allowing).check(&binding, &live_with(&[(escalator(), escalate)])), Ok(()));
+
+        // A live role that grants nothing refused is admitted; one the cluster lacks is refused by
+        // the fixed rules; without a cluster (offline) the binding is left to the agent.
+        let plain = serde_json::json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]);
+        assert_eq!(policy.check(&binding, &live_with(&[(escalator(), plain)])), Ok(()));
+        let missing = policy.check(&binding, &live_with(&[])).unwrap_err();
+        assert_eq!(
+            missing.violations.iter().map(|v| (v.policy.as_str(), v.reason.clone())).collect::<Vec<_>>(),
+            [(FIXED_RULES, Reason::BoundRoleMissing { role: "ClusterRole escalator".into(), pruned: false })]
+        );
+        assert!(!fixes::liftable(&missing.violations[0].reason));
+        // A live role prune deletes after the apply is as good as missing.
+        let pruned = live().with_roles(BTreeMap::new(), BTreeSet::from([escalator()]));
+        let err = policy.check(&binding, &pruned).unwrap_err();
+        assert_eq!(
+            err.violations[0].reason,
+            Reason::BoundRoleMissing { role: "ClusterRole escalator".into(), pruned: true }
+        );
+        assert!(err.to_string().contains("prune deletes once it is applied"), "{err}");
+        assert_eq!(policy.check(&binding, &live()), Ok(()));
+    }
+
+    #[test]
+    fn a_role_binding_names_a_role_of_its_own_namespace() {
+        let leader = BoundRole { namespace: Some("redis-system".into()), name: "leader".into() };
+        let binding = set(LEADER_RB);
+        assert_eq!(roles_outside(&binding), BTreeSet::from([leader.clone()]));
+        let star = serde_json::json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]);
+        let err = AdmissionPolicy::baseline(spec(None, None, false))
+            .check(&binding, &live_with(&[(leader, star)]))
+            .unwrap_err();
+        assert!(err.to_string().contains("binds Role redis-system/leader, which the release does not define: its rules[0] in the cluster grant verbs: [*]"), "{err}");
+        // The same name in another namespace is another role: the cluster lacks it.
+        let elsewhere = BoundRole { namespace: Some("other".into()), name: "leader".into() };
+        let err = AdmissionPolicy::baseline(spec(None, None, false))
+            .check(&binding, &live_with(&[(elsewhere, serde_json::json!([]))]))
+            .unwrap_err();
+        assert_eq!(
+            err.violations[0].reason,
+            Reason::BoundRoleMissing { role: "Role redis-system/leader".into(), pruned: false }
+        );
+    }
+
+    #[test]
+    fn roles_the_release_defines_and_roles_refused_by_name_are_not_read_from_the_cluster() {
+        let own = "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: leader}\nrules: []\n";
+        let own_cluster = CLUSTER_ROLE.replace("{name: r}", "{name: escalator}");
+        let admin = ADMIN_CRB.replace("{name: b}", "{name: admin}");
+        let edit = EDIT_RB.replace("{name: b}", "{name: edit}");
+        let yaml = [own, LEADER_RB, own_cluster.as_str(), ESCALATOR_CRB, &admin, &edit].join("---\n");
+        let release = set(&yaml);
+        assert_eq!(roles_outside(&release), BTreeSet::new());
+        // Judged by the release's own roles, whatever a role of that name in the cluster says.
+        let star = serde_json::json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]);
+        let policy = AdmissionPolicy::baseline(spec(None, None, true));
+        assert_eq!(policy.check(&release, &live_with(&[(escalator(), star)])), Ok(()));
     }
 
     #[test]

@@ -3,16 +3,19 @@
 //! exec into pods, creating pods cluster-wide, CSR approval and signing, writing admission
 //! configuration — every grant of power is refused unless a policy names it) and
 //! whom a RoleBinding or ClusterRoleBinding grants to (everyone, anonymous, `system:masters`) and
-//! what (the built-in `cluster-admin`, `admin`, `edit` roles).
+//! what: the built-in `cluster-admin`, `admin`, `edit` roles by name, a role the release defines
+//! by that role's rules, and any other role by the rules the cluster has for it
+//! ([`bound_live_role_refusals`]), the same rule-by-rule judgement ([`refused_grants`]).
 //!
 //! Matching follows the API server's RBAC authorizer: a rule grants a resource when its
 //! apiGroups hold the group or `*` and its resources hold the resource, `*`, or `*/<subresource>`.
 
 use super::Reason;
-use crate::manifests::Manifest;
+use crate::manifests::{Manifest, ObjectKey};
 use crate::model::{RbacGrant, ReleaseAdmissionPolicySpec};
 use serde_json::Value;
 use std::collections::BTreeSet;
+use std::fmt;
 
 pub(super) const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
@@ -155,6 +158,23 @@ impl<'v> Rule<'v> {
     }
 }
 
+/// Every grant of `rules` (a ClusterRole's when `cluster_role`, else a Role's) that `spec` does
+/// not allow, rule by rule: (index in `rules`, grant, the part of the rule that makes it).
+fn refused_grants<'a>(
+    spec: &'a ReleaseAdmissionPolicySpec,
+    rules: &'a [Value],
+    cluster_role: bool,
+    own_groups: &'a BTreeSet<&str>,
+) -> impl Iterator<Item = (usize, RbacGrant, String)> + 'a {
+    rules.iter().enumerate().flat_map(move |(i, rule)| {
+        Rule::of(rule)
+            .findings(cluster_role, own_groups)
+            .into_iter()
+            .filter(|(grant, _)| !spec.allows_rbac(*grant))
+            .map(move |(grant, what)| (i, grant, what))
+    })
+}
+
 /// Every grant of Role or ClusterRole `m` that `spec` does not allow, rule by rule: opting in to
 /// what an operator needs takes one policy change, not one release per grant.
 pub(super) fn role_refusals(
@@ -173,14 +193,98 @@ pub(super) fn role_refusals(
         what: "aggregationRule".into(),
     });
     let rules = m.object.data.get("rules").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-    let by_rule = rules.iter().enumerate().flat_map(|(i, rule)| {
-        Rule::of(rule)
-            .findings(cluster_role, own_groups)
-            .into_iter()
-            .filter(|(grant, _)| !spec.allows_rbac(*grant))
-            .map(move |(grant, what)| Reason::Rbac { rule: Some(i), grant, what })
+    let by_rule = refused_grants(spec, rules, cluster_role, own_groups).map(|(i, grant, what)| Reason::Rbac {
+        rule: Some(i),
+        grant,
+        what,
     });
     aggregation.into_iter().chain(by_rule).collect()
+}
+
+/// Every grant that `spec` does not allow of `role`, a role a binding names and the release does
+/// not define, by `rules`: what the cluster has for it. Judged like a role of the release, rule by
+/// rule. Its `aggregationRule` is not a grant here: the live rules are what it aggregated.
+pub(super) fn bound_live_role_refusals(
+    spec: &ReleaseAdmissionPolicySpec,
+    role: &BoundRole,
+    rules: &[Value],
+    own_groups: &BTreeSet<&str>,
+) -> Vec<Reason> {
+    refused_grants(spec, rules, role.is_cluster_role(), own_groups)
+        .map(|(rule, grant, what)| Reason::BoundLiveRole { role: role.to_string(), rule, grant, what })
+        .collect()
+}
+
+/// The role a RoleBinding or ClusterRoleBinding grants: a ClusterRole, or a Role in the
+/// binding's namespace.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BoundRole {
+    /// The Role's namespace; None for a ClusterRole.
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl BoundRole {
+    pub fn is_cluster_role(&self) -> bool {
+        self.namespace.is_none()
+    }
+
+    /// The role as an object.
+    pub fn key(&self) -> ObjectKey {
+        ObjectKey {
+            group: RBAC_GROUP.into(),
+            kind: if self.is_cluster_role() { "ClusterRole" } else { "Role" }.into(),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
+    }
+
+    /// The role `m` binds, if `m` is a binding with a `roleRef` the API server would accept.
+    pub fn of(m: &Manifest) -> Option<BoundRole> {
+        if !is_binding(m) {
+            return None;
+        }
+        let role_ref = m.object.data.get("roleRef")?;
+        let field = |f: &str| role_ref.get(f).and_then(Value::as_str).unwrap_or("");
+        let name = field("name").to_string();
+        match field("kind") {
+            "ClusterRole" => Some(BoundRole { namespace: None, name }),
+            "Role" if m.key.is(RBAC_GROUP, "RoleBinding") => {
+                Some(BoundRole { namespace: Some(m.key.namespace.clone()?), name })
+            }
+            _ => None,
+        }
+    }
+
+    /// The role `m` is, if `m` is a Role or ClusterRole.
+    pub fn defined_by(m: &Manifest) -> Option<BoundRole> {
+        let name = m.key.name.clone();
+        if m.key.is(RBAC_GROUP, "ClusterRole") {
+            Some(BoundRole { namespace: None, name })
+        } else if m.key.is(RBAC_GROUP, "Role") {
+            Some(BoundRole { namespace: Some(m.key.namespace.clone()?), name })
+        } else {
+            None
+        }
+    }
+}
+
+impl fmt::Display for BoundRole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.namespace {
+            None => write!(f, "ClusterRole {}", self.name),
+            Some(ns) => write!(f, "Role {ns}/{}", self.name),
+        }
+    }
+}
+
+/// The role binding `m` grants when it must be judged by what the cluster has: a role outside
+/// `defined` (the roles of the release) and not one of [`PRIVILEGED_ROLES`], refused by name.
+pub(super) fn role_outside(m: &Manifest, defined: &BTreeSet<BoundRole>) -> Option<BoundRole> {
+    BoundRole::of(m).filter(|r| {
+        let privileged = r.is_cluster_role() && PRIVILEGED_ROLES.contains(&r.name.as_str());
+        !privileged && !defined.contains(r)
+    })
 }
 
 /// A RoleBinding or ClusterRoleBinding to a subject no policy may allow.
@@ -198,13 +302,12 @@ pub(super) fn forbidden_subject(m: &Manifest) -> Option<Reason> {
 
 /// A binding of a built-in privileged ClusterRole that `spec` does not allow.
 pub(super) fn privileged_role_refusal(spec: &ReleaseAdmissionPolicySpec, m: &Manifest) -> Option<Reason> {
-    if spec.allow_cluster_admin_bindings || !is_binding(m) {
+    if spec.allow_cluster_admin_bindings {
         return None;
     }
-    let role_ref = m.object.data.get("roleRef");
-    let field = |f: &str| role_ref.and_then(|r| r.get(f)).and_then(Value::as_str).unwrap_or("");
-    let name = field("name");
-    (field("kind") == "ClusterRole" && PRIVILEGED_ROLES.contains(&name)).then(|| Reason::PrivilegedRole(name.into()))
+    BoundRole::of(m)
+        .filter(|r| r.is_cluster_role() && PRIVILEGED_ROLES.contains(&r.name.as_str()))
+        .map(|r| Reason::PrivilegedRole(r.name))
 }
 
 fn is_binding(m: &Manifest) -> bool {
@@ -256,6 +359,55 @@ mod tests {
         use crate::manifests::tests::{release_in, scopes};
         crate::manifests::ManifestSet::from_release(&release_in(Some("ns"), &[("operator/r.yaml", yaml)]), &scopes)
             .unwrap()
+    }
+
+    #[test]
+    fn a_live_role_is_judged_rule_by_rule_as_its_kind() {
+        let rules = [
+            json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}),
+            json!({"apiGroups": [RBAC_GROUP], "resources": ["clusterroles"], "verbs": ["escalate", "bind"]}),
+        ];
+        let spec = ReleaseAdmissionPolicySpec { allowed_rbac: vec![RbacGrant::Bind], ..Default::default() };
+        let cluster_role = BoundRole { namespace: None, name: "r".into() };
+        let reason = |rule, grant, what: &str| Reason::BoundLiveRole {
+            role: "ClusterRole r".into(),
+            rule,
+            grant,
+            what: what.into(),
+        };
+        assert_eq!(
+            bound_live_role_refusals(&spec, &cluster_role, &rules, &BTreeSet::new()),
+            [
+                reason(0, RbacGrant::ClusterSecrets, "secrets in a ClusterRole"),
+                reason(1, RbacGrant::Escalate, "verb escalate")
+            ]
+        );
+        // Secrets in a Role reach its namespace only, as for a Role of the release.
+        let role = BoundRole { namespace: Some("ns".into()), name: "r".into() };
+        let found = bound_live_role_refusals(&spec, &role, &rules, &BTreeSet::new());
+        assert_eq!(found.len(), 1);
+        assert!(
+            matches!(&found[0], Reason::BoundLiveRole { role, rule: 1, grant: RbacGrant::Escalate, .. } if role == "Role ns/r")
+        );
+    }
+
+    #[rstest]
+    #[case::cluster_role_binding("ClusterRoleBinding", "{name: b}", "ClusterRole", Some(BoundRole { namespace: None, name: "x".into() }))]
+    #[case::role_binding_of_a_cluster_role("RoleBinding", "{name: b}", "ClusterRole", Some(BoundRole { namespace: None, name: "x".into() }))]
+    #[case::role_binding_of_a_role("RoleBinding", "{name: b, namespace: team}", "Role", Some(BoundRole { namespace: Some("team".into()), name: "x".into() }))]
+    #[case::role_binding_default_namespace("RoleBinding", "{name: b}", "Role", Some(BoundRole { namespace: Some("ns".into()), name: "x".into() }))]
+    // The API server refuses a ClusterRoleBinding of a Role: nothing to judge.
+    #[case::cluster_role_binding_of_a_role("ClusterRoleBinding", "{name: b}", "Role", None)]
+    fn the_role_a_binding_grants(
+        #[case] kind: &str,
+        #[case] meta: &str,
+        #[case] ref_kind: &str,
+        #[case] expected: Option<BoundRole>,
+    ) {
+        let set = role(&format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: {kind}\nmetadata: {meta}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: {ref_kind}, name: x}}\n"
+        ));
+        assert_eq!(BoundRole::of(set.iter().next().unwrap()), expected);
     }
 
     #[test]
