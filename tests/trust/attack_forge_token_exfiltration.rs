@@ -15,7 +15,7 @@
 use crate::agent_support;
 
 use agent_support::*;
-use fleetgate::agent::config::NamedUrls;
+use fleetgate::agent::config::Named;
 use fleetgate::agent::{AgentSettings, Outcome};
 use fleetgate::model::ForgeKind;
 use fleetgate::status::{ForgeSettings, State};
@@ -135,8 +135,8 @@ async fn repo_forge_prometheus_and_notify_settings_reach_nobody_and_the_token_st
             token_file: Some(spoke_token),
             ..Default::default()
         },
-        prometheus: NamedUrls::parse(&[spoke_prometheus.url.as_str()]),
-        notify_url: NamedUrls::parse(&[format!("{}/hooks/oncall", spoke_forge.url)]),
+        prometheus: Named::list(&[spoke_prometheus.url.as_str()]),
+        notify_url: Named::list(&[format!("{}/hooks/oncall", spoke_forge.url)]),
         ..fleet.settings()
     };
 
