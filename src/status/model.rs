@@ -12,7 +12,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, hash_map};
 use std::fmt;
 
 use super::identity::Unverified;
@@ -394,6 +394,27 @@ impl StatusSet {
         }
     }
 
+    /// Adds every entry of `other`. A reader that split the fleet's notes refs between threads
+    /// merges what each found: clusters one part alone holds (every cluster, as each has one ref)
+    /// move over whole instead of being inserted entry by entry again.
+    pub fn absorb(&mut self, other: StatusSet) {
+        for (cluster, releases) in other.by_cluster {
+            match self.by_cluster.entry(cluster) {
+                hash_map::Entry::Vacant(free) => {
+                    free.insert(releases);
+                }
+                hash_map::Entry::Occupied(_) => {
+                    releases.into_values().flatten().for_each(|s| self.insert(s));
+                }
+            }
+        }
+        for (cluster, releases) in other.unverified {
+            for u in releases.into_values().flatten() {
+                self.insert_unverified(&cluster, u.status, u.reason);
+            }
+        }
+    }
+
     /// Adds an entry found in `cluster`'s notes that did not verify; it is shown, never believed.
     pub fn insert_unverified(&mut self, cluster: &str, status: Status, reason: Unverified) {
         let list = self.unverified.entry(cluster.to_string()).or_default().entry(status.release.clone()).or_default();
@@ -578,6 +599,26 @@ mod tests {
         assert_eq!(set.latest("cluster-a", "rel-8").unwrap().state, State::Pending);
         assert_eq!(set.unverified("cluster-a", "rel-8").len(), 1);
         assert_eq!(set.for_release("rel-8").count(), 1);
+    }
+
+    /// Two readers' parts merged hold what one reader inserting every entry holds: a cluster
+    /// both parts hold is merged entry by entry, in order and without duplicates.
+    #[test]
+    fn absorbing_a_set_is_inserting_its_entries() {
+        let b = |s: Status| Status { cluster: "cluster-b".into(), ..s };
+        let first = [on("rel-7", State::Success, 1), on("rel-8", State::Pending, 2), b(on("rel-8", State::Success, 5))];
+        let second = [on("rel-8", State::Failure, 3), on("rel-8", State::Pending, 2), on("rel-9", State::Pending, 4)];
+        let mut merged: StatusSet = first.iter().cloned().collect();
+        let mut other: StatusSet = second.iter().cloned().collect();
+        other.insert_unverified("cluster-c", on("rel-8", State::Success, 9), Unverified::Unsigned);
+        merged.absorb(other);
+        let all: StatusSet = first.iter().chain(&second).cloned().collect();
+        for (cluster, release) in [("cluster-a", "rel-7"), ("cluster-a", "rel-8"), ("cluster-a", "rel-9"), ("cluster-b", "rel-8")]
+        {
+            assert_eq!(merged.history(cluster, release), all.history(cluster, release), "{cluster} {release}");
+        }
+        assert_eq!(merged.history("cluster-a", "rel-8").len(), 2, "the entry both parts hold is kept once");
+        assert_eq!(merged.unverified("cluster-c", "rel-8").len(), 1);
     }
 
     #[test]

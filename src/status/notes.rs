@@ -422,10 +422,12 @@ fn read(
     keys: &StatusKeys,
     memo: Option<&mut VerifiedNotes>,
 ) -> Result<StatusSet, NotesError> {
-    let refs: Vec<String> = repo
+    // Each ref with its tip as listed: looking a ref up again by name costs libgit2 a stat of
+    // its loose file and of packed-refs, per cluster.
+    let refs: Vec<(String, Option<Oid>)> = repo
         .references_glob(&format!("{NOTES_PREFIX}*"))?
         .filter_map(|r| r.ok())
-        .filter_map(|r| r.name().ok().map(str::to_string))
+        .filter_map(|r| r.name().ok().map(|name| (name.to_string(), r.target())))
         .collect();
     // Two release tags on one commit name it twice; its notes are read once.
     let mut seen = std::collections::HashSet::new();
@@ -456,12 +458,7 @@ fn read(
     let mut set = StatusSet::new();
     let mut verified_notes = Vec::new();
     for part in parts {
-        for entry in part.verified {
-            set.insert(entry);
-        }
-        for (cluster, entry, reason) in part.unverified {
-            set.insert_unverified(&cluster, entry, reason);
-        }
+        set.absorb(part.found);
         verified_notes.extend(part.verified_notes);
     }
     if let Some(memo) = memo {
@@ -475,19 +472,26 @@ const PARALLEL_REFS: usize = 64;
 /// The machines fleetgate is measured on have two cores; more threads than that only contend.
 const READ_THREADS: usize = 2;
 
-/// What [`read_refs`] found: the verified entries (each note's latest per release only, for a
-/// view), the others with the cluster whose notes hold them and why they are not believed, and
-/// the notes whose every entry verified.
+/// What [`read_refs`] found: the entries (verified ones each note's latest per release only, for
+/// a view; the others with why they are not believed), and the notes whose every entry verified.
+/// Built on the reading thread, so the entries are sorted into the set there too.
 struct Found {
     view: bool,
-    verified: Vec<Status>,
-    unverified: Vec<(String, Status, Unverified)>,
+    found: StatusSet,
     verified_notes: Vec<Remembered>,
 }
 
 impl Found {
-    /// Checks every entry of `note`, found in `cluster`'s notes on `commit`; true when all verified.
-    fn check(&mut self, keys: &StatusKeys, refname: &str, cluster: &str, commit: &str, note: StatusNote) -> bool {
+    /// Checks every entry of `note`, found in `cluster`'s notes on `commit`: the verified entries
+    /// this read keeps, if every entry verified (a note to remember then).
+    fn check(
+        &mut self,
+        keys: &StatusKeys,
+        refname: &str,
+        cluster: &str,
+        commit: &str,
+        note: StatusNote,
+    ) -> Option<Vec<Status>> {
         let mut all_verified = !note.entries.is_empty();
         let mut verified = Vec::with_capacity(note.entries.len());
         for entry in note.entries {
@@ -496,15 +500,25 @@ impl Found {
                 Err(reason) => {
                     tracing::debug!(%refname, %commit, %reason, "status entry not verified");
                     all_verified = false;
-                    self.unverified.push((cluster.to_string(), entry, reason));
+                    self.found.insert_unverified(cluster, entry, reason);
                 }
             }
         }
-        match self.view {
-            true => self.verified.extend(latest_per_release(verified)),
-            false => self.verified.extend(verified),
+        let kept = match self.view {
+            true => latest_per_release(verified),
+            false => verified,
+        };
+        match all_verified {
+            true => Some(kept),
+            false => {
+                self.keep(kept);
+                None
+            }
         }
-        all_verified
+    }
+
+    fn keep(&mut self, entries: Vec<Status>) {
+        entries.into_iter().for_each(|s| self.found.insert(s));
     }
 }
 
@@ -512,17 +526,20 @@ impl Found {
 /// when `memo` is given, remembering nothing otherwise.
 fn read_refs(
     repo: &Repository,
-    refs: &[String],
+    refs: &[(String, Option<Oid>)],
     commits: &[(Oid, String)],
     keys: &StatusKeys,
     memo: Option<&VerifiedNotes>,
 ) -> Result<Found, NotesError> {
-    let mut out =
-        Found { view: memo.is_some(), verified: Vec::new(), unverified: Vec::new(), verified_notes: Vec::new() };
-    for refname in refs {
+    let mut out = Found { view: memo.is_some(), found: StatusSet::new(), verified_notes: Vec::new() };
+    for (refname, tip) in refs {
         let cluster = &refname[NOTES_PREFIX.len()..];
         let key = keys.get(cluster);
-        let tree = repo.find_reference(refname)?.peel_to_commit()?.tree()?;
+        let tip = match tip {
+            Some(tip) => repo.find_commit(*tip)?,
+            None => repo.find_reference(refname)?.peel_to_commit()?,
+        };
+        let tree = tip.tree()?;
         // Notes written by fleetgate sit flat in the tree, named by the annotated commit, and one
         // tree lookup per commit is much cheaper than `find_note` (which re-reads the ref each
         // time). A tree with subtrees uses git's fan-out layout: leave those to libgit2 (and
@@ -532,8 +549,9 @@ fn read_refs(
             if fanned_out {
                 if let Some(note) =
                     read_note(repo, refname, *commit)?.and_then(|text| parse_or_warn(&text, refname, *commit))
+                    && let Some(entries) = out.check(keys, refname, cluster, commit_hex, note)
                 {
-                    out.check(keys, refname, cluster, commit_hex, note);
+                    out.keep(entries);
                 }
                 continue;
             }
@@ -541,7 +559,7 @@ fn read_refs(
             let context = NoteContext { cluster, commit: commit_hex, fleet: keys.fleet() };
             let record = memo.zip(key).map(|(_, key)| memo::record(keys, cluster, commit_hex, entry.id(), key));
             if let Some((entries, remembered)) = memo.zip(record.as_ref()).and_then(|(m, r)| m.recall(r, &context)) {
-                out.verified.extend(entries);
+                out.keep(entries);
                 out.verified_notes.push(remembered);
                 continue;
             }
@@ -553,12 +571,11 @@ fn read_refs(
                 Err(_) => parse_or_warn(&String::from_utf8_lossy(blob.content()), refname, *commit),
             };
             let Some(note) = note else { continue };
-            let first = out.verified.len();
-            if out.check(keys, refname, cluster, commit_hex, note)
-                && let Some(record) = record
-            {
-                out.verified_notes.push(Remembered::new(record, &context, &out.verified[first..]));
+            let Some(entries) = out.check(keys, refname, cluster, commit_hex, note) else { continue };
+            if let Some(record) = record {
+                out.verified_notes.push(Remembered::new(record, &context, &entries));
             }
+            out.keep(entries);
         }
     }
     Ok(out)
