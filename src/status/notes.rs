@@ -13,12 +13,12 @@
 //! was never pushed is never lost, and a plain `git log --notes='fleetgate/*'` shows them.
 
 use super::identity::{KeyError, StatusIdentity, StatusKeys, Unverified};
-use super::memo::{self, NoteContext, Remembered, VerifiedNotes};
+use super::memo::{self, Listing, NoteContext, NoteRead, Remembered, VerifiedNotes};
 use super::model::{NoteParseError, Status, StatusNote, StatusSet, latest_per_release};
 use crate::model::error_chain;
 use git2::{ErrorCode, Oid, RemoteCallbacks, Repository, Signature};
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use crate::source::{Credentials, explain_refusal, fast_forward_notes_ref, tracked_notes};
@@ -429,10 +429,8 @@ fn read(
         .filter_map(|r| r.ok())
         .filter_map(|r| r.name().ok().map(|name| (name.to_string(), r.target())))
         .collect();
-    // Two release tags on one commit name it twice; its notes are read once.
-    let mut seen = std::collections::HashSet::new();
-    let commits: Vec<(Oid, String)> =
-        commits.iter().filter(|c| seen.insert(**c)).map(|c| (*c, c.to_string())).collect();
+    // Two release tags on one commit name it once here; its notes are read once.
+    let asked: HashMap<Oid, String> = commits.iter().map(|c| (*c, c.to_string())).collect();
     let workers = if refs.len() < PARALLEL_REFS {
         1
     } else {
@@ -440,14 +438,14 @@ fn read(
     };
     let recall = memo.as_deref();
     let parts: Vec<Found> = if workers == 1 {
-        vec![read_refs(repo, &refs, &commits, keys, recall)?]
+        vec![read_refs(repo, &refs, &asked, keys, recall)?]
     } else {
         let path = repo.path();
-        let commits = &commits;
+        let asked = &asked;
         std::thread::scope(|s| {
             let handles: Vec<_> = refs
                 .chunks(refs.len().div_ceil(workers))
-                .map(|part| s.spawn(move || read_refs(&Repository::open(path)?, part, commits, keys, recall)))
+                .map(|part| s.spawn(move || read_refs(&Repository::open(path)?, part, asked, keys, recall)))
                 .collect();
             handles
                 .into_iter()
@@ -520,65 +518,106 @@ impl Found {
     fn keep(&mut self, entries: Vec<Status>) {
         entries.into_iter().for_each(|s| self.found.insert(s));
     }
+
+    /// Keeps the remembered entries of every note `known` lists on an asked commit, if each is
+    /// remembered whole; false, keeping nothing, when one must be read again.
+    fn take(&mut self, known: &Listing<'_>, cluster: &str, asked: &HashMap<Oid, String>, fleet: &str) -> bool {
+        let mut taken = Vec::new();
+        for note in known.notes() {
+            let Some(commit_hex) = asked.get(&note.commit()) else { continue };
+            match note.statuses(&NoteContext { cluster, commit: commit_hex, fleet }) {
+                Some(entries) => taken.push(entries),
+                None => return false,
+            }
+        }
+        taken.into_iter().for_each(|entries| self.keep(entries));
+        true
+    }
 }
 
-/// Reads and verifies the notes of `refs` on `commits` (each with its hex name); a view's read
-/// when `memo` is given, remembering nothing otherwise.
+/// Reads and verifies the notes of `refs` on the `asked` commits (each with its hex name); a
+/// view's read when `memo` is given, remembering nothing otherwise.
 fn read_refs(
     repo: &Repository,
     refs: &[(String, Option<Oid>)],
-    commits: &[(Oid, String)],
+    asked: &HashMap<Oid, String>,
     keys: &StatusKeys,
     memo: Option<&VerifiedNotes>,
 ) -> Result<Found, NotesError> {
     let mut out = Found { view: memo.is_some(), found: StatusSet::new(), verified_notes: Vec::new() };
+    let fleet = keys.fleet();
     for (refname, tip) in refs {
         let cluster = &refname[NOTES_PREFIX.len()..];
-        let key = keys.get(cluster);
         let tip = match tip {
-            Some(tip) => repo.find_commit(*tip)?,
-            None => repo.find_reference(refname)?.peel_to_commit()?,
+            Some(tip) => *tip,
+            None => repo.find_reference(refname)?.peel_to_commit()?.id(),
         };
-        let tree = tip.tree()?;
-        // Notes written by fleetgate sit flat in the tree, named by the annotated commit, and one
-        // tree lookup per commit is much cheaper than `find_note` (which re-reads the ref each
-        // time). A tree with subtrees uses git's fan-out layout: leave those to libgit2 (and
+        // Without a registered key nothing verifies, and nothing is remembered.
+        let record = memo.zip(keys.get(cluster)).map(|(_, key)| memo::record(keys, cluster, key));
+        let known = memo.zip(record.as_ref()).and_then(|(m, r)| m.recall(r));
+        // A ref that has not moved has the tree the memory lists.
+        if let (Some(record), Some(known)) = (record, &known)
+            && known.tip() == tip
+            && out.take(known, cluster, asked, fleet)
+        {
+            out.verified_notes.push(known.keep(record));
+            continue;
+        }
+        let tree = repo.find_commit(tip)?.tree()?;
+        // Notes written by fleetgate sit flat in the tree, named by the annotated commit, and
+        // walking the tree is much cheaper than `find_note` per commit (which re-reads the ref
+        // each time). A tree with subtrees uses git's fan-out layout: leave those to libgit2 (and
         // out of the memory).
-        let fanned_out = tree.iter().any(|e| e.kind() == Some(git2::ObjectType::Tree));
-        for (commit, commit_hex) in commits {
-            if fanned_out {
+        if tree.iter().any(|e| e.kind() == Some(git2::ObjectType::Tree)) {
+            for (commit, commit_hex) in asked {
                 if let Some(note) =
                     read_note(repo, refname, *commit)?.and_then(|text| parse_or_warn(&text, refname, *commit))
                     && let Some(entries) = out.check(keys, refname, cluster, commit_hex, note)
                 {
                     out.keep(entries);
                 }
-                continue;
             }
-            let Some(entry) = tree.get_name(commit_hex) else { continue };
-            let context = NoteContext { cluster, commit: commit_hex, fleet: keys.fleet() };
-            let record = memo.zip(key).map(|(_, key)| memo::record(keys, cluster, commit_hex, entry.id(), key));
-            if let Some((entries, remembered)) = memo.zip(record.as_ref()).and_then(|(m, r)| m.recall(r, &context)) {
-                out.keep(entries);
-                out.verified_notes.push(remembered);
-                continue;
-            }
-            let blob = repo.find_blob(entry.id())?;
-            // Parsed where libgit2 keeps the blob; only a note that is not UTF-8 is copied
-            // (with replacement characters).
-            let note = match std::str::from_utf8(blob.content()) {
-                Ok(text) => parse_or_warn(text, refname, *commit),
-                Err(_) => parse_or_warn(&String::from_utf8_lossy(blob.content()), refname, *commit),
-            };
-            let Some(note) = note else { continue };
-            let Some(entries) = out.check(keys, refname, cluster, commit_hex, note) else { continue };
-            if let Some(record) = record {
-                out.verified_notes.push(Remembered::new(record, &context, &entries));
-            }
-            out.keep(entries);
+            continue;
         }
+        let mut notes = Vec::with_capacity(tree.len());
+        for entry in tree.iter() {
+            let Some(commit) = entry.name().filter(|n| n.len() == 40).and_then(|n| Oid::from_str(n).ok()) else {
+                continue;
+            };
+            let blob = entry.id();
+            // A note on a commit not asked about is listed, not read.
+            let entries = match asked.get(&commit) {
+                None => None,
+                Some(commit_hex) => {
+                    let context = NoteContext { cluster, commit: commit_hex, fleet };
+                    let remembered = known.as_ref().and_then(|k| k.note(commit)).filter(|n| n.blob() == blob);
+                    match remembered.and_then(|n| n.statuses(&context)) {
+                        Some(entries) => Some(entries),
+                        None => match read_blob(repo, blob, refname, commit)? {
+                            Some(note) => out.check(keys, refname, cluster, commit_hex, note),
+                            None => None,
+                        },
+                    }
+                }
+            };
+            notes.push(NoteRead { commit, blob, entries });
+        }
+        if let Some(record) = record {
+            out.verified_notes.push(Remembered::notes(record, tip, &notes, cluster, fleet));
+        }
+        notes.into_iter().filter_map(|n| n.entries).for_each(|entries| out.keep(entries));
     }
     Ok(out)
+}
+
+/// The note in `blob`, parsed where libgit2 keeps it (only a note that is not UTF-8 is copied,
+/// with replacement characters); `None` for one that does not parse (warned).
+fn read_blob(repo: &Repository, blob: Oid, refname: &str, commit: Oid) -> Result<Option<StatusNote>, git2::Error> {
+    let blob = repo.find_blob(blob)?;
+    Ok(match std::str::from_utf8(blob.content()) {
+        Ok(text) => parse_or_warn(text, refname, commit),
+        Err(_) => parse_or_warn(&String::from_utf8_lossy(blob.content()), refname, commit),
+    })
 }
 
 #[cfg(test)]
@@ -739,6 +778,49 @@ mod tests {
         let unverified = set.unverified("a", "rel-1");
         assert_eq!(unverified.len(), 1);
         assert_eq!(unverified[0].reason, Unverified::BadSignature);
+    }
+
+    /// Deletes the loose object `id` (what `repo.note` writes): a read that needs it fails.
+    fn remove_object(repo: &Repository, id: Oid) {
+        let hex = id.to_string();
+        std::fs::remove_file(repo.path().join("objects").join(&hex[..2]).join(&hex[2..])).unwrap();
+    }
+
+    /// A notes ref that moved (its agent wrote a status) is walked again and only its notes whose
+    /// blob changed are read; one that has not moved is taken from the memory whole, its commit,
+    /// tree and notes not read at all. Both shown by deleting what must not be read.
+    #[test]
+    fn a_moved_notes_ref_is_read_only_where_it_changed_and_an_unmoved_one_not_at_all() {
+        let (_d, repo) = repo();
+        let asked = ["1", "2", "3"].map(|n| Oid::from_str(&n.repeat(40)).unwrap());
+        let me = StatusIdentity::new("f", crate::status::StatusSigner::generate("a").unwrap());
+        let keys = me.keys_for("a");
+        signed_note(&repo, &me, asked[0], "first passed");
+        signed_note(&repo, &me, asked[1], "second passed");
+        let mut memo = VerifiedNotes::new();
+        read_all_remembering(&repo, &asked, &keys, &mut memo).unwrap();
+        let descriptions = |set: &StatusSet| -> Vec<String> {
+            asked.iter().filter_map(|c| set.history("a", "rel-1").iter().find(|s| s.commit == c.to_string()))
+                .map(|s| s.description.clone())
+                .collect()
+        };
+
+        signed_note(&repo, &me, asked[2], "third passed");
+        let tip = repo.refname_to_id("refs/notes/fleetgate/a").unwrap();
+        let tree = repo.find_commit(tip).unwrap().tree().unwrap();
+        let blob = |commit: Oid| tree.get_name(&commit.to_string()).unwrap().id();
+        remove_object(&repo, blob(asked[0]));
+        remove_object(&repo, blob(asked[1]));
+        assert!(read_all(&repo, &asked, &keys).is_err(), "the unchanged notes are gone");
+        let set = read_all_remembering(&repo, &asked, &keys, &mut memo).unwrap();
+        assert_eq!(descriptions(&set), ["first passed", "second passed", "third passed"]);
+
+        remove_object(&repo, blob(asked[2]));
+        remove_object(&repo, tree.id());
+        remove_object(&repo, tip);
+        let set = read_all_remembering(&repo, &asked, &keys, &mut memo).unwrap();
+        assert_eq!(descriptions(&set), ["first passed", "second passed", "third passed"]);
+        assert!(set.unverified("a", "rel-1").is_empty());
     }
 
     /// A remembered note gives the view what a read of its blob gives it: the latest entry, its
