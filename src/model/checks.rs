@@ -3,7 +3,7 @@
 //! checked by [`super::FleetConfig`], and the release's agreement with its manifests by
 //! `release::mapping`.
 
-use super::{Cluster, Finding, Fleet, ImageRef, Location, NamedImage, PRIMARY_IMAGE_NAME, Release, ReleaseSpec, Rule};
+use super::{Cluster, Finding, Fleet, ImageRef, Location, PRIMARY_IMAGE_NAME, Release, ReleaseSpec, Rule};
 use std::collections::BTreeMap;
 
 /// Node architectures Kubernetes reports (`kubernetes.io/arch`); anything else is a typo.

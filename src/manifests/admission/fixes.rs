@@ -137,7 +137,7 @@ mod tests {
 
     #[rstest]
     #[case::namespace(vec![Reason::Namespace("kube-system".into())], &["allowedNamespaces: [redis-system, kube-system]"])]
-    #[case::star_is_quoted(vec![Reason::Namespace("*".into())], &["allowedNamespaces: [redis-system, '*']"])]
+    #[case::star_is_quoted(vec![Reason::Namespace("*".into())], &["allowedNamespaces: [redis-system, \"*\"]"])]
     #[case::kind(vec![Reason::ClusterScopedKind("PersistentVolume".into())], &["allowedClusterScopedKinds: [ClusterRole.rbac.authorization.k8s.io, PersistentVolume]"])]
     #[case::every_grant_once(
         vec![rbac(RbacGrant::Wildcard), rbac(RbacGrant::NodesProxy), rbac(RbacGrant::Wildcard)],
