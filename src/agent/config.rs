@@ -549,7 +549,7 @@ impl AgentSettings {
     pub fn from_file(path: &Path) -> Result<AgentSettings, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|source| ConfigError::ReadFile { path: path.to_path_buf(), source })?;
-        serde_yaml_ng::from_str(&text)
+        crate::model::parse_yaml(&path.display().to_string(), &text)
             .map_err(|e| ConfigError::ParseFile { path: path.to_path_buf(), message: e.to_string() })
     }
 
@@ -1090,7 +1090,7 @@ mod tests {
             token.display()
         ))
         .unwrap();
-        let policy: crate::model::GatePolicySpec = serde_yaml_ng::from_str(
+        let policy: crate::model::GatePolicySpec = serde_saphyr::from_str(
             "bakeTime: 1m\nprometheus: prod-mimir\ngates: [{name: e, prometheus: {query: x, max: 1}}]\n",
         )
         .unwrap();
@@ -1235,7 +1235,7 @@ mod tests {
         let host = |u: &reqwest::Url| u.host_str().unwrap().to_string();
         assert_eq!(c.prometheus.names().collect::<Vec<_>>(), ["default", "thanos"]);
         let policy: crate::model::GatePolicySpec =
-            serde_yaml_ng::from_str("bakeTime: 1m\ngates: [{name: e, prometheus: {query: x, max: 1}}]\n").unwrap();
+            serde_saphyr::from_str("bakeTime: 1m\ngates: [{name: e, prometheus: {query: x, max: 1}}]\n").unwrap();
         assert_eq!(
             c.prometheus.for_policy(&policy).unwrap().map(|s| host(&s.url)).as_deref(),
             Some("prom-2"),

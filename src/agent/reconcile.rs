@@ -1375,7 +1375,8 @@ gates:
 pub(super) fn gate_policy(config: &FleetConfig, cluster: &str) -> GatePolicySpec {
     match config.gate_policy_for(cluster) {
         Some(p) => p,
-        None => serde_yaml_ng::from_str(DEFAULT_GATE_POLICY).expect("the built-in gate policy parses"),
+        None => crate::model::parse_yaml("the built-in gate policy", DEFAULT_GATE_POLICY)
+            .expect("the built-in gate policy parses"),
     }
 }
 

@@ -75,7 +75,7 @@ pub fn compare(desired: &Manifest, live: Option<&Value>) -> DriftState {
 }
 
 fn to_yaml(v: &Value) -> String {
-    serde_yaml_ng::to_string(v).expect("JSON values serialize as YAML")
+    serde_saphyr::to_string(v).expect("JSON values serialize as YAML")
 }
 
 /// The release a cluster should run, read from a checkout for a drift check.

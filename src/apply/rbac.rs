@@ -18,7 +18,7 @@
 //! `deploy/rbac-state.yaml`, the same for every Operator.
 
 use crate::manifests::{BUILTIN_GROUPS, ManifestError, ManifestSet, ObjectKey};
-use crate::model::TreeError;
+use crate::model::{Location, ParseError, TreeError, parse_multi};
 use crate::release::{TrustConfig, UnverifiedRelease, VerifyError, read_release, verify_tag_signature};
 use crate::source::{Checkout, SourceError};
 use k8s_openapi::api::rbac::v1::PolicyRule;
@@ -266,7 +266,7 @@ impl AgentRbac {
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": AGENT_ROLE}}));
         }
         docs.iter()
-            .map(|d| serde_yaml_ng::to_string(d).expect("RBAC objects serialize"))
+            .map(|d| serde_saphyr::to_string(d).expect("RBAC objects serialize"))
             .collect::<Vec<_>>()
             .join("---\n")
     }
@@ -302,13 +302,11 @@ pub type Grant = (String, String, String, String, String);
 
 /// The grants of every ClusterRole and Role in YAML `text` (other documents are skipped), to
 /// compare RBAC files however their rules are grouped.
-pub fn yaml_grants(text: &str) -> Result<BTreeSet<Grant>, serde_yaml_ng::Error> {
+pub fn yaml_grants(file: &str, text: &str) -> Result<BTreeSet<Grant>, ParseError> {
     use k8s_openapi::api::rbac::v1::{ClusterRole, Role};
-    use serde::Deserialize as _;
     let mut out = BTreeSet::new();
-    for doc in serde_yaml_ng::Deserializer::from_str(text) {
-        let v = serde_json::Value::deserialize(doc)?;
-        let as_yaml = |e: serde_json::Error| <serde_yaml_ng::Error as serde::de::Error>::custom(e);
+    let as_yaml = |e: serde_json::Error| ParseError::Invalid { at: Location::file(file), message: e.to_string() };
+    for v in parse_multi(file, text)? {
         match v["kind"].as_str() {
             Some("ClusterRole") => {
                 let r: ClusterRole = serde_json::from_value(v).map_err(as_yaml)?;
@@ -328,7 +326,6 @@ pub fn yaml_grants(text: &str) -> Result<BTreeSet<Grant>, serde_yaml_ng::Error> 
 mod tests {
     use super::*;
     use crate::manifests::tests::release;
-    use serde::Deserialize as _;
 
     /// The template Operator's manifest files, as a release holds them.
     fn template_set() -> ManifestSet {
@@ -344,7 +341,7 @@ mod tests {
     fn the_template_release_needs_exactly_what_deploy_grants() {
         let generated = AgentRbac::for_release(&template_set()).to_yaml("fleetgate-system");
         let shipped = include_str!("../../deploy/rbac-operator.yaml");
-        let (g, s) = (yaml_grants(&generated).unwrap(), yaml_grants(shipped).unwrap());
+        let (g, s) = (yaml_grants("generated", &generated).unwrap(), yaml_grants("shipped", shipped).unwrap());
         let missing: Vec<_> = g.difference(&s).collect();
         let extra: Vec<_> = s.difference(&g).collect();
         assert!(missing.is_empty() && extra.is_empty(), "deploy/ lacks {missing:#?}\ndeploy/ grants more: {extra:#?}");
@@ -353,11 +350,10 @@ mod tests {
     #[test]
     fn the_output_creates_each_namespace_before_the_role_in_it() {
         let yaml = AgentRbac::for_release(&template_set()).to_yaml("fleetgate-system");
-        let kinds: Vec<(String, String)> = serde_yaml_ng::Deserializer::from_str(&yaml)
-            .map(|d| {
-                let v = serde_json::Value::deserialize(d).unwrap();
-                (v["kind"].as_str().unwrap().to_string(), v["metadata"]["name"].as_str().unwrap().to_string())
-            })
+        let kinds: Vec<(String, String)> = parse_multi("rbac.yaml", &yaml)
+            .unwrap()
+            .into_iter()
+            .map(|v| (v["kind"].as_str().unwrap().to_string(), v["metadata"]["name"].as_str().unwrap().to_string()))
             .collect();
         let namespace = kinds.iter().position(|k| k == &("Namespace".to_string(), "redis-system".to_string()));
         let role = kinds.iter().position(|(kind, _)| kind == "Role");

@@ -96,7 +96,7 @@ fn read_crds(path: &Path) -> anyhow::Result<Vec<CustomResourceDefinition>> {
         if doc.get("kind").and_then(|k| k.as_str()) != Some("CustomResourceDefinition") {
             continue;
         }
-        let crd: CustomResourceDefinition = serde_yaml_ng::from_value(doc).with_context(|| {
+        let crd: CustomResourceDefinition = serde_json::from_value(doc).with_context(|| {
             format!("{file}: document {} is not a valid apiextensions.k8s.io/v1 CustomResourceDefinition", i + 1)
         })?;
         crds.push(crd);

@@ -35,7 +35,7 @@ impl OutputFormat {
                 Ok(true)
             }
             OutputFormat::Yaml => {
-                print!("{}", serde_yaml_ng::to_string(value)?);
+                print!("{}", serde_saphyr::to_string(value)?);
                 Ok(true)
             }
         }

@@ -207,7 +207,7 @@ fn show(args: &Args, mut matrix: Matrix) -> anyhow::Result<ExitCode> {
     match (args.output, args.watch) {
         // One compact document per refresh, so `--watch -o json` is a stream of lines.
         (StatusFormat::Json, true) => println!("{}", serde_json::to_string(&matrix)?),
-        (StatusFormat::Yaml, true) => print!("---\n{}", serde_yaml_ng::to_string(&matrix)?),
+        (StatusFormat::Yaml, true) => print!("---\n{}", serde_saphyr::to_string(&matrix)?),
         (format, _) if format.machine().print_machine(&matrix)? => {}
         (StatusFormat::Html, _) => {
             let page = render_html(&matrix, &HtmlOptions { commit_url: args.commit_url_template.clone(), live: None });

@@ -468,7 +468,7 @@ mod tests {
         let text = format!(
             "bakeTime: 1m\n{prometheus}gates:\n  - name: errors\n    prometheus: {{query: x, max: 5%}}\n  - name: up\n    podRestarts: {{max: 1}}\n"
         );
-        serde_yaml_ng::from_str(&text).unwrap()
+        serde_saphyr::from_str(&text).unwrap()
     }
 
     #[test]
@@ -491,7 +491,7 @@ mod tests {
         let none = PrometheusEndpoints::default();
         assert!(none.for_policy(&policy("")).unwrap_err().to_string().contains("(it has: none)"));
         let no_prometheus_gates: GatePolicySpec =
-            serde_yaml_ng::from_str("bakeTime: 1m\ngates:\n  - name: up\n    podRestarts: {max: 1}\n").unwrap();
+            serde_saphyr::from_str("bakeTime: 1m\ngates:\n  - name: up\n    podRestarts: {max: 1}\n").unwrap();
         assert_eq!(none.for_policy(&no_prometheus_gates).unwrap(), None);
     }
 

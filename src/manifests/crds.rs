@@ -66,7 +66,7 @@ pub fn crds_in_files(files: &BTreeMap<String, Vec<u8>>) -> Result<Vec<FileCrd>, 
                 continue;
             }
             let at = Source { file: path.clone(), document: i + 1 };
-            match serde_json::to_value(doc).map_err(|e| e.to_string()).and_then(|v| typed_crd(&v)) {
+            match typed_crd(doc) {
                 Ok(crd) => out.push(FileCrd { file: path.clone(), crd }),
                 Err(reason) => errors.push(ManifestError::InvalidCrd { at, reason }),
             }

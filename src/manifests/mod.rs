@@ -304,8 +304,7 @@ impl ManifestSet {
             };
             for (i, doc) in docs.into_iter().enumerate() {
                 let at = Source { file: path.to_string(), document: i + 1 };
-                let value = serde_json::to_value(&doc).map_err(|e| format!("cannot be represented as JSON: {e}"));
-                match value.and_then(to_object) {
+                match to_object(doc) {
                     Ok((obj, gvk)) => parsed.push((at, obj, gvk)),
                     Err(reason) => errors.push(ManifestError::NotAnObject { at, reason }),
                 }

@@ -191,7 +191,7 @@ impl AdmissionBaseline {
     /// The baseline `deploy/config.yaml` ships (its `admission-policy.yaml`): what a spoke set up
     /// from `deploy/` judges by. Compiled in; a unit test keeps it parseable.
     pub fn shipped() -> Self {
-        let config: serde_yaml_ng::Value = serde_yaml_ng::from_str(include_str!("../../deploy/config.yaml"))
+        let config: serde_json::Value = serde_saphyr::from_str(include_str!("../../deploy/config.yaml"))
             .expect("deploy/config.yaml is YAML (tested)");
         let text = config["data"][SHIPPED_KEY].as_str().expect("deploy/config.yaml holds the baseline (tested)");
         let doc: ReleaseAdmissionPolicy = parse_document("deploy/config.yaml", text, RELEASE_ADMISSION_POLICY_KIND)

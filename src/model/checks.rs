@@ -3,7 +3,7 @@
 //! checked by [`super::FleetConfig`], and the release's agreement with its manifests by
 //! `release::mapping`.
 
-use super::{Cluster, Finding, Fleet, PRIMARY_IMAGE_NAME, Release, Rule};
+use super::{Cluster, Finding, Fleet, ImageRef, Location, PRIMARY_IMAGE_NAME, Release, ReleaseSpec, Rule};
 use std::collections::BTreeMap;
 
 /// Node architectures Kubernetes reports (`kubernetes.io/arch`); anything else is a typo.
@@ -127,47 +127,61 @@ pub fn safe_relative_path(path: &str) -> Result<String, String> {
 pub fn check_fleet(fleet: &Fleet, file: &str, text: &str) -> Vec<Finding> {
     let mut out = Vec::new();
     let s = &fleet.spec;
-    let mut bad = |rule, key: &str, msg: String| out.push(Finding::at_key(rule, file, text, key, msg));
+    let mut bad =
+        |rule, path: &[&str], msg: String| out.push(Finding::new(rule, Location::of_path(file, text, path), msg));
     if !is_dns_label(fleet.name()) {
-        bad(Rule::Naming, "name", format!("fleet name {:?} is not a DNS-1123 label", fleet.name()));
+        bad(Rule::Naming, &["metadata", "name"], format!("fleet name {:?} is not a DNS-1123 label", fleet.name()));
     }
     if !is_dns_label(&s.operator.name) {
-        bad(Rule::Naming, "operator", format!("operator name {:?} is not a DNS-1123 label", s.operator.name));
+        bad(
+            Rule::Naming,
+            &["operator", "name"],
+            format!("operator name {:?} is not a DNS-1123 label", s.operator.name),
+        );
     }
     if !is_dns_label(&s.operator.namespace) {
         bad(
             Rule::Naming,
-            "namespace",
+            &["operator", "namespace"],
             format!("operator namespace {:?} is not a DNS-1123 label", s.operator.namespace),
         );
     }
     if let Some(image) = &s.operator.image
         && !is_image_repository(image)
     {
-        bad(Rule::Image, "image", format!("operator image {image:?} is not a repository (no tag, no digest)"));
+        bad(
+            Rule::Image,
+            &["operator", "image"],
+            format!("operator image {image:?} is not a repository (no tag, no digest)"),
+        );
     }
     if s.waves.is_empty() {
-        bad(Rule::Schema, "waves", "spec.waves is empty; name at least one wave".to_string());
+        bad(Rule::Schema, &["spec", "waves"], "spec.waves is empty; name at least one wave".to_string());
     }
     for (i, wave) in s.waves.iter().enumerate() {
         let w = &wave.name;
+        let at = ["spec", "waves", &i.to_string()];
         if !is_dns_label(w) {
-            bad(Rule::Naming, "waves", format!("wave {w:?} is not a DNS-1123 label"));
+            bad(Rule::Naming, &at, format!("wave {w:?} is not a DNS-1123 label"));
         }
         if s.waves[..i].iter().any(|x| x.name == *w) {
-            bad(Rule::Duplicate, "waves", format!("wave {w:?} is listed twice"));
+            bad(Rule::Duplicate, &at, format!("wave {w:?} is listed twice"));
         }
         for problem in wave.problems() {
-            bad(Rule::Schema, "waves", problem);
+            bad(Rule::Schema, &at, problem);
         }
     }
     if let Some(r) = &s.release
         && !is_release_id(r)
     {
-        bad(Rule::Naming, "release", format!("release {r:?} is not a valid release id"));
+        bad(Rule::Naming, &["spec", "release"], format!("release {r:?} is not a valid release id"));
     }
     if s.rollout.max_failed_clusters == 0 {
-        bad(Rule::Schema, "maxFailedClusters", "rollout.maxFailedClusters must be at least 1".to_string());
+        bad(
+            Rule::Schema,
+            &["rollout", "maxFailedClusters"],
+            "rollout.maxFailedClusters must be at least 1".to_string(),
+        );
     }
     out
 }
@@ -176,32 +190,26 @@ pub fn check_fleet(fleet: &Fleet, file: &str, text: &str) -> Vec<Finding> {
 pub fn check_cluster(cluster: &Cluster, file: &str, text: &str) -> Vec<Finding> {
     let mut out = Vec::new();
     if !is_dns_label(cluster.name()) {
-        out.push(Finding::at_key(
+        out.push(Finding::new(
             Rule::Naming,
-            file,
-            text,
-            "name",
+            Location::of_path(file, text, &["metadata", "name"]),
             format!("cluster name {:?} is not a DNS-1123 label", cluster.name()),
         ));
     }
     let expected = format!("clusters/{}.yaml", cluster.name());
     if file != expected && file != format!("clusters/{}.yml", cluster.name()) {
-        out.push(Finding::at_key(
+        out.push(Finding::new(
             Rule::Naming,
-            file,
-            text,
-            "name",
+            Location::of_path(file, text, &["metadata", "name"]),
             format!("cluster {:?} must live in {expected}", cluster.name()),
         ));
     }
     if let Some(r) = &cluster.spec.release
         && !is_release_id(r)
     {
-        out.push(Finding::at_key(
+        out.push(Finding::new(
             Rule::Naming,
-            file,
-            text,
-            "release",
+            Location::of_path(file, text, &["spec", "release"]),
             format!("release {r:?} is not a valid release id"),
         ));
     }
@@ -247,12 +255,13 @@ pub fn ordering_findings(release: &Release, all: &BTreeMap<&str, &Release>, file
 pub fn check_release(release: &Release, file: &str, text: &str) -> Vec<Finding> {
     let mut out = Vec::new();
     let s = &release.spec;
-    let mut bad = |rule, key: &str, msg: String| out.push(Finding::at_key(rule, file, text, key, msg));
+    let mut bad =
+        |rule, path: &[&str], msg: String| out.push(Finding::new(rule, Location::of_path(file, text, path), msg));
     let id = release.name();
     if !is_release_id(id) {
         bad(
             Rule::Naming,
-            "name",
+            &["metadata", "name"],
             format!(
                 "release id {id:?} must be lowercase letters, digits, `-` and `.` (at most 63), e.g. rel-20250315-001"
             ),
@@ -260,41 +269,41 @@ pub fn check_release(release: &Release, file: &str, text: &str) -> Vec<Finding> 
     }
     let hex = |c: &str| (7..=64).contains(&c.len()) && c.bytes().all(|b| b.is_ascii_hexdigit());
     if !hex(&s.git_commit) {
-        bad(Rule::Schema, "gitCommit", format!("gitCommit {:?} is not a hex commit id (7 to 64 digits)", s.git_commit));
+        bad(
+            Rule::Schema,
+            &["spec", "gitCommit"],
+            format!("gitCommit {:?} is not a hex commit id (7 to 64 digits)", s.git_commit),
+        );
     }
-    let variant_images = s.variants.iter().flat_map(|v| {
-        let spec = s.for_variant(v);
-        spec.all_images().into_iter().map(move |(name, image)| (Some(v.name.clone()), name, image))
-    });
-    let images: Vec<_> =
-        s.all_images().into_iter().map(|(name, image)| (None, name, image)).chain(variant_images).collect();
-    for (variant, name, image) in images {
+    for (entry, variant, name, image) in images_in(s) {
         let what = if name == PRIMARY_IMAGE_NAME { "image".to_string() } else { format!("image {name:?}") };
         let what = match variant {
             Some(v) => format!("variant {v}: {what}"),
             None => what,
         };
+        let at = |field| -> Vec<&str> { entry.iter().map(String::as_str).chain([field]).collect() };
         if !is_image_repository(&image.repository) {
             bad(
                 Rule::Image,
-                "repository",
+                &at("repository"),
                 format!("{what} repository {:?} is not a repository (no tag, no digest, no spaces)", image.repository),
             );
         }
         if !is_image_tag(&image.tag) {
-            bad(Rule::Image, "tag", format!("{what} tag {:?} is not a valid tag", image.tag));
+            bad(Rule::Image, &at("tag"), format!("{what} tag {:?} is not a valid tag", image.tag));
         }
         if let Some(d) = &image.digest
             && !is_digest(d)
         {
-            bad(Rule::Image, "digest", format!("{what} digest {d:?} is not sha256:<64 hex> or sha512:<128 hex>"));
+            bad(Rule::Image, &at("digest"), format!("{what} digest {d:?} is not sha256:<64 hex> or sha512:<128 hex>"));
         }
     }
     for (i, named) in s.images.iter().enumerate() {
+        let at = ["spec", "images", &i.to_string(), "name"];
         if !is_dns_label(&named.name) || named.name == PRIMARY_IMAGE_NAME {
             bad(
                 Rule::Naming,
-                "images",
+                &at,
                 format!(
                     "image name {:?} must be a DNS-1123 label other than {PRIMARY_IMAGE_NAME:?} (spec.image's)",
                     named.name
@@ -302,89 +311,102 @@ pub fn check_release(release: &Release, file: &str, text: &str) -> Vec<Finding> 
             );
         }
         if s.images[..i].iter().any(|o| o.name == named.name) {
-            bad(Rule::Duplicate, "images", format!("image name {:?} is listed twice", named.name));
+            bad(Rule::Duplicate, &at, format!("image name {:?} is listed twice", named.name));
         }
     }
     for (i, crd) in s.crds.iter().enumerate() {
+        let at = ["spec", "crds", &i.to_string()];
         if s.crds[..i].iter().any(|o| o.name == crd.name) {
-            bad(Rule::Duplicate, "crds", format!("CRD {} is listed twice", crd.name));
+            bad(Rule::Duplicate, &at, format!("CRD {} is listed twice", crd.name));
         }
         if let Some(v) = crd.served.iter().chain([&crd.storage]).find(|v| !is_api_version_name(v)) {
-            bad(Rule::CrdVersion, "crds", format!("CRD {}: {v:?} is not a version name like v1alpha2", crd.name));
+            bad(Rule::CrdVersion, &at, format!("CRD {}: {v:?} is not a version name like v1alpha2", crd.name));
         }
     }
     if semver::Version::parse(&s.chart_version).is_err() {
-        bad(Rule::Schema, "chartVersion", format!("chartVersion {:?} is not a semantic version", s.chart_version));
+        bad(
+            Rule::Schema,
+            &["spec", "chartVersion"],
+            format!("chartVersion {:?} is not a semantic version", s.chart_version),
+        );
     }
     if !is_api_version_name(&s.crd_version) {
         bad(
             Rule::CrdVersion,
-            "crdVersion",
+            &["spec", "crdVersion"],
             format!("crdVersion {:?} is not a version name like v1alpha2", s.crd_version),
         );
     }
     match &s.fleet {
         None => bad(
             Rule::Fleet,
-            "spec",
+            &["spec"],
             "release.yaml names no fleet; add `fleet: <fleet.yaml metadata.name>` (release create writes it)"
                 .to_string(),
         ),
-        Some(f) if !is_dns_label(f) => bad(Rule::Naming, "fleet", format!("fleet {f:?} is not a DNS-1123 label")),
+        Some(f) if !is_dns_label(f) => {
+            bad(Rule::Naming, &["spec", "fleet"], format!("fleet {f:?} is not a DNS-1123 label"))
+        }
         Some(_) => {}
     }
     if let Some(ns) = s.namespace.as_deref().filter(|ns| !is_dns_label(ns)) {
-        bad(Rule::Naming, "namespace", format!("namespace {ns:?} is not a DNS-1123 label"));
+        bad(Rule::Naming, &["spec", "namespace"], format!("namespace {ns:?} is not a DNS-1123 label"));
     }
     if s.sequence.is_none() {
         bad(
             Rule::Ordering,
-            "spec",
+            &["spec"],
             "release.yaml has no sequence; add `sequence: N`, higher than every earlier release's (release create writes it)"
                 .to_string(),
         );
     }
     for (i, r) in s.revokes.iter().enumerate() {
+        let at = ["spec", "revokes", &i.to_string()];
         if !is_release_id(r) {
-            bad(Rule::Naming, "revokes", format!("revokes {r:?}: not a valid release id"));
+            bad(Rule::Naming, &at, format!("revokes {r:?}: not a valid release id"));
         } else if r == id {
-            bad(Rule::Reference, "revokes", "revokes names the release itself".to_string());
+            bad(Rule::Reference, &at, "revokes names the release itself".to_string());
         } else if s.rollback_to.as_deref() == Some(r.as_str()) {
-            bad(Rule::Reference, "revokes", format!("{r} is both revoked and the rollbackTo target"));
+            bad(Rule::Reference, &at, format!("{r} is both revoked and the rollbackTo target"));
         }
         if s.revokes[..i].contains(r) {
-            bad(Rule::Duplicate, "revokes", format!("{r} is revoked twice"));
+            bad(Rule::Duplicate, &at, format!("{r} is revoked twice"));
         }
     }
     if s.target_clusters.is_empty() {
-        bad(Rule::Reference, "targetClusters", "targetClusters is empty; the release could run nowhere".to_string());
+        bad(
+            Rule::Reference,
+            &["spec", "targetClusters"],
+            "targetClusters is empty; the release could run nowhere".to_string(),
+        );
     }
     for (i, c) in s.target_clusters.iter().enumerate() {
+        let at = ["spec", "targetClusters", &i.to_string()];
         if !is_dns_label(c) {
-            bad(Rule::Naming, "targetClusters", format!("target cluster {c:?} is not a DNS-1123 label"));
+            bad(Rule::Naming, &at, format!("target cluster {c:?} is not a DNS-1123 label"));
         }
         if s.target_clusters[..i].contains(c) {
-            bad(Rule::Duplicate, "targetClusters", format!("target cluster {c:?} is listed twice"));
+            bad(Rule::Duplicate, &at, format!("target cluster {c:?} is listed twice"));
         }
     }
     if let Some(r) = &s.rollback_to {
         if !is_release_id(r) {
-            bad(Rule::Naming, "rollbackTo", format!("rollbackTo {r:?} is not a valid release id"));
+            bad(Rule::Naming, &["spec", "rollbackTo"], format!("rollbackTo {r:?} is not a valid release id"));
         } else if r == id {
-            bad(Rule::Reference, "rollbackTo", "rollbackTo names the release itself".to_string());
+            bad(Rule::Reference, &["spec", "rollbackTo"], "rollbackTo names the release itself".to_string());
         }
     }
     if let Some(req) = &s.requires {
         if let Some(k) = &req.kubernetes
             && let Err(e) = super::parse_version_range(k)
         {
-            bad(Rule::Requires, "kubernetes", e.to_string());
+            bad(Rule::Requires, &["requires", "kubernetes"], e.to_string());
         }
         for a in &req.architectures {
             if !KNOWN_ARCHITECTURES.contains(&a.as_str()) {
                 bad(
                     Rule::Requires,
-                    "architectures",
+                    &["requires", "architectures"],
                     format!("architecture {a:?} is unknown; expected one of {}", KNOWN_ARCHITECTURES.join(", ")),
                 );
             }
@@ -393,18 +415,39 @@ pub fn check_release(release: &Release, file: &str, text: &str) -> Vec<Finding> 
     match safe_relative_path(&s.manifests) {
         Ok(p) if p.is_empty() => bad(
             Rule::ManifestPath,
-            "manifests",
+            &["spec", "manifests"],
             "manifests names the repo root; name the folder of rendered manifests, e.g. operator/".to_string(),
         ),
         Ok(_) => {}
-        Err(e) => bad(Rule::ManifestPath, "manifests", format!("manifests: {e}")),
+        Err(e) => bad(Rule::ManifestPath, &["spec", "manifests"], format!("manifests: {e}")),
     }
     if let Some(t) = &s.deploy_timestamp
         && chrono::DateTime::parse_from_rfc3339(t).is_err()
     {
-        bad(Rule::Schema, "deployTimestamp", format!("deployTimestamp {t:?} is not an RFC 3339 time"));
+        bad(Rule::Schema, &["spec", "deployTimestamp"], format!("deployTimestamp {t:?} is not an RFC 3339 time"));
     }
     out.extend(super::check_variants(s, |rule, key, msg| Finding::at_key(rule, file, text, key, msg)));
+    out
+}
+
+/// A release's images, its own and then each variant's: where each is written in release.yaml
+/// (the path of its entry), the variant it is for, its name and the image.
+fn images_in(s: &ReleaseSpec) -> Vec<(Vec<String>, Option<&str>, String, ImageRef)> {
+    let spec = |more: &[&str]| ["spec"].iter().chain(more).map(|p| p.to_string()).collect::<Vec<_>>();
+    let entries = std::iter::once((spec(&[]), None, &s.image, &s.images)).chain(
+        s.variants
+            .iter()
+            .enumerate()
+            .map(|(j, v)| (spec(&["variants", &j.to_string()]), Some(v.name.as_str()), &v.image, &v.images)),
+    );
+    let mut out = Vec::new();
+    for (entry, variant, image, named) in entries {
+        let at = |more: &[&str]| entry.iter().cloned().chain(more.iter().map(|m| m.to_string())).collect::<Vec<_>>();
+        out.push((at(&["image"]), variant, PRIMARY_IMAGE_NAME.to_string(), image.clone()));
+        for (i, n) in named.iter().enumerate() {
+            out.push((at(&["images", &i.to_string()]), variant, n.name.clone(), n.image()));
+        }
+    }
     out
 }
 

@@ -79,7 +79,7 @@ impl Finding {
         Finding::new(rule, Location::file(file), message)
     }
 
-    /// A finding about the first line of `text` that sets `key` (e.g. `wave`), or the whole file.
+    /// A finding about the first mapping key `key` of `text` (e.g. `wave`), or the whole file.
     pub fn at_key(rule: Rule, file: &str, text: &str, key: &str, message: impl Into<String>) -> Self {
         Finding::new(rule, Location::of_key(file, text, key), message)
     }
@@ -88,7 +88,7 @@ impl Finding {
 impl From<ParseError> for Finding {
     fn from(e: ParseError) -> Self {
         let rule = match e {
-            ParseError::TooLarge { .. } | ParseError::AliasBomb { .. } => Rule::Limit,
+            ParseError::TooLarge { .. } | ParseError::AliasBomb { .. } | ParseError::Limit { .. } => Rule::Limit,
             _ => Rule::Schema,
         };
         let at = e.location().clone();

@@ -150,14 +150,14 @@ pub const DEFAULT_ENDPOINT: &str = "default";
 pub enum SpokeRef<T> {
     Ref(T),
     /// The old form, kept only to be reported.
-    Legacy(serde_yaml_ng::Mapping),
+    Legacy(serde_json::Map<String, serde_json::Value>),
 }
 
 impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for SpokeRef<T> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        match serde_yaml_ng::Value::deserialize(d)? {
-            serde_yaml_ng::Value::Mapping(m) => Ok(SpokeRef::Legacy(m)),
-            v => serde_yaml_ng::from_value(v).map(SpokeRef::Ref).map_err(serde::de::Error::custom),
+        match serde_json::Value::deserialize(d)? {
+            serde_json::Value::Object(m) => Ok(SpokeRef::Legacy(m)),
+            v => serde_json::from_value(v).map(SpokeRef::Ref).map_err(serde::de::Error::custom),
         }
     }
 }

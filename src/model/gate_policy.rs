@@ -629,7 +629,7 @@ spec:
         p.spec.validate().unwrap();
         assert_eq!(p.spec.prometheus_endpoint(), "monitoring");
         assert_eq!(p.spec.prometheus_gates(), ["error-rate", "latency"]);
-        let back: GatePolicy = serde_yaml_ng::from_str(&serde_yaml_ng::to_string(&p).unwrap()).unwrap();
+        let back: GatePolicy = serde_saphyr::from_str(&serde_saphyr::to_string(&p).unwrap()).unwrap();
         assert_eq!(back, p);
     }
 
@@ -685,7 +685,7 @@ gates:
     select: { clusters: [b] }
     podRestarts: { max: 0 }
 "#;
-        let p: GatePolicySpec = serde_yaml_ng::from_str(text).unwrap();
+        let p: GatePolicySpec = serde_saphyr::from_str(text).unwrap();
         let prod = BTreeMap::from([("tier".to_string(), "prod".to_string()), ("cloud".to_string(), "aws".to_string())]);
         let canary = BTreeMap::from([("tier".to_string(), "canary".to_string())]);
         let id = |name, wave, labels| ClusterIdentity { name, wave, labels };
@@ -700,10 +700,10 @@ gates:
         assert!(p.selects(&id("a", Some("prod"), None)));
         assert!(!p.selects(&id("a", Some("staging"), Some(&prod))));
         assert!(!p.selects(&id("a", None, None)), "a wave selector needs a wave");
-        let back: GatePolicySpec = serde_yaml_ng::from_str(&serde_yaml_ng::to_string(&p).unwrap()).unwrap();
+        let back: GatePolicySpec = serde_saphyr::from_str(&serde_saphyr::to_string(&p).unwrap()).unwrap();
         assert_eq!(back, p);
         let typo = "bakeTime: 1m\ngates:\n  - name: a\n    select: { wave: [prod] }\n    podRestarts: {max: 1}\n";
-        assert!(serde_yaml_ng::from_str::<GatePolicySpec>(typo).unwrap_err().to_string().contains("unknown field"));
+        assert!(serde_saphyr::from_str::<GatePolicySpec>(typo).unwrap_err().to_string().contains("unknown field"));
     }
 
     #[test]

@@ -261,7 +261,8 @@ fn from_seed(
     default_repository: Option<&str>,
 ) -> Result<Release, ParseError> {
     use seed_keys::*;
-    let invalid = |key: &str, message: String| ParseError::Invalid { at: Location::of_text(file, text, key), message };
+    let invalid =
+        |key: &str, message: String| ParseError::Invalid { at: Location::of_path(file, text, &["data", key]), message };
     if let Some(unknown) = data.keys().find(|k| !ALL.contains(&k.as_str())) {
         return Err(invalid(
             unknown,
@@ -427,7 +428,7 @@ data:
             "metadata": {"name": "release-manifest-rel-20250315-001"},
             "data": release_seed_data(&r),
         });
-        let text = serde_yaml_ng::to_string(&cm).unwrap();
+        let text = serde_saphyr::to_string(&cm).unwrap();
         assert_eq!(parse_release("cm.yaml", &text, None).unwrap(), r);
     }
 

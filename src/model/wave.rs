@@ -160,14 +160,14 @@ pub(super) mod entries {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Wave>, D::Error> {
-        let values = Vec::<serde_yaml_ng::Value>::deserialize(d)?;
+        let values = Vec::<serde_json::Value>::deserialize(d)?;
         values
             .into_iter()
             .enumerate()
             .map(|(i, v)| match v {
-                serde_yaml_ng::Value::String(name) => Ok(Wave::from(name.as_str())),
-                v @ serde_yaml_ng::Value::Mapping(_) => {
-                    serde_yaml_ng::from_value(v).map_err(|e| serde::de::Error::custom(format!("spec.waves[{i}]: {e}")))
+                serde_json::Value::String(name) => Ok(Wave::from(name.as_str())),
+                v @ serde_json::Value::Object(_) => {
+                    serde_json::from_value(v).map_err(|e| serde::de::Error::custom(format!("spec.waves[{i}]: {e}")))
                 }
                 _ => Err(serde::de::Error::custom(format!(
                     "spec.waves[{i}]: a wave is a name or {{name, selector, percent, maxUnavailable, soak, windows, approval}}"
@@ -513,7 +513,7 @@ mod tests {
     }
 
     fn window(yaml: &str) -> Window {
-        serde_yaml_ng::from_str(yaml).unwrap()
+        serde_saphyr::from_str(yaml).unwrap()
     }
 
     // 2026-12-07 is a Monday.
@@ -548,7 +548,7 @@ mod tests {
     #[case::bad_time("{start: '9am', end: '17:00'}", "\"9am\" is not a time of day")]
     #[case::named_zone("{start: '09:00', end: '17:00', timeZone: Europe/Berlin}", "named zones are not supported")]
     fn bad_windows_say_why(#[case] yaml: &str, #[case] expected: &str) {
-        let err = serde_yaml_ng::from_str::<Window>(yaml).unwrap_err().to_string();
+        let err = serde_saphyr::from_str::<Window>(yaml).unwrap_err().to_string();
         assert!(err.contains(expected), "{err}");
     }
 
@@ -556,17 +556,17 @@ mod tests {
     fn a_window_reads_back_as_written() {
         let w = window("{days: [Mon-Fri, Sun], start: '09:00', end: '17:30', timeZone: '+02:00'}");
         assert_eq!(w.to_string(), "Mon-Fri,Sun 09:00-17:30 +02:00");
-        assert_eq!(serde_yaml_ng::from_str::<Window>(&serde_yaml_ng::to_string(&w).unwrap()).unwrap(), w);
+        assert_eq!(serde_saphyr::from_str::<Window>(&serde_saphyr::to_string(&w).unwrap()).unwrap(), w);
     }
 
     #[test]
     fn a_wave_may_require_approval() {
-        let wave: Wave = serde_yaml_ng::from_str("{name: prod, maxUnavailable: 1, approval: required}").unwrap();
+        let wave: Wave = serde_saphyr::from_str("{name: prod, maxUnavailable: 1, approval: required}").unwrap();
         assert_eq!(wave.approval, ApprovalSetting::Required);
         assert!(!wave.is_plain());
         assert_eq!(wave.summary().as_deref(), Some("maxUnavailable 1; approval required"));
-        assert_eq!(serde_yaml_ng::from_str::<Wave>("{name: prod}").unwrap().approval, ApprovalSetting::None);
-        let err = serde_yaml_ng::from_str::<Wave>("{name: prod, approval: maybe}").unwrap_err().to_string();
+        assert_eq!(serde_saphyr::from_str::<Wave>("{name: prod}").unwrap().approval, ApprovalSetting::None);
+        let err = serde_saphyr::from_str::<Wave>("{name: prod, approval: maybe}").unwrap_err().to_string();
         assert!(err.contains("unknown variant `maybe`"), "{err}");
     }
 }

@@ -20,7 +20,7 @@ use crate::model::{
     safe_relative_path,
 };
 use crate::model::{EntryKind, RepoTree, TreeError};
-use serde_yaml_ng::Value;
+use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// At most this many manifest files per release.
@@ -258,8 +258,8 @@ fn image_mismatch(want: &ImageRef, image: &str, got: &ImageParts<'_>) -> Option<
 /// Every string a container passes to its process (command, args, env values): where operators
 /// take the images of their operands or helpers.
 fn container_strings(c: &Value) -> Vec<&str> {
-    let list = |k: &str| c.get(k).and_then(Value::as_sequence).into_iter().flatten().filter_map(Value::as_str);
-    let env = c.get("env").and_then(Value::as_sequence).into_iter().flatten().filter_map(|e| str_at(e, "value"));
+    let list = |k: &str| c.get(k).and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str);
+    let env = c.get("env").and_then(Value::as_array).into_iter().flatten().filter_map(|e| str_at(e, "value"));
     list("command").chain(list("args")).chain(env).collect()
 }
 
@@ -330,7 +330,7 @@ pub fn check_mapping(
             };
             if let Some(pod) = pod_spec(kind, obj) {
                 for list in ["initContainers", "containers", "ephemeralContainers"] {
-                    for c in pod.get(list).and_then(Value::as_sequence).into_iter().flatten() {
+                    for c in pod.get(list).and_then(Value::as_array).into_iter().flatten() {
                         let name = str_at(c, "name").unwrap_or("?");
                         passed.extend(container_strings(c).into_iter().map(str::to_string));
                         let Some(image) = str_at(c, "image") else {
@@ -372,14 +372,12 @@ pub fn check_mapping(
             format!("no container in the manifests runs the release's image {}", release.spec.image.reference()),
         ));
     }
-    for named in release.spec.images.iter().filter(|i| !run.contains(&i.name)) {
+    for (i, named) in release.spec.images.iter().enumerate().filter(|(_, n)| !run.contains(&n.name)) {
         let reference = named.image().reference();
         if !passed.iter().any(|p| p.contains(&reference)) {
-            out.push(Finding::at_key(
+            out.push(Finding::new(
                 Rule::Image,
-                release_file,
-                release_text,
-                "images",
+                Location::of_path(release_file, release_text, &["spec", "images", &i.to_string()]),
                 format!(
                     "image {:?} ({reference}) is run by no container and passed in no container's command, args or env",
                     named.name
@@ -438,7 +436,7 @@ fn check_crd_versions(release: &Release, file: &str, text: &str, crds: &[CrdVers
 }
 
 fn flatten_lists<'v>(v: &'v Value, out: &mut Vec<&'v Value>) {
-    match (str_at(v, "kind"), v.get("items").and_then(Value::as_sequence)) {
+    match (str_at(v, "kind"), v.get("items").and_then(Value::as_array)) {
         (Some(k), Some(items)) if k.ends_with("List") => items.iter().for_each(|i| flatten_lists(i, out)),
         _ => out.push(v),
     }
@@ -448,7 +446,7 @@ fn flatten_lists<'v>(v: &'v Value, out: &mut Vec<&'v Value>) {
 fn check_crd(path: &str, text: &str, crd: &Value) -> (CrdVersions, Vec<Finding>) {
     let name = crd.get("metadata").and_then(|m| str_at(m, "name")).unwrap_or("?");
     let at = Location::of_text(path, text, name);
-    let versions = crd.get("spec").and_then(|s| s.get("versions")).and_then(Value::as_sequence);
+    let versions = crd.get("spec").and_then(|s| s.get("versions")).and_then(Value::as_array);
     let versions: Vec<&Value> = versions.into_iter().flatten().collect();
     let flag = |v: &Value, k: &str| v.get(k).and_then(Value::as_bool) == Some(true);
     let served: Vec<String> =

@@ -159,11 +159,9 @@ pub fn read_release(
     if let (Some(fleet), Some(named)) = (&fleet, &release.spec.fleet)
         && fleet.name() != named
     {
-        findings.push(Finding::at_key(
+        findings.push(Finding::new(
             crate::model::Rule::Fleet,
-            RELEASE_FILE,
-            &text,
-            "fleet",
+            crate::model::Location::of_path(RELEASE_FILE, &text, &["spec", "fleet"]),
             format!(
                 "release.yaml names fleet {named:?}, but fleet.yaml of the same commit is fleet {:?}",
                 fleet.name()

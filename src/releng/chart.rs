@@ -198,7 +198,7 @@ fn chart_identity(helm: &Path, chart: &Path) -> Result<(String, String), ChartEr
         name: Option<String>,
         version: Option<String>,
     }
-    let meta: ChartYaml = serde_yaml_ng::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    let meta: ChartYaml = crate::model::parse_yaml("Chart.yaml", &text).map_err(|e| bad(e.to_string()))?;
     let name = meta.name.filter(|n| !n.is_empty()).ok_or_else(|| bad("no name".into()))?;
     let version = meta.version.filter(|v| !v.is_empty()).ok_or_else(|| bad("no version".into()))?;
     if semver::Version::parse(&version).is_err() {

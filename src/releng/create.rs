@@ -226,7 +226,7 @@ pub fn parse_variants(
     };
     for s in selectors {
         let (name, yaml) = split("--variant-selector", s, "NAME={matchLabels: {KEY: VALUE}}")?;
-        let selector: VariantSelector = serde_yaml_ng::from_str(&yaml).map_err(|e| {
+        let selector: VariantSelector = serde_saphyr::from_str(&yaml).map_err(|e| {
             RelengError::Usage(format!(
                 "--variant-selector {name}={yaml}: {e}; expected YAML such as {{matchLabels: {{region: eu}}, architectures: [arm64], kubernetes: \">=1.30\"}}"
             ))
@@ -447,7 +447,7 @@ fn release_document(
 
 /// `release.yaml` text: a header comment, then the document.
 fn release_yaml(doc: &Release) -> Result<String, RelengError> {
-    let body = serde_yaml_ng::to_string(doc).map_err(|e| RelengError::Usage(format!("writing {RELEASE_FILE}: {e}")))?;
+    let body = serde_saphyr::to_string(doc).map_err(|e| RelengError::Usage(format!("writing {RELEASE_FILE}: {e}")))?;
     Ok(format!("# Written by `fleetgate release create`; the signed tag {} vouches for it.\n{body}", doc.name()))
 }
 

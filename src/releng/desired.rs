@@ -207,13 +207,12 @@ where
             return Ok(edited);
         }
     }
-    serde_yaml_ng::to_string(expected)
-        .map_err(|e| RelengError::Usage(format!("{file}: cannot write the document: {e}")))
+    serde_saphyr::to_string(expected).map_err(|e| RelengError::Usage(format!("{file}: cannot write the document: {e}")))
 }
 
 /// The YAML scalar for `value`, quoted when a plain scalar would read as something else.
 fn scalar(value: &str) -> String {
-    serde_yaml_ng::to_string(value).map(|s| s.trim_end().to_string()).unwrap_or_else(|_| format!("{value:?}"))
+    serde_saphyr::to_string(&value).map(|s| s.trim_end().to_string()).unwrap_or_else(|_| format!("{value:?}"))
 }
 
 fn indent_of(line: &str) -> usize {
@@ -348,7 +347,7 @@ mod tests {
 
     #[rstest]
     #[case::replace_keeps_comment(Some("rel-2"), "  release: rel-2 # fleet-wide\n")]
-    #[case::quotes_ambiguous(Some("1.0"), "  release: '1.0' # fleet-wide\n")]
+    #[case::quotes_ambiguous(Some("1.0"), "  release: \"1.0\" # fleet-wide\n")]
     fn line_edit_replaces_in_place(#[case] value: Option<&str>, #[case] want_line: &str) {
         let out = release_edit(FLEET, value).unwrap();
         assert!(out.contains(want_line), "{out}");

@@ -55,7 +55,7 @@ pub fn register(
         {
             edited
         }
-        _ => serde_yaml_ng::to_string(&doc).map_err(|e| RelengError::Usage(format!("{path}: cannot write: {e}")))?,
+        _ => serde_saphyr::to_string(&doc).map_err(|e| RelengError::Usage(format!("{path}: cannot write: {e}")))?,
     };
     let mut edit = TreeEdit::new(repo.git(), Some(&tree))?;
     edit.put(&path, edited.as_bytes(), false)?;

@@ -501,7 +501,7 @@ mod tests {
 
     #[test]
     fn a_window_holds_a_start_but_never_a_move_back() {
-        let window = serde_yaml_ng::from_str("{days: [Mon-Fri], start: '09:00', end: '17:00'}").unwrap();
+        let window = serde_saphyr::from_str("{days: [Mon-Fri], start: '09:00', end: '17:00'}").unwrap();
         let canary = Wave { windows: vec![window], ..Wave::from("canary") };
         let f = paced(canary, "early".into());
         let saturday = at("2026-12-05T12:00:00Z");

@@ -18,7 +18,6 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{Discovery, Scope};
-use serde::Deserialize as _;
 use std::path::{Path, PathBuf};
 
 /// Namespace and name of the agent's ServiceAccount in deploy/.
@@ -52,7 +51,7 @@ impl DeployManifests {
         }
         let path = deploy_dir.join("kustomization.yaml");
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        let k: Kustomization = serde_yaml_ng::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        let k: Kustomization = serde_saphyr::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
         let mut files = Vec::new();
         for file in k.resources {
             let path = deploy_dir.join(&file);
@@ -102,11 +101,7 @@ fn kind(obj: &DynamicObject) -> &str {
 
 fn parse_objects(file: &str, text: &str) -> anyhow::Result<Vec<DynamicObject>> {
     let mut out = Vec::new();
-    for doc in serde_yaml_ng::Deserializer::from_str(text) {
-        let value = serde_json::Value::deserialize(doc).with_context(|| format!("parsing {file}"))?;
-        if value.is_null() {
-            continue;
-        }
+    for value in serde_saphyr::from_multiple::<serde_json::Value>(text).with_context(|| format!("parsing {file}"))? {
         let obj: DynamicObject =
             serde_json::from_value(value).with_context(|| format!("{file}: not a Kubernetes object"))?;
         anyhow::ensure!(obj.types.is_some() && obj.metadata.name.is_some(), "{file}: an object without kind or name");

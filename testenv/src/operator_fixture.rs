@@ -374,7 +374,7 @@ impl FixtureChart {
             ),
         )?;
         for kind in KINDS {
-            let yaml = serde_yaml_ng::to_string(&kind.crd(core, self.generation))?;
+            let yaml = serde_saphyr::to_string(&kind.crd(core, self.generation))?;
             write(&format!("crds/{}.yaml", kind.crd_name()), &yaml)?;
         }
         for (name, text) in TEMPLATES {

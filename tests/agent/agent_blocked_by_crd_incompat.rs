@@ -25,7 +25,7 @@ async fn a_crd_type_change_blocks_the_release_before_anything_is_applied() {
     // The live CRD, as an earlier install of the Operator left it.
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("fleet-repo-template/operator/crds/redisclusters.cache.example.com.yaml");
-    let live: CustomResourceDefinition = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let live: CustomResourceDefinition = serde_saphyr::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let crds: Api<CustomResourceDefinition> = Api::all(fleet.cluster.client());
     crds.create(&PostParams::default(), &live).await.unwrap();
     within("CRD established", 30, await_condition(crds.clone(), CRD, conditions::is_crd_established())).await.unwrap();

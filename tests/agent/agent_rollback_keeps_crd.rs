@@ -27,8 +27,8 @@ const CRD: &str = "redisclusters.cache.example.com";
 /// Adds `v1beta1` (v1alpha2's schema) to the release's CRD as its new storage version.
 fn add_storage_version(render: &Path) {
     let path = render.join(format!("crds/{CRD}.yaml"));
-    let mut crd: serde_yaml_ng::Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    let versions = crd["spec"]["versions"].as_sequence_mut().unwrap();
+    let mut crd: serde_json::Value = serde_saphyr::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let versions = crd["spec"]["versions"].as_array_mut().unwrap();
     for v in versions.iter_mut() {
         v["storage"] = false.into();
     }
@@ -36,7 +36,7 @@ fn add_storage_version(render: &Path) {
     beta["name"] = "v1beta1".into();
     beta["storage"] = true.into();
     versions.push(beta);
-    std::fs::write(&path, serde_yaml_ng::to_string(&crd).unwrap()).unwrap();
+    std::fs::write(&path, serde_saphyr::to_string(&crd).unwrap()).unwrap();
 }
 
 fn versions(crd: &CustomResourceDefinition) -> Vec<String> {
@@ -103,12 +103,12 @@ async fn a_crd_whose_new_storage_version_holds_objects_is_kept_and_the_rest_roll
 /// Adds an optional boolean `spec.paused` to the CRD's v1alpha2 schema: what an upgrade adds.
 fn add_optional_field(render: &Path) {
     let path = render.join(format!("crds/{CRD}.yaml"));
-    let mut crd: serde_yaml_ng::Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    let versions = crd["spec"]["versions"].as_sequence_mut().unwrap();
+    let mut crd: serde_json::Value = serde_saphyr::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let versions = crd["spec"]["versions"].as_array_mut().unwrap();
     let v1alpha2 = versions.iter_mut().find(|v| v["name"] == "v1alpha2").unwrap();
     let properties = &mut v1alpha2["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
-    properties["paused"] = serde_yaml_ng::from_str("{type: boolean, description: Stop reconciling.}").unwrap();
-    std::fs::write(&path, serde_yaml_ng::to_string(&crd).unwrap()).unwrap();
+    properties["paused"] = serde_saphyr::from_str("{type: boolean, description: Stop reconciling.}").unwrap();
+    std::fs::write(&path, serde_saphyr::to_string(&crd).unwrap()).unwrap();
 }
 
 fn redisclusters(fleet: &Fleet) -> Api<DynamicObject> {

@@ -44,9 +44,9 @@ fn yaml_files(dir: &Path) -> Vec<PathBuf> {
 fn documents(path: &Path) -> Vec<(String, DynamicObject)> {
     let text = std::fs::read_to_string(path).unwrap();
     let name = path.strip_prefix(repo()).unwrap().display().to_string();
-    serde_yaml_ng::Deserializer::from_str(&text)
-        .map(|doc| serde_json::Value::deserialize(doc).unwrap_or_else(|e| panic!("{name}: {e}")))
-        .filter(|v| !v.is_null())
+    serde_saphyr::from_multiple::<serde_json::Value>(&text)
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+        .into_iter()
         .map(|v| {
             (name.clone(), serde_json::from_value(v).unwrap_or_else(|e| panic!("{name}: not a Kubernetes object: {e}")))
         })
@@ -78,7 +78,7 @@ fn the_agent_configuration_matches_the_deployment() {
     let config = documents(&repo().join("deploy/config.yaml")).remove(0).1;
     let data = config.data["data"].as_object().expect("ConfigMap data");
     let agent_yaml = data["agent.yaml"].as_str().unwrap();
-    let settings: AgentSettings = serde_yaml_ng::from_str(agent_yaml).expect("agent.yaml is valid agent configuration");
+    let settings: AgentSettings = serde_saphyr::from_str(agent_yaml).expect("agent.yaml is valid agent configuration");
 
     let deployment =
         documents(&repo().join("deploy/deployment.yaml")).into_iter().find(|(_, o)| gvk(o).kind == "Deployment");
@@ -148,7 +148,7 @@ async fn deploy_manifests_pass_a_server_side_dry_run_and_rbac_is_least_privilege
         resources: Vec<String>,
     }
     let k: Kustomization =
-        serde_yaml_ng::from_str(&std::fs::read_to_string(repo().join("deploy/kustomization.yaml")).unwrap()).unwrap();
+        serde_saphyr::from_str(&std::fs::read_to_string(repo().join("deploy/kustomization.yaml")).unwrap()).unwrap();
     let mut top_level: Vec<String> = yaml_files(&repo().join("deploy"))
         .iter()
         .filter(|p| p.parent() == Some(&repo().join("deploy")) && p.file_name().unwrap() != "kustomization.yaml")
@@ -293,6 +293,10 @@ fn agent_rbac_of_the_template_release_is_what_deploy_grants() {
     let printed = run(&["agent", "rbac", "--repo", w, "--release", "rel-1", "--trusted-keys", key.to_str().unwrap()]);
 
     let shipped = std::fs::read_to_string(repo().join("deploy/rbac-operator.yaml")).unwrap();
-    assert_eq!(yaml_grants(&printed).unwrap(), yaml_grants(&shipped).unwrap(), "printed:\n{printed}");
+    assert_eq!(
+        yaml_grants("printed", &printed).unwrap(),
+        yaml_grants("shipped", &shipped).unwrap(),
+        "printed:\n{printed}"
+    );
     assert!(printed.contains("kind: ClusterRoleBinding") && printed.contains("kind: RoleBinding"), "{printed}");
 }

@@ -115,7 +115,7 @@ fn find<'a>(objects: &[&'a DynamicObject], kind_name: &str) -> &'a DynamicObject
 fn config_data(objects: &[&DynamicObject]) -> (AgentSettings, ReleaseAdmissionPolicy) {
     let data = &find(objects, "ConfigMap fleetgate-system/fleetgate-agent-config").data["data"];
     let settings: AgentSettings =
-        serde_yaml_ng::from_str(data["agent.yaml"].as_str().unwrap()).expect("agent.yaml is agent configuration");
+        serde_saphyr::from_str(data["agent.yaml"].as_str().unwrap()).expect("agent.yaml is agent configuration");
     let policy = parse_document(
         "admission-policy.yaml",
         data["admission-policy.yaml"].as_str().unwrap(),
@@ -551,7 +551,7 @@ fn the_alerts_fire_when_they_should_and_only_then() {
     assert_eq!(objects.len(), 1);
     let dir = tempfile::tempdir().unwrap();
     // The PrometheusRule's spec is a Prometheus rule file.
-    std::fs::write(dir.path().join("rules.yaml"), serde_yaml_ng::to_string(&objects[0].data["spec"]).unwrap()).unwrap();
+    std::fs::write(dir.path().join("rules.yaml"), serde_saphyr::to_string(&objects[0].data["spec"]).unwrap()).unwrap();
     std::fs::write(dir.path().join("alerts_test.yaml"), ALERT_TESTS).unwrap();
     let run = |args: &[&str]| {
         let out = Command::new("promtool")

@@ -17,7 +17,7 @@ fn fixture(name: &str) -> PathBuf {
 
 fn load(name: &str) -> CustomResourceDefinition {
     let text = std::fs::read_to_string(fixture(name)).unwrap();
-    serde_yaml_ng::from_str(&text).unwrap()
+    serde_saphyr::from_str(&text).unwrap()
 }
 
 const NONE: &[(Rule, &str, &str)] = &[];

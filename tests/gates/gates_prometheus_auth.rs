@@ -55,7 +55,7 @@ async fn proxy(upstream: String, pki: &tls_support::Pki, authorized: Arc<AtomicU
 }
 
 fn policy(prometheus: &str) -> GatePolicySpec {
-    serde_yaml_ng::from_str(&format!(
+    serde_saphyr::from_str(&format!(
         "bakeTime: 1m\ninterval: 1s\n{prometheus}gates:\n  - name: error-rate\n    prometheus: {{query: 'max(error_ratio)', max: 5%}}\n"
     ))
     .unwrap()

@@ -22,7 +22,7 @@ pub async fn start(opts: ClusterOptions) -> TestCluster {
 pub fn crd_fixture(name: &str) -> CustomResourceDefinition {
     let path =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testdata/crds").join(format!("{name}.yaml"));
-    serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+    serde_saphyr::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }
 
 /// Creates a CRD and waits until it is Established.

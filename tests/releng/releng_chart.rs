@@ -108,7 +108,7 @@ fn a_chart_is_rendered_into_one_file_per_source_and_recorded_in_release_yaml() {
     let settings = f.show("rel-1", "operator/templates/settings.yaml");
     assert!(settings.contains("kubeVersion: \"v1.30.0\""), "--kube-version is the range's lower bound: {settings}");
 
-    let release: serde_json::Value = serde_yaml_ng::from_str(&f.show("rel-1", "release.yaml")).unwrap();
+    let release: serde_json::Value = serde_saphyr::from_str(&f.show("rel-1", "release.yaml")).unwrap();
     let spec = &release["spec"];
     assert_eq!(spec["chartVersion"], "2.4.1");
     assert_eq!((&spec["chart"]["name"], &spec["chart"]["version"]), (&"redis-operator".into(), &"2.4.1".into()));
@@ -238,7 +238,7 @@ fn each_variant_is_rendered_with_its_values_over_the_base_and_signed_in_one_rele
         f.show("rel-1", "operator/crds/redisclusters.yaml")
     );
 
-    let release: serde_json::Value = serde_yaml_ng::from_str(&f.show("rel-1", "release.yaml")).unwrap();
+    let release: serde_json::Value = serde_saphyr::from_str(&f.show("rel-1", "release.yaml")).unwrap();
     let variants = release["spec"]["variants"].as_array().unwrap();
     let digests: Vec<&str> = variants.iter().map(|v| v["valuesDigest"].as_str().unwrap()).collect();
     let base = release["spec"]["chart"]["valuesDigest"].as_str().unwrap();

@@ -618,11 +618,11 @@ fn printed_lines(text: &str, policy: &str) -> Vec<String> {
 
 /// `spec` of the ReleaseAdmissionPolicy `file` with each of `lines` (a whole field) set.
 fn set_spec_fields(file: &std::path::Path, lines: &[String]) {
-    let mut doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
-    let fields: serde_yaml_ng::Mapping = serde_yaml_ng::from_str(&lines.join("\n")).unwrap();
-    let spec = doc["spec"].as_mapping_mut().unwrap();
+    let mut doc: serde_json::Value = serde_saphyr::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+    let fields: serde_json::Map<String, serde_json::Value> = serde_saphyr::from_str(&lines.join("\n")).unwrap();
+    let spec = doc["spec"].as_object_mut().unwrap();
     spec.extend(fields);
-    std::fs::write(file, serde_yaml_ng::to_string(&doc).unwrap()).unwrap();
+    std::fs::write(file, serde_saphyr::to_string(&doc).unwrap()).unwrap();
 }
 
 /// One `release create` of manifests that break four admission rules reports every rule and
@@ -704,7 +704,7 @@ fn admission_refuses_before_signing_with_every_violation_and_the_lines_that_admi
     let baseline = f.dir.path().join("baseline.yaml");
     let shipped = fleetgate::model::AdmissionBaseline::shipped().spec;
     let doc = fleetgate::model::Document::new("ReleaseAdmissionPolicy", "spoke-baseline", shipped);
-    std::fs::write(&baseline, serde_yaml_ng::to_string(&doc).unwrap()).unwrap();
+    std::fs::write(&baseline, serde_saphyr::to_string(&doc).unwrap()).unwrap();
     set_spec_fields(&baseline, &baseline_lines);
     set_spec_fields(&repo_policy, &repo_lines);
     f.git(&["commit", "-q", "-am", "admit the operator's needs"]);
@@ -724,7 +724,7 @@ fn variant(f: &Fixture, name: &str, fields: &[&str], selector: Option<&str>) -> 
     VariantInput {
         name: name.into(),
         source: dir,
-        selector: selector.map(|s| serde_yaml_ng::from_str(s).unwrap()),
+        selector: selector.map(|s| serde_saphyr::from_str(s).unwrap()),
         image: Some(ImageRef { repository, tag: "v1.0.0".into(), digest: None }),
         images: Vec::new(),
         platforms: Default::default(),

@@ -72,7 +72,6 @@ fn container_images(file: &Path) -> Vec<String> {
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
     for doc in docs {
-        let doc = serde_json::to_value(doc).unwrap();
         let spec = &doc["spec"]["template"]["spec"];
         for list in ["initContainers", "containers"] {
             for c in spec[list].as_array().into_iter().flatten() {
@@ -185,7 +184,6 @@ fn crd_names(file: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(file).unwrap();
     let docs = fleetgate::model::parse_multi("crds", &text).unwrap();
     docs.into_iter()
-        .map(|d| serde_json::to_value(d).unwrap())
         .filter(|d| d["kind"] == "CustomResourceDefinition")
         .map(|d| d["metadata"]["name"].as_str().unwrap().to_string())
         .collect()
@@ -261,7 +259,7 @@ async fn release_install_upgrade_and_roll_back(cluster_name: &str, op: Operator)
     let crds = crd_names(&older_file);
 
     // A user's custom resource.
-    let mut cr: DynamicObject = serde_yaml_ng::from_str(op.custom_resource).unwrap();
+    let mut cr: DynamicObject = serde_saphyr::from_str(op.custom_resource).unwrap();
     let (group, version) = cr.types.as_ref().unwrap().api_version.split_once('/').unwrap();
     let ar = ApiResource {
         group: group.into(),

@@ -93,7 +93,7 @@ fn json_output_is_the_documented_matrix() {
     );
 
     let yaml = run(&["status", OLD, "--repo", &f.url, "-o", "yaml"]);
-    let one: Matrix = serde_yaml_ng::from_slice(&yaml.stdout).unwrap();
+    let one: Matrix = serde_saphyr::from_slice(&yaml.stdout).unwrap();
     assert_eq!(one.releases.len(), 1);
 }
 

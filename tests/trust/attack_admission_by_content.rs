@@ -330,12 +330,12 @@ async fn releases_are_judged_by_what_their_objects_do() {
         // Live objects fleetgate did not apply: another owner's CRD, and a ConfigMap.
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
         let foreign =
-            serde_yaml_ng::from_str(&CRD_IN_FOREIGN_GROUP.replace("things", "gadgets").replace("Thing", "Gadget"))
+            serde_saphyr::from_str(&CRD_IN_FOREIGN_GROUP.replace("things", "gadgets").replace("Thing", "Gadget"))
                 .expect("foreign CRD");
         crds.create(&PostParams::default(), &foreign).await.expect("foreign CRD created");
         let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), OPERATOR_NS);
         configmaps
-            .create(&PostParams::default(), &serde_yaml_ng::from_str(UNMANAGED).unwrap())
+            .create(&PostParams::default(), &serde_saphyr::from_str(UNMANAGED).unwrap())
             .await
             .expect("unmanaged ConfigMap created");
         wait_served(&client, "foreign.example.com", "gadgets").await;
@@ -556,12 +556,12 @@ async fn a_binding_of_a_live_role_is_judged_by_the_rules_the_cluster_has_for_it(
 
         // A live ClusterRole granting everything, and a live Role granting `escalate` (created by an
         // admin here; anyone who may write them, the agent's own token included for these names).
-        let star: ClusterRole = serde_yaml_ng::from_str(
+        let star: ClusterRole = serde_saphyr::from_str(
             "metadata: {name: redis-operator}\nrules: [{apiGroups: ['*'], resources: ['*'], verbs: ['*']}]\n",
         )
         .unwrap();
         cluster_roles.create(&PostParams::default(), &star).await.unwrap();
-        let escalate: Role = serde_yaml_ng::from_str(&format!(
+        let escalate: Role = serde_saphyr::from_str(&format!(
             "metadata: {{name: {LEADER}, namespace: redis-system}}\n\
              rules:\n\
              - {{apiGroups: [coordination.k8s.io], resources: [leases], verbs: [get, create, update]}}\n\
@@ -585,7 +585,7 @@ async fn a_binding_of_a_live_role_is_judged_by_the_rules_the_cluster_has_for_it(
         // The ClusterRole now within the policy; the Role still grants `escalate`.
         let mut plain = cluster_roles.get("redis-operator").await.unwrap();
         plain.rules =
-            serde_yaml_ng::from_str("[{apiGroups: [''], resources: [configmaps], verbs: [get, list]}]").unwrap();
+            serde_saphyr::from_str("[{apiGroups: [''], resources: [configmaps], verbs: [get, list]}]").unwrap();
         cluster_roles.replace("redis-operator", &PostParams::default(), &plain).await.unwrap();
         let escalate_refused = format!(
             "{RB}: binds Role redis-system/{LEADER}, which the release does not define: its rules[1] in the cluster \

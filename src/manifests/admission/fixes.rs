@@ -94,7 +94,7 @@ pub fn lines<'r>(spec: &ReleaseAdmissionPolicySpec, reasons: impl IntoIterator<I
 
 /// A YAML flow sequence, each entry quoted as serde would (`*` alone is an alias otherwise).
 fn flow<S: AsRef<str>>(items: impl IntoIterator<Item = S>) -> String {
-    let scalar = |s: &str| match serde_yaml_ng::to_string(s) {
+    let scalar = |s: &str| match serde_saphyr::to_string(&s) {
         Ok(text) => text.trim_end().to_string(),
         Err(_) => format!("{s:?}"),
     };
@@ -137,7 +137,7 @@ mod tests {
 
     #[rstest]
     #[case::namespace(vec![Reason::Namespace("kube-system".into())], &["allowedNamespaces: [redis-system, kube-system]"])]
-    #[case::star_is_quoted(vec![Reason::Namespace("*".into())], &["allowedNamespaces: [redis-system, '*']"])]
+    #[case::star_is_quoted(vec![Reason::Namespace("*".into())], &["allowedNamespaces: [redis-system, \"*\"]"])]
     #[case::kind(vec![Reason::ClusterScopedKind("PersistentVolume".into())], &["allowedClusterScopedKinds: [ClusterRole.rbac.authorization.k8s.io, PersistentVolume]"])]
     #[case::every_grant_once(
         vec![rbac(RbacGrant::Wildcard), rbac(RbacGrant::NodesProxy), rbac(RbacGrant::Wildcard)],
@@ -172,7 +172,7 @@ mod tests {
             Reason::ClusterScopedKind("PersistentVolume".into()),
         ];
         let yaml = lines(&strict(), &reasons).join("\n");
-        let spec: ReleaseAdmissionPolicySpec = serde_yaml_ng::from_str(&yaml).unwrap();
+        let spec: ReleaseAdmissionPolicySpec = serde_saphyr::from_str(&yaml).unwrap();
         assert!(spec.allows_namespace("kube-system") && spec.allows_namespace("redis-system"));
         assert!(spec.allows_cluster_scoped_kind("", "PersistentVolume"));
         assert!(spec.allows_rbac(RbacGrant::Wildcard));
