@@ -20,7 +20,9 @@
 //! decision clears it. Any error before the apply starts defers the release (Verifying → Idle)
 //! for the next pass.
 //!
-//! A stage that judges the release returns its verdict ([`Verified`], [`Precheck`], the wave's
+//! The stages of one operation take its [`Run`] — the checkout this pass read, the trusted
+//! configuration, the release as notifications describe it — built where the pass learns them
+//! (`start`, `resume`), not notes the agent keeps between one stage and the next. A stage that judges the release returns its verdict ([`Verified`], [`Precheck`], the wave's
 //! `Approval`) inside `Result<_, ReconcileError>`: the verdict refuses, blocks or holds the
 //! release (a status says so), while an error is trouble that defers it.
 //!
@@ -248,8 +250,6 @@ pub struct Agent {
     /// Why the agent holds the cluster and which release it holds back, while it does: logged,
     /// recorded and reported once per (reason, release).
     last_pause: Option<(String, String)>,
-    /// The release in progress as notifications describe it: read when it starts or resumes.
-    about: About,
     /// Statuses delivered since the state was last written, still listed in its `unreported`:
     /// they are taken out by the next state write (the next step, or the next pass's start)
     /// rather than by a write of their own, which would stall the bake that follows a push
@@ -293,7 +293,6 @@ impl Agent {
             last_rollback_error: None,
             last_drift_check: None,
             last_pause: None,
-            about: About::default(),
             delivered: std::sync::Mutex::default(),
             plans: super::plans::PlanMemory::default(),
         })
@@ -704,15 +703,15 @@ impl Agent {
         let verified = match verified {
             Verified::Release(verified) => verified,
             Verified::Refused(e) => {
-                self.about = About::read(checkout, &id, None, tip, wave);
-                return self.refuse(&desired.config, &id, commit, &e).await;
+                let about = About::read(checkout, &id, None, tip, wave);
+                return self.refuse(&Run { checkout, config: &desired.config, about }, &id, commit, &e).await;
             }
         };
-        self.about = About::read(checkout, &id, Some(&verified), tip, wave);
+        let about = About::read(checkout, &id, Some(&verified), tip, wave);
         let config = match self.policy_config(checkout, tip, &id, &commit) {
             Ok(config) => config,
             Err(ReconcileError::Verify(e)) if e.class() == ErrorClass::Stalling => {
-                return self.refuse(&desired.config, &id, commit, &e).await;
+                return self.refuse(&Run { checkout, config: &desired.config, about }, &id, commit, &e).await;
             }
             Err(e) => return Err(e),
         };
@@ -769,29 +768,29 @@ impl Agent {
             }
             None => tracing::info!(release = %id, reason = %decision.reason, "starting release"),
         }
-        let config = &config;
-        self.step(config, Step::Begin { release: id.clone(), commit }).await?;
+        let run = Run { checkout, config: &config, about };
+        self.step(&run, Step::Begin { release: id.clone(), commit }).await?;
 
         // Pre-apply gates: requirements, CRD compatibility, live CRs, admission, dry run.
         let returning = returning_from.is_some();
-        let Prechecked { admitted, kept, .. } = match self.preapply(&verified, config, returning, Check::Pass).await {
+        let Prechecked { admitted, kept, .. } = match self.preapply(&verified, &config, returning, Check::Pass).await {
             Ok(Precheck::Passed(checked)) => checked,
             Ok(Precheck::Blocked(blocker)) => {
                 let reason = format!("{}: {}", blocker.gate(), blocker.problems());
-                self.step(config, Step::Blocked(blocker)).await?;
+                self.step(&run, Step::Blocked(blocker)).await?;
                 return Ok(Outcome::Blocked { release: id, reason });
             }
-            Err(e) => return self.defer(config, e).await,
+            Err(e) => return self.defer(&run, e).await,
         };
 
-        let (baseline, snapshot, rollback_target) = match self.prepare(config, &verified, &admitted).await {
+        let (baseline, snapshot, rollback_target) = match self.prepare(&config, &verified, &admitted).await {
             Ok(prepared) => prepared,
-            Err(e) => return self.defer(config, e).await,
+            Err(e) => return self.defer(&run, e).await,
         };
         let returning =
             returning_from.map(|from| Return { from, kept_crds: kept.into_iter().map(|k| k.name).collect() });
-        self.step(config, Step::StartApply { rollback_target, snapshot, approval, returning }).await?;
-        self.apply_and_bake(checkout, config, &verified, Some(admitted), baseline).await
+        self.step(&run, Step::StartApply { rollback_target, snapshot, approval, returning }).await?;
+        self.apply_and_bake(&run, &verified, Some(admitted), baseline).await
     }
 
     /// The fleet this agent belongs to: `--fleet`, else pinned from the first accepted release,
@@ -810,14 +809,14 @@ impl Agent {
     /// Refuses `id` (status `error`, rejected until a signed decision): it cannot be used here.
     async fn refuse(
         &mut self,
-        config: &FleetConfig,
+        run: &Run<'_>,
         id: &str,
         commit: String,
         e: &VerifyError,
     ) -> Result<Outcome, ReconcileError> {
         let message = error_chain(e);
-        self.step(config, Step::Begin { release: id.to_string(), commit }).await?;
-        self.step(config, Step::Refused { reason: verify_reason(e), message: message.clone() }).await?;
+        self.step(run, Step::Begin { release: id.to_string(), commit }).await?;
+        self.step(run, Step::Refused { reason: verify_reason(e), message: message.clone() }).await?;
         Ok(Outcome::Refused { release: id.to_string(), reason: message })
     }
 
@@ -925,8 +924,8 @@ impl Agent {
 
     /// Ends a pass that failed before the apply: the release is deferred (not rejected) and the
     /// error returned, so the next pass tries again.
-    async fn defer(&mut self, config: &FleetConfig, e: ReconcileError) -> Result<Outcome, ReconcileError> {
-        self.step(config, Step::Deferred { why: error_chain(&e) }).await?;
+    async fn defer(&mut self, run: &Run<'_>, e: ReconcileError) -> Result<Outcome, ReconcileError> {
+        self.step(run, Step::Deferred { why: error_chain(&e) }).await?;
         Err(e)
     }
 
@@ -981,14 +980,13 @@ impl Agent {
     /// it has no `admitted` set from this pass's pre-apply stage and admits the release again.
     async fn apply_and_bake(
         &mut self,
-        checkout: &Checkout,
-        config: &FleetConfig,
+        run: &Run<'_>,
         verified: &VerifiedRelease,
         admitted: Option<AdmittedSet<'_>>,
         baseline: gates::Baseline,
     ) -> Result<Outcome, ReconcileError> {
         let returning = self.services.store.load().await?.operation().is_some_and(|op| op.returning.is_some());
-        let applied = self.apply_and_prune(verified, config, admitted, returning).await;
+        let applied = self.apply_and_prune(verified, run.config, admitted, returning).await;
         if let Err(e) = applied {
             if e.class() == ErrorClass::Retryable && matches!(e, ReconcileError::Apply(ApplyError::Kube { .. })) {
                 // The API server is unreachable: nothing can be rolled back either. Stay in
@@ -996,20 +994,16 @@ impl Agent {
                 return Err(e);
             }
             let failure = Failure::new(e.reason(), error_chain(&e));
-            return self.roll_back(checkout, config, failure, Vec::new()).await;
+            return self.roll_back(run, failure, Vec::new()).await;
         }
-        let bake_time = bake_policy(config, &self.services.config.cluster, returning).bake_time;
-        self.step(config, Step::Applied { bake_time }).await?;
-        self.bake(checkout, config, baseline).await
+        let bake_time = bake_policy(run.config, &self.services.config.cluster, returning).bake_time;
+        self.step(run, Step::Applied { bake_time }).await?;
+        self.bake(run, baseline).await
     }
 
     /// Bakes the applied release (until `applied_at + bakeTime`, also after a restart).
-    async fn bake(
-        &mut self,
-        checkout: &Checkout,
-        config: &FleetConfig,
-        baseline: gates::Baseline,
-    ) -> Result<Outcome, ReconcileError> {
+    async fn bake(&mut self, run: &Run<'_>, baseline: gates::Baseline) -> Result<Outcome, ReconcileError> {
+        let config = run.config;
         let state = self.services.store.load().await?;
         let Progress::Baking { operation, applied_at } = state.progress() else {
             return Err(TransitionError::WrongPhase { action: "bake", phase: state.phase(), needs: "Baking" }.into());
@@ -1040,13 +1034,13 @@ impl Agent {
                 // Stored before the verdict is persisted: an agent killed in between bakes again
                 // and stores the same bytes again, while one killed after it would never store
                 // them (it finds the release done).
-                self.keep_last_known_good(checkout, &operation.release).await;
-                self.step(config, Step::Passed { bake_time, figures: figures(evaluations) }).await?;
+                self.keep_last_known_good(run.checkout, &operation.release).await;
+                self.step(run, Step::Passed { bake_time, figures: figures(evaluations) }).await?;
                 Ok(Outcome::Succeeded(operation.release.clone()))
             }
             BakeVerdict::Failed { ref gate, ref evaluations, .. } => {
                 let failure = Failure::new("GateFailed", gate.to_string());
-                self.roll_back(checkout, config, failure, figures(evaluations)).await
+                self.roll_back(run, failure, figures(evaluations)).await
             }
         }
     }
@@ -1061,17 +1055,18 @@ impl Agent {
         let Some(operation) = progress.operation() else { return Ok(Outcome::UpToDate) };
         tracing::warn!(release = %operation.release, phase = %progress.phase(), "resuming an unfinished operation");
         let config = self.policy_config(checkout, tip, &operation.release, &operation.commit)?;
-        self.about = {
+        let about = {
             // Boxed, and dropped before the operation resumes: the loop's future stays small.
             let verified = Box::pin(self.verify_known(checkout, &operation.release)).await.ok();
             let wave = config.wave_of(&self.services.config.cluster);
             About::read(checkout, &operation.release, verified.as_ref(), tip, wave)
         };
+        let run = Run { checkout, config: &config, about };
         match &progress {
             Progress::Idle => Ok(Outcome::UpToDate),
             Progress::Verifying(_) => {
                 // Nothing was applied yet: start over from the current Git state.
-                self.step(&config, Step::Deferred { why: "the agent restarted while verifying".into() }).await?;
+                self.step(&run, Step::Deferred { why: "the agent restarted while verifying".into() }).await?;
                 Ok(Outcome::UpToDate)
             }
             Progress::Applying(op) => {
@@ -1079,17 +1074,17 @@ impl Agent {
                     Ok(v) => v,
                     Err(e) => {
                         let failure = Failure::new("VerificationFailed", error_chain(&e));
-                        return self.roll_back(checkout, &config, failure, Vec::new()).await;
+                        return self.roll_back(&run, failure, Vec::new()).await;
                     }
                 };
                 let baseline = self.saved_baseline(&config, op.baseline.clone()).await?;
-                self.apply_and_bake(checkout, &config, &verified, None, baseline).await
+                self.apply_and_bake(&run, &verified, None, baseline).await
             }
             Progress::Baking { operation, .. } => {
                 let baseline = self.saved_baseline(&config, operation.baseline.clone()).await?;
-                self.bake(checkout, &config, baseline).await
+                self.bake(&run, baseline).await
             }
-            Progress::RollingBack(_) => self.finish_rollback(checkout, &config).await,
+            Progress::RollingBack(_) => self.finish_rollback(&run).await,
         }
     }
 
@@ -1224,10 +1219,10 @@ impl Agent {
     /// One step of the pipeline: [`conclude`] computes its report on the persisted state (under
     /// the store's optimistic concurrency), then this writes what it returned — log line, Event,
     /// metrics, the status to Git, the notification, the write-back.
-    pub(super) async fn step(&mut self, config: &FleetConfig, step: Step) -> Result<Report, ReconcileError> {
-        let cluster = self.services.config.cluster.clone();
+    pub(super) async fn step(&mut self, run: &Run<'_>, step: Step) -> Result<Report, ReconcileError> {
+        let (config, cluster) = (run.config, self.services.config.cluster.clone());
         let write_back = self.services.config.write_back;
-        let ctx = Context { cluster: &cluster, now: Utc::now(), write_back, about: &self.about };
+        let ctx = Context { cluster: &cluster, now: Utc::now(), write_back, about: &run.about };
         let delivered = self.take_delivered();
         let written = self
             .services
@@ -1344,6 +1339,18 @@ impl Agent {
             tracing::warn!(error = %error_chain(&err), "could not record an Event");
         }
     }
+}
+
+/// What the stages of one operation share within a pass, built where the pass learns it
+/// ([`Agent::start`], [`Agent::resume`]) and handed to each stage: the agent keeps none of it
+/// between passes or stages.
+pub(super) struct Run<'p> {
+    /// The fleet repo as this pass read it.
+    pub checkout: &'p Checkout,
+    /// The configuration the operation's statuses, notifications and policies go by.
+    pub config: &'p FleetConfig,
+    /// The release in progress as the notifications describe it.
+    pub about: About,
 }
 
 /// Who runs the pre-apply checks ([`Agent::preapply`]): a pass, which records what it keeps as
