@@ -416,7 +416,7 @@ impl Agent {
         let refused = match self.last_known_good(id).await {
             Ok(verified) => {
                 tracing::info!(release = %id, "rollback target read from the last-known-good store");
-                return self.for_this_cluster(verified).await?.map_err(ReconcileError::Verify);
+                return self.for_this_cluster(verified).await?.or_error();
             }
             Err(LkgError::Missing { .. }) => {
                 tracing::info!(release = %id, "no stored copy of the rollback target; reading its tag");

@@ -31,7 +31,7 @@
 //! away) is tried again at the next listing; errors are logged, never fatal.
 
 use super::config::AgentConfig;
-use super::reconcile::{Agent, Check, Prechecked, ReconcileError, movement};
+use super::reconcile::{Agent, Check, Precheck, Prechecked, ReconcileError, Verified, movement};
 use crate::apply::{Action, ApplyError, ChangeSet};
 use crate::model::{ErrorClass, FleetConfig, PromotionMode, error_chain};
 use crate::release;
@@ -126,6 +126,14 @@ impl SpokePlan {
 
 fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// What the fleet configuration at one commit asks of this cluster.
+enum Asks {
+    Release(String),
+    Nothing,
+    /// The configuration does not load; why.
+    Invalid(String),
 }
 
 /// One pull request head judged by [`Agent::plan_pull_requests`].
@@ -237,18 +245,25 @@ impl Agent {
         // What the pull request changes: its head against where it left the branch, as the
         // forge shows it (a branch that moved on since does not count as the PR's change).
         let base = at_head.repo().merge_base(tip, head).map_err(SourceError::from)?;
-        let wants = |commit: git2::Oid| -> Result<Result<Option<String>, String>, SourceError> {
+        let asks = |commit: git2::Oid| -> Result<Asks, SourceError> {
             let tree = at_head.commit_tree(commit, &format!("{label} (at {})", short(commit)))?;
-            Ok(FleetConfig::load(&tree)
-                .map(|c| c.desired_release(&cluster).map(|(r, _)| r.to_string()))
-                .map_err(|e| error_chain(&e)))
+            Ok(match FleetConfig::load(&tree) {
+                Ok(config) => match config.desired_release(&cluster) {
+                    Some((release, _)) => Asks::Release(release.to_string()),
+                    None => Asks::Nothing,
+                },
+                Err(e) => Asks::Invalid(error_chain(&e)),
+            })
         };
-        let before = wants(base)?.ok().flatten();
-        let target = match wants(head)? {
-            Ok(Some(after)) if Some(&after) != before.as_ref() => after,
+        let before = match asks(base)? {
+            Asks::Release(release) => Some(release),
+            Asks::Nothing | Asks::Invalid(_) => None,
+        };
+        let target = match asks(head)? {
+            Asks::Release(after) if Some(&after) != before.as_ref() => after,
             // Nothing asked, or what is asked already: the agent keeps what runs.
-            Ok(_) => return Ok(SpokePlan::Unchanged),
-            Err(why) => {
+            Asks::Release(_) | Asks::Nothing => return Ok(SpokePlan::Unchanged),
+            Asks::Invalid(why) => {
                 return Ok(SpokePlan::Refused {
                     release: None,
                     reason: format!("the fleet configuration at the head is invalid: {why}"),
@@ -265,15 +280,15 @@ impl Agent {
         let state = self.services.store.load().await.map_err(ReconcileError::from)?;
         let signed = self.promotion_mode(&state, &desired.config) == PromotionMode::Signed;
         let verified = match self.judge(&at_head, &desired, signed, &state).map(|j| j.verdict) {
-            Ok(Ok(verified)) => verified,
-            Ok(Err(e)) => return refused(error_chain(&e)),
+            Ok(Verified::Release(verified)) => verified,
+            Ok(Verified::Refused(e)) => return refused(error_chain(&e)),
             Err(e) if e.class() == ErrorClass::Stalling => return refused(error_chain(&e)),
             Err(e) => return Err(ReconcileError::Verify(e).into()),
         };
         // In the variant this cluster would run, as the pass after the merge selects it.
         let verified = match self.for_this_cluster(verified).await? {
-            Ok(verified) => verified,
-            Err(e) => return refused(error_chain(&e)),
+            Verified::Release(verified) => verified,
+            Verified::Refused(e) => return refused(error_chain(&e)),
         };
         // The settings that judge it, as the pass after the merge will take them.
         let config = if signed {
@@ -287,15 +302,17 @@ impl Agent {
             }
         };
         let (_, returning_from) = movement(&state, &verified);
-        let Prechecked { admitted, dry_run, .. } =
-            match self.preapply(&verified, &config, returning_from.is_some(), Check::Plan).await {
-                Ok(Ok(checked)) => checked,
-                Ok(Err(blocker)) => return refused(format!("{}: {}", blocker.gate(), blocker.problems())),
-                // What the agent's RBAC lacks stalls the release after the merge just as surely.
-                Err(ReconcileError::Apply(e @ ApplyError::Forbidden(_))) => return refused(error_chain(&e)),
-                Err(e) if e.class() == ErrorClass::Stalling => return refused(error_chain(&e)),
-                Err(e) => return Err(e.into()),
-            };
+        let Prechecked { admitted, dry_run, .. } = match self
+            .preapply(&verified, &config, returning_from.is_some(), Check::Plan)
+            .await
+        {
+            Ok(Precheck::Passed(checked)) => checked,
+            Ok(Precheck::Blocked(blocker)) => return refused(format!("{}: {}", blocker.gate(), blocker.problems())),
+            // What the agent's RBAC lacks stalls the release after the merge just as surely.
+            Err(ReconcileError::Apply(e @ ApplyError::Forbidden(_))) => return refused(error_chain(&e)),
+            Err(e) if e.class() == ErrorClass::Stalling => return refused(error_chain(&e)),
+            Err(e) => return Err(e.into()),
+        };
         let changes = self.engine.changes(&admitted, &dry_run).await.map_err(ReconcileError::from)?;
         Ok(SpokePlan::applies(&target, &changes))
     }

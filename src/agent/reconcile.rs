@@ -20,6 +20,12 @@
 //! decision clears it. Any error before the apply starts defers the release (Verifying → Idle)
 //! for the next pass.
 //!
+//! The stages of one operation take its [`Run`] — the checkout this pass read, the trusted
+//! configuration, the release as notifications describe it — built where the pass learns them
+//! (`start`, `resume`), not notes the agent keeps between one stage and the next. A stage that judges the release returns its verdict ([`Verified`], [`Precheck`], the wave's
+//! `Approval`) inside `Result<_, ReconcileError>`: the verdict refuses, blocks or holds the
+//! release (a status says so), while an error is trouble that defers it.
+//!
 //! A wave with `approval: required` waits, after the wave gate lets it start, for a signed
 //! approval tag ([`release::check_approval`], the agent's approvers' keys) or an approving review
 //! of the promotion PR by an `--approver` login on the agent's forge: meanwhile a `pending`
@@ -161,10 +167,54 @@ pub enum Outcome {
     },
 }
 
+/// What verification made of a release: one that may run here, or why it cannot be used (a
+/// verdict, not trouble: the release is refused, and retrying would not change it).
+pub(super) enum Verified {
+    Release(VerifiedRelease),
+    Refused(VerifyError),
+}
+
+impl From<Result<VerifiedRelease, VerifyError>> for Verified {
+    fn from(result: Result<VerifiedRelease, VerifyError>) -> Self {
+        match result {
+            Ok(verified) => Verified::Release(verified),
+            Err(e) => Verified::Refused(e),
+        }
+    }
+}
+
+impl Verified {
+    /// The release, or its refusal as an error: for a release this agent accepted once (resume,
+    /// rollback target), where a refusal now is trouble, not a verdict on a new release.
+    pub(super) fn or_error(self) -> Result<VerifiedRelease, ReconcileError> {
+        match self {
+            Verified::Release(verified) => Ok(verified),
+            Verified::Refused(e) => Err(ReconcileError::Verify(e)),
+        }
+    }
+}
+
+/// What the wave's approval rule ([`Agent::approval`]) says about starting a release.
+enum Approval {
+    /// The wave does not require one, or the release moves back.
+    NotNeeded,
+    Given(ApprovalRecord),
+    /// None that counts yet; the tag's verdict says why.
+    Missing(release::ApprovalVerdict),
+}
+
+/// The verdict of the pre-apply checks ([`Agent::preapply`]).
+pub(super) enum Precheck<'r> {
+    /// The release may be applied.
+    Passed(Prechecked<'r>),
+    /// A check refuses the release, naming itself.
+    Blocked(Blocker),
+}
+
 /// What [`Agent::judge`] decided about a release, and what it learnt on the way (for the state).
 pub(super) struct Judged {
     /// The verified release, or why it cannot be used here.
-    pub verdict: Result<VerifiedRelease, VerifyError>,
+    pub verdict: Verified,
     /// The recorded tag pins, with the ones this verification added.
     pub pins: release::TagPins,
     /// Every revocation remembered or seen now.
@@ -200,8 +250,6 @@ pub struct Agent {
     /// Why the agent holds the cluster and which release it holds back, while it does: logged,
     /// recorded and reported once per (reason, release).
     last_pause: Option<(String, String)>,
-    /// The release in progress as notifications describe it: read when it starts or resumes.
-    about: About,
     /// Statuses delivered since the state was last written, still listed in its `unreported`:
     /// they are taken out by the next state write (the next step, or the next pass's start)
     /// rather than by a write of their own, which would stall the bake that follows a push
@@ -245,7 +293,6 @@ impl Agent {
             last_rollback_error: None,
             last_drift_check: None,
             last_pause: None,
-            about: About::default(),
             delivered: std::sync::Mutex::default(),
             plans: super::plans::PlanMemory::default(),
         })
@@ -524,8 +571,7 @@ impl Agent {
     /// The last rule of the wave gating: when the cluster's wave (`wave`, in the trusted `config`)
     /// requires approval, a move forward to `desired` needs one: a signed tag
     /// ([`release::check_approval`] with the approvers' keys), else an approving review of the
-    /// promotion PR by an `--approver` login ([`Self::forge_approval`]). `Ok(Ok(None))`: none
-    /// needed; `Ok(Err(verdict))`: none that counts, the tag's verdict saying why.
+    /// promotion PR by an `--approver` login ([`Self::forge_approval`]).
     async fn approval(
         &self,
         checkout: &Checkout,
@@ -533,18 +579,21 @@ impl Agent {
         wave: &str,
         desired: &DesiredRelease,
         movement: status::Move,
-    ) -> Result<Result<Option<ApprovalRecord>, release::ApprovalVerdict>, ReconcileError> {
+    ) -> Result<Approval, ReconcileError> {
         let required = config.fleet.spec.wave(wave).is_some_and(|(_, w)| w.approval == ApprovalSetting::Required);
         if !required || movement == status::Move::Back {
-            return Ok(Ok(None));
+            return Ok(Approval::NotNeeded);
         }
         let verdict = tokio::task::block_in_place(|| {
             release::check_approval(checkout, self.approvers.as_ref(), &desired.id, desired.tag.commit, wave)
         })?;
         if let release::ApprovalVerdict::Approved(record) = verdict {
-            return Ok(Ok(Some(record)));
+            return Ok(Approval::Given(record));
         }
-        Ok(self.forge_approval(checkout, &desired.id, wave).await.map(Some).ok_or(verdict))
+        Ok(match self.forge_approval(checkout, &desired.id, wave).await {
+            Some(record) => Approval::Given(record),
+            None => Approval::Missing(verdict),
+        })
     }
 
     /// An approving review, at its head, of the PR that promoted this cluster to `release`
@@ -648,21 +697,21 @@ impl Agent {
         let wave = desired.config.wave_of(&cluster);
         // Then the variant this cluster's own facts select: none fitting is refused the same way.
         let verified = match self.verify(checkout, &desired, tip).await? {
-            Ok(verified) => self.for_this_cluster(verified).await?,
-            Err(e) => Err(e),
+            Verified::Release(verified) => self.for_this_cluster(verified).await?,
+            refused @ Verified::Refused(_) => refused,
         };
         let verified = match verified {
-            Ok(verified) => verified,
-            Err(e) => {
-                self.about = About::read(checkout, &id, None, tip, wave);
-                return self.refuse(&desired.config, &id, commit, &e).await;
+            Verified::Release(verified) => verified,
+            Verified::Refused(e) => {
+                let about = About::read(checkout, &id, None, tip, wave);
+                return self.refuse(&Run { checkout, config: &desired.config, about }, &id, commit, &e).await;
             }
         };
-        self.about = About::read(checkout, &id, Some(&verified), tip, wave);
+        let about = About::read(checkout, &id, Some(&verified), tip, wave);
         let config = match self.policy_config(checkout, tip, &id, &commit) {
             Ok(config) => config,
             Err(ReconcileError::Verify(e)) if e.class() == ErrorClass::Stalling => {
-                return self.refuse(&desired.config, &id, commit, &e).await;
+                return self.refuse(&Run { checkout, config: &desired.config, about }, &id, commit, &e).await;
             }
             Err(e) => return Err(e),
         };
@@ -693,8 +742,9 @@ impl Agent {
         // The wave may start: does it wait for a person? Its clusters say so in a pending status.
         let wave = members.iter().find(|m| m.name == cluster).map(|m| m.wave.clone()).unwrap_or_default();
         let approval = match self.approval(checkout, &config, &wave, &desired, movement).await? {
-            Ok(approval) => approval,
-            Err(verdict) => {
+            Approval::NotNeeded => None,
+            Approval::Given(record) => Some(record),
+            Approval::Missing(verdict) => {
                 let ignored = match &verdict {
                     release::ApprovalVerdict::Ignored(problem) => Some(problem.to_string()),
                     _ => None,
@@ -718,29 +768,29 @@ impl Agent {
             }
             None => tracing::info!(release = %id, reason = %decision.reason, "starting release"),
         }
-        let config = &config;
-        self.step(config, Step::Begin { release: id.clone(), commit }).await?;
+        let run = Run { checkout, config: &config, about };
+        self.step(&run, Step::Begin { release: id.clone(), commit }).await?;
 
         // Pre-apply gates: requirements, CRD compatibility, live CRs, admission, dry run.
         let returning = returning_from.is_some();
-        let Prechecked { admitted, kept, .. } = match self.preapply(&verified, config, returning, Check::Pass).await {
-            Ok(Ok(checked)) => checked,
-            Ok(Err(blocker)) => {
+        let Prechecked { admitted, kept, .. } = match self.preapply(&verified, &config, returning, Check::Pass).await {
+            Ok(Precheck::Passed(checked)) => checked,
+            Ok(Precheck::Blocked(blocker)) => {
                 let reason = format!("{}: {}", blocker.gate(), blocker.problems());
-                self.step(config, Step::Blocked(blocker)).await?;
+                self.step(&run, Step::Blocked(blocker)).await?;
                 return Ok(Outcome::Blocked { release: id, reason });
             }
-            Err(e) => return self.defer(config, e).await,
+            Err(e) => return self.defer(&run, e).await,
         };
 
-        let (baseline, snapshot, rollback_target) = match self.prepare(config, &verified, &admitted).await {
+        let (baseline, snapshot, rollback_target) = match self.prepare(&config, &verified, &admitted).await {
             Ok(prepared) => prepared,
-            Err(e) => return self.defer(config, e).await,
+            Err(e) => return self.defer(&run, e).await,
         };
         let returning =
             returning_from.map(|from| Return { from, kept_crds: kept.into_iter().map(|k| k.name).collect() });
-        self.step(config, Step::StartApply { rollback_target, snapshot, approval, returning }).await?;
-        self.apply_and_bake(checkout, config, &verified, Some(admitted), baseline).await
+        self.step(&run, Step::StartApply { rollback_target, snapshot, approval, returning }).await?;
+        self.apply_and_bake(&run, &verified, Some(admitted), baseline).await
     }
 
     /// The fleet this agent belongs to: `--fleet`, else pinned from the first accepted release,
@@ -759,34 +809,34 @@ impl Agent {
     /// Refuses `id` (status `error`, rejected until a signed decision): it cannot be used here.
     async fn refuse(
         &mut self,
-        config: &FleetConfig,
+        run: &Run<'_>,
         id: &str,
         commit: String,
         e: &VerifyError,
     ) -> Result<Outcome, ReconcileError> {
         let message = error_chain(e);
-        self.step(config, Step::Begin { release: id.to_string(), commit }).await?;
-        self.step(config, Step::Refused { reason: verify_reason(e), message: message.clone() }).await?;
+        self.step(run, Step::Begin { release: id.to_string(), commit }).await?;
+        self.step(run, Step::Refused { reason: verify_reason(e), message: message.clone() }).await?;
         Ok(Outcome::Refused { release: id.to_string(), reason: message })
     }
 
     /// Verifies the desired release against the trusted keys and the recorded tag pins (recording
     /// new ones and the fleet's name), then checks the move from what the cluster runs
-    /// ([`release::check_move`]): `Ok(Err(_))` is a release that cannot be used, `Err(_)`
+    /// ([`release::check_move`]): [`Verified::Refused`] is a release that cannot be used, `Err(_)`
     /// trouble worth a retry.
     async fn verify(
         &mut self,
         checkout: &Checkout,
         desired: &DesiredRelease,
         tip: &TipTrust,
-    ) -> Result<Result<VerifiedRelease, VerifyError>, ReconcileError> {
+    ) -> Result<Verified, ReconcileError> {
         let state = self.services.store.load().await?;
         self.trust.fleet = self.services.config.fleet.clone().or_else(|| state.trust().fleet.clone());
         let judged = match self.judge(checkout, desired, tip.is_signed(), &state) {
             Ok(judged) => judged,
             // Reading the repo, verifying or storing a pin failed: nothing was decided.
             Err(e) if e.class() == ErrorClass::Retryable => return Err(ReconcileError::Verify(e)),
-            Err(e) => return Ok(Err(e)),
+            Err(e) => return Ok(Verified::Refused(e)),
         };
         if judged.unseen {
             self.update(|s| {
@@ -796,8 +846,8 @@ impl Agent {
             .await?;
         }
         let verified = match judged.verdict {
-            Ok(v) => v,
-            Err(e) => return Ok(Err(e)),
+            Verified::Release(v) => v,
+            refused @ Verified::Refused(_) => return Ok(refused),
         };
         self.update(|s| {
             s.record_tag_pins(&judged.pins);
@@ -805,7 +855,7 @@ impl Agent {
             Ok(())
         })
         .await?;
-        Ok(Ok(verified))
+        Ok(Verified::Release(verified))
     }
 
     /// The judgement of [`Self::verify`] over `state`, writing nothing: the release verified with
@@ -840,7 +890,7 @@ impl Agent {
                 None => None,
             };
             let standing = release::Standing { newest, undo: undo.as_deref(), revoked: &revoked, signed_decision };
-            let verdict = release::check_move(&verified, &standing).map(|()| verified);
+            let verdict = release::check_move(&verified, &standing).map(|()| verified).into();
             Ok(Judged { verdict, pins, revoked, unseen, fleet })
         })
     }
@@ -874,8 +924,8 @@ impl Agent {
 
     /// Ends a pass that failed before the apply: the release is deferred (not rejected) and the
     /// error returned, so the next pass tries again.
-    async fn defer(&mut self, config: &FleetConfig, e: ReconcileError) -> Result<Outcome, ReconcileError> {
-        self.step(config, Step::Deferred { why: error_chain(&e) }).await?;
+    async fn defer(&mut self, run: &Run<'_>, e: ReconcileError) -> Result<Outcome, ReconcileError> {
+        self.step(run, Step::Deferred { why: error_chain(&e) }).await?;
         Err(e)
     }
 
@@ -930,14 +980,13 @@ impl Agent {
     /// it has no `admitted` set from this pass's pre-apply stage and admits the release again.
     async fn apply_and_bake(
         &mut self,
-        checkout: &Checkout,
-        config: &FleetConfig,
+        run: &Run<'_>,
         verified: &VerifiedRelease,
         admitted: Option<AdmittedSet<'_>>,
         baseline: gates::Baseline,
     ) -> Result<Outcome, ReconcileError> {
         let returning = self.services.store.load().await?.operation().is_some_and(|op| op.returning.is_some());
-        let applied = self.apply_and_prune(verified, config, admitted, returning).await;
+        let applied = self.apply_and_prune(verified, run.config, admitted, returning).await;
         if let Err(e) = applied {
             if e.class() == ErrorClass::Retryable && matches!(e, ReconcileError::Apply(ApplyError::Kube { .. })) {
                 // The API server is unreachable: nothing can be rolled back either. Stay in
@@ -945,20 +994,16 @@ impl Agent {
                 return Err(e);
             }
             let failure = Failure::new(e.reason(), error_chain(&e));
-            return self.roll_back(checkout, config, failure, Vec::new()).await;
+            return self.roll_back(run, failure, Vec::new()).await;
         }
-        let bake_time = bake_policy(config, &self.services.config.cluster, returning).bake_time;
-        self.step(config, Step::Applied { bake_time }).await?;
-        self.bake(checkout, config, baseline).await
+        let bake_time = bake_policy(run.config, &self.services.config.cluster, returning).bake_time;
+        self.step(run, Step::Applied { bake_time }).await?;
+        self.bake(run, baseline).await
     }
 
     /// Bakes the applied release (until `applied_at + bakeTime`, also after a restart).
-    async fn bake(
-        &mut self,
-        checkout: &Checkout,
-        config: &FleetConfig,
-        baseline: gates::Baseline,
-    ) -> Result<Outcome, ReconcileError> {
+    async fn bake(&mut self, run: &Run<'_>, baseline: gates::Baseline) -> Result<Outcome, ReconcileError> {
+        let config = run.config;
         let state = self.services.store.load().await?;
         let Progress::Baking { operation, applied_at } = state.progress() else {
             return Err(TransitionError::WrongPhase { action: "bake", phase: state.phase(), needs: "Baking" }.into());
@@ -989,13 +1034,13 @@ impl Agent {
                 // Stored before the verdict is persisted: an agent killed in between bakes again
                 // and stores the same bytes again, while one killed after it would never store
                 // them (it finds the release done).
-                self.keep_last_known_good(checkout, &operation.release).await;
-                self.step(config, Step::Passed { bake_time, figures: figures(evaluations) }).await?;
+                self.keep_last_known_good(run.checkout, &operation.release).await;
+                self.step(run, Step::Passed { bake_time, figures: figures(evaluations) }).await?;
                 Ok(Outcome::Succeeded(operation.release.clone()))
             }
             BakeVerdict::Failed { ref gate, ref evaluations, .. } => {
                 let failure = Failure::new("GateFailed", gate.to_string());
-                self.roll_back(checkout, config, failure, figures(evaluations)).await
+                self.roll_back(run, failure, figures(evaluations)).await
             }
         }
     }
@@ -1010,17 +1055,18 @@ impl Agent {
         let Some(operation) = progress.operation() else { return Ok(Outcome::UpToDate) };
         tracing::warn!(release = %operation.release, phase = %progress.phase(), "resuming an unfinished operation");
         let config = self.policy_config(checkout, tip, &operation.release, &operation.commit)?;
-        self.about = {
+        let about = {
             // Boxed, and dropped before the operation resumes: the loop's future stays small.
             let verified = Box::pin(self.verify_known(checkout, &operation.release)).await.ok();
             let wave = config.wave_of(&self.services.config.cluster);
             About::read(checkout, &operation.release, verified.as_ref(), tip, wave)
         };
+        let run = Run { checkout, config: &config, about };
         match &progress {
             Progress::Idle => Ok(Outcome::UpToDate),
             Progress::Verifying(_) => {
                 // Nothing was applied yet: start over from the current Git state.
-                self.step(&config, Step::Deferred { why: "the agent restarted while verifying".into() }).await?;
+                self.step(&run, Step::Deferred { why: "the agent restarted while verifying".into() }).await?;
                 Ok(Outcome::UpToDate)
             }
             Progress::Applying(op) => {
@@ -1028,17 +1074,17 @@ impl Agent {
                     Ok(v) => v,
                     Err(e) => {
                         let failure = Failure::new("VerificationFailed", error_chain(&e));
-                        return self.roll_back(checkout, &config, failure, Vec::new()).await;
+                        return self.roll_back(&run, failure, Vec::new()).await;
                     }
                 };
                 let baseline = self.saved_baseline(&config, op.baseline.clone()).await?;
-                self.apply_and_bake(checkout, &config, &verified, None, baseline).await
+                self.apply_and_bake(&run, &verified, None, baseline).await
             }
             Progress::Baking { operation, .. } => {
                 let baseline = self.saved_baseline(&config, operation.baseline.clone()).await?;
-                self.bake(checkout, &config, baseline).await
+                self.bake(&run, baseline).await
             }
-            Progress::RollingBack(_) => self.finish_rollback(checkout, &config).await,
+            Progress::RollingBack(_) => self.finish_rollback(&run).await,
         }
     }
 
@@ -1075,34 +1121,31 @@ impl Agent {
             let desired = release::resolve_release(checkout, &self.services.config.cluster, id)?;
             release::verify(checkout, &desired, &self.trust, &mut pins).map_err(ReconcileError::Verify)
         })?;
-        self.for_this_cluster(verified).await?.map_err(ReconcileError::Verify)
+        self.for_this_cluster(verified).await?.or_error()
     }
 
     /// `verified` as this cluster runs it: the variant its live facts (server version, node
     /// architectures) and the agent's own `labels` select — never the branch's `clusters/`
     /// labels. A release without variants is returned as it is, without reading the cluster.
-    /// `Ok(Err(_))`: no variant fits; `Err(_)`: the facts could not be read.
-    pub(super) async fn for_this_cluster(
-        &self,
-        verified: VerifiedRelease,
-    ) -> Result<Result<VerifiedRelease, VerifyError>, ReconcileError> {
+    /// [`Verified::Refused`]: no variant fits; `Err(_)`: the facts could not be read.
+    pub(super) async fn for_this_cluster(&self, verified: VerifiedRelease) -> Result<Verified, ReconcileError> {
         if verified.release().spec.variants.is_empty() {
-            return Ok(Ok(verified));
+            return Ok(Verified::Release(verified));
         }
         let facts = gates::read_cluster_facts(&self.services.client, PREAPPLY_CALL_TIMEOUT).await?;
         let selected = verified.for_cluster(&facts, &self.services.config.labels);
         if let Ok(v) = &selected {
             tracing::debug!(release = v.id(), variant = v.variant(), "variant selected by the cluster's facts");
         }
-        Ok(selected)
+        Ok(selected.into())
     }
 
     pub(super) fn admission_policy(&self, config: &FleetConfig) -> AdmissionPolicy {
         AdmissionPolicy::effective(self.admission_baseline.clone(), &config.admission_policies)
     }
 
-    /// The manifests stage and the pre-apply gates: `Ok(checked)` may be applied, `Err(blocker)`
-    /// refuses the release, naming the check that did.
+    /// The manifests stage and the pre-apply gates: [`Precheck::Passed`] may be applied,
+    /// [`Precheck::Blocked`] refuses the release, naming the check that did.
     /// A return (`returning`) first keeps the live CRDs the target would narrow, so the CRD gate
     /// judges what will really be applied; they are returned with the set (and, in a pass,
     /// recorded as Events; a plan keeps nothing).
@@ -1112,10 +1155,12 @@ impl Agent {
         config: &FleetConfig,
         returning: bool,
         check: Check,
-    ) -> Result<Result<Prechecked<'r>, Blocker>, ReconcileError> {
+    ) -> Result<Precheck<'r>, ReconcileError> {
         let mut admitted = match self.engine.admit(verified, &self.admission_policy(config)).await {
             Ok(admitted) => admitted,
-            Err(e) if e.class() == ErrorClass::Stalling => return Ok(Err(Blocker::Admission(error_chain(&e)))),
+            Err(e) if e.class() == ErrorClass::Stalling => {
+                return Ok(Precheck::Blocked(Blocker::Admission(error_chain(&e))));
+            }
             Err(e) => return Err(e.into()),
         };
         let kept = match returning {
@@ -1127,11 +1172,11 @@ impl Agent {
         if let Err(e) =
             gates::check_gate_kinds(&gate_policy(config, &self.services.config.cluster), admitted.crds(), allowed)
         {
-            return Ok(Err(Blocker::GatePolicy(e.to_string())));
+            return Ok(Precheck::Blocked(Blocker::GatePolicy(e.to_string())));
         }
         let accept = match gates::crd_compat::Acceptance::parse_all(&verified.release().spec.accept_crd_changes) {
             Ok(accept) => accept,
-            Err(why) => return Ok(Err(Blocker::Admission(why))),
+            Err(why) => return Ok(Precheck::Blocked(Blocker::Admission(why))),
         };
         // The dry run before the gates: it asks the API server, object by object, whether the agent
         // may write the release at all, and what its RBAC lacks (ApplyError::Forbidden) is said
@@ -1150,13 +1195,13 @@ impl Agent {
         )
         .await?;
         if let Some(block) = report.blocked {
-            return Ok(Err(Blocker::Gate(block)));
+            return Ok(Precheck::Blocked(Blocker::Gate(block)));
         }
         match dry_run {
-            Ok(dry_run) => Ok(Ok(Prechecked { admitted, kept, dry_run })),
+            Ok(dry_run) => Ok(Precheck::Passed(Prechecked { admitted, kept, dry_run })),
             // Taking over a live object fleetgate did not apply: refused like any admission rule.
-            Err(e @ ApplyError::Admission(_)) => Ok(Err(Blocker::Admission(error_chain(&e)))),
-            Err(e) if e.class() == ErrorClass::Stalling => Ok(Err(Blocker::DryRun(error_chain(&e)))),
+            Err(e @ ApplyError::Admission(_)) => Ok(Precheck::Blocked(Blocker::Admission(error_chain(&e)))),
+            Err(e) if e.class() == ErrorClass::Stalling => Ok(Precheck::Blocked(Blocker::DryRun(error_chain(&e)))),
             Err(e) => Err(e.into()),
         }
     }
@@ -1174,10 +1219,10 @@ impl Agent {
     /// One step of the pipeline: [`conclude`] computes its report on the persisted state (under
     /// the store's optimistic concurrency), then this writes what it returned — log line, Event,
     /// metrics, the status to Git, the notification, the write-back.
-    pub(super) async fn step(&mut self, config: &FleetConfig, step: Step) -> Result<Report, ReconcileError> {
-        let cluster = self.services.config.cluster.clone();
+    pub(super) async fn step(&mut self, run: &Run<'_>, step: Step) -> Result<Report, ReconcileError> {
+        let (config, cluster) = (run.config, self.services.config.cluster.clone());
         let write_back = self.services.config.write_back;
-        let ctx = Context { cluster: &cluster, now: Utc::now(), write_back, about: &self.about };
+        let ctx = Context { cluster: &cluster, now: Utc::now(), write_back, about: &run.about };
         let delivered = self.take_delivered();
         let written = self
             .services
@@ -1294,6 +1339,18 @@ impl Agent {
             tracing::warn!(error = %error_chain(&err), "could not record an Event");
         }
     }
+}
+
+/// What the stages of one operation share within a pass, built where the pass learns it
+/// ([`Agent::start`], [`Agent::resume`]) and handed to each stage: the agent keeps none of it
+/// between passes or stages.
+pub(super) struct Run<'p> {
+    /// The fleet repo as this pass read it.
+    pub checkout: &'p Checkout,
+    /// The configuration the operation's statuses, notifications and policies go by.
+    pub config: &'p FleetConfig,
+    /// The release in progress as the notifications describe it.
+    pub about: About,
 }
 
 /// Who runs the pre-apply checks ([`Agent::preapply`]): a pass, which records what it keeps as

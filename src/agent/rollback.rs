@@ -17,7 +17,7 @@
 //! (phase `RollingBack` is persisted before the first step). A failed attempt is reported once
 //! (`error` status, notification) and retried at the next pass.
 
-use super::reconcile::{Agent, Outcome, ReconcileError};
+use super::reconcile::{Agent, Outcome, ReconcileError, Run};
 use super::report::Step;
 use super::state::{Failure, Progress, Rollback, TransitionError};
 use crate::apply::{AdmittedSet, ApplyError, Engine};
@@ -34,40 +34,35 @@ impl Agent {
     /// then rolls back.
     pub(super) async fn roll_back(
         &mut self,
-        checkout: &Checkout,
-        config: &FleetConfig,
+        run: &Run<'_>,
         failure: Failure,
         figures: Vec<GateFigure>,
     ) -> Result<Outcome, ReconcileError> {
         tracing::warn!(reason = %failure.reason, "{}", failure.message);
         let reason = failure.reason.clone();
-        self.step(config, Step::Failed { failure, figures }).await?;
+        self.step(run, Step::Failed { failure, figures }).await?;
         // Counted once persisted: a verdict the API server never took is judged again next pass.
         self.services.metrics.record_rollback(&reason);
-        self.finish_rollback(checkout, config).await
+        self.finish_rollback(run).await
     }
 
     /// The rollback proper (phase `RollingBack`), then the `failure` status.
-    pub(super) async fn finish_rollback(
-        &mut self,
-        checkout: &Checkout,
-        config: &FleetConfig,
-    ) -> Result<Outcome, ReconcileError> {
+    pub(super) async fn finish_rollback(&mut self, run: &Run<'_>) -> Result<Outcome, ReconcileError> {
         let state = self.services.store.load().await?;
         let Progress::RollingBack(rollback) = state.progress() else {
             let phase = state.phase();
             return Err(TransitionError::WrongPhase { action: "roll back", phase, needs: "RollingBack" }.into());
         };
-        if let Err(e) = self.restore(checkout, config, rollback).await {
+        if let Err(e) = self.restore(run.checkout, run.config, rollback).await {
             let message = error_chain(&e);
             if self.last_rollback_error.as_deref() != Some(message.as_str()) {
-                self.step(config, Step::RollbackFailed { message: message.clone() }).await?;
+                self.step(run, Step::RollbackFailed { message: message.clone() }).await?;
                 self.last_rollback_error = Some(message);
             }
             return Err(e);
         }
         self.last_rollback_error = None;
-        self.step(config, Step::RolledBack).await?;
+        self.step(run, Step::RolledBack).await?;
         let operation = &rollback.operation;
         Ok(Outcome::RolledBack { release: operation.release.clone(), to: operation.rollback_target.clone() })
     }
