@@ -613,7 +613,8 @@ mod tests {
         other.insert_unverified("cluster-c", on("rel-8", State::Success, 9), Unverified::Unsigned);
         merged.absorb(other);
         let all: StatusSet = first.iter().chain(&second).cloned().collect();
-        for (cluster, release) in [("cluster-a", "rel-7"), ("cluster-a", "rel-8"), ("cluster-a", "rel-9"), ("cluster-b", "rel-8")]
+        for (cluster, release) in
+            [("cluster-a", "rel-7"), ("cluster-a", "rel-8"), ("cluster-a", "rel-9"), ("cluster-b", "rel-8")]
         {
             assert_eq!(merged.history(cluster, release), all.history(cluster, release), "{cluster} {release}");
         }

@@ -12,7 +12,7 @@
 //! local `refs/notes/fleetgate/<cluster>` (fast-forward, or the same merge), so a local entry that
 //! was never pushed is never lost, and a plain `git log --notes='fleetgate/*'` shows them.
 
-use super::identity::{KeyError, StatusIdentity, StatusKeys, Unverified};
+use super::identity::{KeyError, StatusIdentity, StatusKeys};
 use super::memo::{self, Listing, NoteContext, NoteRead, Remembered, VerifiedNotes};
 use super::model::{NoteParseError, Status, StatusNote, StatusSet, latest_per_release};
 use crate::model::error_chain;
@@ -623,7 +623,7 @@ fn read_blob(repo: &Repository, blob: Oid, refname: &str, commit: Oid) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::State;
+    use crate::status::{State, Unverified};
 
     fn repo() -> (tempfile::TempDir, Repository) {
         let dir = tempfile::tempdir().unwrap();
@@ -800,7 +800,9 @@ mod tests {
         let mut memo = VerifiedNotes::new();
         read_all_remembering(&repo, &asked, &keys, &mut memo).unwrap();
         let descriptions = |set: &StatusSet| -> Vec<String> {
-            asked.iter().filter_map(|c| set.history("a", "rel-1").iter().find(|s| s.commit == c.to_string()))
+            asked
+                .iter()
+                .filter_map(|c| set.history("a", "rel-1").iter().find(|s| s.commit == c.to_string()))
                 .map(|s| s.description.clone())
                 .collect()
         };
