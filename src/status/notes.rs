@@ -581,7 +581,7 @@ fn read_refs(
         }
         let mut notes = Vec::with_capacity(tree.len());
         for entry in tree.iter() {
-            let Some(commit) = entry.name().filter(|n| n.len() == 40).and_then(|n| Oid::from_str(n).ok()) else {
+            let Some(commit) = entry.name().ok().filter(|n| n.len() == 40).and_then(|n| Oid::from_str(n).ok()) else {
                 continue;
             };
             let blob = entry.id();
