@@ -22,9 +22,10 @@
 //!
 //! The stages of one operation take its [`Run`] — the checkout this pass read, the trusted
 //! configuration, the release as notifications describe it — built where the pass learns them
-//! (`start`, `resume`), not notes the agent keeps between one stage and the next. A stage that judges the release returns its verdict ([`Verified`], [`Precheck`], the wave's
-//! `Approval`) inside `Result<_, ReconcileError>`: the verdict refuses, blocks or holds the
-//! release (a status says so), while an error is trouble that defers it.
+//! (`start`, `resume`), not notes the agent keeps between one stage and the next. A stage that
+//! judges the release returns its verdict ([`Verified`], [`Precheck`], the wave's `Approval`)
+//! inside `Result<_, ReconcileError>`: the verdict refuses, blocks or holds the release (a status
+//! says so), while an error is trouble that defers it.
 //!
 //! A wave with `approval: required` waits, after the wave gate lets it start, for a signed
 //! approval tag ([`release::check_approval`], the agent's approvers' keys) or an approving review

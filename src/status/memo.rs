@@ -200,8 +200,8 @@ impl Listed<'_> {
     }
 }
 
-/// What the record of a note covers that its verified entries repeat (they name the cluster
-/// whose notes hold them, the fleet, and — up to case — the commit), so it is stored once.
+/// What a listed note's place says that its verified entries repeat (they name the cluster whose
+/// notes hold them, the fleet, and — up to case — the commit), so it is stored once.
 pub(crate) struct NoteContext<'a> {
     pub cluster: &'a str,
     pub commit: &'a str,
