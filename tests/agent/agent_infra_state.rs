@@ -6,11 +6,13 @@
 
 use chrono::Utc;
 use fleetgate::agent::state::{Failure, Next, Phase, Progress, StateError, StateStore, TransitionError};
+use fleetgate::apply::AgentKey;
 use fleetgate::release::TagPins;
 use fleetgate_testenv::wait::within;
 use fleetgate_testenv::{ClusterOptions, DeployManifests, TestCluster};
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, Patch, PatchParams};
+use std::collections::BTreeMap;
 
 const NS: &str = "fleetgate-system";
 
@@ -125,13 +127,24 @@ async fn state_survives_a_restart_mid_operation_and_damage_is_refused() {
 #[tokio::test]
 async fn concurrent_writers_conflict_and_the_loser_reapplies_or_refuses() {
     let (_cluster, agent) = deployed_cluster("state-conflict").await;
+    // Two replicas starting together: whichever creates the state first, both load it.
     let a = StateStore::new(agent.clone(), NS, "wave-1");
     let b = StateStore::new(agent.clone(), NS, "wave-1");
-    within("load", 30, async {
-        a.load().await.unwrap();
-        b.load().await.unwrap();
-    })
-    .await;
+    let (loaded_a, loaded_b) = within("load", 30, async { tokio::join!(a.load(), b.load()) }).await;
+    assert_eq!((loaded_a.unwrap().phase(), loaded_b.unwrap().phase()), (Phase::Idle, Phase::Idle));
+
+    // The moment in between: one replica has made the state key but not yet the ConfigMap. The
+    // other starts then; nothing was ever saved with that key, so it creates the state with it.
+    let secrets: Api<Secret> = Api::namespaced(agent.clone(), NS);
+    within("key", 30, AgentKey::create(&secrets, "fleetgate-state-key-wave-2", BTreeMap::new())).await.unwrap();
+    let late = StateStore::new(agent.clone(), NS, "wave-2");
+    assert_eq!(within("load", 30, late.load()).await.unwrap().phase(), Phase::Idle);
+    let again = StateStore::new(agent.clone(), NS, "wave-2");
+    assert_eq!(
+        within("reload", 30, again.load()).await.unwrap().phase(),
+        Phase::Idle,
+        "sealed with the key in the Secret"
+    );
 
     // Both start from the same resourceVersion. A writes first; B's write conflicts, B reloads and
     // re-applies its change (a commutative one: recording a tag pin) on top of A's.

@@ -60,6 +60,10 @@ async fn only_the_leader_acts_and_a_killed_leader_hands_its_bake_over() {
     let (leader, standby) = if lead.starts_with("agent-a_") { (0, 1) } else { (1, 0) };
     assert!(lead.starts_with(["agent-a_", "agent-b_"][leader]), "{lead}");
 
+    // Both replicas start at once (they race to create the state): the standby too comes up and serves.
+    let standby_says = wait_for("the standby's /metrics", 60, || leader_metric(ports[standby])).await;
+    assert_eq!(standby_says, "0", "the standby does not lead");
+
     wait_for("the leader baking rel-1", 120, || async {
         (fleet.phase().await.as_deref() == Some("Baking")).then_some(())
     })

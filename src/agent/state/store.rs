@@ -559,6 +559,14 @@ impl StateStore {
                     }
                     return Ok(Persisted { state: self.decode(&object)?, object, key });
                 }
+                // The key exists but no state was ever saved with it (the Secret records no
+                // generation and this process read none): another replica is between creating
+                // the key and creating the ConfigMap. Creating the empty state here erases nothing.
+                (None, Some(key)) if self.newest_generation.load(std::sync::atomic::Ordering::Relaxed) == 0 => {
+                    if let Some(created) = self.create_empty(key).await? {
+                        return Ok(created);
+                    }
+                }
                 (None, Some(_)) => {
                     return Err(self.refused(format!(
                         "it no longer exists, though this agent sealed it before (Secret {} exists): deleting it \
@@ -568,11 +576,8 @@ impl StateStore {
                 }
                 (None, None) => {
                     let key = self.create_key().await?;
-                    let empty = self.empty_object(&key);
-                    match self.api.create(&PostParams::default(), &empty).await {
-                        Ok(object) => return Ok(Persisted { state: AgentState::default(), object, key }),
-                        Err(kube::Error::Api(s)) if s.is_already_exists() => continue,
-                        Err(e) => return Err(self.kube_error("creating", e)),
+                    if let Some(created) = self.create_empty(key).await? {
+                        return Ok(created);
                     }
                 }
                 (Some(object), None) => {
@@ -714,6 +719,15 @@ impl StateStore {
             ("app.kubernetes.io/component".to_string(), "agent-state".to_string()),
             (CLUSTER_LABEL.to_string(), self.cluster.clone()),
         ])
+    }
+
+    /// Creates the empty state sealed with `key`; None when another replica created it first.
+    async fn create_empty(&self, key: AgentKey) -> Result<Option<Persisted>, StateError> {
+        match self.api.create(&PostParams::default(), &self.empty_object(&key)).await {
+            Ok(object) => Ok(Some(Persisted { state: AgentState::default(), object, key })),
+            Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(None),
+            Err(e) => Err(self.kube_error("creating", e)),
+        }
     }
 
     fn empty_object(&self, key: &AgentKey) -> ConfigMap {
