@@ -391,17 +391,9 @@ impl Agent {
             let checkout = bundle.unpack(dir.path()).map_err(&tampered)?;
             let desired = release::resolve_release(&checkout, &self.services.config.cluster, id)
                 .map_err(|e| tampered(error_chain(&e)))?;
-            release::verify(&checkout, &desired, &self.trust, &mut pins).map_err(refused)
+            // Held to the fleet the state pinned, not the bundle's own fleet.yaml.
+            release::verify(&checkout, &desired, &self.keyring, self.pinned_fleet(&state), &mut pins).map_err(refused)
         })?;
-        // A restarted agent has not pinned its fleet in `self.trust` yet (verify then takes the
-        // bundle's own fleet.yaml): hold the copy to the fleet the state pinned.
-        let fleet = self.services.config.fleet.clone().or_else(|| state.trust().fleet.clone());
-        if let Some(expected) = fleet
-            && verified.release().spec.fleet.as_deref() != Some(expected.as_str())
-        {
-            let found = verified.release().spec.fleet.clone();
-            return Err(refused(VerifyError::OtherFleet { release: id.to_string(), found, expected }));
-        }
         Ok(verified)
     }
 

@@ -50,7 +50,7 @@ use crate::model::{
     ApprovalRecord, ApprovalSetting, ErrorClass, FleetConfig, GatePolicySpec, PromotionMode, ReleaseAdmissionPolicySpec,
 };
 use crate::model::{error_chain, stop_point};
-use crate::release::{self, DesiredRelease, Keyring, TipTrust, TrustConfig, VerifiedRelease, VerifyError};
+use crate::release::{self, DesiredRelease, Keyring, TipTrust, VerifiedRelease, VerifyError};
 use crate::source::{Checkout, NotesSchedule, Source, SourceError};
 use crate::status::{self, GateFigure, GitNotesBackend, GitRemote, Publisher, Status};
 use chrono::Utc;
@@ -230,7 +230,7 @@ pub(super) struct Judged {
 pub struct Agent {
     pub(super) services: AgentServices,
     pub(super) source: Source,
-    pub(super) trust: TrustConfig,
+    pub(super) keyring: Keyring,
     /// Who may sign promotion commits (the release keys when the agent is given none).
     promotion_keys: Option<Keyring>,
     /// Who may approve a release for a wave that requires it (none: no approval counts).
@@ -269,7 +269,6 @@ impl Agent {
             .with_limits(config.fetch_limits)
             .with_notes(NotesSchedule::Fresh);
         let keyring = Keyring::from_files(&config.trusted_keys)?;
-        let trust = TrustConfig { keyring, fleet: config.fleet.clone() };
         let optional = |files: &[std::path::PathBuf]| {
             if files.is_empty() { Ok(None) } else { Keyring::from_files(files).map(Some) }
         };
@@ -283,7 +282,7 @@ impl Agent {
         Ok(Agent {
             services,
             source,
-            trust,
+            keyring,
             promotion_keys,
             approvers,
             signed_releases: release::SignedReleases::default(),
@@ -658,10 +657,10 @@ impl Agent {
         let tip_config = self.config_at_tip(checkout).ok();
         let tip_says = tip_config.as_ref().map(|c| c.fleet.spec.promotions).unwrap_or_default();
         let mode = release::effective_mode(self.services.config.promotions, state.trust().signed_promotions, tip_says);
-        let keys = self.promotion_keys.as_ref().unwrap_or(&self.trust.keyring);
+        let keys = self.promotion_keys.as_ref().unwrap_or(&self.keyring);
         let accepted = state.trust().accepted_tip.as_deref();
         // Write-backs are checked with the pinned status keys (status::check_tip).
-        let fleet = tip_config.as_ref().map(|c| self.fleet_name(c)).unwrap_or_default();
+        let fleet = tip_config.as_ref().map(|c| self.fleet_name(state, c)).unwrap_or_default();
         let clusters = status::StatusKeys::from_openssh(&fleet, &state.trust().status_keys);
         Ok(tokio::task::block_in_place(|| status::check_tip(checkout, mode, keys, accepted, &clusters))?)
     }
@@ -794,17 +793,24 @@ impl Agent {
         self.apply_and_bake(&run, &verified, Some(admitted), baseline).await
     }
 
-    /// The fleet this agent belongs to: `--fleet`, else pinned from the first accepted release,
-    /// else (before any) the tip's `fleet.yaml`.
-    fn fleet_name(&self, config: &FleetConfig) -> String {
-        self.trust.fleet.clone().unwrap_or_else(|| config.fleet.name().to_string())
+    /// The fleet this agent belongs to, once known: `--fleet`, else the name `state` pinned from
+    /// the first accepted release. Read from the state each time, so a restarted agent holds
+    /// its first pass (a resume, a rollback) to the pin as well.
+    pub(super) fn pinned_fleet<'a>(&'a self, state: &'a AgentState) -> Option<&'a str> {
+        self.services.config.fleet.as_deref().or(state.trust().fleet.as_deref())
+    }
+
+    /// [`Self::pinned_fleet`], else (before any release was accepted) the name in `config`, the
+    /// tip's `fleet.yaml`.
+    fn fleet_name(&self, state: &AgentState, config: &FleetConfig) -> String {
+        self.pinned_fleet(state).unwrap_or(config.fleet.name()).to_string()
     }
 
     /// The keys statuses are believed with: the pinned ones ([`AgentState::pin_status_keys`]),
     /// for this agent's fleet.
     async fn status_keys(&self, config: &FleetConfig) -> Result<status::StatusKeys, ReconcileError> {
         let state = self.services.store.load().await?;
-        Ok(status::StatusKeys::from_openssh(&self.fleet_name(config), &state.trust().status_keys))
+        Ok(status::StatusKeys::from_openssh(&self.fleet_name(&state, config), &state.trust().status_keys))
     }
 
     /// Refuses `id` (status `error`, rejected until a signed decision): it cannot be used here.
@@ -832,7 +838,6 @@ impl Agent {
         tip: &TipTrust,
     ) -> Result<Verified, ReconcileError> {
         let state = self.services.store.load().await?;
-        self.trust.fleet = self.services.config.fleet.clone().or_else(|| state.trust().fleet.clone());
         let judged = match self.judge(checkout, desired, tip.is_signed(), &state) {
             Ok(judged) => judged,
             // Reading the repo, verifying or storing a pin failed: nothing was decided.
@@ -871,23 +876,23 @@ impl Agent {
         state: &AgentState,
     ) -> Result<Judged, VerifyError> {
         let mut pins = state.tag_pins().clone();
-        let fleet = self.trust.fleet.clone().unwrap_or_else(|| desired.config.fleet.name().to_string());
-        let (trust, signed) = (&self.trust, &mut self.signed_releases);
+        let fleet = self.fleet_name(state, &desired.config);
+        let (keyring, signed) = (&self.keyring, &mut self.signed_releases);
         // Revocations are remembered once seen (state), so deleting the tag that revoked a
         // release never makes it runnable again.
         let mut revoked = state.trust().revoked.clone();
         tokio::task::block_in_place(|| {
-            let verified = release::verify(checkout, desired, trust, &mut pins)?;
-            let seen = signed.revocations(checkout, &trust.keyring, &pins, &fleet)?;
+            let verified = release::verify(checkout, desired, keyring, Some(&fleet), &mut pins)?;
+            let seen = signed.revocations(checkout, keyring, &pins, &fleet)?;
             let unseen = seen.iter().any(|(r, _)| !revoked.contains_key(r));
             for (release, by) in seen {
                 revoked.entry(release).or_insert(by);
             }
             let newest = state.trust().newest.as_ref();
             let undo = match newest {
-                Some(n) => signed
-                    .get(checkout, &trust.keyring, &pins, &fleet, &n.release)?
-                    .and_then(|r| r.spec.rollback_to.clone()),
+                Some(n) => {
+                    signed.get(checkout, keyring, &pins, &fleet, &n.release)?.and_then(|r| r.spec.rollback_to.clone())
+                }
                 None => None,
             };
             let standing = release::Standing { newest, undo: undo.as_deref(), revoked: &revoked, signed_decision };
@@ -1117,10 +1122,12 @@ impl Agent {
     /// target), against the tag pins it recorded then, as this cluster runs it
     /// ([`Self::for_this_cluster`]).
     pub(super) async fn verify_known(&self, checkout: &Checkout, id: &str) -> Result<VerifiedRelease, ReconcileError> {
-        let mut pins = self.services.store.load().await?.tag_pins().clone();
+        let state = self.services.store.load().await?;
+        let mut pins = state.tag_pins().clone();
         let verified = tokio::task::block_in_place(|| {
             let desired = release::resolve_release(checkout, &self.services.config.cluster, id)?;
-            release::verify(checkout, &desired, &self.trust, &mut pins).map_err(ReconcileError::Verify)
+            release::verify(checkout, &desired, &self.keyring, self.pinned_fleet(&state), &mut pins)
+                .map_err(ReconcileError::Verify)
         })?;
         self.for_this_cluster(verified).await?.or_error()
     }
@@ -1304,7 +1311,10 @@ impl Agent {
             Ok(creds) => remote.with_access(creds),
             Err(_) => remote,
         };
-        let identity = status::StatusIdentity::new(self.fleet_name(config), self.services.status_signer.clone());
+        // The state as last loaded or saved (start loads it): a publisher is made for each status.
+        let state = self.services.store.cached().await.unwrap_or_default();
+        let identity =
+            status::StatusIdentity::new(self.fleet_name(&state, config), self.services.status_signer.clone());
         let git = GitNotesBackend::new(self.source.state_dir().join("mirror.git"), remote, identity);
         let forge = match &self.services.config.forge {
             Some(forge) if config.fleet.spec.status.forge_enabled() => {

@@ -10,7 +10,7 @@ use super::{ApplyError, Engine, fields, kube_err};
 use crate::manifests::{Manifest, ManifestSet, ObjectKey};
 use crate::model::{ClusterFacts, Finding, TreeError};
 use crate::release::{
-    ReleaseFiles, ResolveError, TagPins, TrustConfig, UnverifiedRelease, VerifiedRelease, VerifyError, read_release,
+    Keyring, ReleaseFiles, ResolveError, TagPins, UnverifiedRelease, VerifiedRelease, VerifyError, read_release,
     resolve, resolve_release, verify,
 };
 use crate::source::{Checkout, SourceError};
@@ -165,7 +165,7 @@ impl DriftInput {
         checkout: &Checkout,
         cluster: &str,
         id: Option<&str>,
-        trust: Option<&TrustConfig>,
+        trust: Option<&Keyring>,
     ) -> Result<DriftInput, DriftInputError> {
         let desired = match id {
             Some(id) => resolve_release(checkout, cluster, id)?,
@@ -173,7 +173,7 @@ impl DriftInput {
         };
         let release = match trust {
             // One comparison, no agent state: pins start empty.
-            Some(trust) => DriftRelease::Verified(verify(checkout, &desired, trust, &mut TagPins::in_memory())?),
+            Some(trust) => DriftRelease::Verified(verify(checkout, &desired, trust, None, &mut TagPins::in_memory())?),
             None => {
                 let (content, findings) = read_release(&checkout.tag_tree(&desired.tag)?, Some(&desired.id))?;
                 let Some(content) = content else {

@@ -19,7 +19,7 @@
 
 use crate::manifests::{BUILTIN_GROUPS, ManifestError, ManifestSet, ObjectKey};
 use crate::model::{Location, ParseError, TreeError, parse_multi};
-use crate::release::{TrustConfig, UnverifiedRelease, VerifyError, read_release, verify_tag_signature};
+use crate::release::{Keyring, UnverifiedRelease, VerifyError, read_release, verify_tag_signature};
 use crate::source::{Checkout, SourceError};
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use kube::core::{ApiResource, GroupVersionKind};
@@ -57,11 +57,11 @@ pub enum RbacError {
 /// when `trust` is given (what the agent would accept), else the content is read as it is.
 /// Kinds are resolved without a cluster: built-in kinds by [`builtin_scope`], custom kinds by the
 /// release's own CRDs; unqualified namespaced objects go to the release's `spec.namespace`.
-pub fn release_rbac(checkout: &Checkout, id: &str, trust: Option<&TrustConfig>) -> Result<AgentRbac, RbacError> {
+pub fn release_rbac(checkout: &Checkout, id: &str, trust: Option<&Keyring>) -> Result<AgentRbac, RbacError> {
     let tag = checkout.tag(id)?.ok_or_else(|| RbacError::NoTag { id: id.into() })?;
     if let Some(trust) = trust {
         let object = tag.object.ok_or_else(|| RbacError::Lightweight { id: id.into() })?;
-        verify_tag_signature(checkout, id, object, &trust.keyring)
+        verify_tag_signature(checkout, id, object, &trust)
             .map_err(|source| RbacError::Signature { id: id.into(), source })?;
     }
     let tree = checkout.tag_tree(&tag)?;

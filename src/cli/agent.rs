@@ -121,7 +121,7 @@ async fn shutdown_signal() {
 }
 
 async fn rbac(args: RbacArgs) -> anyhow::Result<ExitCode> {
-    let trust = crate::release::TrustConfig::from_key_files(&args.trusted_keys).context("loading --trusted-keys")?;
+    let trust = crate::release::Keyring::from_key_files(&args.trusted_keys).context("loading --trusted-keys")?;
     let credentials = args.git.credentials()?;
     let unchecked = trust.is_none();
     // git2 and gpgme block; keep them off the async runtime.

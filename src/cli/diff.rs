@@ -12,7 +12,7 @@ use crate::agent::config::{DEFAULT_STATE_NAMESPACE, Label};
 use crate::apply::{ApplyOptions, DriftInput, DriftInputError, DriftRelease, DriftReport, DriftState, Engine};
 use crate::gates::read_cluster_facts;
 use crate::model::Finding;
-use crate::release::{ReleaseFiles, TrustConfig};
+use crate::release::{Keyring, ReleaseFiles};
 use crate::source::open_repo;
 use anyhow::Context;
 use owo_colors::OwoColorize;
@@ -60,7 +60,7 @@ pub struct Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let trust = TrustConfig::from_key_files(&args.trusted_keys).context("loading --trusted-keys")?;
+    let trust = Keyring::from_key_files(&args.trusted_keys).context("loading --trusted-keys")?;
     let credentials = args.git.credentials()?;
     let (repo, branch, cluster, release) =
         (args.repo.clone(), args.branch.clone(), args.cluster.clone(), args.release.clone());

@@ -6,7 +6,7 @@
 use super::args::GitAccess;
 use super::output::{OutputFormat, colours, fail, heading, next, terminal_text};
 use crate::model::AdmissionBaseline;
-use crate::release::TrustConfig;
+use crate::release::Keyring;
 use crate::releng::plan::{self, PlanReport, PlanRequest, Posted, Verdict};
 use crate::releng::publish::fetch_statuses;
 use crate::releng::{FleetRepo, RelengError};
@@ -96,7 +96,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 fn make(args: &Args, access: &crate::source::Credentials) -> Result<(FleetRepo, PlanReport), RelengError> {
     let repo = FleetRepo::open(&args.repo)?;
-    let trust = TrustConfig::from_key_files(&args.trusted_keys)?.ok_or_else(|| {
+    let trust = Keyring::from_key_files(&args.trusted_keys)?.ok_or_else(|| {
         RelengError::Usage("pass --trusted-keys FILE (the armored public keys your agents trust)".into())
     })?;
     if !args.offline {

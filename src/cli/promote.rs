@@ -4,7 +4,7 @@
 
 use super::args::{CommitSigning, PublishArgs, TargetArgs};
 use super::output::{Done, OutputFormat, crd_line, finish_published, heading, next, print_moves};
-use crate::release::TrustConfig;
+use crate::release::Keyring;
 use crate::releng::promote::{PromoteOutcome, PromoteReport, PromoteRequest};
 use crate::releng::publish::{PublishOptions, Published, promote_and_publish};
 use crate::releng::{FleetRepo, RelengError};
@@ -51,7 +51,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 async fn promote(args: &Args, opts: &PublishOptions) -> Result<(FleetRepo, Published<PromoteReport>), RelengError> {
     let repo = FleetRepo::open(&args.repo)?;
-    let trust = TrustConfig::from_key_files(&args.trusted_keys)?;
+    let trust = Keyring::from_key_files(&args.trusted_keys)?;
     let mut signer = args.signing.signer()?;
     let req = PromoteRequest {
         id: args.id.clone(),

@@ -8,7 +8,7 @@
 use super::args::GitAccess;
 use super::output::{OutputFormat, colours};
 use crate::model::{AdmissionBaseline, Finding};
-use crate::release::TrustConfig;
+use crate::release::Keyring;
 use crate::source::open_repo;
 use crate::validate::{SignatureVerdict, ValidationReport, validate_repo};
 use anyhow::Context;
@@ -44,15 +44,14 @@ pub struct Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let trust = TrustConfig::from_key_files(&args.trusted_keys).context("loading --trusted-keys")?;
+    let keyring = Keyring::from_key_files(&args.trusted_keys).context("loading --trusted-keys")?;
     let credentials = args.git.credentials()?;
     let baseline = AdmissionBaseline::read_or_shipped(args.admission_policy.as_deref())?;
     let (repo, branch, release) = (args.repo.clone(), args.branch.clone(), args.release.clone());
     // git2 and gpgme block; keep them off the async runtime.
     let report = tokio::task::spawn_blocking(move || -> anyhow::Result<ValidationReport> {
         let opened = open_repo(&repo, branch.as_deref(), credentials)?;
-        let keyring = trust.as_ref().map(|t| &t.keyring);
-        Ok(validate_repo(opened.checkout(), keyring, release.as_deref(), &baseline.spec)?)
+        Ok(validate_repo(opened.checkout(), keyring.as_ref(), release.as_deref(), &baseline.spec)?)
     })
     .await??;
     if !args.output.print_machine(&report)? {

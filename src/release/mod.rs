@@ -2,7 +2,7 @@
 //! consistency) into a [`VerifiedRelease`] — the only value the apply engine accepts.
 //!
 //! ```text
-//! Checkout ─► resolve(cluster) ─► DesiredRelease ─► verify(trust, pins) ─► VerifiedRelease
+//! Checkout ─► resolve(cluster) ─► DesiredRelease ─► verify(trust, fleet, pins) ─► VerifiedRelease
 //!             (branch tip)                          (tag + tag's tree)        │ for_cluster(facts, labels)
 //!                                                                             ▼
 //!                                                      VerifiedRelease of the variant the spoke's own facts select
@@ -33,7 +33,7 @@ pub use promotion::{
     PromotionError, TipTrust, WriteBack, check_descends, check_tip, descends_from, effective_mode, is_fresh,
 };
 pub use resolve::{DesiredRelease, ResolveError, resolve, resolve_release};
-pub use trust::{GIT_NAMESPACE, Keyring, SignatureProblem, TrustConfig, TrustError, split_signed_tag};
+pub use trust::{GIT_NAMESPACE, Keyring, SignatureProblem, TrustError, split_signed_tag};
 pub use verified::{ReleaseFiles, UnverifiedRelease, VerifiedRelease};
 pub use verify::{
     ReleaseContent, VerifyError, read_release, signed_config, tag_signer, verify, verify_commit, verify_tag_signature,

@@ -24,31 +24,6 @@ use ssh_key::{Algorithm, HashAlg, PublicKey, SshSig};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-/// The trust settings verification runs with (from the agent's configuration, not the repo).
-pub struct TrustConfig {
-    /// The release keys: who may sign a release tag.
-    pub keyring: Keyring,
-    /// The fleet every release must name (`spec.fleet`). None: the name in the branch tip's
-    /// `fleet.yaml` — what a command run by a person uses; an agent pins the name it first
-    /// accepted (or is given `--fleet`), so a pusher cannot rename the fleet to fit a foreign tag.
-    pub fleet: Option<String>,
-}
-
-impl TrustConfig {
-    pub fn new(keyring: Keyring) -> TrustConfig {
-        TrustConfig { keyring, fleet: None }
-    }
-
-    /// The trust of a command's key files (`--trusted-keys`): None when none are given, so the
-    /// caller decides what "not checked" means for it.
-    pub fn from_key_files(paths: &[PathBuf]) -> Result<Option<TrustConfig>, TrustError> {
-        if paths.is_empty() {
-            return Ok(None);
-        }
-        Ok(Some(TrustConfig::new(Keyring::from_files(paths)?)))
-    }
-}
-
 /// Why a signature was not accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SignatureProblem {
@@ -170,6 +145,15 @@ fn engine(e: impl std::fmt::Display) -> SignatureProblem {
 }
 
 impl Keyring {
+    /// The keyring of a command's key files (`--trusted-keys`): None when none are given, so the
+    /// caller decides what "not checked" means for it.
+    pub fn from_key_files(paths: &[PathBuf]) -> Result<Option<Keyring>, TrustError> {
+        if paths.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Keyring::from_files(paths)?))
+    }
+
     /// Imports every armored (or binary) public key in `paths`.
     pub fn from_files(paths: &[PathBuf]) -> Result<Keyring, TrustError> {
         let mut keys = Vec::new();

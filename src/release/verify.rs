@@ -16,7 +16,7 @@ use super::VerifiedRelease;
 use super::mapping::{ManifestFiles, check_mapping, check_variant_crds, read_manifests};
 use super::pins::{PinError, TagPins};
 use super::resolve::DesiredRelease;
-use super::trust::{Keyring, SignatureProblem, TrustConfig, split_signed_tag};
+use super::trust::{Keyring, SignatureProblem, split_signed_tag};
 use crate::model::{
     Document, ErrorClass, FLEET_FILE, Finding, FleetConfig, FleetSpec, MAX_YAML_BYTES, NoVariant, RELEASE_FILE,
     Release, check_release, join_findings, parse_document, parse_release,
@@ -186,14 +186,18 @@ pub fn read_release(
     Ok((Some(ReleaseContent { release, files, variants }), findings))
 }
 
-/// Verifies `desired` for its cluster. See the module documentation for the order of checks.
+/// Verifies `desired` for its cluster: its tag signed by a key of `trust`, naming `fleet`. See the
+/// module documentation for the order of checks. `fleet` None takes the name in the branch tip's
+/// `fleet.yaml` — what a command run by a person uses; an agent passes the name it pinned (or was
+/// given with `--fleet`), so a pusher cannot rename the fleet to fit a foreign tag.
 ///
 /// # Errors
 /// A specific [`VerifyError`] per refusal; [`VerifyError::class`] says whether retrying helps.
 pub fn verify(
     checkout: &Checkout,
     desired: &DesiredRelease,
-    trust: &TrustConfig,
+    trust: &Keyring,
+    fleet: Option<&str>,
     pins: &mut TagPins,
 ) -> Result<VerifiedRelease, VerifyError> {
     let tag = &desired.tag;
@@ -211,7 +215,7 @@ pub fn verify(
     {
         return Err(VerifyError::MovedTag { tag: id.clone(), pinned: pinned.to_string(), now: commit });
     }
-    let signer = verify_tag_signature(checkout, id, object, &trust.keyring)?;
+    let signer = verify_tag_signature(checkout, id, object, &trust)?;
     pins.pin(id, &commit)?;
 
     let tree = checkout.tag_tree(tag)?;
@@ -219,7 +223,7 @@ pub fn verify(
     let mapping_error =
         |findings| VerifyError::MappingMismatch { release: id.clone(), commit: short(tag.commit), findings };
     let Some(content) = content else { return Err(mapping_error(findings)) };
-    let expected = trust.fleet.as_deref().unwrap_or(desired.config.fleet.name());
+    let expected = fleet.unwrap_or(desired.config.fleet.name());
     if content.release.spec.fleet.as_deref() != Some(expected) {
         return Err(VerifyError::OtherFleet {
             release: id.clone(),

@@ -9,7 +9,7 @@ use super::{Refusal, RelengError};
 use crate::gates::crd_compat;
 use crate::manifests::{FileCrd, crds_in_files};
 use crate::model::error_chain;
-use crate::release::{TagPins, TrustConfig, VerifyError, read_release, resolve_release, verify};
+use crate::release::{Keyring, TagPins, VerifyError, read_release, resolve_release, verify};
 use crate::source::{Checkout, GitTree};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -133,7 +133,7 @@ pub fn verify_release(
     base: &str,
     id: &str,
     cluster: &str,
-    trust: &TrustConfig,
+    trust: &Keyring,
 ) -> Result<String, RelengError> {
     let checkout = Checkout::open_local(repo.path(), Some(base))
         .map_err(|e| RelengError::Verify { id: id.to_string(), source: Box::new(e.into()) })?;
@@ -142,19 +142,14 @@ pub fn verify_release(
 
 /// [`verify_release`] against the configuration at `checkout`'s tip (any commit, e.g. a pull
 /// request's head).
-pub fn verify_release_in(
-    checkout: &Checkout,
-    id: &str,
-    cluster: &str,
-    trust: &TrustConfig,
-) -> Result<String, RelengError> {
+pub fn verify_release_in(checkout: &Checkout, id: &str, cluster: &str, trust: &Keyring) -> Result<String, RelengError> {
     let env = |source: VerifyError| RelengError::Verify { id: id.to_string(), source: Box::new(source) };
     let desired = resolve_release(checkout, cluster, id).map_err(|e| RelengError::Resolve {
         id: id.to_string(),
         base: checkout.branch().to_string(),
         source: Box::new(e),
     })?;
-    match verify(checkout, &desired, trust, &mut TagPins::in_memory()) {
+    match verify(checkout, &desired, trust, None, &mut TagPins::in_memory()) {
         Ok(v) => Ok(v.signer().unwrap_or_default().to_string()),
         Err(VerifyError::MappingMismatch { findings, .. }) => {
             Err(Refusal::MappingInconsistent { findings: findings.iter().map(|f| f.to_string()).collect() }.into())

@@ -27,7 +27,7 @@ use super::{AdmissionFix, FleetState, Refusal, RelengError};
 use crate::manifests::admission::ObjectRefusal;
 use crate::model::{AdmissionBaseline, ApprovalSetting, FleetConfig, approval_tag};
 use crate::release::{
-    Ran, ReleaseContent, SignedReleases, Standing, TagPins, TrustConfig, UnverifiedRelease, VerifyError, judge_move,
+    Keyring, Ran, ReleaseContent, SignedReleases, Standing, TagPins, UnverifiedRelease, VerifyError, judge_move,
 };
 use crate::source::Checkout;
 use crate::status::{ForgeBackend, ForgeConfig, State};
@@ -245,7 +245,7 @@ fn short(commit: &str) -> &str {
 /// # Errors
 /// Revisions that are not commits here, an invalid configuration at either, unreadable
 /// statuses or release trees. Everything an agent would refuse is in the report, not an error.
-pub fn plan(repo: &FleetRepo, req: &PlanRequest, trust: &TrustConfig) -> Result<PlanReport, RelengError> {
+pub fn plan(repo: &FleetRepo, req: &PlanRequest, trust: &Keyring) -> Result<PlanReport, RelengError> {
     let base = commit_of(repo, &req.base, "--base")?;
     let head = commit_of(repo, &req.head, "--head")?;
     let base_state = repo.fleet_state(&base.tree()?, &format!("--base {}", req.base))?;
@@ -257,9 +257,9 @@ pub fn plan(repo: &FleetRepo, req: &PlanRequest, trust: &TrustConfig) -> Result<
     let successes = Successes::read(repo, &base_state.config, &tags)?;
     let checkout = Checkout::open_local_at(repo.path(), &format!("--head {}", req.head), head.id())
         .map_err(|e| verify_error(&req.head, e.into()))?;
-    let fleet = trust.fleet.clone().unwrap_or_else(|| head_state.config.fleet.name().to_string());
+    let fleet = head_state.config.fleet.name();
     let revoked = SignedReleases::default()
-        .revocations(&checkout, &trust.keyring, &TagPins::in_memory(), &fleet)
+        .revocations(&checkout, trust, &TagPins::in_memory(), fleet)
         .map_err(|e| verify_error(&req.head, e))?;
     let mut judge =
         Judge { repo, req, trust, checkout, head: &head_state, successes, revoked, admission: BTreeMap::new() };
@@ -295,7 +295,7 @@ fn commit_of<'r>(repo: &'r FleetRepo, rev: &str, flag: &str) -> Result<git2::Com
 struct Judge<'a> {
     repo: &'a FleetRepo,
     req: &'a PlanRequest,
-    trust: &'a TrustConfig,
+    trust: &'a Keyring,
     checkout: Checkout,
     head: &'a FleetState,
     successes: Successes,

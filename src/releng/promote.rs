@@ -13,7 +13,7 @@ use super::repo::{FleetRepo, ReleaseTag, TreeEdit};
 use super::sign::Signer;
 use super::{DesiredChange, FleetState, Refusal, RelengError, Target, check_release_id};
 use crate::model::ReleaseSpec;
-use crate::release::TrustConfig;
+use crate::release::Keyring;
 use crate::status::{self, State, StatusSet};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -271,7 +271,7 @@ pub fn default_branch(id: &str, target: &Target) -> String {
 pub fn promote(
     repo: &FleetRepo,
     req: &PromoteRequest,
-    trusted: Option<&TrustConfig>,
+    trusted: Option<&Keyring>,
     signer: Option<&mut Signer>,
 ) -> Result<PromoteReport, RelengError> {
     check_release_id(&req.id)?;

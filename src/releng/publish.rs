@@ -11,7 +11,7 @@ use super::promote::{self, PromoteOutcome, PromoteReport, PromoteRequest};
 use super::push::{self, Pushed};
 use super::rollback::{self, RollbackReport, RollbackRequest};
 use super::{FleetRepo, RelengError, Signer};
-use crate::release::TrustConfig;
+use crate::release::Keyring;
 use crate::source::Credentials;
 use crate::status::{self, ForgeConfig, ForgeSettings, GitRemote, Token};
 
@@ -111,7 +111,7 @@ async fn publish<R>(
 pub async fn promote_and_publish(
     repo: &FleetRepo,
     req: &PromoteRequest,
-    trusted: Option<&TrustConfig>,
+    trusted: Option<&Keyring>,
     signer: Option<&mut Signer>,
     opts: &PublishOptions,
     offline: bool,

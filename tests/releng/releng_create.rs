@@ -17,7 +17,7 @@ use releng_common::*;
 fn agent_verify(f: &Fixture, cluster: &str, id: &str) -> Result<fleetgate::release::VerifiedRelease, VerifyError> {
     let checkout = Checkout::open_local(&f.repo, Some("main")).unwrap();
     let desired = resolve_release(&checkout, cluster, id).unwrap();
-    verify(&checkout, &desired, &f.trust(), &mut TagPins::in_memory())
+    verify(&checkout, &desired, &f.trust(), None, &mut TagPins::in_memory())
 }
 
 #[test]

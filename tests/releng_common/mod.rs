@@ -2,7 +2,7 @@
 //! a generated key, rendered manifests, and the `fleetgate` binary.
 
 use fleetgate::model::{AdmissionBaseline, ImageRef};
-use fleetgate::release::{Keyring, TrustConfig};
+use fleetgate::release::Keyring;
 use fleetgate::releng::create::{self, CreateReport, CreateRequest, Targets};
 use fleetgate::releng::{FleetRepo, RelengError, Signer};
 pub use fleetgate_testenv::git_in;
@@ -141,8 +141,8 @@ impl Fixture {
         Signer::open(&self.fpr, Some(self.gpg.path())).unwrap()
     }
 
-    pub fn trust(&self) -> TrustConfig {
-        TrustConfig::new(Keyring::from_files(std::slice::from_ref(&self.keys)).unwrap())
+    pub fn trust(&self) -> Keyring {
+        Keyring::from_files(std::slice::from_ref(&self.keys)).unwrap()
     }
 
     /// Writes rendered manifests (a CRD and a Deployment) into a fresh folder `name`.

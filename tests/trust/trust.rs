@@ -7,15 +7,14 @@ use crate::fleet_support;
 use fleet_support::{FleetRemote, RELEASE};
 use fleetgate::model::{ErrorClass, PromotionMode};
 use fleetgate::release::{
-    Keyring, PromotionError, SignatureProblem, TagPins, TipTrust, TrustConfig, VerifyError, resolve, resolve_release,
-    verify,
+    Keyring, PromotionError, SignatureProblem, TagPins, TipTrust, VerifyError, resolve, resolve_release, verify,
 };
 use fleetgate::status::{StatusKeys, check_tip};
 use fleetgate_testenv::GpgHome;
 use rstest::rstest;
 
-fn trust(remote: &FleetRemote) -> TrustConfig {
-    TrustConfig::new(Keyring::from_files(std::slice::from_ref(&remote.trusted)).expect("keyring"))
+fn trust(remote: &FleetRemote) -> Keyring {
+    Keyring::from_files(std::slice::from_ref(&remote.trusted)).expect("keyring")
 }
 
 #[test]
@@ -29,9 +28,9 @@ fn a_signed_tag_by_a_trusted_key_is_accepted() {
     assert_eq!(desired.id, RELEASE);
     let mut pins = TagPins::load(source.pins_path()).unwrap();
     let trust = trust(&remote);
-    let verified = verify(&checkout, &desired, &trust, &mut pins).unwrap();
+    let verified = verify(&checkout, &desired, &trust, None, &mut pins).unwrap();
     // Verification starts no gpg-agent that could outlive a killed process.
-    assert!(!trust.keyring.home().join("S.gpg-agent").exists());
+    assert!(!trust.home().join("S.gpg-agent").exists());
 
     assert_eq!(verified.id(), RELEASE);
     assert_eq!(verified.signer(), Some(remote.fpr.as_str()));
@@ -42,7 +41,7 @@ fn a_signed_tag_by_a_trusted_key_is_accepted() {
     // The tag is pinned on first sight, on disk.
     assert_eq!(TagPins::load(source.pins_path()).unwrap().get(RELEASE), Some(verified.commit()));
     // Verifying again with the pin in place still passes.
-    verify(&checkout, &desired, &trust, &mut pins).unwrap();
+    verify(&checkout, &desired, &trust, None, &mut pins).unwrap();
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -125,7 +124,7 @@ fn an_untrustworthy_tag_is_refused_with_its_own_error(#[case] bad: Bad) {
     let desired = resolve(&checkout, "cluster-a").unwrap();
     let mut pins = TagPins::in_memory();
 
-    let err = verify(&checkout, &desired, &trust(&remote), &mut pins).unwrap_err();
+    let err = verify(&checkout, &desired, &trust(&remote), None, &mut pins).unwrap_err();
     eprintln!("{bad:?} refused: {err}");
     match (bad, &err) {
         (Bad::Unsigned, VerifyError::Unsigned { tag }) => assert_eq!(tag, RELEASE),
@@ -149,7 +148,7 @@ fn a_tag_that_moves_after_it_was_verified_is_refused() {
     let (mut source, checkout) = remote.checkout(state.path());
     let first = resolve(&checkout, "cluster-a").unwrap();
     let mut pins = TagPins::load(source.pins_path()).unwrap();
-    let pinned = verify(&checkout, &first, &trust(&remote), &mut pins).unwrap().commit().to_string();
+    let pinned = verify(&checkout, &first, &trust(&remote), None, &mut pins).unwrap().commit().to_string();
 
     // Someone with the release key re-tags the same id on other content and force-pushes it.
     remote.edit("operator/deployment.yaml", "replicas: 2", "replicas: 3");
@@ -162,7 +161,7 @@ fn a_tag_that_moves_after_it_was_verified_is_refused() {
     let second = resolve(&checkout, "cluster-a").unwrap();
     // A restarted agent reads its pins back from the state directory.
     let mut pins = TagPins::load(source.pins_path()).unwrap();
-    let err = verify(&checkout, &second, &trust(&remote), &mut pins).unwrap_err();
+    let err = verify(&checkout, &second, &trust(&remote), None, &mut pins).unwrap_err();
     match &err {
         VerifyError::MovedTag { tag, pinned: p, now } => {
             assert_eq!(tag, RELEASE);
@@ -182,7 +181,7 @@ fn a_release_that_does_not_target_the_cluster_is_refused() {
     let state = tempfile::tempdir().unwrap();
     let (_source, checkout) = remote.checkout(state.path());
     let desired = resolve_release(&checkout, "cluster-c", RELEASE).unwrap();
-    let err = verify(&checkout, &desired, &trust(&remote), &mut TagPins::in_memory()).unwrap_err();
+    let err = verify(&checkout, &desired, &trust(&remote), None, &mut TagPins::in_memory()).unwrap_err();
     assert!(matches!(&err, VerifyError::NotTargeted { cluster, .. } if cluster == "cluster-c"), "{err:?}");
 }
 
@@ -196,7 +195,7 @@ fn a_signed_release_whose_mapping_disagrees_is_refused_with_every_finding() {
     let state = tempfile::tempdir().unwrap();
     let (_source, checkout) = remote.checkout(state.path());
     let desired = resolve(&checkout, "cluster-a").unwrap();
-    let err = verify(&checkout, &desired, &trust(&remote), &mut TagPins::in_memory()).unwrap_err();
+    let err = verify(&checkout, &desired, &trust(&remote), None, &mut TagPins::in_memory()).unwrap_err();
     let VerifyError::MappingMismatch { findings, .. } = &err else { panic!("{err:?}") };
     let files: Vec<String> = findings.iter().map(|f| f.at.to_string()).collect();
     assert_eq!(files.len(), 2, "{err}");
@@ -211,7 +210,7 @@ fn signed_promotions_require_a_signed_tip_that_descends_from_the_accepted_one() 
     let remote = FleetRemote::new();
     remote.signed_tag(RELEASE);
     let state = tempfile::tempdir().unwrap();
-    let keys = trust(&remote).keyring;
+    let keys = trust(&remote);
 
     let (mut source, checkout) = remote.checkout(state.path());
     let err = check_tip(&checkout, PromotionMode::Signed, &keys, None, &StatusKeys::default()).unwrap_err();

@@ -13,7 +13,7 @@ use crate::fleet_support;
 use base64::Engine;
 use fleet_support::{FleetRemote, RELEASE};
 use fleetgate::model::ErrorClass;
-use fleetgate::release::{Keyring, SignatureProblem, TagPins, TrustConfig, VerifyError, resolve, verify};
+use fleetgate::release::{Keyring, SignatureProblem, TagPins, VerifyError, resolve, verify};
 use rstest::rstest;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -98,8 +98,9 @@ fn verify_tag(remote: &FleetRemote, trusted: &Path) -> Result<String, VerifyErro
     let state = tempfile::tempdir().unwrap();
     let (_source, checkout) = remote.checkout(state.path());
     let desired = resolve(&checkout, "cluster-a").unwrap();
-    let trust = TrustConfig::new(Keyring::from_files(&[trusted.to_path_buf()]).expect("keyring"));
-    verify(&checkout, &desired, &trust, &mut TagPins::in_memory()).map(|v| v.signer().unwrap_or_default().to_string())
+    let trust = Keyring::from_files(&[trusted.to_path_buf()]).expect("keyring");
+    verify(&checkout, &desired, &trust, None, &mut TagPins::in_memory())
+        .map(|v| v.signer().unwrap_or_default().to_string())
 }
 
 fn fingerprint(key: &Path) -> String {
