@@ -263,6 +263,9 @@ mod tests {
     #[case::unicode_kept("déployé · ✓", "déployé · ✓")]
     fn terminal_text_leaves_nothing_a_terminal_acts_on(#[case] given: &str, #[case] shown: &str) {
         assert_eq!(terminal_text(given), shown);
+        let mut in_place = given.to_string();
+        make_terminal_safe(&mut in_place);
+        assert_eq!(in_place, shown, "in place as well");
     }
 
     #[test]
