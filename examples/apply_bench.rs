@@ -27,7 +27,7 @@
 
 use fleetgate::apply::{ApplyOptions, Engine};
 use fleetgate::manifests::admission::AdmissionPolicy;
-use fleetgate::model::{Document, ImageRef, ReleaseAdmissionPolicySpec, ReleaseSpec};
+use fleetgate::model::{Document, ImageRef, RbacGrant, ReleaseAdmissionPolicySpec, ReleaseSpec};
 use fleetgate::release::VerifiedRelease;
 use fleetgate::releng::chart::{ChartInput, RenderTarget};
 use fleetgate_testenv::operator_fixture::{CoreSchemas, CrdGeneration, FixtureChart, FixtureImages, KINDS};
@@ -127,6 +127,9 @@ impl Fleetgate {
                 "ValidatingWebhookConfiguration.admissionregistration.k8s.io".into(),
                 "MutatingWebhookConfiguration.admissionregistration.k8s.io".into(),
             ]),
+            // The fixture's manager creates Deployments and Pods cluster-wide, as real operators'
+            // managers do: what their fleet's policy lists (the hint the refusal prints).
+            allowed_rbac: vec![RbacGrant::ClusterPods],
             ..Default::default()
         });
         Ok(Fleetgate { client, requests, policy })
