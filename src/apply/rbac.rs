@@ -61,7 +61,7 @@ pub fn release_rbac(checkout: &Checkout, id: &str, trust: Option<&Keyring>) -> R
     let tag = checkout.tag(id)?.ok_or_else(|| RbacError::NoTag { id: id.into() })?;
     if let Some(trust) = trust {
         let object = tag.object.ok_or_else(|| RbacError::Lightweight { id: id.into() })?;
-        verify_tag_signature(checkout, id, object, &trust)
+        verify_tag_signature(checkout, id, object, trust)
             .map_err(|source| RbacError::Signature { id: id.into(), source })?;
     }
     let tree = checkout.tag_tree(&tag)?;

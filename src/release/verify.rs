@@ -215,7 +215,7 @@ pub fn verify(
     {
         return Err(VerifyError::MovedTag { tag: id.clone(), pinned: pinned.to_string(), now: commit });
     }
-    let signer = verify_tag_signature(checkout, id, object, &trust)?;
+    let signer = verify_tag_signature(checkout, id, object, trust)?;
     pins.pin(id, &commit)?;
 
     let tree = checkout.tag_tree(tag)?;
