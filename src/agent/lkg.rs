@@ -387,14 +387,13 @@ impl Agent {
         let dir = tempfile::Builder::new().prefix("fleetgate-lkg").tempdir()?;
         let refused =
             |source| LkgError::Refused { release: id.to_string(), name: newest.name.clone(), source: Box::new(source) };
-        let verified = tokio::task::block_in_place(|| {
+        tokio::task::block_in_place(|| {
             let checkout = bundle.unpack(dir.path()).map_err(&tampered)?;
             let desired = release::resolve_release(&checkout, &self.services.config.cluster, id)
                 .map_err(|e| tampered(error_chain(&e)))?;
             // Held to the fleet the state pinned, not the bundle's own fleet.yaml.
             release::verify(&checkout, &desired, &self.keyring, self.pinned_fleet(&state), &mut pins).map_err(refused)
-        })?;
-        Ok(verified)
+        })
     }
 
     /// The rollback target, verified: from the last-known-good store, else from its tag in the

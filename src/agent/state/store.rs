@@ -723,23 +723,20 @@ impl StateStore {
 
     /// Creates the empty state sealed with `key`; None when another replica created it first.
     async fn create_empty(&self, key: AgentKey) -> Result<Option<Persisted>, StateError> {
-        match self.api.create(&PostParams::default(), &self.empty_object(&key)).await {
-            Ok(object) => Ok(Some(Persisted { state: AgentState::default(), object, key })),
-            Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(None),
-            Err(e) => Err(self.kube_error("creating", e)),
-        }
-    }
-
-    fn empty_object(&self, key: &AgentKey) -> ConfigMap {
-        ConfigMap {
+        let empty = ConfigMap {
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),
                 namespace: Some(self.namespace.clone()),
                 labels: Some(self.labels()),
                 ..Default::default()
             },
-            data: Some(self.sealed(key, &AgentState::default(), 1)),
+            data: Some(self.sealed(&key, &AgentState::default(), 1)),
             ..Default::default()
+        };
+        match self.api.create(&PostParams::default(), &empty).await {
+            Ok(object) => Ok(Some(Persisted { state: AgentState::default(), object, key })),
+            Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(None),
+            Err(e) => Err(self.kube_error("creating", e)),
         }
     }
 
