@@ -190,14 +190,15 @@ fn cpu_time() -> Duration {
     Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
 
-/// `f` run `runs` times.
+/// `f` run `runs` times (what a run returns is dropped after its time is taken).
 fn time<T>(runs: usize, mut f: impl FnMut() -> T) -> (Timing, T) {
     let mut times = Vec::with_capacity(runs);
     let mut last = None;
     for _ in 0..runs {
         let (start, cpu) = (Instant::now(), cpu_time());
-        last = Some(f());
+        let value = f();
         times.push((start.elapsed(), cpu_time() - cpu));
+        last = Some(value);
     }
     times.sort();
     let timing = Timing { best: times[0].0, median: times[runs / 2].0, cpu: times[0].1 };
@@ -232,20 +233,40 @@ impl View<'_> {
     /// Open the memory in `memo`, read the notes and the heartbeats, save the memory, build,
     /// make terminal-safe, render the 80-column table.
     fn status(&self, memo: &Path) -> String {
-        let mut memo = VerifiedNotes::open(memo);
-        let set =
-            fleetgate::status::read_all_remembering(self.repo, self.commits, self.keys, &mut memo).expect("notes read");
-        let beats =
-            heartbeat::read_remembering(self.repo, self.heartbeat_keys, &mut memo.beats).expect("heartbeats read");
-        memo.save().expect("memory saved");
-        let mut matrix = self.build(&set);
-        // One clock for every run, so their tables (ages included) compare equal.
-        matrix.judge_liveness(&beats, None, self.now);
-        matrix.for_each_text_mut(fleetgate::cli::make_terminal_safe);
-        fleetgate::status::render_table(&matrix, RenderOptions { now: self.now, ..narrow() })
+        self.status_lapped(memo, &mut |_, _| {})
     }
 
-    fn build(&self, set: &StatusSet) -> Matrix {
+    /// [`View::status`], telling `lap` each step's wall time as it ends.
+    fn status_lapped(&self, memo: &Path, lap: &mut dyn FnMut(&'static str, Duration)) -> String {
+        let mut last = Instant::now();
+        let mut step = |name| lap(name, std::mem::replace(&mut last, Instant::now()).elapsed());
+        let mut memo = VerifiedNotes::open(memo);
+        step("VerifiedNotes::open");
+        let set =
+            fleetgate::status::read_all_remembering(self.repo, self.commits, self.keys, &mut memo).expect("notes read");
+        step("read_all_remembering");
+        let beats =
+            heartbeat::read_remembering(self.repo, self.heartbeat_keys, &mut memo.beats).expect("heartbeats read");
+        step("heartbeat::read_remembering");
+        memo.save().expect("memory saved");
+        step("VerifiedNotes::save");
+        let mut matrix = self.build(set);
+        step("Matrix::build");
+        // One clock for every run, so their tables (ages included) compare equal.
+        matrix.judge_liveness(&beats, None, self.now);
+        step("Matrix::judge_liveness");
+        matrix.for_each_text_mut(fleetgate::cli::make_terminal_safe);
+        step("terminal-safe text");
+        let table = fleetgate::status::render_table(&matrix, RenderOptions { now: self.now, ..narrow() });
+        step("render_table, 80 columns");
+        drop((beats, memo));
+        // Left to the exit, as `fleetgate status` leaves it (see `cli::status::show`).
+        std::mem::forget(matrix);
+        step("dropping the rest");
+        table
+    }
+
+    fn build(&self, set: StatusSet) -> Matrix {
         Matrix::build(&self.config.fleet, self.members, self.rels, set, self.origin, chrono::Utc::now())
     }
 }
@@ -299,7 +320,9 @@ fn main() {
     let set =
         fleetgate::status::read_all_remembering(&repo, &commits, &keys, &mut VerifiedNotes::new()).expect("notes read");
     println!("pure steps, {runs} runs each");
-    let (build, matrix) = time(runs, || view.build(&set));
+    // Each build takes a set of its own (it moves the entries into its cells).
+    let mut sets: Vec<StatusSet> = (0..runs).map(|_| set.clone()).collect();
+    let (build, matrix) = time(runs, || view.build(sets.pop().expect("a set per run")));
     // What `-o wide` renders: every column, exact times.
     let wide = RenderOptions { width: releases * 12 + 60, colours: false, now: chrono::Utc::now(), exact_times: true };
     let (t80, table) = time(runs, || fleetgate::status::render_table(&matrix, narrow()));
@@ -346,6 +369,22 @@ fn main() {
     let (e2e, shown) = time(git_runs, || view.status(&memo_file));
     assert_eq!(shown, first_table, "the same table from remembered notes and heartbeats");
     row("end to end, notes and beats remembered", &e2e, "");
+    let mut laps: Vec<(&str, Vec<Duration>)> = Vec::new();
+    for _ in 0..git_runs {
+        let mut n = 0;
+        view.status_lapped(&memo_file, &mut |name, took| {
+            match laps.get_mut(n) {
+                Some((_, times)) => times.push(took),
+                None => laps.push((name, vec![took])),
+            }
+            n += 1;
+        });
+    }
+    for (name, mut times) in laps {
+        times.sort();
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        println!("    {name:<42} {:>9.2} / {:>9.2} ms", ms(times[0]), ms(times[times.len() / 2]));
+    }
     // Every beat moved since the last run (runs a heartbeat interval or more apart): the notes
     // remembered, every heartbeat checked.
     let beats_file = memo_dir.join("verified-heartbeats");

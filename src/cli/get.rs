@@ -91,7 +91,7 @@ pub async fn run(command: Command, kube: KubeArgs) -> anyhow::Result<ExitCode> {
     let Command::Agents(args) = command;
     let (_state, mut source) = args.fleet.open_mirror("fleetgate-get")?;
     let view = tokio::task::spawn_blocking(move || read_fleet(&mut source)).await??;
-    let matrix = view.matrix();
+    let matrix = view.into_matrix(None);
     let contexts: BTreeMap<String, String> = args.context_for.iter().cloned().collect();
     let rows = matrix.waves.iter().flat_map(|w| w.clusters.iter().map(move |c| (w, c))).map(|(wave, row)| {
         let newest = row.newest_status();

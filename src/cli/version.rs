@@ -62,7 +62,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(repo) => {
             let (_state, mut source) = args.git.open_mirror(repo, &args.branch, "fleetgate-version")?;
             let view = tokio::task::spawn_blocking(move || read_fleet(&mut source)).await??;
-            agents(&view.matrix())
+            agents(&view.into_matrix(None))
         }
     };
     let versions = Versions { client, agents };

@@ -442,7 +442,7 @@ mod tests {
             &fleet,
             &members,
             &rels,
-            &set,
+            set,
             &Origin { branch: "main".into(), revision: "0".repeat(40) },
             chrono::Utc::now(),
         )

@@ -243,11 +243,15 @@ impl Matrix {
     /// Builds the view as of `now`. Cells of a cluster's desired release that has no final state
     /// yet carry the wave-gating decision (computed once per wave and release — it depends only on
     /// the wave — except in a wave with `maxUnavailable`, where each cluster has its seat).
+    ///
+    /// Each cell's entry is moved out of `statuses`, not copied: at fleet scale (200,000 cells)
+    /// copying them was a fifth of `fleetgate status`. So every decision that reads the set is
+    /// taken first, and the entries are moved into the cells last.
     pub fn build(
         fleet: &Fleet,
         members: &[Member],
         releases: &[ReleaseRef],
-        statuses: &StatusSet,
+        mut statuses: StatusSet,
         origin: &Origin,
         now: DateTime<Utc>,
     ) -> Matrix {
@@ -293,16 +297,17 @@ impl Matrix {
                         gate_cache
                             .entry((m.wave.clone(), col.id.clone(), seated.then(|| m.name.clone())))
                             .or_insert_with(|| {
-                                may_start(fleet, members, statuses, &m.name, &col.id, now, Move::Forward)
+                                may_start(fleet, members, &statuses, &m.name, &col.id, now, Move::Forward)
                             })
                             .clone()
                     });
                     let unverified = statuses.unverified(&m.name, &col.id).iter().map(UnverifiedEntry::from).collect();
-                    Cell { release: col.id.clone(), state, desired, status: status.cloned(), gate, unverified }
+                    // The entry itself is moved in below, once nothing reads the set any more.
+                    Cell { release: col.id.clone(), state, desired, status: None, gate, unverified }
                 })
                 .collect();
             let paused = m.paused.clone().or_else(|| {
-                let held = cells.iter().find(|c| c.desired)?.status.as_ref()?;
+                let held = statuses.latest(&m.name, m.desired_release.as_deref()?)?;
                 let by = held.description.strip_prefix(PAUSED_PREFIX).filter(|_| held.state == State::Pending)?;
                 Some(by.split(';').next().unwrap_or_default().to_string())
             });
@@ -323,6 +328,14 @@ impl Matrix {
             match waves.iter_mut().find(|w| w.name == m.wave) {
                 Some(w) => w.clusters.push(row),
                 None => waves.push(WaveRows { name: m.wave.clone(), settings: None, clusters: vec![row] }),
+            }
+        }
+        for row in waves.iter_mut().flat_map(|w| &mut w.clusters) {
+            // Newest first within each release's history: the first entry met is the cell's.
+            for status in statuses.take_cluster(&row.name).into_iter().rev() {
+                if let Some(cell) = row.cells.iter_mut().find(|c| c.release == status.release && c.status.is_none()) {
+                    cell.status = Some(status);
+                }
             }
         }
         Matrix {
@@ -1067,7 +1080,7 @@ mod tests {
             }
         }
         let origin = Origin { branch: "main".into(), revision: "0123456789abcdef".into() };
-        Matrix::build(&fleet(), &members, &rels, &set, &origin, Utc::now())
+        Matrix::build(&fleet(), &members, &rels, set, &origin, Utc::now())
     }
 
     fn plain(width: usize) -> RenderOptions {
@@ -1088,7 +1101,7 @@ mod tests {
         set.insert(Status::new("b", &rels[0].id, &rels[0].commit, State::Pending, &held));
         set.insert(Status::new("c", &rels[0].id, &rels[0].commit, State::Pending, "applying"));
         let origin = Origin { branch: "main".into(), revision: "0123456789abcdef".into() };
-        let m = Matrix::build(&fleet(), &members, &rels, &set, &origin, Utc::now());
+        let m = Matrix::build(&fleet(), &members, &rels, set, &origin, Utc::now());
         let paused: Vec<Option<&str>> = m.waves[0].clusters.iter().map(|c| c.paused.as_deref()).collect();
         assert_eq!(paused, [Some("fleet.yaml spec.paused"), Some("the agent's --paused flag: INC-7"), None]);
         let table = render_table(&m, plain(200));
@@ -1115,7 +1128,7 @@ mod tests {
         set.insert(ran("b", Some("us-east-mirror")));
         set.insert(ran("c", None));
         let origin = Origin { branch: "main".into(), revision: "0123456789abcdef".into() };
-        let m = Matrix::build(&fleet(), &members, &rels, &set, &origin, Utc::now());
+        let m = Matrix::build(&fleet(), &members, &rels, set, &origin, Utc::now());
         let table = render_table(&m, plain(120));
         let row = |name: &str| table.lines().find(|l| l.starts_with(&format!("  {name} "))).unwrap().to_string();
         assert!(row("a").contains("success* eu "), "{table}");
@@ -1285,6 +1298,33 @@ mod tests {
         assert!(table.contains("  cluster-c       …14-001  1 h ago    —*        success"), "{table}");
         let wide = render_table(&m, RenderOptions { exact_times: true, ..plain(300) });
         assert!(wide.contains("  cluster-b       rel-20250314-001  2025-03-15T12:00:00Z  failure*"), "{wide}");
+    }
+
+    #[test]
+    fn each_cell_holds_the_latest_entry_of_its_release() {
+        let rels = releases(2);
+        let members = vec![Member::new("a", "canary", Some(&rels[0].id))];
+        let mut set = StatusSet::new();
+        let entry = |release: &ReleaseRef, sequence: u64, state: State| {
+            let mut s = Status::new("a", &release.id, &release.commit, state, format!("{state} {sequence}"));
+            s.sequence = Some(sequence);
+            s
+        };
+        // Inserted out of order, and one on a release the view does not show.
+        let gone = ReleaseRef { id: "rel-gone".into(), commit: "f".repeat(40), created_at: None };
+        for s in
+            [entry(&rels[0], 4, State::Failure), entry(&gone, 9, State::Success), entry(&rels[1], 2, State::Success)]
+        {
+            set.insert(s);
+        }
+        set.insert(entry(&rels[0], 3, State::Pending));
+        set.insert(entry(&rels[1], 1, State::Pending));
+        let origin = Origin { branch: "main".into(), revision: "0".repeat(40) };
+        let m = Matrix::build(&fleet(), &members, &rels, set, &origin, Utc::now());
+        let cells = &m.waves[0].clusters[0].cells;
+        let shown: Vec<_> =
+            cells.iter().map(|c| (c.state, c.status.as_ref().map(|s| s.description.as_str()))).collect();
+        assert_eq!(shown, [(Some(State::Failure), Some("failure 4")), (Some(State::Success), Some("success 2"))]);
     }
 
     #[test]

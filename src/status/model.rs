@@ -338,7 +338,7 @@ impl StatusNote {
 /// `reportedAt` only breaks ties between equal sequences (two replicas during a hand-over).
 /// Stable, so entries that tie on both keep their write order.
 fn sort_history(entries: &mut [Status]) {
-    entries.sort_by_key(|s| (s.sequence, s.sequence.map(|_| s.reported_at)));
+    entries.sort_by_key(history_order);
 }
 
 /// What a view keeps of one note whose entries all verified: each release's last entry (in
@@ -367,8 +367,23 @@ pub struct UnverifiedStatus {
 /// by sequence), which every decision reads, and the unverified entries, which are only shown.
 #[derive(Debug, Clone, Default)]
 pub struct StatusSet {
-    by_cluster: HashMap<String, HashMap<String, Vec<Status>>>,
+    /// Each cluster's verified entries sorted by release, each release's history oldest first: a
+    /// history is a run of one list, so a fleet's read allocates per cluster, not per cluster
+    /// and release (200,000 maps' keys and lists at 10,000 × 20).
+    by_cluster: HashMap<String, Vec<Status>>,
     unverified: HashMap<String, HashMap<String, Vec<UnverifiedStatus>>>,
+}
+
+/// Where `release`'s history is in a cluster's entries (sorted by release).
+fn history_range(entries: &[Status], release: &str) -> std::ops::Range<usize> {
+    let start = entries.partition_point(|s| s.release.as_str() < release);
+    start..start + entries[start..].partition_point(|s| s.release == release)
+}
+
+/// The order of one release's history: by the signed sequence; unsequenced (older) entries first,
+/// among themselves in the order they were added.
+fn history_order(s: &Status) -> (Option<u64>, Option<DateTime<Utc>>) {
+    (s.sequence, s.sequence.map(|_| s.reported_at))
 }
 
 impl StatusSet {
@@ -378,19 +393,18 @@ impl StatusSet {
 
     /// Adds an entry the caller verified (see [`super::identity::StatusKeys::verify`]).
     pub fn insert(&mut self, status: Status) {
-        // Keys are copied only for a cluster or release seen first: a reader inserts every entry
-        // of the fleet here.
-        if !self.by_cluster.contains_key(&status.cluster) {
-            self.by_cluster.insert(status.cluster.clone(), HashMap::new());
-        }
-        let releases = self.by_cluster.get_mut(&status.cluster).expect("inserted above");
-        if !releases.contains_key(&status.release) {
-            releases.insert(status.release.clone(), Vec::new());
-        }
-        let history = releases.get_mut(&status.release).expect("inserted above");
+        // The cluster's name is copied only when it is seen first: a reader inserts every entry
+        // of the fleet here (and a name seen before is hashed once).
+        let entries = match self.by_cluster.get_mut(&status.cluster) {
+            Some(entries) => entries,
+            None => self.by_cluster.entry(status.cluster.clone()).or_default(),
+        };
+        let range = history_range(entries, &status.release);
+        let history = &entries[range.clone()];
         if !history.contains(&status) {
-            history.push(status);
-            sort_history(history);
+            let order = history_order(&status);
+            let at = range.start + history.partition_point(|s| history_order(s) <= order);
+            entries.insert(at, status);
         }
     }
 
@@ -398,14 +412,12 @@ impl StatusSet {
     /// merges what each found: clusters one part alone holds (every cluster, as each has one ref)
     /// move over whole instead of being inserted entry by entry again.
     pub fn absorb(&mut self, other: StatusSet) {
-        for (cluster, releases) in other.by_cluster {
+        for (cluster, entries) in other.by_cluster {
             match self.by_cluster.entry(cluster) {
                 hash_map::Entry::Vacant(free) => {
-                    free.insert(releases);
+                    free.insert(entries);
                 }
-                hash_map::Entry::Occupied(_) => {
-                    releases.into_values().flatten().for_each(|s| self.insert(s));
-                }
+                hash_map::Entry::Occupied(_) => entries.into_iter().for_each(|s| self.insert(s)),
             }
         }
         for (cluster, releases) in other.unverified {
@@ -428,9 +440,16 @@ impl StatusSet {
         self.history(cluster, release).last()
     }
 
+    /// Moves the cluster's verified entries out of the set, sorted by release, each release's
+    /// history oldest first; for [`super::Matrix::build`], which owns the set and reads nothing of
+    /// it after.
+    pub(super) fn take_cluster(&mut self, cluster: &str) -> Vec<Status> {
+        self.by_cluster.remove(cluster).unwrap_or_default()
+    }
+
     /// Everything the cluster verifiably said about the release, oldest first.
     pub fn history(&self, cluster: &str, release: &str) -> &[Status] {
-        self.by_cluster.get(cluster).and_then(|r| r.get(release)).map(Vec::as_slice).unwrap_or(&[])
+        self.by_cluster.get(cluster).map_or(&[], |entries| &entries[history_range(entries, release)])
     }
 
     /// Entries in the cluster's notes on the release that did not verify, in the note's order.
@@ -441,8 +460,14 @@ impl StatusSet {
     /// The cluster's latest verified entry on each release it reported on, newest first
     /// ([`Status::recency`]).
     pub fn latest_per_release(&self, cluster: &str) -> Vec<&Status> {
-        let mut latest: Vec<&Status> =
-            self.by_cluster.get(cluster).into_iter().flat_map(|r| r.values().filter_map(|h| h.last())).collect();
+        let entries = self.by_cluster.get(cluster).map_or(&[][..], Vec::as_slice);
+        // Each history's last entry: the one the next entry's release differs from.
+        let mut latest: Vec<&Status> = entries
+            .iter()
+            .enumerate()
+            .filter(|(i, s)| entries.get(i + 1).is_none_or(|next| next.release != s.release))
+            .map(|(_, s)| s)
+            .collect();
         latest.sort_by_key(|s| std::cmp::Reverse(s.recency()));
         latest
     }
@@ -457,7 +482,7 @@ impl StatusSet {
 
     /// Latest verified status of every cluster that reported on `release`, in no particular order.
     pub fn for_release<'a>(&'a self, release: &'a str) -> impl Iterator<Item = &'a Status> + 'a {
-        self.by_cluster.values().filter_map(move |r| r.get(release).and_then(|h| h.last()))
+        self.by_cluster.values().filter_map(move |entries| entries[history_range(entries, release)].last())
     }
 
     /// No entries at all, verified or not.
@@ -524,6 +549,34 @@ mod tests {
             set.insert(s);
         }
         assert_eq!(set.running("cluster-a"), expected);
+    }
+
+    #[test]
+    fn histories_inserted_in_any_order_keep_to_their_release_and_their_sequence() {
+        let entries = [
+            on("rel-8", State::Success, 6),
+            on("rel-10", State::Pending, 7),
+            on("rel-7", State::Pending, 1),
+            on("rel-8", State::Pending, 5),
+            on("rel-7", State::Success, 2),
+            on("rel-10", State::Failure, 8),
+            on("rel-7", State::Success, 2),
+        ];
+        let mut set = StatusSet::new();
+        entries.into_iter().for_each(|s| set.insert(s));
+        let seqs = |release: &str| set.history("cluster-a", release).iter().map(|s| s.sequence).collect::<Vec<_>>();
+        // The repeated entry is kept once; each history is in sequence order.
+        assert_eq!(seqs("rel-7"), [Some(1), Some(2)]);
+        assert_eq!(seqs("rel-8"), [Some(5), Some(6)]);
+        assert_eq!(seqs("rel-10"), [Some(7), Some(8)]);
+        assert_eq!(seqs("rel-9"), []);
+        assert_eq!(set.latest("cluster-a", "rel-10").map(|s| s.state), Some(State::Failure));
+        let newest_first: Vec<_> = set.latest_per_release("cluster-a").iter().map(|s| s.sequence).collect();
+        assert_eq!(newest_first, [Some(8), Some(6), Some(2)]);
+        assert_eq!(set.for_release("rel-8").map(|s| s.sequence).collect::<Vec<_>>(), [Some(6)]);
+        let taken: Vec<_> = set.take_cluster("cluster-a").iter().map(|s| (s.release.clone(), s.sequence)).collect();
+        assert_eq!(taken.len(), 6);
+        assert!(set.is_empty());
     }
 
     #[test]

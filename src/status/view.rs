@@ -66,23 +66,12 @@ impl FleetView {
     }
 
     /// The cluster × release matrix of this view, each cluster judged stale by the allowance its
-    /// heartbeat announces.
-    pub fn matrix(&self) -> Matrix {
-        self.matrix_judged(None)
-    }
-
-    /// [`FleetView::matrix`], with `stale_after` (when given) as every cluster's allowance
-    /// ([`Matrix::judge_liveness`]).
-    pub fn matrix_judged(&self, stale_after: Option<std::time::Duration>) -> Matrix {
+    /// heartbeat announces, or by `stale_after` (when given) for every cluster
+    /// ([`Matrix::judge_liveness`]). The view's statuses move into the matrix.
+    pub fn into_matrix(self, stale_after: Option<std::time::Duration>) -> Matrix {
         let now = chrono::Utc::now();
-        let mut m = Matrix::build(
-            &self.config.fleet,
-            &members(&self.config),
-            &self.releases,
-            &self.statuses,
-            &self.origin,
-            now,
-        );
+        let members = members(&self.config);
+        let mut m = Matrix::build(&self.config.fleet, &members, &self.releases, self.statuses, &self.origin, now);
         m.judge_liveness(&self.heartbeats, stale_after, now);
         m
     }
