@@ -242,12 +242,20 @@ impl View<'_> {
         let mut step = |name| lap(name, std::mem::replace(&mut last, Instant::now()).elapsed());
         let mut memo = VerifiedNotes::open(memo);
         step("VerifiedNotes::open");
-        let set =
-            fleetgate::status::read_all_remembering(self.repo, self.commits, self.keys, &mut memo).expect("notes read");
-        step("read_all_remembering");
-        let beats =
-            heartbeat::read_remembering(self.repo, self.heartbeat_keys, &mut memo.beats).expect("heartbeats read");
-        step("heartbeat::read_remembering");
+        // The heartbeats beside the notes, as `FleetView::load_remembering` reads them.
+        let mut beats_memo = std::mem::take(&mut memo.beats);
+        let (path, beat_keys) = (self.repo.path(), self.heartbeat_keys);
+        let (set, beats) = std::thread::scope(|s| {
+            let beats = s.spawn(|| {
+                let repo = git2::Repository::open(path).expect("repo");
+                heartbeat::read_remembering(&repo, beat_keys, &mut beats_memo).expect("heartbeats read")
+            });
+            let set = fleetgate::status::read_all_remembering(self.repo, self.commits, self.keys, &mut memo)
+                .expect("notes read");
+            (set, beats.join().expect("heartbeats read"))
+        });
+        memo.beats = beats_memo;
+        step("notes and heartbeats, read together");
         memo.save().expect("memory saved");
         step("VerifiedNotes::save");
         let mut matrix = self.build(set);

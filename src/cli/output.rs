@@ -226,6 +226,11 @@ fn acted_on(c: char) -> bool {
 /// [`terminal_text`] in place, for `Matrix::for_each_text_mut`: text with nothing to replace
 /// (nearly all of it) is left as it is, not copied.
 pub fn make_terminal_safe(text: &mut String) {
+    // Printable ASCII, nearly all of it, is checked a byte at a time without stopping early, which
+    // the compiler turns into vector code: a fleet's matrix holds millions of strings.
+    if text.bytes().fold(true, |printable, b| printable & (b' '..=b'~').contains(&b)) {
+        return;
+    }
     if text.chars().any(acted_on) {
         *text = terminal_text(text);
     }

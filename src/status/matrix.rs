@@ -270,14 +270,26 @@ impl Matrix {
             .iter()
             .map(|w| WaveRows { name: w.name.clone(), settings: w.summary(), clusters: Vec::new() })
             .collect();
-        let mut gate_cache: HashMap<(String, String, Option<String>), Decision> = HashMap::new();
+        let mut gate_cache: HashMap<(&str, &str, Option<&str>), Decision> = HashMap::new();
+        let column_of: HashMap<&str, usize> = releases.iter().enumerate().map(|(i, r)| (r.id.as_str(), i)).collect();
         let mut sorted: Vec<&Member> = members.iter().collect();
         sorted.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut latest: Vec<Option<&Status>> = Vec::with_capacity(columns.len());
         for m in sorted {
+            // One sort of the cluster's entries serves its cells, what it runs and when it was seen.
+            let newest_first = statuses.latest_per_release(&m.name);
+            latest.clear();
+            latest.resize(columns.len(), None);
+            for s in &newest_first {
+                if let Some(&i) = column_of.get(s.release.as_str()) {
+                    latest[i] = Some(s);
+                }
+            }
             let cells: Vec<Cell> = columns
                 .iter_mut()
-                .map(|col| {
-                    let status = statuses.latest(&m.name, &col.id);
+                .zip(&latest)
+                .zip(releases)
+                .map(|((col, status), release)| {
                     let state = status.map(|s| s.state);
                     let desired = m.desired_release.as_deref() == Some(col.id.as_str());
                     if desired || state.is_some() {
@@ -295,7 +307,7 @@ impl Matrix {
                     let gate = (desired && matches!(state, None | Some(State::Pending))).then(|| {
                         let seated = fleet.spec.wave(&m.wave).is_some_and(|(_, w)| w.max_unavailable.is_some());
                         gate_cache
-                            .entry((m.wave.clone(), col.id.clone(), seated.then(|| m.name.clone())))
+                            .entry((m.wave.as_str(), release.id.as_str(), seated.then_some(m.name.as_str())))
                             .or_insert_with(|| {
                                 may_start(fleet, members, &statuses, &m.name, &col.id, now, Move::Forward)
                             })
@@ -311,8 +323,6 @@ impl Matrix {
                 let by = held.description.strip_prefix(PAUSED_PREFIX).filter(|_| held.state == State::Pending)?;
                 Some(by.split(';').next().unwrap_or_default().to_string())
             });
-            // One sort of the cluster's entries serves both what it runs and when it was seen.
-            let newest_first = statuses.latest_per_release(&m.name);
             let row = ClusterRow {
                 name: m.name.clone(),
                 labels: m.labels.clone(),
@@ -333,7 +343,9 @@ impl Matrix {
         for row in waves.iter_mut().flat_map(|w| &mut w.clusters) {
             // Newest first within each release's history: the first entry met is the cell's.
             for status in statuses.take_cluster(&row.name).into_iter().rev() {
-                if let Some(cell) = row.cells.iter_mut().find(|c| c.release == status.release && c.status.is_none()) {
+                if let Some(cell) = column_of.get(status.release.as_str()).map(|&i| &mut row.cells[i])
+                    && cell.status.is_none()
+                {
                     cell.status = Some(status);
                 }
             }

@@ -530,6 +530,8 @@ impl Found {
                 None => return false,
             }
         }
+        // In release order each entry lands at the end of the cluster's list, not among it.
+        taken.sort_by(|a: &Vec<Status>, b| a.first().map(|s| &s.release).cmp(&b.first().map(|s| &s.release)));
         taken.into_iter().for_each(|entries| self.keep(entries));
         true
     }

@@ -58,9 +58,20 @@ impl FleetView {
         releases.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| b.id.cmp(&a.id)));
         let commits: Vec<git2::Oid> = releases.iter().filter_map(|r| git2::Oid::from_str(&r.commit).ok()).collect();
         let keys = StatusKeys::registered(&config);
-        let statuses = notes::read_all_remembering(checkout.repo(), &commits, &keys, memo)?;
-        let heartbeats =
-            heartbeat::read_remembering(checkout.repo(), &keys, &mut memo.beats).map_err(ViewError::Heartbeats)?;
+        // The heartbeats are read on a thread of their own, beside the notes: at fleet scale both
+        // reads are mostly listing thousands of loose refs (a file each), which two cores overlap.
+        let repo_path = checkout.repo().path();
+        let mut beats_memo = std::mem::take(&mut memo.beats);
+        let (statuses, heartbeats) = std::thread::scope(|s| {
+            let beats = s.spawn(|| {
+                git2::Repository::open(repo_path)
+                    .and_then(|repo| heartbeat::read_remembering(&repo, &keys, &mut beats_memo))
+            });
+            let statuses = notes::read_all_remembering(checkout.repo(), &commits, &keys, memo);
+            (statuses, beats.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+        });
+        memo.beats = beats_memo;
+        let (statuses, heartbeats) = (statuses?, heartbeats.map_err(ViewError::Heartbeats)?);
         let origin = Origin { branch: checkout.branch().to_string(), revision: checkout.tip().to_string() };
         Ok(FleetView { config, origin, releases, statuses, heartbeats })
     }
