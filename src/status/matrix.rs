@@ -245,8 +245,8 @@ impl Matrix {
     /// the wave — except in a wave with `maxUnavailable`, where each cluster has its seat).
     ///
     /// Each cell's entry is moved out of `statuses`, not copied: at fleet scale (200,000 cells)
-    /// copying them was a fifth of `fleetgate status`. So every decision that reads the set is
-    /// taken first, and the entries are moved into the cells last.
+    /// the copies, and then freeing both, were much of `fleetgate status` (docs/BENCHMARKS.md).
+    /// So every decision that reads the set is taken first, and the entries are moved in last.
     pub fn build(
         fleet: &Fleet,
         members: &[Member],
