@@ -78,7 +78,8 @@ rm -rf "$DEMO"
 #    whole list first (hack/agent-build.sh relinks the next build, with the list written here);
 #    link/cc leaves every function it saw next to the binary.
 FLEETGATE_LINK_ORDER=$OUT/ran.txt bash hack/agent-build.sh
-functions=$(ls -t target/agent/deps/fleetgate-*.functions | head -1)
+TARGET=${CARGO_TARGET_DIR:-target}
+functions=$(ls -t "$TARGET"/agent/deps/fleetgate-*.functions | head -1)
 cut -f2 "$functions" | awk 'NR == FNR { found[$0]; next } $0 in found' - "$OUT/ran.txt" >link/agent.order
 echo "wrote link/agent.order: $(wc -l <link/agent.order) functions of the $(wc -l <"$OUT/ran.txt") that ran;" \
   "hack/agent-build.sh links with it"
