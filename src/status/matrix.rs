@@ -319,7 +319,7 @@ impl Matrix {
                 })
                 .collect();
             let paused = m.paused.clone().or_else(|| {
-                let held = statuses.latest(&m.name, m.desired_release.as_deref()?)?;
+                let held = latest[cells.iter().position(|c| c.desired)?]?;
                 let by = held.description.strip_prefix(PAUSED_PREFIX).filter(|_| held.state == State::Pending)?;
                 Some(by.split(';').next().unwrap_or_default().to_string())
             });
